@@ -1,0 +1,89 @@
+"""Per linear-attention layer pools: committed states, KVBuffer entries, conv windows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from verify_kernels.conv import conv_commit_ref
+from verify_kernels.gdn import gdn_commit_ref, gdn_flush_ref
+from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_flush_ref
+
+from .spec import LinearLayerSpec
+
+# mixer -> (commit, flush); both take the same pool arguments in the same order.
+_ENTRY_OPS = {
+    "gdn": (gdn_commit_ref, gdn_flush_ref),
+    "mamba2": (mamba2_commit_ref, mamba2_flush_ref),
+}
+
+
+@dataclass
+class LinearScratch:
+    """What one linear layer computed in a step and commit needs.
+
+    conv_input [B, T, conv_dim]: pre-conv inputs of every node (the conv windows of later tokens).
+    key / value / gcum [B, T, ...]: the nodes' buffer entries (tree rows; zeros on chunk rows).
+    final_state [B_chunk, *state]: the state after a chunked prefill (chunk rows only).
+    """
+
+    conv_input: torch.Tensor
+    key: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+    gcum: torch.Tensor | None = None
+    final_state: torch.Tensor | None = None
+
+
+class LinearLayerPool:
+    """Tensors of one linear layer, indexed by slot.
+
+    state [S, *state_shape] fp32: committed states, one per state slot.
+    buf_key [R, L, *key_shape], buf_value [R, L, *value_shape], buf_gcum [R, L, decay_heads] fp32: buffers.
+    conv [R, conv_dim, W-1] (model dtype): the last W-1 committed pre-conv inputs, newest last.
+    """
+
+    def __init__(self, spec: LinearLayerSpec, max_requests: int, state_slots: int, flush_length: int,
+                 device: torch.device, dtype: torch.dtype):
+        self.spec = spec
+        self.flush_length = flush_length
+        fp32 = dict(device=device, dtype=torch.float32)
+        self.state = torch.zeros(state_slots, *spec.state_shape, **fp32)
+        self.buf_key = torch.zeros(max_requests, flush_length, *spec.key_shape, **fp32)
+        self.buf_value = torch.zeros(max_requests, flush_length, *spec.value_shape, **fp32)
+        self.buf_gcum = torch.zeros(max_requests, flush_length, spec.decay_heads, **fp32)
+        self.conv = torch.zeros(max_requests, spec.conv_dim, spec.conv_width - 1, device=device, dtype=dtype)
+        self._commit_op, self._flush_op = _ENTRY_OPS[spec.mixer]
+
+    def buffers(self, buf_len: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(buf_key, buf_value, buf_gcum, buf_len): the buffer arguments every reference op takes."""
+        return self.buf_key, self.buf_value, self.buf_gcum, buf_len
+
+    def reset_request(self, req_slot: int) -> None:
+        """A fresh request: zero conv window (= causal zero padding). Its buffer is empty by buf_len = 0."""
+        self.conv[req_slot].zero_()
+
+    def zero_state(self, state_slot: int) -> None:
+        self.state[state_slot].zero_()
+
+    def flush(self, req_slots: torch.Tensor, state_slots: torch.Tensor, buf_len: torch.Tensor) -> None:
+        """Fold the buffers of these requests into their committed states (state_slots >= 0)."""
+        self._flush_op(self.state, state_slots, *self.buffers(buf_len), req_slots)
+
+    def commit(self, scratch: LinearScratch, ctx, accepted: torch.Tensor, num_accepted: torch.Tensor,
+               buf_len: torch.Tensor) -> None:
+        """Keep the accepted path of every row of the step `ctx` (a StepContext): conv windows first, then the
+        entries (tree rows; folded into the state when the buffer fills) or the final state (chunk rows)."""
+        conv_commit_ref(scratch.conv_input, accepted, num_accepted, self.conv, ctx.req_slots)
+        rows = ctx.tree_rows
+        if rows.numel():
+            self._commit_op(
+                scratch.key[rows], scratch.value[rows], scratch.gcum[rows], accepted[rows], num_accepted[rows],
+                self.state, ctx.state_slots[rows], *self.buffers(buf_len), ctx.req_slots[rows], self.flush_length,
+            )
+        if ctx.chunk_rows.numel():
+            self.state[ctx.state_slots[ctx.chunk_rows]] = scratch.final_state
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.state, self.buf_key, self.buf_value, self.buf_gcum,
+                                                            self.conv))

@@ -1,0 +1,196 @@
+"""The KVBuffer cache of one model: request slots, lazily allocated committed states, step set-up and commit.
+
+Per request and linear layer: a committed state (taken from the state pool only when the request first
+flushes), a buffer of up to L-1 recent entries and the conv window; per full-attention layer: a KV row.
+The buffer fill and the committed length are per request (all layers flush together).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .attention_pool import AttentionLayerPool
+from .linear_pool import LinearLayerPool
+from .spec import CacheConfig, ModelCacheSpec
+from .step import StepBatch, StepContext, build_attention_mask, positions_for
+
+
+class CacheFullError(RuntimeError):
+    """No free request or state slot; the caller should wait for a request to finish (or enlarge the pools)."""
+
+
+class KVBufferCache:
+    def __init__(self, spec: ModelCacheSpec, config: CacheConfig, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32):
+        self.spec = spec
+        self.config = config
+        self.device = torch.device(device)
+        self.linear = [
+            LinearLayerPool(layer, config.max_requests, config.state_slots, config.flush_length, self.device, dtype)
+            for layer in spec.linear
+        ]
+        self.attention = [
+            AttentionLayerPool(layer, config.max_requests, config.max_seq_len, self.device, dtype)
+            for layer in spec.attention
+        ]
+        # Host-side bookkeeping is the truth; `buf_len_device` mirrors buf_len for the ops.
+        self.buf_len = [0] * config.max_requests
+        self.seq_len = [0] * config.max_requests
+        self.state_slot = [-1] * config.max_requests
+        self.buf_len_device = torch.zeros(config.max_requests, dtype=torch.long, device=self.device)
+        self._free_requests = list(range(config.max_requests - 1, -1, -1))
+        self._free_states = list(range(config.state_slots - 1, -1, -1))
+        self._active: set[int] = set()
+
+    # ---- slots -------------------------------------------------------------------------------------------
+    @property
+    def free_request_slots(self) -> int:
+        return len(self._free_requests)
+
+    @property
+    def free_state_slots(self) -> int:
+        return len(self._free_states)
+
+    def allocate_request(self) -> int:
+        if not self._free_requests:
+            raise CacheFullError(
+                f"all {self.config.max_requests} request slots are in use; release a finished request first "
+                "or build the cache with a larger CacheConfig.max_requests"
+            )
+        slot = self._free_requests.pop()
+        self._active.add(slot)
+        self.buf_len[slot] = 0
+        self.seq_len[slot] = 0
+        self.state_slot[slot] = -1
+        for layer in self.linear:
+            layer.reset_request(slot)
+        self._sync_buf_len()
+        return slot
+
+    def release_request(self, slot: int) -> None:
+        self._check_active(slot)
+        if self.state_slot[slot] >= 0:
+            self._free_states.append(self.state_slot[slot])
+            self.state_slot[slot] = -1
+        self._active.remove(slot)
+        self._free_requests.append(slot)
+
+    def committed_length(self, slot: int) -> int:
+        self._check_active(slot)
+        return self.seq_len[slot]
+
+    def _check_active(self, slot: int) -> None:
+        if slot not in self._active:
+            raise ValueError(f"request slot {slot} is not allocated; call allocate_request() first")
+
+    def _take_state_slot(self, req_slot: int) -> None:
+        if not self._free_states:
+            raise CacheFullError(
+                f"all {self.config.state_slots} committed-state slots are in use; a request that flushes its "
+                "buffer needs one. Release a request or raise CacheConfig.num_state_slots"
+            )
+        state_slot = self._free_states.pop()
+        for layer in self.linear:
+            layer.zero_state(state_slot)
+        self.state_slot[req_slot] = state_slot
+
+    def _sync_buf_len(self) -> None:
+        self.buf_len_device.copy_(torch.tensor(self.buf_len, dtype=torch.long))
+
+    # ---- steps -------------------------------------------------------------------------------------------
+    def begin_step(self, batch: StepBatch) -> StepContext:
+        """Check the batch against the pools and build the per-step context for the forward."""
+        for slot in batch.req_slots:
+            self._check_active(slot)
+        num_nodes = batch.num_nodes.tolist()
+        for slot, count in zip(batch.req_slots, num_nodes, strict=True):
+            if self.seq_len[slot] + batch.width > self.config.max_seq_len:
+                raise ValueError(
+                    f"request slot {slot} would reach {self.seq_len[slot] + count} tokens (+ padding to "
+                    f"{batch.width}) but the cache holds {self.config.max_seq_len} per request; shorten the "
+                    "prompt or max_new_tokens, or raise CacheConfig.max_seq_len"
+                )
+        flush_length = self.config.flush_length
+        chunk = [batch.prefill and self.buf_len[s] + n >= flush_length
+                 for s, n in zip(batch.req_slots, num_nodes, strict=True)]
+        chunk_slots = [s for s, c in zip(batch.req_slots, chunk, strict=True) if c]
+        self._prepare_chunked_prefill(chunk_slots)
+
+        device = self.device
+        req_slots = torch.tensor(batch.req_slots, dtype=torch.long, device=device)
+        parents = batch.parents.to(device)
+        node_counts = batch.num_nodes.to(device)
+        seq_lens = torch.tensor([self.seq_len[s] for s in batch.req_slots], dtype=torch.long, device=device)
+        kv_len = int(seq_lens.max()) + batch.width
+        rows = torch.arange(len(chunk), device=device)
+        chunk_mask = torch.tensor(chunk, dtype=torch.bool, device=device)
+        return StepContext(
+            batch=batch,
+            req_slots=req_slots,
+            state_slots=torch.tensor([self.state_slot[s] for s in batch.req_slots], dtype=torch.long, device=device),
+            parents=parents,
+            num_nodes=node_counts,
+            positions=positions_for(seq_lens, parents, node_counts),
+            seq_lens=seq_lens,
+            attention_mask=build_attention_mask(seq_lens, parents, node_counts, kv_len),
+            kv_len=kv_len,
+            chunk_rows=rows[chunk_mask],
+            tree_rows=rows[~chunk_mask],
+        )
+
+    def _prepare_chunked_prefill(self, req_slots: list[int]) -> None:
+        """Rows about to be prefilled chunkwise start from a committed state with an empty buffer: give them a
+        state slot and fold what their buffer holds (this changes no result, only where the past is kept)."""
+        if not req_slots:
+            return
+        for slot in req_slots:
+            if self.state_slot[slot] < 0:
+                self._take_state_slot(slot)
+        with_entries = [s for s in req_slots if self.buf_len[s] > 0]
+        if with_entries:
+            slots = torch.tensor(with_entries, dtype=torch.long, device=self.device)
+            states = torch.tensor([self.state_slot[s] for s in with_entries], dtype=torch.long, device=self.device)
+            for layer in self.linear:
+                layer.flush(slots, states, self.buf_len_device)
+            for slot in with_entries:
+                self.buf_len[slot] = 0
+            self._sync_buf_len()
+
+    def commit(self, ctx: StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Keep, per row, the accepted root-to-leaf path: accepted [B, A] node indices root first (-1 padded),
+        num_accepted [B]. Buffers that would reach L entries fold into the committed state."""
+        slots = ctx.batch.req_slots
+        counts = num_accepted.tolist()
+        accepted = accepted.to(self.device)
+        num_accepted = num_accepted.to(self.device)
+        tree_rows = set(ctx.tree_rows.tolist())
+        flushes = [row in tree_rows and self.buf_len[s] + a >= self.config.flush_length
+                   for row, (s, a) in enumerate(zip(slots, counts, strict=True))]
+        for slot, flush in zip(slots, flushes, strict=True):
+            if flush and self.state_slot[slot] < 0:
+                self._take_state_slot(slot)
+        ctx.state_slots = torch.tensor([self.state_slot[s] for s in slots], dtype=torch.long, device=self.device)
+
+        for index, layer in enumerate(self.linear):
+            layer.commit(ctx.scratch[index], ctx, accepted, num_accepted, self.buf_len_device)
+        for layer in self.attention:
+            layer.commit(ctx, accepted, num_accepted)
+
+        for row, (slot, count) in enumerate(zip(slots, counts, strict=True)):
+            self.seq_len[slot] += count
+            if row not in tree_rows or flushes[row]:
+                self.buf_len[slot] = 0
+            else:
+                self.buf_len[slot] += count
+        self._sync_buf_len()
+        ctx.scratch.clear()
+
+    def commit_all(self, ctx: StepContext) -> None:
+        """Commit every node of every row (prefill, or plain decoding of one token per row)."""
+        width = ctx.parents.shape[1]
+        nodes = torch.arange(width, device=self.device).expand(len(ctx.batch.req_slots), width)
+        accepted = torch.where(ctx.valid, nodes, torch.full_like(nodes, -1))
+        self.commit(ctx, accepted, ctx.num_nodes)
+
+    def nbytes(self) -> int:
+        return sum(layer.nbytes() for layer in self.linear) + sum(layer.nbytes() for layer in self.attention)

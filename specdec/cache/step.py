@@ -1,0 +1,132 @@
+"""One forward step over a batch of requests: which nodes each request scores, and the per-step context.
+
+Every forward scores a token TREE per request (a chain is the tree whose node j has parent j-1; decoding is a
+one-node tree) on top of the request's committed tokens. Nothing committed changes during the forward: the
+linear layers read their committed state and buffer, the attention layers write the new nodes' keys/values
+past the committed end. `KVBufferCache.commit` then keeps the accepted path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from verify_kernels.tree import ancestor_mask, node_depths
+
+
+@dataclass
+class StepBatch:
+    """Nodes to score, padded to T per request.
+
+    req_slots: B request slots. tokens, parents: [B, T] int64 (parents local, -1 = child of the last committed
+    token, topologically ordered). num_nodes: [B] valid nodes per row; later columns are padding.
+    prefill: every node of every row is committed right after the forward (prompts). Rows whose buffer would
+    overflow take the chunked prefill path, which reads and writes the committed state directly.
+    """
+
+    req_slots: list[int]
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    num_nodes: torch.Tensor
+    prefill: bool = False
+
+    def __post_init__(self):
+        batch, width = self.tokens.shape
+        if len(self.req_slots) != batch or self.parents.shape != (batch, width) or self.num_nodes.shape != (batch,):
+            raise ValueError(
+                f"inconsistent step batch: {len(self.req_slots)} slots, tokens {tuple(self.tokens.shape)}, "
+                f"parents {tuple(self.parents.shape)}, num_nodes {tuple(self.num_nodes.shape)}"
+            )
+        if batch == 0:
+            raise ValueError("a step needs at least one request")
+        if int(self.num_nodes.min()) < 1 or int(self.num_nodes.max()) > width:
+            raise ValueError(f"num_nodes must lie in [1, {width}], got {self.num_nodes.tolist()}")
+        if len(set(self.req_slots)) != batch:
+            raise ValueError(f"a request slot appears twice in one step: {self.req_slots}")
+
+    @property
+    def width(self) -> int:
+        return self.tokens.shape[1]
+
+    @classmethod
+    def chains(cls, req_slots: Sequence[int], sequences: Sequence[Sequence[int]], prefill: bool) -> StepBatch:
+        """One chain of tokens per request (prompts when prefill=True, accepted-by-construction otherwise)."""
+        if any(len(seq) == 0 for seq in sequences):
+            raise ValueError("every request needs at least one token in a step")
+        width = max(len(seq) for seq in sequences)
+        tokens = torch.zeros(len(sequences), width, dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            tokens[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+        parents = torch.arange(-1, width - 1, dtype=torch.long).expand(len(sequences), width).clone()
+        num_nodes = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
+        return cls(list(req_slots), tokens, parents, num_nodes, prefill=prefill)
+
+    @classmethod
+    def decode(cls, req_slots: Sequence[int], last_tokens: Sequence[int]) -> StepBatch:
+        return cls.chains(req_slots, [[token] for token in last_tokens], prefill=False)
+
+    @classmethod
+    def trees(cls, req_slots: Sequence[int], tokens: Sequence[Sequence[int]], parents: Sequence[Sequence[int]]) -> StepBatch:
+        width = max(len(row) for row in tokens)
+        token_tensor = torch.zeros(len(tokens), width, dtype=torch.long)
+        parent_tensor = torch.full((len(tokens), width), -1, dtype=torch.long)
+        for row, (row_tokens, row_parents) in enumerate(zip(tokens, parents, strict=True)):
+            if len(row_tokens) != len(row_parents):
+                raise ValueError(f"row {row}: {len(row_tokens)} tokens but {len(row_parents)} parents")
+            token_tensor[row, : len(row_tokens)] = torch.as_tensor(list(row_tokens), dtype=torch.long)
+            parent_tensor[row, : len(row_parents)] = torch.as_tensor(list(row_parents), dtype=torch.long)
+        num_nodes = torch.tensor([len(row) for row in tokens], dtype=torch.long)
+        return cls(list(req_slots), token_tensor, parent_tensor, num_nodes, prefill=False)
+
+
+@dataclass
+class StepContext:
+    """Device-side view of a step, shared by every layer of the forward.
+
+    Shapes: B rows, T nodes, P = kv_len (committed tokens + T of the longest row).
+    chunk_rows / tree_rows: row indices taking the chunked-prefill path / the KVBuffer tree path.
+    """
+
+    batch: StepBatch
+    req_slots: torch.Tensor  # [B] int64
+    state_slots: torch.Tensor  # [B] int64, -1 = never flushed (no committed state is read)
+    parents: torch.Tensor  # [B, T]
+    num_nodes: torch.Tensor  # [B]
+    positions: torch.Tensor  # [B, T] committed length + depth: rotary positions
+    seq_lens: torch.Tensor  # [B] committed tokens per row
+    attention_mask: torch.Tensor  # [B, T, P] bool: committed prefix + ancestors + self
+    kv_len: int
+    chunk_rows: torch.Tensor  # [B_chunk] int64
+    tree_rows: torch.Tensor  # [B_tree] int64
+    scratch: dict[int, object] = field(default_factory=dict)  # linear layer index -> what commit needs
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """[B, T] bool: real nodes (not padding)."""
+        width = self.parents.shape[1]
+        return torch.arange(width, device=self.parents.device)[None, :] < self.num_nodes[:, None]
+
+
+def build_attention_mask(
+    seq_lens: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor, kv_len: int
+) -> torch.Tensor:
+    """[B, T, P] bool: node j of row b sees key position p if p is committed (p < seq_lens[b]) or p holds an
+    ancestor of j or j itself (p = seq_lens[b] + i). Padding nodes see only themselves, so no softmax row is empty."""
+    batch, width = parents.shape
+    device = parents.device
+    tree = ancestor_mask(parents, num_nodes)  # [B, T, T]
+    tree = tree | torch.eye(width, dtype=torch.bool, device=device)[None]
+    key_pos = torch.arange(kv_len, device=device)[None, :]  # [1, P]
+    committed = key_pos < seq_lens[:, None]  # [B, P]
+    node_of_key = key_pos - seq_lens[:, None]  # [B, P]: node index held at key position p
+    in_step = (node_of_key >= 0) & (node_of_key < width)
+    gather_index = node_of_key.clamp(0, width - 1)[:, None, :].expand(batch, width, kv_len)
+    sees_node = torch.gather(tree, 2, gather_index) & in_step[:, None, :]
+    return committed[:, None, :] | sees_node
+
+
+def positions_for(seq_lens: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:
+    """[B, T] int64: committed length + depth of each node."""
+    return seq_lens[:, None] + node_depths(parents, num_nodes)

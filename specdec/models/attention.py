@@ -1,0 +1,91 @@
+"""Full-attention layers (Qwen3.5 gated attention, Nemotron-H attention) over the KV pool with a tree mask."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.cache.spec import AttentionLayerSpec
+
+from .layers import OffsetRMSNorm, apply_rotary
+
+
+def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ctx, pool, scale: float) -> torch.Tensor:
+    """query [B, T, Hq, D]; key, value [B, T, Hkv, D] of the step's nodes -> [B, T, Hq, D].
+
+    Writes the nodes' keys/values past each row's committed end, then attends every node to the committed
+    prefix, its ancestors and itself (ctx.attention_mask).
+    """
+    pool.write_nodes(ctx, key, value)
+    keys, values = pool.gather(ctx)  # [B, P, Hkv, D]
+    groups = query.shape[2] // keys.shape[2]
+    keys = keys.repeat_interleave(groups, dim=2).transpose(1, 2)
+    values = values.repeat_interleave(groups, dim=2).transpose(1, 2)
+    out = F.scaled_dot_product_attention(
+        query.transpose(1, 2), keys.to(query.dtype), values.to(query.dtype),
+        attn_mask=ctx.attention_mask[:, None], scale=scale,
+    )
+    return out.transpose(1, 2)
+
+
+class GatedAttention(nn.Module):
+    """Qwen3.5 full attention: q_proj yields (query, gate) per head; q/k RMSNorm (1 + w); partial rotary;
+    output * sigmoid(gate); o_proj."""
+
+    def __init__(self, config, attention_index: int):
+        super().__init__()
+        self.attention_index = attention_index
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        bias = config.attention_bias
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim * 2, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
+        self.q_norm = OffsetRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = OffsetRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def cache_spec(self) -> AttentionLayerSpec:
+        return AttentionLayerSpec(self.num_kv_heads, self.head_dim)
+
+    def forward(self, hidden: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], ctx, cache) -> torch.Tensor:
+        """hidden [B, T, D]; rotary (cos, sin) [B, T, R] -> [B, T, D]."""
+        query, gate = self.q_proj(hidden).unflatten(-1, (self.num_heads, 2 * self.head_dim)).chunk(2, dim=-1)
+        query = self.q_norm(query)
+        key = self.k_norm(self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim)))
+        value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        cos, sin = rotary
+        query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        out = tree_attention(query, key, value, ctx, cache.attention[self.attention_index], self.head_dim**-0.5)
+        out = out.flatten(-2) * torch.sigmoid(gate.flatten(-2))
+        return self.o_proj(out)
+
+
+class PlainAttention(nn.Module):
+    """Nemotron-H attention: GQA without positional encoding (the Mamba2 layers carry position)."""
+
+    def __init__(self, config, attention_index: int):
+        super().__init__()
+        self.attention_index = attention_index
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        hidden = config.hidden_size
+        # Nemotron-H checkpoints carry no attention biases whatever config.attention_bias says.
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+
+    def cache_spec(self) -> AttentionLayerSpec:
+        return AttentionLayerSpec(self.num_kv_heads, self.head_dim)
+
+    def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
+        query = self.q_proj(hidden).unflatten(-1, (self.num_heads, self.head_dim))
+        key = self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        out = tree_attention(query, key, value, ctx, cache.attention[self.attention_index], self.head_dim**-0.5)
+        return self.o_proj(out.flatten(-2))

@@ -1,0 +1,56 @@
+"""What every specdec causal LM provides to the runtime."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specdec.cache.model_cache import KVBufferCache
+from specdec.cache.spec import CacheConfig, ModelCacheSpec
+
+
+class HybridCausalLM(nn.Module):
+    """A hybrid linear-attention / full-attention causal LM over a KVBuffer cache.
+
+    Subclasses build `self.model` (embeddings, layers, final norm) and `self.lm_head`, and implement `forward`.
+    `hf_config` is the transformers config the model was built from; `mtp_weights` holds the checkpoint's
+    multi-token-prediction tensors (names without the `mtp.` prefix) for the MTP drafter, empty if it has none.
+    """
+
+    def __init__(self, hf_config):
+        super().__init__()
+        self.hf_config = hf_config
+        self.mtp_weights: dict[str, torch.Tensor] = {}
+
+    def forward(self, tokens: torch.Tensor, ctx, cache: KVBufferCache) -> torch.Tensor:
+        """tokens [B, T] -> final hidden states [B, T, D] (after the last norm)."""
+        raise NotImplementedError
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., D] -> fp32 logits [..., vocab]."""
+        return self.lm_head(hidden).float()
+
+    def linear_layers(self) -> list[nn.Module]:
+        raise NotImplementedError
+
+    def attention_layers(self) -> list[nn.Module]:
+        raise NotImplementedError
+
+    def cache_spec(self) -> ModelCacheSpec:
+        return ModelCacheSpec(
+            linear=tuple(layer.cache_spec() for layer in self.linear_layers()),
+            attention=tuple(layer.cache_spec() for layer in self.attention_layers()),
+        )
+
+    def make_cache(self, config: CacheConfig) -> KVBufferCache:
+        """A cache on the model's device; entries and states in fp32, conv windows and KV in the model dtype."""
+        weight = self.lm_head.weight
+        return KVBufferCache(self.cache_spec(), config, device=weight.device, dtype=weight.dtype)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device

@@ -1,0 +1,164 @@
+"""Small building blocks shared by the Qwen3.5 and Nemotron-H runtimes: norms, rotary embedding, MLPs.
+
+Every module keeps the parameter names of the Hugging Face checkpoints, so loading is a name-for-name copy.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+ACTIVATIONS = {
+    "silu": F.silu,
+    "relu2": lambda x: F.relu(x).square(),
+    "gelu": F.gelu,
+}
+
+
+def activation(name: str):
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unsupported activation {name!r}; supported: {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+class OffsetRMSNorm(nn.Module):
+    """Qwen3.5 RMSNorm: x / rms(x) * (1 + w), computed in fp32; the weight is stored zero-centred."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).type_as(x)
+
+
+class RMSNorm(nn.Module):
+    """Plain RMSNorm (Nemotron-H): w * x / rms(x), the product kept in fp32 and cast back at the end."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * xf).to(x.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """Qwen3.5 GDN output norm, per value head: (w * x / rms(x)) * silu(z); normalise first, then gate."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        out = self.weight * xf.to(dtype)
+        return (out * F.silu(gate.float())).to(dtype)
+
+
+class GroupGatedRMSNorm(nn.Module):
+    """Mamba2 output norm (Nemotron-H): gate first (x * silu(z)), then RMS-normalise each group of channels."""
+
+    def __init__(self, dim: int, group_size: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.group_size = group_size
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float() * F.silu(gate.float())
+        grouped = xf.unflatten(-1, (-1, self.group_size))
+        grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * grouped.flatten(-2).to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding over the first `rotary_dim` channels of each head (partial rotary).
+
+    Qwen3.5 describes its rotary with mRoPE sections (temporal, height, width) interleaved over the frequency
+    channels. For text every token has the same position on the three axes, so the sections select identical
+    frequencies and the embedding reduces to 1-D rotary over `rotary_dim`; we check the sections cover exactly
+    rotary_dim / 2 frequencies so that a config we would misread fails loudly.
+    """
+
+    SUPPORTED = ("default", "linear", "yarn", "llama3")
+
+    def __init__(self, config, head_dim: int):
+        super().__init__()
+        params = dict(getattr(config, "rope_parameters", None) or {})
+        rope_type = params.get("rope_type", "default")
+        if rope_type not in self.SUPPORTED:
+            raise ValueError(
+                f"rope_type {rope_type!r} is not supported; supported: {self.SUPPORTED}. Position-dependent "
+                "(dynamic / longrope) scaling would make a token's keys depend on the sequence length."
+            )
+        partial = params.get("partial_rotary_factor", 1.0)
+        self.rotary_dim = int(head_dim * partial)
+        if rope_type == "default":
+            base = params["rope_theta"]
+            inv_freq = 1.0 / (base ** (torch.arange(0, self.rotary_dim, 2, dtype=torch.float) / self.rotary_dim))
+            self.attention_scaling = 1.0
+        else:
+            inv_freq, self.attention_scaling = ROPE_INIT_FUNCTIONS[rope_type](config)
+        sections = params.get("mrope_section")
+        if sections is not None and sum(sections) != inv_freq.numel():
+            raise ValueError(
+                f"mrope_section {sections} covers {sum(sections)} frequencies but the rotary dimension "
+                f"{self.rotary_dim} has {inv_freq.numel()}; check partial_rotary_factor and head_dim in config.json"
+            )
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, T] int -> (cos, sin) [B, T, rotary_dim] in `dtype`."""
+        freqs = positions.float()[..., None] * self.inv_freq.to(positions.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(dtype), (emb.sin() * self.attention_scaling).to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, T, heads, D]; cos/sin [B, T, R] with R <= D: rotate-half rotary on the first R channels."""
+    rotary_dim = cos.shape[-1]
+    cos, sin = cos[:, :, None], sin[:, :, None]
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+    half = rotary_dim // 2
+    rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
+    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU MLP (Qwen3.5): down(act(gate(x)) * up(x))."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class PlainMLP(nn.Module):
+    """Ungated MLP (Nemotron-H, relu2 by default): down(act(up(x)))."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str, bias: bool = False):
+        super().__init__()
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.up_proj(x)))

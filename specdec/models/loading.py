@@ -1,0 +1,248 @@
+"""load_model: a Hugging Face checkpoint (local directory or hub id) -> our runtime module, weights in place.
+
+The model is built on the meta device and every tensor is read straight into its parameter, so a large model
+is never allocated twice. Checkpoint names are mapped onto ours (which mirror transformers' names):
+- Qwen3.5 multimodal checkpoints keep the text model under `model.language_model.`; vision tensors
+  (`model.visual.`) are skipped;
+- Nemotron-H checkpoints use `backbone.` for `model.`;
+- MoE experts stored one tensor per expert are stacked into transformers' layout;
+- `mtp.*` tensors (multi-token prediction) are kept in `model.mtp_weights` for the MTP drafter.
+Anything else that does not match a parameter, and any parameter left unfilled, is an error naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+from accelerate import init_empty_weights
+from torch import nn
+from transformers import AutoConfig
+
+from .base import HybridCausalLM
+from .checkpoint import CheckpointError, iter_tensors, read_config, resolve_checkpoint, tensor_names, weight_files
+from .nemotron_h import NemotronHForCausalLM
+from .qwen3_5 import Qwen35ForCausalLM
+
+
+@dataclass(frozen=True)
+class Family:
+    build: Callable[..., HybridCausalLM]
+    multimodal: bool  # the text config sits under text_config
+    prefixes: tuple[tuple[str, str], ...]  # checkpoint prefix -> our prefix
+    skip_prefixes: tuple[str, ...]  # tensors we do not serve (vision towers)
+    expert_pattern: re.Pattern | None  # one-tensor-per-expert names: (layer path, expert, projection)
+    keep_fp32: tuple[str, ...] = ()  # parameter name suffixes kept in fp32 whatever the dtype
+
+
+_QWEN_EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_NEMOTRON_EXPERT = re.compile(r"^(model\.layers\.\d+\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.weight$")
+_QWEN_PREFIXES = (("model.language_model.", "model."),)
+_QWEN_SKIP = ("model.visual.", "visual.")
+
+FAMILIES: dict[str, Family] = {
+    "qwen3_5": Family(Qwen35ForCausalLM, True, _QWEN_PREFIXES, _QWEN_SKIP, None),
+    "qwen3_5_text": Family(Qwen35ForCausalLM, False, _QWEN_PREFIXES, _QWEN_SKIP, None),
+    "qwen3_5_moe": Family(partial(Qwen35ForCausalLM, moe=True), True, _QWEN_PREFIXES, _QWEN_SKIP, _QWEN_EXPERT),
+    "qwen3_5_moe_text": Family(partial(Qwen35ForCausalLM, moe=True), False, _QWEN_PREFIXES, _QWEN_SKIP,
+                               _QWEN_EXPERT),
+    "nemotron_h": Family(NemotronHForCausalLM, False, (("backbone.", "model."),), (), _NEMOTRON_EXPERT,
+                         keep_fp32=("gate.weight", "gate.e_score_correction_bias")),
+}
+SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
+MTP_PREFIX = "mtp."
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_model(name_or_path: str | Path, device: str | torch.device | None = None,
+               dtype: torch.dtype | str | None = None) -> HybridCausalLM:
+    """Load a Qwen3.5 (dense / MoE, text or multimodal checkpoint) or Nemotron-H checkpoint for inference.
+
+    device defaults to cuda when available, else cpu; dtype to bf16 on GPU and fp32 on CPU.
+    """
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = _parse_dtype(dtype) if dtype is not None else default_dtype(device)
+    directory = resolve_checkpoint(name_or_path)
+    raw = read_config(directory)
+    model_type = raw.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointError(
+            f"{directory}/config.json has model_type {model_type!r}, which specdec does not run; supported "
+            f"model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    family = FAMILIES[model_type]
+    hf_config = AutoConfig.from_pretrained(directory)
+    if family.multimodal:
+        hf_config = hf_config.get_text_config()
+
+    with init_empty_weights(include_buffers=False):
+        model = family.build(hf_config)
+    files = weight_files(directory)
+    plan = _plan_loading(model, family, tensor_names(files), directory)
+    _load(model, family, plan, files, device, dtype)
+    model.to(device)  # buffers built outside the meta device (rotary frequencies)
+    return model.eval()
+
+
+def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+             "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)}")
+    return names[dtype]
+
+
+@dataclass
+class _Plan:
+    targets: dict[str, str]  # checkpoint name -> our parameter / buffer name
+    experts: dict[str, tuple[str, int, str]]  # checkpoint name -> (stacked parameter, expert, projection)
+    mtp: dict[str, str]  # checkpoint name -> name inside mtp_weights
+    tie_lm_head: bool
+
+
+def _plan_loading(model: HybridCausalLM, family: Family, names: dict[str, Path], directory: Path) -> _Plan:
+    """Map every checkpoint tensor name onto the model before reading any tensor, so that a mismatched
+    checkpoint fails at once with the names at fault."""
+    expected = dict(model.named_parameters())
+    expected.update({name: buf for name, buf in model.named_buffers() if _is_persistent(model, name)})
+    tie = bool(getattr(model.hf_config, "tie_word_embeddings", False))
+    plan = _Plan({}, {}, {}, tie)
+    unexpected, expert_parts = [], {}
+    for name in names:
+        mapped = _rename(name, family)
+        if mapped is None:
+            continue
+        if mapped.startswith(MTP_PREFIX):
+            plan.mtp[name] = mapped[len(MTP_PREFIX):]
+        elif tie and mapped == "lm_head.weight":
+            continue  # tied: the embedding is the head
+        elif mapped in expected:
+            plan.targets[name] = mapped
+        elif family.expert_pattern is not None and (match := family.expert_pattern.match(mapped)):
+            stacked = f"{match.group(1)}.{'down_proj' if match.group(3) == 'down_proj' else _stacked_up(family)}"
+            if stacked not in expected:
+                unexpected.append(name)
+                continue
+            plan.experts[name] = (stacked, int(match.group(2)), match.group(3))
+            expert_parts.setdefault(stacked, set()).add((int(match.group(2)), match.group(3)))
+        else:
+            unexpected.append(name)
+    if unexpected:
+        raise CheckpointError(
+            f"{len(unexpected)} tensor(s) in {directory} match nothing in the {type(model).__name__} that "
+            f"config.json describes, e.g. {sorted(unexpected)[:5]}; the checkpoint and its config disagree"
+        )
+    missing = sorted(set(expected) - set(plan.targets.values()) - set(expert_parts)
+                     - ({"lm_head.weight"} if tie else set()))
+    missing += _missing_experts(model, family, expert_parts, expected)
+    if missing:
+        raise CheckpointError(
+            f"{len(missing)} tensor(s) that config.json implies are not in {directory}, e.g. {missing[:5]}"
+        )
+    return plan
+
+
+def _rename(name: str, family: Family) -> str | None:
+    """Checkpoint name -> our naming, or None for tensors we skip (vision tower)."""
+    if any(name.startswith(prefix) for prefix in family.skip_prefixes):
+        return None
+    for source, target in family.prefixes:
+        if name.startswith(source):
+            return target + name[len(source):]
+    return name
+
+
+def _stacked_up(family: Family) -> str:
+    return "gate_up_proj" if family.expert_pattern is _QWEN_EXPERT else "up_proj"
+
+
+def _expert_parts(family: Family) -> tuple[str, ...]:
+    return ("gate_proj", "up_proj") if family.expert_pattern is _QWEN_EXPERT else ("up_proj",)
+
+
+def _missing_experts(model, family: Family, parts: dict[str, set], expected: dict) -> list[str]:
+    missing = []
+    for stacked, have in parts.items():
+        experts = expected[stacked].shape[0]
+        layer = stacked.rsplit(".", 1)[0]
+        projections = ("down_proj",) if stacked.endswith("down_proj") else _expert_parts(family)
+        for expert in range(experts):
+            missing += [f"{layer}.{expert}.{p}.weight" for p in projections if (expert, p) not in have]
+    return missing
+
+
+def _is_persistent(model: nn.Module, name: str) -> bool:
+    module_name, _, leaf = name.rpartition(".")
+    module = model.get_submodule(module_name) if module_name else model
+    return leaf not in module._non_persistent_buffers_set
+
+
+def _load(model: HybridCausalLM, family: Family, plan: _Plan, files: list[Path], device: torch.device,
+          dtype: torch.dtype) -> None:
+    expected = dict(model.named_parameters())
+    stacked: dict[str, torch.Tensor] = {}
+
+    def cast(name: str, tensor: torch.Tensor) -> torch.Tensor:
+        if not tensor.is_floating_point():
+            return tensor.to(device)
+        keep = any(name.endswith(suffix) for suffix in family.keep_fp32)
+        return tensor.to(device=device, dtype=torch.float32 if keep else dtype)
+
+    for name, tensor in iter_tensors(files, device):
+        if name in plan.targets:
+            target = plan.targets[name]
+            _check_shape(name, tensor.shape, _expected_shape(model, target))
+            _assign(model, target, cast(target, tensor))
+        elif name in plan.experts:
+            target, expert, projection = plan.experts[name]
+            if target not in stacked:
+                stacked[target] = torch.empty(expected[target].shape, device=device, dtype=dtype)
+            rows = _expert_rows(target, projection, stacked[target].shape[1])
+            _check_shape(name, tensor.shape, stacked[target][expert, rows].shape)
+            stacked[target][expert, rows] = tensor.to(device=device, dtype=dtype)
+        elif name in plan.mtp:
+            model.mtp_weights[plan.mtp[name]] = cast(name, tensor)
+    for target, tensor in stacked.items():
+        _assign(model, target, tensor)
+    if plan.tie_lm_head:
+        embedding = getattr(model.model, "embed_tokens", None) or model.model.embeddings
+        model.lm_head.weight = embedding.weight
+
+
+def _expert_rows(stacked_name: str, projection: str, rows: int) -> slice:
+    """Rows of one expert's [rows, in] slice that a per-expert tensor fills: gate_up_proj stacks [gate; up]."""
+    if stacked_name.endswith("gate_up_proj"):
+        return slice(0, rows // 2) if projection == "gate_proj" else slice(rows // 2, rows)
+    return slice(None)
+
+
+def _expected_shape(model: nn.Module, name: str) -> torch.Size:
+    module_name, _, leaf = name.rpartition(".")
+    module = model.get_submodule(module_name)
+    return getattr(module, leaf).shape
+
+
+def _check_shape(name: str, got: torch.Size, want: torch.Size) -> None:
+    if tuple(got) != tuple(want):
+        raise CheckpointError(
+            f"tensor {name} has shape {tuple(got)} in the checkpoint but the model built from config.json "
+            f"expects {tuple(want)}; the checkpoint and its config disagree"
+        )
+
+
+def _assign(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    module_name, _, leaf = name.rpartition(".")
+    module = model.get_submodule(module_name)
+    if leaf in module._parameters:
+        module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
+    else:
+        module._buffers[leaf] = tensor

@@ -1,0 +1,134 @@
+"""Mixture-of-experts blocks: Qwen3.5-MoE (softmax router, gated experts, gated shared expert) and Nemotron-H
+(sigmoid router with correction bias and group-limited top-k, relu2 experts, optional latent projection).
+
+Expert weights are stored stacked, as transformers does: gate_up_proj [E, 2I, D] / up_proj [E, I, D],
+down_proj [E, D, I]. The loader also accepts checkpoints with one tensor per expert.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .layers import GatedMLP, PlainMLP, activation
+
+
+def run_experts(x: torch.Tensor, top_index: torch.Tensor, top_weight: torch.Tensor, expert_fn) -> torch.Tensor:
+    """x [N, D]; top_index, top_weight [N, k] -> sum_k weight * expert_fn(e, x) [N, D], looping over hit experts."""
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=top_weight.dtype, device=x.device)
+    for expert in top_index.unique().tolist():
+        token, slot = (top_index == expert).nonzero(as_tuple=True)
+        expert_out = expert_fn(expert, x[token])
+        out.index_add_(0, token, (expert_out * top_weight[token, slot, None]).to(out.dtype))
+    return out
+
+
+class Qwen35Experts(nn.Module):
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, act: str):
+        super().__init__()
+        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+        self.act = activation(act)
+
+    def expert(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x, self.gate_up_proj[index]).chunk(2, dim=-1)
+        return F.linear(self.act(gate) * up, self.down_proj[index])
+
+
+class Qwen35Router(nn.Module):
+    def __init__(self, num_experts: int, hidden_size: int, top_k: int):
+        super().__init__()
+        self.top_k = top_k
+        self.weight = nn.Parameter(torch.zeros(num_experts, hidden_size))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [N, D] -> (top_index [N, k], top_weight [N, k]): softmax, top-k, renormalised over the k."""
+        probs = F.linear(x, self.weight).softmax(dim=-1, dtype=torch.float)
+        top_weight, top_index = probs.topk(self.top_k, dim=-1)
+        top_weight = top_weight / top_weight.sum(dim=-1, keepdim=True)
+        return top_index, top_weight.to(x.dtype)
+
+
+class Qwen35SparseMoe(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        hidden = config.hidden_size
+        self.gate = Qwen35Router(config.num_experts, hidden, config.num_experts_per_tok)
+        self.experts = Qwen35Experts(config.num_experts, hidden, config.moe_intermediate_size, config.hidden_act)
+        self.shared_expert = GatedMLP(hidden, config.shared_expert_intermediate_size, config.hidden_act)
+        self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        x = hidden.reshape(-1, hidden.shape[-1])
+        top_index, top_weight = self.gate(x)
+        routed = run_experts(x, top_index, top_weight, self.experts.expert).to(x.dtype)
+        shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return (routed + shared).view_as(hidden)
+
+
+class NemotronExperts(nn.Module):
+    def __init__(self, num_experts: int, input_dim: int, intermediate_size: int, act: str):
+        super().__init__()
+        self.up_proj = nn.Parameter(torch.empty(num_experts, intermediate_size, input_dim))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, input_dim, intermediate_size))
+        self.act = activation(act)
+
+    def expert(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.act(F.linear(x, self.up_proj[index])), self.down_proj[index])
+
+
+class NemotronRouter(nn.Module):
+    """Sigmoid scores; choice = scores + e_score_correction_bias restricted to the top `topk_group` groups (a group
+    scores the sum of its two best experts); weights = the chosen experts' raw scores, optionally renormalised,
+    times routed_scaling_factor. All in fp32."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.num_experts = config.n_routed_experts
+        self.top_k = config.num_experts_per_tok
+        self.num_groups = config.n_group
+        self.topk_group = config.topk_group
+        self.norm_topk_prob = config.norm_topk_prob
+        self.scaling = config.routed_scaling_factor
+        self.weight = nn.Parameter(torch.zeros(self.num_experts, config.hidden_size))
+        self.register_buffer("e_score_correction_bias", torch.zeros(self.num_experts))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()  # [N, E]
+        choice = scores + self.e_score_correction_bias.float()
+        per_group = choice.view(-1, self.num_groups, self.num_experts // self.num_groups)
+        group_score = per_group.topk(2, dim=-1).values.sum(dim=-1)  # [N, groups]
+        best_groups = group_score.topk(self.topk_group, dim=-1, sorted=False).indices
+        group_mask = torch.zeros_like(group_score).scatter_(1, best_groups, 1.0).bool()
+        expert_mask = group_mask[:, :, None].expand_as(per_group).reshape(-1, self.num_experts)
+        choice = choice.masked_fill(~expert_mask, float("-inf"))
+        top_index = choice.topk(self.top_k, dim=-1, sorted=False).indices
+        top_weight = scores.gather(1, top_index)
+        if self.norm_topk_prob:
+            top_weight = top_weight / (top_weight.sum(dim=-1, keepdim=True) + 1e-20)
+        return top_index, top_weight * self.scaling
+
+
+class NemotronMoe(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        hidden = config.hidden_size
+        latent = config.moe_latent_size
+        self.gate = NemotronRouter(config)
+        self.experts = NemotronExperts(config.n_routed_experts, latent or hidden, config.moe_intermediate_size,
+                                       config.mlp_hidden_act)
+        self.shared_experts = PlainMLP(hidden, config.moe_shared_expert_intermediate_size, config.mlp_hidden_act,
+                                       bias=config.mlp_bias)
+        if latent is not None:
+            self.fc1_latent_proj = nn.Linear(hidden, latent, bias=config.mlp_bias)
+            self.fc2_latent_proj = nn.Linear(latent, hidden, bias=config.mlp_bias)
+        else:
+            self.fc1_latent_proj = nn.Identity()
+            self.fc2_latent_proj = nn.Identity()
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        x = hidden.reshape(-1, hidden.shape[-1])
+        top_index, top_weight = self.gate(x)
+        routed = run_experts(self.fc1_latent_proj(x), top_index, top_weight, self.experts.expert).to(x.dtype)
+        return self.fc2_latent_proj(routed).view_as(hidden) + self.shared_experts(hidden)

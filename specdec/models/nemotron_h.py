@@ -1,0 +1,75 @@
+"""Nemotron-H / Nemotron-3: a pattern of Mamba2 (M), attention (*), MLP (-) and MoE (E) blocks, each
+pre-normed with a residual (`layers_block_type`, or the older `hybrid_override_pattern` string)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import PlainAttention
+from .base import HybridCausalLM
+from .layers import PlainMLP, RMSNorm
+from .mamba2 import Mamba2Mixer
+from .moe import NemotronMoe
+
+BLOCK_TYPES = ("linear_attention", "full_attention", "mlp", "moe")
+
+
+class NemotronHBlock(nn.Module):
+    def __init__(self, config, block_type: str, mixer_index: int):
+        super().__init__()
+        self.block_type = block_type
+        self.norm = RMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        if block_type == "linear_attention":
+            self.mixer = Mamba2Mixer(config, mixer_index)
+        elif block_type == "full_attention":
+            self.mixer = PlainAttention(config, mixer_index)
+        elif block_type == "mlp":
+            self.mixer = PlainMLP(config.hidden_size, config.intermediate_size, config.mlp_hidden_act,
+                                  bias=config.mlp_bias)
+        else:
+            self.mixer = NemotronMoe(config)
+
+    def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
+        normed = self.norm(hidden)
+        if self.block_type in ("linear_attention", "full_attention"):
+            return hidden + self.mixer(normed, ctx, cache)
+        return hidden + self.mixer(normed)
+
+
+class NemotronHBackbone(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        block_types = list(config.layers_block_type)
+        unknown = sorted(set(block_types) - set(BLOCK_TYPES))
+        if unknown:
+            raise ValueError(f"config.layers_block_type has unsupported entries {unknown}; expected {BLOCK_TYPES}")
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        counters = {kind: 0 for kind in BLOCK_TYPES}
+        blocks = []
+        for block_type in block_types:
+            blocks.append(NemotronHBlock(config, block_type, counters[block_type]))
+            counters[block_type] += 1
+        self.layers = nn.ModuleList(blocks)
+        self.norm_f = RMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+
+
+class NemotronHForCausalLM(HybridCausalLM):
+    """`model_type` nemotron_h."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = NemotronHBackbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor, ctx, cache) -> torch.Tensor:
+        hidden = self.model.embeddings(tokens)
+        for block in self.model.layers:
+            hidden = block(hidden, ctx, cache)
+        return self.model.norm_f(hidden)
+
+    def linear_layers(self) -> list[nn.Module]:
+        return [block.mixer for block in self.model.layers if block.block_type == "linear_attention"]
+
+    def attention_layers(self) -> list[nn.Module]:
+        return [block.mixer for block in self.model.layers if block.block_type == "full_attention"]

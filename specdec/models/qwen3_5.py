@@ -1,0 +1,78 @@
+"""Qwen3.5 text model, dense and MoE: Gated DeltaNet and gated full-attention layers (`layer_types`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import GatedAttention
+from .base import HybridCausalLM
+from .gated_deltanet import GatedDeltaNet
+from .layers import GatedMLP, OffsetRMSNorm, RotaryEmbedding
+from .moe import Qwen35SparseMoe
+
+LAYER_TYPES = ("linear_attention", "full_attention")
+
+
+class Qwen35DecoderLayer(nn.Module):
+    def __init__(self, config, layer_type: str, mixer_index: int, moe: bool):
+        super().__init__()
+        self.layer_type = layer_type
+        if layer_type == "linear_attention":
+            self.linear_attn = GatedDeltaNet(config, mixer_index)
+        else:
+            self.self_attn = GatedAttention(config, mixer_index)
+        self.mlp = Qwen35SparseMoe(config) if moe else GatedMLP(config.hidden_size, config.intermediate_size,
+                                                                 config.hidden_act)
+        self.input_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden: torch.Tensor, rotary, ctx, cache) -> torch.Tensor:
+        normed = self.input_layernorm(hidden)
+        if self.layer_type == "linear_attention":
+            mixed = self.linear_attn(normed, ctx, cache)
+        else:
+            mixed = self.self_attn(normed, rotary, ctx, cache)
+        hidden = hidden + mixed
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class Qwen35TextModel(nn.Module):
+    def __init__(self, config, moe: bool):
+        super().__init__()
+        layer_types = list(config.layer_types)
+        unknown = sorted(set(layer_types) - set(LAYER_TYPES))
+        if unknown:
+            raise ValueError(f"config.layer_types has unsupported entries {unknown}; expected {LAYER_TYPES}")
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        counters = {kind: 0 for kind in LAYER_TYPES}
+        layers = []
+        for layer_type in layer_types[: config.num_hidden_layers]:
+            layers.append(Qwen35DecoderLayer(config, layer_type, counters[layer_type], moe))
+            counters[layer_type] += 1
+        self.layers = nn.ModuleList(layers)
+        self.norm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.rotary_emb = RotaryEmbedding(config, head_dim)
+
+
+class Qwen35ForCausalLM(HybridCausalLM):
+    """`model_type` qwen3_5_text / qwen3_5_moe_text (and the text part of qwen3_5 / qwen3_5_moe checkpoints)."""
+
+    def __init__(self, config, moe: bool = False):
+        super().__init__(config)
+        self.model = Qwen35TextModel(config, moe)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor, ctx, cache) -> torch.Tensor:
+        hidden = self.model.embed_tokens(tokens)
+        rotary = self.model.rotary_emb(ctx.positions, hidden.dtype)
+        for layer in self.model.layers:
+            hidden = layer(hidden, rotary, ctx, cache)
+        return self.model.norm(hidden)
+
+    def linear_layers(self) -> list[nn.Module]:
+        return [layer.linear_attn for layer in self.model.layers if layer.layer_type == "linear_attention"]
+
+    def attention_layers(self) -> list[nn.Module]:
+        return [layer.self_attn for layer in self.model.layers if layer.layer_type == "full_attention"]

@@ -1,0 +1,63 @@
+"""Random-weight checkpoints in the real Hugging Face layout, written by transformers' own model classes.
+
+For tests (tiny configs), examples, and benchmarks at real model shapes where no trained checkpoint is at hand:
+the files are what save_pretrained writes for a real model, so they go through the same loader.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from transformers import (
+    NemotronHForCausalLM,
+    Qwen3_5ForCausalLM,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeForConditionalGeneration,
+)
+
+TRANSFORMERS_CLASSES = {
+    "qwen3_5_text": Qwen3_5ForCausalLM,
+    "qwen3_5_moe_text": Qwen3_5MoeForCausalLM,
+    "qwen3_5": Qwen3_5ForConditionalGeneration,
+    "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
+    "nemotron_h": NemotronHForCausalLM,
+}
+
+
+def randomize(model: torch.nn.Module, seed: int) -> None:
+    """Weights giving unit-scale activations, so logits are peaked and greedy decoding has clear winners; norms and
+    gates away from their identity initialisation, so a misplaced weight shows; log decays from mild to strong."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=generator)
+            if name.endswith("A_log"):  # A in [0.05, 12]
+                param.copy_(torch.empty(param.shape).uniform_(math.log(0.05), math.log(12.0), generator=generator))
+            elif name.endswith(("dt_bias", ".D")):
+                param.copy_(0.5 * noise)
+            elif param.ndim == 1:  # norm weights
+                param.add_(0.2 * noise)
+            elif "embed" in name:
+                param.copy_(noise)
+            else:
+                param.copy_(noise / math.sqrt(param.shape[-1]))
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_(0.1 * torch.randn(buffer.shape, generator=generator))
+
+
+def save_random_checkpoint(config, directory: str | Path, seed: int = 0, **save_kwargs) -> torch.nn.Module:
+    """Build transformers' model for `config`, randomise it, save_pretrained it into `directory`; return it (eval).
+
+    save_kwargs go to save_pretrained (e.g. max_shard_size="20KB" for a sharded checkpoint)."""
+    if config.model_type not in TRANSFORMERS_CLASSES:
+        raise ValueError(f"no random checkpoint for model_type {config.model_type!r}; "
+                         f"supported: {sorted(TRANSFORMERS_CLASSES)}")
+    torch.manual_seed(seed)
+    model = TRANSFORMERS_CLASSES[config.model_type](config).eval()
+    randomize(model, seed)
+    model.save_pretrained(directory, **save_kwargs)
+    return model

@@ -1,0 +1,205 @@
+"""The checkpoint loader on the layouts real checkpoints use, and its errors on broken ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from specdec import CacheConfig, CheckpointError, ModelRunner, load_model
+from specdec.models import SUPPORTED_MODEL_TYPES
+from tests.tiny_models import nemotron_h_config, qwen35_multimodal_config, qwen35_text_config, save_tiny
+
+PROMPT = [3, 17, 5, 42, 8, 11, 60, 2, 9]
+
+
+def read_tensors(directory) -> dict[str, torch.Tensor]:
+    tensors = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as handle:
+            tensors.update({name: handle.get_tensor(name) for name in handle.keys()})
+    return tensors
+
+
+def rewrite_single_file(directory, tensors: dict[str, torch.Tensor]) -> None:
+    """Replace the checkpoint's weights by one model.safetensors holding `tensors`."""
+    for file in list(directory.glob("*.safetensors")) + list(directory.glob("*.index.json")):
+        file.unlink()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, directory / "model.safetensors", metadata={"format": "pt"})
+
+
+def our_prefill_logits(directory, prompt=PROMPT, **load_kwargs) -> torch.Tensor:
+    model = load_model(directory, device="cpu", **load_kwargs)
+    runner = ModelRunner.create(model, CacheConfig(max_requests=1, max_seq_len=64, flush_length=4))
+    slot = runner.cache.allocate_request()
+    return runner.prefill([slot], [prompt], all_logits=True)[0]
+
+
+def hf_logits(hf_model, prompt=PROMPT) -> torch.Tensor:
+    with torch.no_grad():
+        return hf_model(torch.tensor([prompt])).logits[0].float()
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("qwen")
+    hf_model = save_tiny(qwen35_text_config(), directory)
+    return directory, hf_logits(hf_model)
+
+
+def copy_checkpoint(source, tmp_path):
+    target = tmp_path / "ckpt"
+    shutil.copytree(source, target)
+    return target
+
+
+def test_sharded_checkpoint_with_index(tmp_path):
+    hf_model = save_tiny(qwen35_text_config(), tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    assert len(list(tmp_path.glob("*.safetensors"))) > 2
+    torch.testing.assert_close(our_prefill_logits(tmp_path), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_multimodal_qwen35_checkpoint_loads_its_text_model(tmp_path):
+    hf_model = save_tiny(qwen35_multimodal_config(), tmp_path)
+    names = read_tensors(tmp_path)
+    assert any(name.startswith("model.language_model.") for name in names)
+    assert any(name.startswith("model.visual.") for name in names)
+    model = load_model(tmp_path, device="cpu")
+    assert not any("visual" in name for name, _ in model.named_parameters())
+    torch.testing.assert_close(our_prefill_logits(tmp_path), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_mtp_weights_are_kept_for_the_drafter(qwen_dir, tmp_path):
+    directory = copy_checkpoint(qwen_dir[0], tmp_path)
+    tensors = read_tensors(directory)
+    mtp = {
+        "mtp.fc.weight": torch.randn(32, 64),
+        "mtp.norm.weight": torch.randn(32),
+        "mtp.pre_fc_norm_embedding.weight": torch.randn(32),
+        "mtp.layers.0.mlp.up_proj.weight": torch.randn(48, 32),
+    }
+    rewrite_single_file(directory, {**tensors, **mtp})
+    model = load_model(directory, device="cpu")
+    assert sorted(model.mtp_weights) == sorted(name.removeprefix("mtp.") for name in mtp)
+    for name, tensor in mtp.items():
+        torch.testing.assert_close(model.mtp_weights[name.removeprefix("mtp.")], tensor)
+    torch.testing.assert_close(our_prefill_logits(directory), qwen_dir[1], atol=1e-4, rtol=0)
+
+
+def test_tied_embeddings(tmp_path):
+    hf_model = save_tiny(qwen35_text_config(tie_word_embeddings=True), tmp_path)
+    assert "lm_head.weight" not in read_tensors(tmp_path)
+    model = load_model(tmp_path, device="cpu")
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    torch.testing.assert_close(our_prefill_logits(tmp_path), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_moe_experts_stacked_or_one_tensor_each(tmp_path):
+    """transformers saves Qwen3.5-MoE one tensor per expert; stacked gate_up_proj / down_proj load the same."""
+    hf_model = save_tiny(qwen35_text_config(moe=True), tmp_path)
+    tensors = read_tensors(tmp_path)
+    assert "model.layers.0.mlp.experts.3.gate_proj.weight" in tensors
+    reference = hf_logits(hf_model)
+    torch.testing.assert_close(our_prefill_logits(tmp_path), reference, atol=1e-4, rtol=0)
+
+    stacked = {k: v for k, v in tensors.items() if ".experts." not in k}
+    for layer in range(4):
+        prefix = f"model.layers.{layer}.mlp.experts"
+        gate_up = [torch.cat([tensors[f"{prefix}.{e}.gate_proj.weight"], tensors[f"{prefix}.{e}.up_proj.weight"]])
+                   for e in range(4)]
+        stacked[f"{prefix}.gate_up_proj"] = torch.stack(gate_up)
+        stacked[f"{prefix}.down_proj"] = torch.stack([tensors[f"{prefix}.{e}.down_proj.weight"] for e in range(4)])
+    rewrite_single_file(tmp_path, stacked)
+    torch.testing.assert_close(our_prefill_logits(tmp_path), reference, atol=1e-4, rtol=0)
+
+
+def test_nemotron_backbone_or_model_prefix(tmp_path):
+    hf_model = save_tiny(nemotron_h_config(), tmp_path)
+    tensors = read_tensors(tmp_path)
+    assert any(name.startswith("backbone.") for name in tensors)
+    reference = hf_logits(hf_model)
+    torch.testing.assert_close(our_prefill_logits(tmp_path), reference, atol=1e-4, rtol=0)
+    rewrite_single_file(tmp_path, {name.replace("backbone.", "model.", 1): t for name, t in tensors.items()})
+    torch.testing.assert_close(our_prefill_logits(tmp_path), reference, atol=1e-4, rtol=0)
+
+
+def test_dtype_choice(tmp_path):
+    save_tiny(nemotron_h_config(), tmp_path)
+    assert load_model(tmp_path, device="cpu").lm_head.weight.dtype == torch.float32  # CPU default
+    model = load_model(tmp_path, device="cpu", dtype="bf16")
+    assert model.lm_head.weight.dtype == torch.bfloat16
+    router = model.model.layers[1].mixer.gate
+    assert router.weight.dtype == torch.float32 and router.e_score_correction_bias.dtype == torch.float32
+    with pytest.raises(ValueError, match="unknown dtype"):
+        load_model(tmp_path, device="cpu", dtype="fp8")
+
+
+def test_missing_tensor_is_named(qwen_dir, tmp_path):
+    directory = copy_checkpoint(qwen_dir[0], tmp_path)
+    tensors = read_tensors(directory)
+    del tensors["model.layers.2.linear_attn.in_proj_b.weight"]
+    rewrite_single_file(directory, tensors)
+    with pytest.raises(CheckpointError, match=r"not in .*model\.layers\.2\.linear_attn\.in_proj_b\.weight"):
+        load_model(directory, device="cpu")
+
+
+def test_missing_expert_is_named(tmp_path):
+    save_tiny(qwen35_text_config(moe=True), tmp_path)
+    tensors = read_tensors(tmp_path)
+    del tensors["model.layers.1.mlp.experts.2.up_proj.weight"]
+    rewrite_single_file(tmp_path, tensors)
+    with pytest.raises(CheckpointError, match=r"model\.layers\.1\.mlp\.experts\.2\.up_proj\.weight"):
+        load_model(tmp_path, device="cpu")
+
+
+def test_unexpected_tensor_is_named(qwen_dir, tmp_path):
+    directory = copy_checkpoint(qwen_dir[0], tmp_path)
+    tensors = read_tensors(directory)
+    tensors["model.layers.9.linear_attn.in_proj_b.weight"] = torch.zeros(4, 32)
+    rewrite_single_file(directory, tensors)
+    with pytest.raises(CheckpointError, match=r"match nothing.*model\.layers\.9\.linear_attn\.in_proj_b\.weight"):
+        load_model(directory, device="cpu")
+
+
+def test_wrong_shape_is_named(qwen_dir, tmp_path):
+    directory = copy_checkpoint(qwen_dir[0], tmp_path)
+    tensors = read_tensors(directory)
+    tensors["model.norm.weight"] = torch.zeros(31)
+    rewrite_single_file(directory, tensors)
+    with pytest.raises(CheckpointError, match=r"model\.norm\.weight has shape \(31,\).*expects \(32,\)"):
+        load_model(directory, device="cpu")
+
+
+def test_unsupported_model_type_lists_the_supported_ones(qwen_dir, tmp_path):
+    directory = copy_checkpoint(qwen_dir[0], tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    config["model_type"] = "llama"
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="model_type 'llama'") as error:
+        load_model(directory, device="cpu")
+    assert all(model_type in str(error.value) for model_type in SUPPORTED_MODEL_TYPES)
+
+
+def test_directory_without_weights(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5_text"}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no .safetensors weights"):
+        load_model(tmp_path, device="cpu")
+
+
+def test_offline_hub_id_without_local_copy_says_how_to_pass_a_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True, raising=False)
+    with pytest.raises(CheckpointError, match="pass that directory instead"):
+        load_model("specdec-test/no-such-model", device="cpu")
+
+
+def test_missing_local_path(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint directory"):
+        load_model(tmp_path / "does" / "not" / "exist", device="cpu")
