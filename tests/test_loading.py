@@ -29,7 +29,8 @@ def rewrite_single_file(directory, tensors: dict[str, torch.Tensor]) -> None:
     """Replace the checkpoint's weights by one model.safetensors holding `tensors`."""
     for file in list(directory.glob("*.safetensors")) + list(directory.glob("*.index.json")):
         file.unlink()
-    save_file({k: v.contiguous() for k, v in tensors.items()}, directory / "model.safetensors", metadata={"format": "pt"})
+    tensors = {name: tensor.contiguous() for name, tensor in tensors.items()}
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
 
 
 def our_prefill_logits(directory, prompt=PROMPT, **load_kwargs) -> torch.Tensor:

@@ -22,7 +22,8 @@ def qwen35_text_config(value_heads_per_key: int = 2, moe: bool = False, **overri
                          "mrope_section": [2, 1, 1], "mrope_interleaved": True},
     )
     if moe:
-        fields.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24)
+        fields.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                      shared_expert_intermediate_size=24)
         fields.update(overrides)
         return Qwen3_5MoeTextConfig(**fields)
     fields.update(intermediate_size=48)

@@ -68,7 +68,8 @@ class StepBatch:
         return cls.chains(req_slots, [[token] for token in last_tokens], prefill=False)
 
     @classmethod
-    def trees(cls, req_slots: Sequence[int], tokens: Sequence[Sequence[int]], parents: Sequence[Sequence[int]]) -> StepBatch:
+    def trees(cls, req_slots: Sequence[int], tokens: Sequence[Sequence[int]],
+              parents: Sequence[Sequence[int]]) -> StepBatch:
         width = max(len(row) for row in tokens)
         token_tensor = torch.zeros(len(tokens), width, dtype=torch.long)
         parent_tensor = torch.full((len(tokens), width), -1, dtype=torch.long)

@@ -11,7 +11,8 @@ from specdec.cache.spec import AttentionLayerSpec
 from .layers import OffsetRMSNorm, apply_rotary
 
 
-def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ctx, pool, scale: float) -> torch.Tensor:
+def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ctx, pool,
+                   scale: float) -> torch.Tensor:
     """query [B, T, Hq, D]; key, value [B, T, Hkv, D] of the step's nodes -> [B, T, Hq, D].
 
     Writes the nodes' keys/values past each row's committed end, then attends every node to the committed
