@@ -65,8 +65,12 @@ def test_sharded_checkpoint_with_index(tmp_path):
     torch.testing.assert_close(our_prefill_logits(tmp_path), hf_logits(hf_model), atol=1e-4, rtol=0)
 
 
-def test_multimodal_qwen35_checkpoint_loads_its_text_model(tmp_path):
-    hf_model = save_tiny(qwen35_multimodal_config(), tmp_path)
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_multimodal_qwen35_checkpoint_loads_its_text_model(tmp_path, tied):
+    config = qwen35_multimodal_config()
+    config.tie_word_embeddings = tied  # the top-level flag decides, not text_config's
+    hf_model = save_tiny(config, tmp_path)
+    assert ("lm_head.weight" in read_tensors(tmp_path)) != tied
     names = read_tensors(tmp_path)
     assert any(name.startswith("model.language_model.") for name in names)
     assert any(name.startswith("model.visual.") for name in names)

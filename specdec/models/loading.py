@@ -35,22 +35,40 @@ class Family:
     multimodal: bool  # the text config sits under text_config
     prefixes: tuple[tuple[str, str], ...]  # checkpoint prefix -> our prefix
     skip_prefixes: tuple[str, ...]  # tensors we do not serve (vision towers)
-    expert_pattern: re.Pattern | None  # one-tensor-per-expert names: (layer path, expert, projection)
+    experts: ExpertLayout | None  # MoE checkpoints may store one tensor per expert
     keep_fp32: tuple[str, ...] = ()  # parameter name suffixes kept in fp32 whatever the dtype
 
 
-_QWEN_EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
-_NEMOTRON_EXPERT = re.compile(r"^(model\.layers\.\d+\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.weight$")
+@dataclass(frozen=True)
+class ExpertLayout:
+    """One tensor per expert: `pattern` matches (experts module, expert index, projection) in a checkpoint name;
+    `stacked` maps each projection to (our stacked parameter, its block along dim 1, number of blocks)."""
+
+    pattern: re.Pattern
+    stacked: dict[str, tuple[str, int, int]]
+
+    def projections_of(self, parameter: str) -> list[str]:
+        return [projection for projection, (target, _, _) in self.stacked.items() if target == parameter]
+
+
+_QWEN_EXPERTS = ExpertLayout(
+    re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$"),
+    {"gate_proj": ("gate_up_proj", 0, 2), "up_proj": ("gate_up_proj", 1, 2), "down_proj": ("down_proj", 0, 1)},
+)
+_NEMOTRON_EXPERTS = ExpertLayout(
+    re.compile(r"^(model\.layers\.\d+\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.weight$"),
+    {"up_proj": ("up_proj", 0, 1), "down_proj": ("down_proj", 0, 1)},
+)
 _QWEN_PREFIXES = (("model.language_model.", "model."),)
 _QWEN_SKIP = ("model.visual.", "visual.")
 
 FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(Qwen35ForCausalLM, True, _QWEN_PREFIXES, _QWEN_SKIP, None),
     "qwen3_5_text": Family(Qwen35ForCausalLM, False, _QWEN_PREFIXES, _QWEN_SKIP, None),
-    "qwen3_5_moe": Family(partial(Qwen35ForCausalLM, moe=True), True, _QWEN_PREFIXES, _QWEN_SKIP, _QWEN_EXPERT),
+    "qwen3_5_moe": Family(partial(Qwen35ForCausalLM, moe=True), True, _QWEN_PREFIXES, _QWEN_SKIP, _QWEN_EXPERTS),
     "qwen3_5_moe_text": Family(partial(Qwen35ForCausalLM, moe=True), False, _QWEN_PREFIXES, _QWEN_SKIP,
-                               _QWEN_EXPERT),
-    "nemotron_h": Family(NemotronHForCausalLM, False, (("backbone.", "model."),), (), _NEMOTRON_EXPERT,
+                               _QWEN_EXPERTS),
+    "nemotron_h": Family(NemotronHForCausalLM, False, (("backbone.", "model."),), (), _NEMOTRON_EXPERTS,
                          keep_fp32=("gate.weight", "gate.e_score_correction_bias")),
 }
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
@@ -80,7 +98,10 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
     family = FAMILIES[model_type]
     hf_config = AutoConfig.from_pretrained(directory)
     if family.multimodal:
+        # Multimodal checkpoints tie the text model's head by the top-level flag, as transformers does.
+        tied = hf_config.tie_word_embeddings
         hf_config = hf_config.get_text_config()
+        hf_config.tie_word_embeddings = tied
 
     with init_empty_weights(include_buffers=False):
         model = family.build(hf_config)
@@ -104,7 +125,7 @@ def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
 @dataclass
 class _Plan:
     targets: dict[str, str]  # checkpoint name -> our parameter / buffer name
-    experts: dict[str, tuple[str, int, str]]  # checkpoint name -> (stacked parameter, expert, projection)
+    experts: dict[str, tuple[str, int, int, int]]  # checkpoint name -> (stacked parameter, expert, block, blocks)
     mtp: dict[str, str]  # checkpoint name -> name inside mtp_weights
     tie_lm_head: bool
 
@@ -127,13 +148,15 @@ def _plan_loading(model: HybridCausalLM, family: Family, names: dict[str, Path],
             continue  # tied: the embedding is the head
         elif mapped in expected:
             plan.targets[name] = mapped
-        elif family.expert_pattern is not None and (match := family.expert_pattern.match(mapped)):
-            stacked = f"{match.group(1)}.{'down_proj' if match.group(3) == 'down_proj' else _stacked_up(family)}"
-            if stacked not in expected:
+        elif family.experts is not None and (match := family.experts.pattern.match(mapped)):
+            module, expert, projection = match.group(1), int(match.group(2)), match.group(3)
+            leaf, block, blocks = family.experts.stacked[projection]
+            stacked = f"{module}.{leaf}"
+            if stacked not in expected or expert >= expected[stacked].shape[0]:
                 unexpected.append(name)
                 continue
-            plan.experts[name] = (stacked, int(match.group(2)), match.group(3))
-            expert_parts.setdefault(stacked, set()).add((int(match.group(2)), match.group(3)))
+            plan.experts[name] = (stacked, expert, block, blocks)
+            expert_parts.setdefault(stacked, set()).add((expert, projection))
         else:
             unexpected.append(name)
     if unexpected:
@@ -143,7 +166,7 @@ def _plan_loading(model: HybridCausalLM, family: Family, names: dict[str, Path],
         )
     missing = sorted(set(expected) - set(plan.targets.values()) - set(expert_parts)
                      - ({"lm_head.weight"} if tie else set()))
-    missing += _missing_experts(model, family, expert_parts, expected)
+    missing += _missing_experts(family.experts, expert_parts, expected)
     if missing:
         raise CheckpointError(
             f"{len(missing)} tensor(s) that config.json implies are not in {directory}, e.g. {missing[:5]}"
@@ -161,22 +184,14 @@ def _rename(name: str, family: Family) -> str | None:
     return name
 
 
-def _stacked_up(family: Family) -> str:
-    return "gate_up_proj" if family.expert_pattern is _QWEN_EXPERT else "up_proj"
-
-
-def _expert_parts(family: Family) -> tuple[str, ...]:
-    return ("gate_proj", "up_proj") if family.expert_pattern is _QWEN_EXPERT else ("up_proj",)
-
-
-def _missing_experts(model, family: Family, parts: dict[str, set], expected: dict) -> list[str]:
+def _missing_experts(layout: ExpertLayout | None, parts: dict[str, set], expected: dict) -> list[str]:
+    """Per-expert tensors absent for a stacked parameter that the checkpoint fills expert by expert."""
     missing = []
     for stacked, have in parts.items():
-        experts = expected[stacked].shape[0]
-        layer = stacked.rsplit(".", 1)[0]
-        projections = ("down_proj",) if stacked.endswith("down_proj") else _expert_parts(family)
-        for expert in range(experts):
-            missing += [f"{layer}.{expert}.{p}.weight" for p in projections if (expert, p) not in have]
+        module, _, leaf = stacked.rpartition(".")
+        for expert in range(expected[stacked].shape[0]):
+            missing += [f"{module}.{expert}.{projection}.weight" for projection in layout.projections_of(leaf)
+                        if (expert, projection) not in have]
     return missing
 
 
@@ -203,10 +218,11 @@ def _load(model: HybridCausalLM, family: Family, plan: _Plan, files: list[Path],
             _check_shape(name, tensor.shape, _expected_shape(model, target))
             _assign(model, target, cast(target, tensor))
         elif name in plan.experts:
-            target, expert, projection = plan.experts[name]
+            target, expert, block, blocks = plan.experts[name]
             if target not in stacked:
                 stacked[target] = torch.empty(expected[target].shape, device=device, dtype=dtype)
-            rows = _expert_rows(target, projection, stacked[target].shape[1])
+            size = stacked[target].shape[1] // blocks
+            rows = slice(block * size, (block + 1) * size)
             _check_shape(name, tensor.shape, stacked[target][expert, rows].shape)
             stacked[target][expert, rows] = tensor.to(device=device, dtype=dtype)
         elif name in plan.mtp:
@@ -216,13 +232,6 @@ def _load(model: HybridCausalLM, family: Family, plan: _Plan, files: list[Path],
     if plan.tie_lm_head:
         embedding = getattr(model.model, "embed_tokens", None) or model.model.embeddings
         model.lm_head.weight = embedding.weight
-
-
-def _expert_rows(stacked_name: str, projection: str, rows: int) -> slice:
-    """Rows of one expert's [rows, in] slice that a per-expert tensor fills: gate_up_proj stacks [gate; up]."""
-    if stacked_name.endswith("gate_up_proj"):
-        return slice(0, rows // 2) if projection == "gate_proj" else slice(rows // 2, rows)
-    return slice(None)
 
 
 def _expected_shape(model: nn.Module, name: str) -> torch.Size:
