@@ -1,0 +1,71 @@
+"""The same runtime on a CUDA device: fp32 parity with transformers, and bf16 (the GPU default) no less accurate
+than transformers' own bf16 run.
+Skipped without a GPU; the CPU tests cover the same code paths through the torch references."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from specdec import CacheConfig, ModelRunner, load_model
+from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+PROMPTS = [[4, 8, 15, 16, 23, 42], list(range(3, 60, 2))]
+NEW_TOKENS = 16
+MODELS = {
+    "qwen3_5": lambda: qwen35_text_config(value_heads_per_key=2),
+    "qwen3_5_moe": lambda: qwen35_text_config(value_heads_per_key=2, moe=True),
+    "nemotron_h": lambda: nemotron_h_config(heads_per_group=2),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def checkpoint(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(request.param)
+    hf_model = save_tiny(MODELS[request.param](), directory, seed=5).to("cuda")
+    with torch.no_grad():
+        reference = [hf_model(torch.tensor([prompt], device="cuda")).logits[0].float().cpu() for prompt in PROMPTS]
+        greedy = [
+            hf_model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=NEW_TOKENS, do_sample=False,
+                              pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
+            for prompt in PROMPTS
+        ]
+        hf_bf16 = copy.deepcopy(hf_model).to(torch.bfloat16)
+        reference_bf16 = [hf_bf16(torch.tensor([prompt], device="cuda")).logits[0].float().cpu() for prompt in PROMPTS]
+    return directory, reference, greedy, reference_bf16
+
+
+def prefill_logits(model, flush_length: int) -> list[torch.Tensor]:
+    runner = ModelRunner.create(model, CacheConfig(max_requests=2, max_seq_len=128, flush_length=flush_length))
+    slots = [runner.cache.allocate_request() for _ in PROMPTS]
+    logits = runner.prefill(slots, PROMPTS, all_logits=True).cpu()
+    return [logits[row, : len(prompt)] for row, prompt in enumerate(PROMPTS)]
+
+
+@pytest.mark.parametrize("flush_length", [1, 16], ids=lambda length: f"L{length}")
+def test_fp32_on_cuda_matches_transformers(checkpoint, flush_length):
+    directory, reference, greedy, _ = checkpoint
+    model = load_model(directory, device="cuda", dtype=torch.float32)
+    assert model.device.type == "cuda"
+    for ours, theirs in zip(prefill_logits(model, flush_length), reference, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=0)
+    runner = ModelRunner.create(model, CacheConfig(max_requests=2, max_seq_len=128, flush_length=flush_length))
+    assert runner.greedy(PROMPTS, NEW_TOKENS).tokens == greedy
+
+
+def test_bf16_is_the_gpu_default_and_as_accurate_as_transformers_bf16(checkpoint):
+    """Both bf16 runs are measured against the fp32 logits; ours may not be worse than transformers' by > 25%."""
+    directory, reference, _, reference_bf16 = checkpoint
+    model = load_model(directory, device="cuda")
+    assert model.dtype == torch.bfloat16
+    for ours, theirs_bf16, exact in zip(prefill_logits(model, 16), reference_bf16, reference, strict=True):
+        our_error = (ours - exact).norm() / exact.norm()
+        their_error = (theirs_bf16 - exact).norm() / exact.norm()
+        assert our_error <= 1.25 * their_error + 1e-3, f"bf16 error {our_error:.2%} vs transformers' {their_error:.2%}"
