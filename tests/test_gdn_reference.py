@@ -118,8 +118,10 @@ def test_recurrent_matches_transformers(heads, initial):
     q_raw, k_raw = torch.randn(B, T, H, K, generator=gen), torch.randn(B, T, H, K, generator=gen)
     _, _, v, g, beta = gdn_tokens(gen, B, T, H, HV)
     s0 = torch.randn(B, HV, K, V, generator=gen) if initial else None
-    # transformers l2-normalises q, k itself and always scales q by K**-0.5; we take both done
-    o_hf, s_hf = torch_recurrent_gated_delta_rule(q_raw, k_raw, v, g, beta, initial_state=s0,
+    # transformers l2-normalises q, k itself and always scales q by K**-0.5; we take both done. It gets the key
+    # heads already repeated to the value heads: releases before 5.2x do not group heads in this function.
+    q_hf, k_hf = (x.repeat_interleave(HV // H, dim=2) for x in (q_raw, k_raw))
+    o_hf, s_hf = torch_recurrent_gated_delta_rule(q_hf, k_hf, v, g, beta, initial_state=s0,
                                                   output_final_state=True, use_qk_l2norm_in_kernel=True)
     o, s = gdn_recurrent_ref(l2norm(q_raw) * K**-0.5, l2norm(k_raw), v, g, beta, s0)
     assert_close(o, o_hf)
