@@ -119,7 +119,7 @@ def test_recurrent_matches_transformers(heads, initial):
     _, _, v, g, beta = gdn_tokens(gen, B, T, H, HV)
     s0 = torch.randn(B, HV, K, V, generator=gen) if initial else None
     # transformers l2-normalises q, k itself and always scales q by K**-0.5; we take both done. It gets the key
-    # heads already repeated to the value heads: releases before 5.2x do not group heads in this function.
+    # heads already repeated to the value heads: some releases (5.17) do not group heads in this function.
     q_hf, k_hf = (x.repeat_interleave(HV // H, dim=2) for x in (q_raw, k_raw))
     o_hf, s_hf = torch_recurrent_gated_delta_rule(q_hf, k_hf, v, g, beta, initial_state=s0,
                                                   output_final_state=True, use_qk_l2norm_in_kernel=True)
