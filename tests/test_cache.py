@@ -1,0 +1,106 @@
+"""KVBufferCache bookkeeping: slots, lazy committed states, running out of them without losing work, bad steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec import CacheConfig, ModelRunner, StepBatch, load_model
+from specdec.cache import CacheFullError
+from tests.tiny_models import qwen35_text_config, save_tiny
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("qwen")
+    save_tiny(qwen35_text_config(), directory, seed=2)
+    return load_model(directory, device="cpu")
+
+
+def runner_for(model, **config) -> ModelRunner:
+    return ModelRunner.create(model, CacheConfig(**{"max_requests": 3, "max_seq_len": 64, **config}))
+
+
+def test_request_slots_run_out_with_a_clear_error_and_come_back(model):
+    runner = runner_for(model, max_requests=2)
+    slots = [runner.cache.allocate_request(), runner.cache.allocate_request()]
+    with pytest.raises(CacheFullError, match="all 2 request slots are in use"):
+        runner.cache.allocate_request()
+    runner.cache.release_request(slots[0])
+    assert runner.cache.allocate_request() == slots[0]
+    with pytest.raises(ValueError, match="not allocated"):
+        runner.cache.release_request(7)
+
+
+def test_committed_states_are_taken_lazily_and_returned(model):
+    runner = runner_for(model, flush_length=8, num_state_slots=2)
+    short, long = runner.cache.allocate_request(), runner.cache.allocate_request()
+    runner.prefill([short, long], [[1, 2, 3], list(range(1, 20))])
+    assert runner.cache.state_slot[short] == -1, "3 tokens fit the buffer: no state"
+    assert runner.cache.state_slot[long] >= 0, "a chunked prefill writes a committed state"
+    assert runner.cache.buf_len[short] == 3 and runner.cache.buf_len[long] == 0
+    assert runner.cache.free_state_slots == 1
+    runner.cache.release_request(long)
+    assert runner.cache.free_state_slots == 2
+
+
+def test_running_out_of_states_at_commit_loses_nothing(model):
+    """A request whose buffer must fold while every state slot is taken: commit raises, the step's work stays in
+    its context, and once a slot is freed the same commit goes through and decoding continues exactly."""
+    prompt = [5, 6, 7]
+    reference = runner_for(model, flush_length=4).greedy([prompt], 8).tokens[0]
+
+    runner = runner_for(model, flush_length=4, num_state_slots=1)
+    holder = runner.cache.allocate_request()
+    runner.prefill([holder], [list(range(1, 10))])  # takes the only state slot
+    slot = runner.cache.allocate_request()
+    tokens = [int(runner.prefill([slot], [prompt])[0].argmax())]
+    ctx = None
+    while ctx is None:
+        hidden, step_ctx = runner.score(StepBatch.decode([slot], [tokens[-1]]))
+        next_token = int(model.compute_logits(hidden[:, 0])[0].argmax())
+        try:
+            runner.cache.commit_all(step_ctx)
+            tokens.append(next_token)
+        except CacheFullError as error:
+            assert "committed-state slots are in use" in str(error)
+            ctx = step_ctx
+    assert runner.cache.buf_len[slot] == 3 and runner.cache.committed_length(slot) == 3 + len(tokens) - 1
+    runner.cache.release_request(holder)
+    runner.cache.commit_all(ctx)
+    tokens.append(next_token)
+    while len(tokens) < 8:
+        tokens.append(int(runner.decode([slot], [tokens[-1]])[0].argmax()))
+    assert tokens == reference
+
+
+def test_prompt_longer_than_the_cache_is_refused_before_any_work(model):
+    runner = runner_for(model, max_seq_len=16)
+    slot = runner.cache.allocate_request()
+    with pytest.raises(ValueError, match="raise CacheConfig.max_seq_len"):
+        runner.prefill([slot], [list(range(1, 20))])
+    assert runner.cache.committed_length(slot) == 0
+    runner.prefill([slot], [[1, 2, 3]])  # still usable
+    assert runner.cache.committed_length(slot) == 3
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: StepBatch.chains([0], [[]], prefill=True), "at least one token"),
+        (lambda: StepBatch.chains([0, 0], [[1], [2]], prefill=True), "appears twice"),
+        (lambda: StepBatch([0], torch.zeros(1, 2, dtype=torch.long), torch.tensor([[-1, 0]]), torch.tensor([3])),
+         "num_nodes must lie in"),
+        (lambda: StepBatch.trees([0], [[1, 2]], [[-1]]), "2 tokens but 1 parents"),
+    ],
+    ids=["empty", "duplicate-slot", "num-nodes", "parents-length"],
+)
+def test_malformed_steps_are_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_cache_config_is_validated():
+    with pytest.raises(ValueError, match="flush_length must be >= 1"):
+        CacheConfig(flush_length=0)
+    assert CacheConfig(max_requests=5).state_slots == 5
