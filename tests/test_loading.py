@@ -208,3 +208,27 @@ def test_offline_hub_id_without_local_copy_says_how_to_pass_a_path(tmp_path, mon
 def test_missing_local_path(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint directory"):
         load_model(tmp_path / "does" / "not" / "exist", device="cpu")
+
+
+def test_layer_layout_from_full_attention_interval(tmp_path):
+    """Older Qwen3.5-style configs give `full_attention_interval` instead of `layer_types`."""
+    hf_model = save_tiny(qwen35_text_config(layer_types=["linear_attention", "full_attention"] * 2), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["layer_types"]
+    config["full_attention_interval"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = load_model(tmp_path, device="cpu")
+    assert [layer.layer_type for layer in model.model.layers] == ["linear_attention", "full_attention"] * 2
+    torch.testing.assert_close(our_prefill_logits(tmp_path), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_nemotron_hybrid_override_pattern(tmp_path):
+    """Older Nemotron-H configs give the block layout as a pattern string (M mamba, * attention, - mlp, E moe)."""
+    hf_model = save_tiny(nemotron_h_config(), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["layers_block_type"]
+    config["hybrid_override_pattern"] = "MEM*-M"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = load_model(tmp_path, device="cpu")
+    assert [block.block_type for block in model.model.layers] == list(nemotron_h_config().layers_block_type)
+    torch.testing.assert_close(our_prefill_logits(tmp_path), hf_logits(hf_model), atol=1e-4, rtol=0)
