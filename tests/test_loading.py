@@ -232,3 +232,20 @@ def test_nemotron_hybrid_override_pattern(tmp_path):
     model = load_model(tmp_path, device="cpu")
     assert [block.block_type for block in model.model.layers] == list(nemotron_h_config().layers_block_type)
     torch.testing.assert_close(our_prefill_logits(tmp_path), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_model_is_built_on_the_meta_device_before_weights_are_read(qwen_dir, monkeypatch):
+    """No double allocation: the module is built with no parameter storage, then each tensor is read into place."""
+    from specdec.models import loading
+
+    seen = {}
+    real_load = loading._load
+
+    def spy(model, *args, **kwargs):
+        seen["meta"] = all(param.is_meta for param in model.parameters())
+        return real_load(model, *args, **kwargs)
+
+    monkeypatch.setattr(loading, "_load", spy)
+    model = load_model(qwen_dir[0], device="cpu")
+    assert seen["meta"] is True
+    assert not any(param.is_meta for param in model.parameters())
