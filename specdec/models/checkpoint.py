@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from tqdm.auto import tqdm
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -91,9 +92,10 @@ def tensor_names(files: list[Path]) -> dict[str, Path]:
 
 
 def iter_tensors(files: list[Path], device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) one at a time, read straight onto `device`, so a model is never held twice."""
+    """(name, tensor) one at a time, read straight onto `device`, so a model is never held twice.
+    A progress bar over the shards shows on a terminal (not in logs or tests)."""
     target = "cpu" if device.type == "cpu" else str(device)
-    for file in files:
+    for file in tqdm(files, desc="loading shards", unit="shard", disable=None if len(files) > 1 else True):
         with safe_open(file, framework="pt", device=target) as handle:
             for name in handle.keys():
                 yield name, handle.get_tensor(name)
