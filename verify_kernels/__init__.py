@@ -1,5 +1,6 @@
 """Verify kernels for KVBuffer speculative decoding: per mixer (gdn, mamba2, conv) a pure-torch reference
-(`naive.py`, the oracle of every kernel test and the CPU path of the engine), plus token-tree utilities."""
+(`naive.py`, the oracle of every kernel test and the CPU path of the engine), the slot-indexed KVBuffer pools
+that gdn and mamba2 share (`kvbuffer.py`), plus token-tree utilities."""
 
 from verify_kernels.conv import causal_conv1d_tree_ref, conv_commit_ref, tree_conv_windows_ref
 from verify_kernels.gdn import (

@@ -16,17 +16,16 @@ new token t with buffered / draft ancestors A(t):
 
 Pools are indexed by slots: state_pool [S, HV, K, V] with state_slots [B] (-1: never flushed, S0 = 0 and
 the pool is not read), buf_k [R, L, H, K], buf_u [R, L, HV, V], buf_gcum [R, L, HV], buf_len [R] and
-req_slots [B].
+req_slots [B] (verify_kernels.kvbuffer gathers, appends to and folds them, as for mamba2).
 Only differences G_t - G_i <= 0 or a single G <= 0 are exponentiated, and masked pairs are set to -inf before
 the exp, so decays as strong as -50 per token stay finite.
 """
 
-from typing import NamedTuple
-
 import torch
-import torch.nn.functional as F
 
-from verify_kernels.tree import ancestor_mask, tree_cumsum
+from verify_kernels import kvbuffer
+from verify_kernels.kvbuffer import expand_heads, to_chunks, zero_padding_nodes
+from verify_kernels.tree import tree_cumsum
 
 
 def gdn_recurrent_ref(
@@ -43,7 +42,7 @@ def gdn_recurrent_ref(
     Returns o [B, T, HV, V] and the final state [B, HV, K, V], float32.
     """
     B, T, HV, V = v.shape
-    q, k = _expand_heads(q.float(), HV), _expand_heads(k.float(), HV)
+    q, k = expand_heads(q.float(), HV), expand_heads(k.float(), HV)
     v, g, beta = v.float(), g.float(), beta.float()
     S = q.new_zeros(B, HV, k.shape[-1], V) if initial_state is None else initial_state.float().clone()
     o = v.new_zeros(B, T, HV, V)
@@ -77,11 +76,9 @@ def gdn_chunk_prefill_ref(
     """
     B, T, HV, V = v.shape
     C = chunk_size
-    pad = -T % C
     # head-major chunks: [B, HV, NC, C, ...], so the (t, i) pairs of a chunk are the last two dims
-    q, k = (_to_chunks(_expand_heads(x.float(), HV), pad, C) for x in (q, k))
-    v = _to_chunks(v.float(), pad, C)
-    g, beta = (_to_chunks(x.float()[..., None], pad, C)[..., 0] for x in (g, beta))
+    q, k = (to_chunks(expand_heads(x.float(), HV), C).movedim(3, 1) for x in (q, k))
+    v, g, beta = (to_chunks(x.float(), C).movedim(3, 1) for x in (v, g, beta))
 
     G = g.cumsum(-1)                                                        # [B, HV, NC, C]
     causal = torch.ones(C, C, dtype=torch.bool, device=G.device).tril()
@@ -124,9 +121,9 @@ def gdn_decode_ref(
     Returns o [B, HV, V], the token's buffer entry u [B, HV, V] and gcum [B, HV], float32.
     """
     HV = v.shape[-2]
-    q, k = _expand_heads(q.float(), HV), _expand_heads(k.float(), HV)
-    c = _committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, HV)
-    gcum = _last_gcum(c.gcum, c.length) + g.float()                       # [B, HV]
+    q, k = expand_heads(q.float(), HV), expand_heads(k.float(), HV)
+    c = kvbuffer.gather_committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots)
+    gcum = c.last_gcum + g.float()                                          # [B, HV]
     k_read = _read_committed(k[:, None], gcum[:, None], c)[:, 0]         # [B, HV, V]
     q_read = _read_committed(q[:, None], gcum[:, None], c)[:, 0]
     u = beta.float()[..., None] * (v.float() - k_read)
@@ -158,18 +155,15 @@ def gdn_verify_ref(
     A node's u depends only on its ancestors, so the entries of any accepted root path can be committed as-is.
     """
     B, T, HV, V = v.shape
-    node = torch.arange(T, device=v.device) < num_nodes[:, None]           # [B, T]
     # padding nodes are zeroed: then they add nothing and come out as zeros (beta = 0: u = 0; q = 0: o = 0)
-    q, k, v, g, beta = (_zero_padding(x.float(), node) for x in (q, k, v, g, beta))
-    q, k = _expand_heads(q, HV), _expand_heads(k, HV)
-    c = _committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, HV)
-    gcum = tree_cumsum(g, parents, num_nodes, initial=_last_gcum(c.gcum, c.length))   # [B, T, HV]
+    q, k, v, g, beta = zero_padding_nodes(num_nodes, q, k, v, g, beta)
+    q, k = expand_heads(q, HV), expand_heads(k, HV)
+    c = kvbuffer.gather_committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots)
+    gcum = tree_cumsum(g, parents, num_nodes, initial=c.last_gcum)          # [B, T, HV]
     k_read = _read_committed(k, gcum, c)                                    # [B, T, HV, V]
     q_read = _read_committed(q, gcum, c)
 
-    # e^{G_t - G_i} for i an ancestor of t or t itself, 0 elsewhere: [B, T(t), T(i), HV]
-    on_path = ancestor_mask(parents, num_nodes)[..., None]
-    decay = torch.where(on_path, gcum[:, :, None] - gcum[:, None], -torch.inf).exp()
+    decay = kvbuffer.path_decay(gcum, parents, num_nodes)                   # [B, T(t), T(i), HV]
     kk = torch.einsum("bthk,bihk->btih", k, k) * decay
     qk = torch.einsum("bthk,bihk->btih", q, k) * decay
     # forward substitution in topological order: the ancestors i < t of node t are solved before t
@@ -206,40 +200,10 @@ def gdn_commit_ref(
     allocates a zeroed slot first). buf_len is not modified (all layers share it; the caller sets it to 0
     if flushed else n). Returns flushed [B] bool.
     """
-    B, A = accepted.shape
-    HV = u.shape[-2]
-    _check_flush_length(flush_length, buf_k.shape[1])
-    c = _committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, HV)
-    flushed = c.length + num_accepted >= flush_length                      # [B]
-    _check_state_slots(state_slots, flushed)
-
-    # the accepted entries in path order: [B, A, ...], zero past num_accepted
-    taken = torch.arange(A, device=k.device) < num_accepted[:, None]       # [B, A]
-    node = torch.where(taken, accepted, 0)
-    acc_k, acc_u, acc_g = (_zero_padding(_take(x.float(), node), taken) for x in (k, u, gcum))
-
-    # rows that flush: fold the buffer's entries, then the accepted ones, into the state (one write per row)
-    g_last = torch.where(
-        num_accepted[:, None] > 0, _last_gcum(acc_g, num_accepted), _last_gcum(c.gcum, c.length)
+    return kvbuffer.commit_entries(
+        _fold_outer, k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum,
+        buf_len, req_slots, flush_length
     )
-    state = _fold(
-        c.state,
-        torch.cat([c.k, _expand_heads(acc_k, HV)], 1),
-        torch.cat([c.u, acc_u], 1),
-        torch.cat([c.gcum, acc_g], 1),
-        torch.cat([c.in_buffer, taken], 1),
-        g_last,
-    )
-    state_pool[state_slots[flushed]] = state[flushed].to(state_pool.dtype)
-
-    # rows that keep buffering: write at buf_len .. buf_len + a - 1
-    append = taken & ~flushed[:, None]
-    rows = req_slots[:, None].expand(B, A)[append]
-    pos = (c.length[:, None] + torch.arange(A, device=k.device))[append]
-    buf_k[rows, pos] = acc_k[append].to(buf_k.dtype)
-    buf_u[rows, pos] = acc_u[append].to(buf_u.dtype)
-    buf_gcum[rows, pos] = acc_g[append].to(buf_gcum.dtype)
-    return flushed
 
 
 def gdn_flush_ref(
@@ -255,96 +219,20 @@ def gdn_flush_ref(
 
     Pools as in the module docstring. buf_len is not modified (the caller resets it).
     """
-    HV = buf_u.shape[-2]
-    c = _committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, HV)
-    flushing = c.length > 0
-    _check_state_slots(state_slots, flushing)
-    state = _fold(c.state, c.k, c.u, c.gcum, c.in_buffer, _last_gcum(c.gcum, c.length))
-    state_pool[state_slots[flushing]] = state[flushing].to(state_pool.dtype)
+    kvbuffer.flush_buffers(_fold_outer, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots)
 
 
-class _Committed(NamedTuple):
-    """A batch's committed start, fp32: S0 and the buffer rows with entries past `length` zeroed."""
-
-    state: torch.Tensor   # [B, HV, K, V], zeros where state_slots == -1
-    k: torch.Tensor       # [B, L, HV, K], key heads expanded to the value heads
-    u: torch.Tensor       # [B, L, HV, V]
-    gcum: torch.Tensor    # [B, L, HV]
-    length: torch.Tensor  # [B] int64, valid entries per row
-
-    @property
-    def in_buffer(self) -> torch.Tensor:
-        """[B, L] bool: position i holds a valid entry."""
-        return torch.arange(self.k.shape[1], device=self.k.device) < self.length[:, None]
-
-
-def _committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, HV) -> _Committed:
-    B, L = req_slots.shape[0], buf_k.shape[1]
-    has_state = state_slots >= 0
-    state = state_pool.new_zeros(B, *state_pool.shape[1:], dtype=torch.float32)
-    state[has_state] = state_pool[state_slots[has_state]].float()          # rows without a state read nothing
-    length = buf_len[req_slots]
-    # entries past buf_len are stale (possibly never written) and must not leak, not even as 0 * NaN
-    in_buffer = torch.arange(L, device=buf_k.device) < length[:, None]     # [B, L]
-    k, u, gcum = (_zero_padding(x[req_slots].float(), in_buffer) for x in (buf_k, buf_u, buf_gcum))
-    return _Committed(state, _expand_heads(k, HV), u, gcum, length)
-
-
-def _read_committed(x: torch.Tensor, gcum: torch.Tensor, c: _Committed) -> torch.Tensor:
+def _read_committed(x: torch.Tensor, gcum: torch.Tensor, c: kvbuffer.Committed) -> torch.Tensor:
     """S_c^T x_t for the committed state S_c = S0 + buffer decayed to token t, without forming S_c.
 
     x: [B, T, HV, K] (keys or queries of new tokens); gcum: [B, T, HV], G_t of the new tokens.
     Returns e^{G_t} S0^T x_t + sum_{i in buffer} e^{G_t - G_i} (k_i . x_t) u_i: [B, T, HV, V].
     """
-    exponent = gcum[:, :, None] - c.gcum[:, None]                           # [B, T, L, HV]
-    decay = torch.where(c.in_buffer[:, None, :, None], exponent, -torch.inf).exp()
-    scores = torch.einsum("bthk,blhk->btlh", x, c.k) * decay
     from_state = gcum.exp()[..., None] * torch.einsum("bthk,bhkv->bthv", x, c.state)
-    return from_state + torch.einsum("btlh,blhv->bthv", scores, c.u)
+    return from_state + kvbuffer.read_buffer(x, gcum, c)
 
 
-def _fold(state, k, u, gcum, valid, g_last) -> torch.Tensor:
-    """S <- e^{G_last} S + sum_{valid i} e^{G_last - G_i} k_i u_i^T.
-
-    state: [B, HV, K, V]; k: [B, n, HV, K]; u: [B, n, HV, V]; gcum: [B, n, HV]; valid: [B, n] bool;
-    g_last: [B, HV], the gcum of the last folded entry. Returns [B, HV, K, V].
-    """
-    decay = torch.where(valid[..., None], g_last[:, None] - gcum, -torch.inf).exp()  # [B, n, HV]
-    return g_last.exp()[..., None, None] * state + torch.einsum("bnh,bnhk,bnhv->bhkv", decay, k, u)
-
-
-def _last_gcum(gcum: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
-    """gcum [B, n, HV] at position length - 1, 0 where length == 0: [B, HV]."""
-    last = gcum.gather(1, (length - 1).clamp(min=0)[:, None, None].expand(-1, 1, gcum.shape[-1]))[:, 0]
-    return torch.where(length[:, None] > 0, last, 0.0)
-
-
-def _take(x: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
-    """x [B, T, ...] at node indices [B, A]: [B, A, ...]."""
-    return x[torch.arange(x.shape[0], device=x.device)[:, None], node]
-
-
-def _expand_heads(x: torch.Tensor, HV: int) -> torch.Tensor:
-    """Key heads [..., H, K] -> value heads [..., HV, K]: value head h reads key head h // (HV // H)."""
-    return x.repeat_interleave(HV // x.shape[-2], dim=-2)
-
-
-def _zero_padding(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """x [B, T, ...] with the positions where valid [B, T] is False set to 0 (NaN included)."""
-    return torch.where(valid.view(*valid.shape, *(1,) * (x.dim() - 2)), x, 0.0)
-
-
-def _to_chunks(x: torch.Tensor, pad: int, C: int) -> torch.Tensor:
-    """[B, T, HV, D] -> right-padded with zeros, head-major chunks [B, HV, NC, C, D]."""
-    x = F.pad(x, (0, 0, 0, 0, 0, pad)).transpose(1, 2)
-    return x.reshape(*x.shape[:2], -1, C, x.shape[-1])
-
-
-def _check_flush_length(flush_length: int, L: int) -> None:
-    if not 1 <= flush_length <= L:
-        raise ValueError(f"flush_length must be in [1, {L}] (the buffer capacity), got {flush_length}")
-
-
-def _check_state_slots(state_slots: torch.Tensor, flushing: torch.Tensor) -> None:
-    if (flushing & (state_slots < 0)).any():
-        raise ValueError("rows that flush need a state slot (state_slots >= 0): allocate a zeroed one first")
+def _fold_outer(decay: torch.Tensor, k: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The fold's sum_i decay_i k_i u_i^T (S [K, V] += k u^T): decay [B, n, HV], k [B, n, HV, K],
+    u [B, n, HV, V] -> [B, HV, K, V]."""
+    return torch.einsum("bnh,bnhk,bnhv->bhkv", decay, k, u)
