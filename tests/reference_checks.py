@@ -415,9 +415,12 @@ class MixerChecks:
         o, value, gcum = mixer.verify(tokens, chain_parents(2, T), torch.tensor([T, T]), pools)
         for x in (o, value, gcum):
             assert torch.isfinite(x).all()
-        assert_close(o, mixer.recurrent(tokens, torch.stack(after))[0], tol=1e-4)
+        # Entries keep G relative to S0, so at |G| in the thousands fp32 resolves a decay exponent G_t - G_i only
+        # to about |G| * 2^-24: that bounds the KVBuffer form's error here (the recurrence has no such term).
+        tol = max(1e-4, 4 * gcum.abs().max().item() * 2**-24)
+        assert_close(o, mixer.recurrent(tokens, torch.stack(after))[0], tol=tol)
         outputs = mixer.decode_chain(pools, tokens, 64)
-        assert_close(outputs, o, tol=1e-4)
+        assert_close(outputs, o, tol=tol)
         assert torch.isfinite(mixer.flush(pools)).all()
 
     def test_short_context_never_reads_the_state_pool(self):
