@@ -1,0 +1,79 @@
+"""The engines' kernels we measure against, loaded from their published packages (never copied into specdec).
+
+- fla-core (`pip install fla-core`, our `bench` extra): `fused_recurrent_gated_delta_rule`, the recurrent GDN
+  decode that reads and writes each request's state every token.
+- SGLang's wheel: `fused_sigmoid_gating_delta_rule_update` (GDN decode, and verify with an intermediate-state
+  buffer: one state written per draft token) and `selective_state_update` (Mamba2, the same two modes). Importing
+  sglang as a package pulls in its whole server; these two files need only a couple of environment probes, so we
+  read them straight out of the wheel and give them those probes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import torch
+
+SGLANG_GDN = "sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurrent.py"
+SGLANG_SSU = "sglang/kernels/ops/mamba/triton_ops/mamba_ssm.py"
+
+
+def fla_recurrent_gdn():
+    """fla's fused_recurrent_gated_delta_rule, or None with the reason when fla is not installed."""
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+    except ImportError as error:
+        return None, f"fla-core not importable ({error}); install the bench extra"
+    return fused_recurrent_gated_delta_rule, "fla-core"
+
+
+def _install_sglang_probes() -> None:
+    """The few sglang helpers the two kernel files import, answered for this machine (NVIDIA, no PDL)."""
+    major, minor = torch.cuda.get_device_capability()
+    probes = {
+        "sglang.kernels.jit.utils": {"is_arch_support_pdl": lambda: False},
+        "sglang.srt.utils": {
+            "get_device_sm": lambda: major * 10 + minor,
+            "is_cuda": lambda: True,
+            "is_hip": lambda: False,
+            "is_gfx95_supported": lambda: False,
+            "is_sm90_supported": lambda: (major, minor) == (9, 0),
+        },
+    }
+    for name in ("sglang", "sglang.kernels", "sglang.kernels.jit", "sglang.srt"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    for name, attributes in probes.items():
+        module = sys.modules.setdefault(name, types.ModuleType(name))
+        for attribute, value in attributes.items():
+            setattr(module, attribute, value)
+
+
+def _module_from_wheel(wheel: Path, inner_path: str, name: str) -> types.ModuleType:
+    with zipfile.ZipFile(wheel) as archive:
+        source = archive.read(inner_path).decode()
+    # Triton's JIT reads kernel source through `inspect`, so the code needs a real file behind it.
+    target = Path("/tmp/specdec_baselines") / inner_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, target)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def sglang_kernels(wheel: Path | None):
+    """(gdn_update, selective_state_update, note) from an sglang wheel; (None, None, reason) when unavailable."""
+    if wheel is None or not Path(wheel).is_file():
+        return None, None, f"no sglang wheel at {wheel}"
+    try:
+        _install_sglang_probes()
+        gdn = _module_from_wheel(Path(wheel), SGLANG_GDN, "sglang_gdn_recurrent")
+        ssu = _module_from_wheel(Path(wheel), SGLANG_SSU, "sglang_mamba_ssm")
+    except Exception as error:  # a newer wheel with other imports: report it, measure the rest
+        return None, None, f"sglang kernels not loadable from {Path(wheel).name}: {type(error).__name__}: {error}"
+    return gdn.fused_sigmoid_gating_delta_rule_update, ssu.selective_state_update, Path(wheel).name

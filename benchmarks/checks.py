@@ -1,0 +1,93 @@
+"""Before timing: the kernels against the torch references at the benchmark's own full shapes, on fresh random
+inputs, outputs and written pools alike (relative L2 error; NaN counts as a failure)."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks import gdn, mamba2
+from benchmarks.inputs import Pools, log_decay, tree_parents, unit
+from verify_kernels.gdn import gdn_commit_ref, gdn_decode_commit, gdn_decode_ref, gdn_verify, gdn_verify_ref
+from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_decode_commit, mamba2_decode_ref
+
+BATCH = 4
+TOLERANCE = 1e-4
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    if not torch.isfinite(actual).all():
+        return float("inf")
+    return ((actual.float() - expected.float()).norm() / expected.float().norm().clamp_min(1e-30)).item()
+
+
+def _clone(pools: Pools) -> Pools:
+    return Pools(*(t.clone() for t in pools.args()))
+
+
+def check_gdn_decode_commit(flush_length: int = 16) -> float:
+    H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
+    pools = Pools.make(BATCH, flush_length, (HV, K, V), (H, K), (HV, V), HV)
+    pools.buf_len.copy_(torch.tensor([0, 5, flush_length - 1, flush_length - 1], device="cuda"))
+    slots = torch.arange(BATCH, device="cuda")
+    state_slots = torch.tensor([-1, 1, 2, 3], device="cuda")  # row 0: short context, never flushed
+    q, k = unit(BATCH, H, K) * K**-0.5, unit(BATCH, H, K)
+    v, g, beta = torch.randn(BATCH, HV, V, device="cuda"), log_decay(BATCH, HV), torch.rand(BATCH, HV, device="cuda")
+    ref_pools = _clone(pools)
+    o_ref, u_ref, gcum_ref = gdn_decode_ref(q, k, v, g, beta, ref_pools.state, state_slots, *ref_pools.args()[1:],
+                                            slots)
+    accepted = torch.zeros(BATCH, 1, dtype=torch.long, device="cuda")
+    gdn_commit_ref(k[:, None], u_ref[:, None], gcum_ref[:, None], accepted, torch.ones_like(slots), ref_pools.state,
+                   state_slots, *ref_pools.args()[1:], slots, flush_length)
+    o, _ = gdn_decode_commit(q, k, v, g, beta, pools.state, state_slots, *pools.args()[1:], slots, flush_length)
+    return max(relative_error(o, o_ref), relative_error(pools.state[1:], ref_pools.state[1:]),
+               relative_error(pools.buf_value, ref_pools.buf_value))
+
+
+def check_gdn_verify(tree: str = "tree16") -> float:
+    H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
+    parents = torch.tensor(tree_parents(tree), device="cuda").expand(BATCH, -1).contiguous()
+    nodes = parents.shape[1]
+    num_nodes = torch.tensor([nodes, nodes, 3, 1], device="cuda")
+    pools = Pools.make(BATCH, 16, (HV, K, V), (H, K), (HV, V), HV)
+    pools.buf_len.copy_(torch.tensor([0, 8, 15, 3], device="cuda"))
+    slots = torch.arange(BATCH, device="cuda")
+    state_slots = torch.tensor([-1, 1, 2, 3], device="cuda")
+    q, k = unit(BATCH, nodes, H, K) * K**-0.5, unit(BATCH, nodes, H, K)
+    v, g = torch.randn(BATCH, nodes, HV, V, device="cuda"), log_decay(BATCH, nodes, HV)
+    beta = torch.rand(BATCH, nodes, HV, device="cuda")
+    args = (q, k, v, g, beta, parents, num_nodes, pools.state, state_slots, *pools.args()[1:], slots)
+    expected, actual = gdn_verify_ref(*args), gdn_verify(*args)
+    return max(relative_error(a, e) for a, e in zip(actual, expected, strict=True))
+
+
+def check_mamba2_decode_commit(flush_length: int = 16) -> float:
+    NH, P, N, NG = mamba2.NH, mamba2.P, mamba2.N, mamba2.NG
+    pools = Pools.make(BATCH, flush_length, (NH, P, N), (NG, N), (NH, P), NH)
+    pools.buf_len.copy_(torch.tensor([0, 5, flush_length - 1, flush_length - 1], device="cuda"))
+    slots = torch.arange(BATCH, device="cuda")
+    state_slots = torch.tensor([-1, 1, 2, 3], device="cuda")
+    x, dt = torch.randn(BATCH, NH, P, device="cuda"), torch.rand(BATCH, NH, device="cuda") * 0.5
+    bm, cm = torch.randn(BATCH, NG, N, device="cuda") * 0.1, torch.randn(BATCH, NG, N, device="cuda") * 0.1
+    a_neg, d_skip = -torch.rand(NH, device="cuda") * 4, torch.randn(NH, device="cuda")
+    ref_pools = _clone(pools)
+    y_ref, xdt_ref, gcum_ref = mamba2_decode_ref(x, dt, a_neg, bm, cm, d_skip, ref_pools.state, state_slots,
+                                                 *ref_pools.args()[1:], slots)
+    accepted = torch.zeros(BATCH, 1, dtype=torch.long, device="cuda")
+    mamba2_commit_ref(bm[:, None], xdt_ref[:, None], gcum_ref[:, None], accepted, torch.ones_like(slots),
+                      ref_pools.state, state_slots, *ref_pools.args()[1:], slots, flush_length)
+    y, _ = mamba2_decode_commit(x, dt, a_neg, bm, cm, d_skip, pools.state, state_slots, *pools.args()[1:], slots,
+                                flush_length)
+    return max(relative_error(y, y_ref), relative_error(pools.state[1:], ref_pools.state[1:]),
+               relative_error(pools.buf_value, ref_pools.buf_value))
+
+
+def run_all() -> dict[str, float]:
+    errors = {
+        "gdn_decode_commit": check_gdn_decode_commit(),
+        "gdn_verify_tree16": check_gdn_verify(),
+        "mamba2_decode_commit": check_mamba2_decode_commit(),
+    }
+    failed = {name: error for name, error in errors.items() if not error <= TOLERANCE}
+    if failed:
+        raise SystemExit(f"kernels disagree with the references, not timing them: {failed}")
+    return errors

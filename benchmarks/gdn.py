@@ -1,0 +1,150 @@
+"""Gated DeltaNet at Qwen3.5-9B shapes (H=16, HV=32, K=V=128, fp32 state): decode and tree verify."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents, unit
+from benchmarks.timing import rotations_for, time_calls
+from verify_kernels.gdn import gdn_decode, gdn_decode_commit, gdn_verify
+from verify_kernels.tree import ancestor_mask
+
+H, HV, K, V = 16, 32, 128, 128
+STATE_BYTES = HV * K * V * 4  # one request, one layer
+ENTRY_BYTES = (HV * V + HV) * 4  # a draft node's scratch entry: u and G (its key is an input)
+BUFFER_CAPACITY = 32
+
+
+class TokenInputs:
+    """R rotation sets of B rows x T tokens: normalised q (pre-scaled) and k, v, log decay g, beta, and the raw
+    gate inputs (a, b) that SGLang's fused-gating kernel takes instead of g and beta."""
+
+    def __init__(self, rotations: int, batch: int, tokens: int):
+        shape = (rotations, batch, tokens)
+        self.q = unit(*shape, H, K) * K**-0.5
+        self.k = unit(*shape, H, K)
+        self.v = torch.randn(*shape, HV, V, device="cuda")
+        self.g = log_decay(*shape, HV)
+        self.beta = torch.rand(*shape, HV, device="cuda")
+        self.a = torch.randn(*shape, HV, device="cuda")
+        self.b = torch.randn(*shape, HV, device="cuda")
+
+
+def decode_rows(batches, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list[dict]:
+    rows = []
+    for batch in batches:
+        rows += _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list[dict]:
+    rotations = rotations_for(batch * STATE_BYTES)
+    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
+    x = TokenInputs(rotations, batch, 1)
+    slots = [rotation_slots(r, batch) for r in range(rotations)]
+    one_token = [(x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0]) for r in range(rotations)]
+
+    def ours(op, *tail):
+        return [partial(op, *one_token[r], pools.state, slots[r], *pools.args()[1:], slots[r], *tail)
+                for r in range(rotations)]
+
+    pools.buf_len.fill_(0)
+    read_s = time_calls(ours(gdn_decode))  # S0 read alone: empty buffers, nothing written but o / u
+    base = {"section": "gdn_decode", "batch": batch, "rotations": rotations, "state_read_us": read_s * 1e6,
+            "state_read_tbps": batch * STATE_BYTES / read_s / 1e12,
+            "state_read_of_copy": batch * STATE_BYTES / read_s / copy_bw}
+    if fla is not None:
+        fla_s = _fla_decode_seconds(fla, x, rotations, batch)
+        base.update(fla_us=fla_s * 1e6, fla_tbps=2 * batch * STATE_BYTES / fla_s / 1e12)
+    if sglang_gdn is not None:
+        base["sglang_us"] = _sglang_decode_seconds(sglang_gdn, x, slots, rotations, batch) * 1e6
+    rows = []
+    for flush_length in flush_lengths:
+        pools.buf_len.fill_((flush_length - 2) // 2)  # the mean fill of the non-flushing steps
+        step_s = time_calls(ours(gdn_decode_commit, flush_length))
+        pools.buf_len.fill_(flush_length - 1)  # every call folds its buffer into the state
+        flush_s = time_calls(ours(gdn_decode_commit, flush_length))
+        amortised = ((flush_length - 1) * step_s + flush_s) / flush_length
+        row = dict(base, flush_length=flush_length, ours_step_us=step_s * 1e6, ours_flush_us=flush_s * 1e6,
+                   ours_us=amortised * 1e6)
+        if "fla_us" in base:
+            row["speedup_vs_fla"] = base["fla_us"] / row["ours_us"]
+        rows.append(row)
+    return rows
+
+
+def _fla_decode_seconds(fla, x: TokenInputs, rotations: int, batch: int) -> float:
+    """fla's recurrent decode: reads each request's state and writes the new one (output_final_state)."""
+    states = torch.randn(rotations, batch, HV, K, V, device="cuda") * 0.1
+    return time_calls([
+        partial(fla, x.q[r], x.k[r], x.v[r], g=x.g[r], beta=x.beta[r], scale=1.0, initial_state=states[r],
+                output_final_state=True)
+        for r in range(rotations)
+    ])
+
+
+def _sglang_decode_seconds(sglang_gdn, x: TokenInputs, slots, rotations: int, batch: int) -> float:
+    """SGLang's recurrent decode: fused gating, reads and writes each state in place in its pool."""
+    states = torch.randn(rotations * batch, HV, V, K, device="cuda") * 0.1
+    a_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
+    return time_calls([
+        partial(sglang_gdn, a_log, x.a[r], dt_bias, 1.0, 20.0, x.q[r], x.k[r], x.v[r], x.b[r],
+                initial_state_source=states, initial_state_indices=slots[r], scale=1.0)
+        for r in range(rotations)
+    ])
+
+
+def verify_rows(batches, trees, sglang_gdn, fill: int = 8) -> list[dict]:
+    rows = []
+    for tree in trees:
+        for batch in batches:
+            rows.append(_verify_batch(tree, batch, sglang_gdn, fill))
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _verify_batch(tree: str, batch: int, sglang_gdn, fill: int) -> dict:
+    parents_list = tree_parents(tree)
+    nodes = len(parents_list)
+    rotations = rotations_for(batch * STATE_BYTES)
+    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
+    pools.buf_len.fill_(fill)
+    x = TokenInputs(rotations, batch, nodes)
+    slots = [rotation_slots(r, batch) for r in range(rotations)]
+    parents = torch.tensor(parents_list, device="cuda").expand(batch, nodes).contiguous()
+    num_nodes = torch.full((batch,), nodes, device="cuda")
+    ancestors = ancestor_mask(parents, num_nodes)  # once per step, shared by all layers
+    ours_s = time_calls([
+        partial(gdn_verify, x.q[r], x.k[r], x.v[r], x.g[r], x.beta[r], parents, num_nodes, pools.state, slots[r],
+                *pools.args()[1:], slots[r], ancestors=ancestors)
+        for r in range(rotations)
+    ])
+    row = {"section": "gdn_verify", "tree": tree, "nodes": nodes, "batch": batch, "buffer_fill": fill,
+           "ours_us": ours_s * 1e6, "ours_state_bytes_per_request": 0,
+           "ours_scratch_bytes_per_request": nodes * ENTRY_BYTES,
+           "baseline_state_bytes_per_request": nodes * STATE_BYTES}
+    if sglang_gdn is not None:
+        del pools  # room for the baseline's own pool and intermediate states
+        base_s = _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, nodes, tree)
+        row.update(baseline_us=base_s * 1e6, speedup_vs_baseline=base_s / ours_s)
+    return row
+
+
+def _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, nodes, tree) -> float:
+    """SGLang's target verify: one recurrent pass that writes every draft token's state to an intermediate
+    buffer (trees reload each node's parent state from it)."""
+    states = torch.randn(rotations * batch, HV, V, K, device="cuda") * 0.1
+    intermediate = torch.empty(batch, nodes, HV, V, K, device="cuda")
+    buffer_rows = torch.arange(batch, device="cuda")
+    a_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
+    retrieve = None if tree.startswith("chain") else parents
+    return time_calls([
+        partial(sglang_gdn, a_log, x.a[r], dt_bias, 1.0, 20.0, x.q[r], x.k[r], x.v[r], x.b[r],
+                initial_state_source=states, initial_state_indices=slots[r], scale=1.0, disable_state_update=True,
+                intermediate_states_buffer=intermediate, intermediate_state_indices=buffer_rows,
+                cache_steps=nodes, retrieve_parent_token=retrieve)
+        for r in range(rotations)
+    ])
