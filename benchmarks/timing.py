@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
+import triton
 
 ROTATION_BYTES = 2 * 2**30  # touch at least this much distinct state per timed graph
 MAX_ROTATIONS = 1024
@@ -46,8 +47,12 @@ def time_calls(calls: Sequence[Callable[[], object]], replays: int = 10, warmup:
     return statistics.median(samples) / len(calls)
 
 
-def copy_bandwidth(nbytes: int = 4 * 2**30) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+def copy_bandwidth(nbytes: int = 2 * 2**30) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written.
+
+    Timed outside a graph: captured into a CUDA graph the copy becomes a memcpy node, which ran at 2.77 TB/s on
+    the H200 against 4.27 TB/s for the same copy as a kernel, and the kernel rate is the ceiling our kernels face."""
     source = torch.randn(nbytes // 4, device="cuda")
     target = torch.empty_like(source)
-    return 2 * nbytes / time_calls([partial(target.copy_, source)] * 4)
+    seconds = triton.testing.do_bench(partial(target.copy_, source), warmup=50, rep=300, return_mode="median") / 1e3
+    return 2 * nbytes / seconds
