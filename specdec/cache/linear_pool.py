@@ -6,17 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
-from verify_kernels.conv import conv_commit_ref
-from verify_kernels.gdn import gdn_commit_ref, gdn_flush_ref
-from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_flush_ref
+from specdec.backend import backend_for, conv_ops, gdn_ops, mamba2_ops
 
 from .spec import LinearLayerSpec
 
-# mixer -> (commit, flush); both take the same pool arguments in the same order.
-_ENTRY_OPS = {
-    "gdn": (gdn_commit_ref, gdn_flush_ref),
-    "mamba2": (mamba2_commit_ref, mamba2_flush_ref),
-}
+_MIXER_OPS = {"gdn": gdn_ops, "mamba2": mamba2_ops}
 
 
 @dataclass
@@ -53,7 +47,9 @@ class LinearLayerPool:
         self.buf_value = torch.zeros(max_requests, flush_length, *spec.value_shape, **fp32)
         self.buf_gcum = torch.zeros(max_requests, flush_length, spec.decay_heads, **fp32)
         self.conv = torch.zeros(max_requests, spec.conv_dim, spec.conv_width - 1, device=device, dtype=dtype)
-        self._commit_op, self._flush_op = _ENTRY_OPS[spec.mixer]
+        backend = backend_for(torch.device(device))
+        self._entry_ops = _MIXER_OPS[spec.mixer](backend)  # commit / flush take the same pool arguments
+        self._conv_ops = conv_ops(backend)
 
     def buffers(self, buf_len: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(buf_key, buf_value, buf_gcum, buf_len): the buffer arguments every reference op takes."""
@@ -68,16 +64,16 @@ class LinearLayerPool:
 
     def flush(self, req_slots: torch.Tensor, state_slots: torch.Tensor, buf_len: torch.Tensor) -> None:
         """Fold the buffers of these requests into their committed states (state_slots >= 0)."""
-        self._flush_op(self.state, state_slots, *self.buffers(buf_len), req_slots)
+        self._entry_ops.flush(self.state, state_slots, *self.buffers(buf_len), req_slots)
 
     def commit(self, scratch: LinearScratch, ctx, accepted: torch.Tensor, num_accepted: torch.Tensor,
                buf_len: torch.Tensor) -> None:
         """Keep the accepted path of every row of the step `ctx` (a StepContext): conv windows first, then the
         entries (tree rows; folded into the state when the buffer fills) or the final state (chunk rows)."""
-        conv_commit_ref(scratch.conv_input, accepted, num_accepted, self.conv, ctx.req_slots)
+        self._conv_ops.commit(scratch.conv_input, accepted, num_accepted, self.conv, ctx.req_slots)
         rows = ctx.tree_rows
         if rows.numel():
-            self._commit_op(
+            self._entry_ops.commit(
                 scratch.key[rows], scratch.value[rows], scratch.gcum[rows], accepted[rows], num_accepted[rows],
                 self.state, ctx.state_slots[rows], *self.buffers(buf_len), ctx.req_slots[rows], self.flush_length,
             )

@@ -6,10 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.backend import backend_for, conv_ops, gdn_ops
 from specdec.cache.linear_pool import LinearScratch
 from specdec.cache.spec import LinearLayerSpec
-from verify_kernels.conv import causal_conv1d_tree_ref
-from verify_kernels.gdn import gdn_chunk_prefill_ref, gdn_decode_ref, gdn_verify_ref
 
 from .layers import GatedRMSNorm
 
@@ -71,8 +70,9 @@ class GatedDeltaNet(nn.Module):
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         batch, width, _ = hidden.shape
         pool = cache.linear[self.linear_index]
+        backend = backend_for(hidden.device)
         mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
-        conv_out = causal_conv1d_tree_ref(
+        conv_out = conv_ops(backend).tree(
             mixed, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], None, "silu"
         )
         query, key, value = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
@@ -84,33 +84,34 @@ class GatedDeltaNet(nn.Module):
 
         out = torch.zeros(batch, width, self.num_v_heads, self.head_v_dim, device=hidden.device)
         scratch = LinearScratch(conv_input=mixed, key=key, value=torch.zeros_like(value), gcum=torch.zeros_like(g))
+        ops = gdn_ops(backend)
         if ctx.tree_rows.numel():
-            self._tree(ctx, pool, cache.buf_len_device, query, key, value, g, beta, out, scratch)
+            self._tree(ops, ctx, pool, cache.buf_len_device, query, key, value, g, beta, out, scratch)
         if ctx.chunk_rows.numel():
-            self._chunked_prefill(ctx, pool, query, key, value, g, beta, out, scratch)
+            self._chunked_prefill(ops, ctx, pool, query, key, value, g, beta, out, scratch)
         ctx.scratch[self.linear_index] = scratch
 
         out = self.norm(out.to(hidden.dtype), self.in_proj_z(hidden).unflatten(-1, (self.num_v_heads, self.head_v_dim)))
         return self.out_proj(out.flatten(-2))
 
-    def _tree(self, ctx, pool, buf_len, query, key, value, g, beta, out, scratch) -> None:
+    def _tree(self, ops, ctx, pool, buf_len, query, key, value, g, beta, out, scratch) -> None:
         """KVBuffer decode (one node per row) or tree verify: outputs and entries, no state written."""
         rows = ctx.tree_rows
         pools = (pool.state, ctx.state_slots[rows], *pool.buffers(buf_len), ctx.req_slots[rows])
         if ctx.parents.shape[1] == 1:
-            o, u, gcum = gdn_decode_ref(query[rows, 0], key[rows, 0], value[rows, 0], g[rows, 0], beta[rows, 0], *pools)
+            o, u, gcum = ops.decode(query[rows, 0], key[rows, 0], value[rows, 0], g[rows, 0], beta[rows, 0], *pools)
             o, u, gcum = o[:, None], u[:, None], gcum[:, None]
         else:
-            o, u, gcum = gdn_verify_ref(query[rows], key[rows], value[rows], g[rows], beta[rows],
-                                        ctx.parents[rows], ctx.num_nodes[rows], *pools)
+            o, u, gcum = ops.verify(query[rows], key[rows], value[rows], g[rows], beta[rows],
+                                    ctx.parents[rows], ctx.num_nodes[rows], *pools)
         out[rows], scratch.value[rows], scratch.gcum[rows] = o, u, gcum
 
-    def _chunked_prefill(self, ctx, pool, query, key, value, g, beta, out, scratch) -> None:
+    def _chunked_prefill(self, ops, ctx, pool, query, key, value, g, beta, out, scratch) -> None:
         """Prompt chains longer than the buffer: chunked delta rule from the committed state; right padding gets
         g = 0 and beta = 0, which leaves the state untouched, so the final state is the one at each row's end."""
         rows = ctx.chunk_rows
         valid = ctx.valid[rows][..., None]  # [Bc, T, 1]
-        o, final_state = gdn_chunk_prefill_ref(
+        o, final_state = ops.chunk_prefill(
             query[rows], key[rows], value[rows], g[rows] * valid, beta[rows] * valid,
             initial_state=pool.state[ctx.state_slots[rows]],
         )

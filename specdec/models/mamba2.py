@@ -6,10 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.backend import backend_for, conv_ops, mamba2_ops
 from specdec.cache.linear_pool import LinearScratch
 from specdec.cache.spec import LinearLayerSpec
-from verify_kernels.conv import causal_conv1d_tree_ref
-from verify_kernels.mamba2 import mamba2_chunk_prefill_ref, mamba2_decode_ref, mamba2_verify_ref
 
 from .layers import GroupGatedRMSNorm
 
@@ -65,8 +64,10 @@ class Mamba2Mixer(nn.Module):
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         batch, width, _ = hidden.shape
         pool = cache.linear[self.linear_index]
+        backend = backend_for(hidden.device)
+        ops = mamba2_ops(backend)
         gate, xbc, dt = self.in_proj(hidden).split([self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)
-        conv_out = causal_conv1d_tree_ref(
+        conv_out = conv_ops(backend).tree(
             xbc, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], self.conv1d.bias,
             "silu",
         )
@@ -86,17 +87,16 @@ class Mamba2Mixer(nn.Module):
             rows = ctx.tree_rows
             pools = (pool.state, ctx.state_slots[rows], *pool.buffers(cache.buf_len_device), ctx.req_slots[rows])
             if width == 1:
-                y, xdt, gcum = mamba2_decode_ref(x[rows, 0], dt[rows, 0], a_neg, bm[rows, 0], cm[rows, 0], d_skip,
-                                                 *pools)
+                y, xdt, gcum = ops.decode(x[rows, 0], dt[rows, 0], a_neg, bm[rows, 0], cm[rows, 0], d_skip, *pools)
                 y, xdt, gcum = y[:, None], xdt[:, None], gcum[:, None]
             else:
-                y, xdt, gcum = mamba2_verify_ref(x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip,
-                                                 ctx.parents[rows], ctx.num_nodes[rows], *pools)
+                y, xdt, gcum = ops.verify(x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip,
+                                          ctx.parents[rows], ctx.num_nodes[rows], *pools)
             out[rows], scratch.value[rows], scratch.gcum[rows] = y, xdt, gcum
         if ctx.chunk_rows.numel():
             # Right padding gets dt = 0: no decay, no input, so the final state is the one at each row's end.
             rows = ctx.chunk_rows
-            y, final_state = mamba2_chunk_prefill_ref(
+            y, final_state = ops.chunk_prefill(
                 x[rows], dt[rows] * ctx.valid[rows][..., None], a_neg, bm[rows], cm[rows], d_skip,
                 initial_state=pool.state[ctx.state_slots[rows]],
             )
