@@ -1,0 +1,206 @@
+"""Triton kernels for the tree-aware short causal depthwise conv1d and its commit, with the same signatures and
+semantics as causal_conv1d_tree_ref / conv_commit_ref (verify_kernels.conv.naive gives the contract).
+
+A node's window is its W - 1 predecessors along its own path, then itself. Where those predecessors come from is
+the same for every layer of a step, so a small torch helper (conv_window_sources) turns the parent pointers into
+window sources once: a node index (>= 0), or a committed column counted from the newest (-1 = conv_pool[..., -1]).
+The conv kernel then only gathers. Grid (row, node, channel block): each program reads its W window columns
+(draft inputs from x, committed ones from conv_pool) and the weights of BLOCK_D channels, and writes one output
+block; padding nodes read nothing and write zeros. The commit kernel, grid (row, channel block), rewrites the row's
+W - 1 committed columns from (old columns ++ accepted inputs) in place.
+Launchers check static shapes only and never synchronise with the device (CUDA-graph safe); trees are not
+validated (out-of-range parents are clamped, padding parents ignored).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# tunables: channels per program and warps (BLOCK_D >= 32 * NUM_WARPS keeps every element in one thread)
+BLOCK_D = 128
+COMMIT_BLOCK_D = 256
+NUM_WARPS = 4
+
+WIDTHS = (2, 3, 4)
+FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@triton.jit
+def causal_conv1d_tree_kernel(
+    x, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
+    T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+):
+    i_b, i_t, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+    is_node = i_t < tl.load(num_nodes + i_b)
+    n_w = tl.where(is_node, W, 0)                      # window columns to read: none for padding nodes
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < D
+    o_w = tl.arange(0, BLOCK_W)
+
+    # column w < W - 1 of the window: node src (>= 0) or committed column W - 1 + src (< 0); column W - 1: the node
+    src = tl.load(sources + (i_b * T + i_t) * (W - 1) + o_w, mask=o_w < W - 1, other=0)
+    src = tl.where(o_w == W - 1, i_t, src)
+    m_w = o_w < n_w
+    from_x = m_w & (src >= 0)
+    from_pool = m_w & (src < 0)
+    b_win = tl.load(x + i_b * stride_xb + tl.maximum(src, 0)[None, :] * stride_xt + o_d[:, None],
+                    mask=m_d[:, None] & from_x[None, :], other=0.0).to(tl.float32)
+    column = tl.where(from_pool, W - 1 + src, 0)
+    b_win += tl.load(conv_pool + (i_r * D + o_d[:, None]) * (W - 1) + column[None, :],
+                     mask=m_d[:, None] & from_pool[None, :], other=0.0).to(tl.float32)
+    b_w = tl.load(weight + o_d[:, None] * W + o_w[None, :], mask=m_d[:, None] & (o_w < W)[None, :],
+                  other=0.0).to(tl.float32)
+    b_y = tl.sum(b_win * b_w, 1)
+    if HAS_BIAS:
+        b_y += tl.load(bias + o_d, mask=m_d, other=0.0).to(tl.float32)
+    if SILU:
+        b_y = b_y * tl.sigmoid(b_y)
+    b_y = tl.where(is_node, b_y, 0.0)
+    tl.store(y + (i_b * T + i_t) * D + o_d, b_y.to(y.dtype.element_ty), mask=m_d)
+
+
+@triton.jit
+def conv_commit_kernel(
+    x, accepted, num_accepted, conv_pool, req_slots, stride_xb, stride_xt, A,
+    D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    i_b, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    n_acc = tl.load(num_accepted + i_b).to(tl.int32)
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < D
+    o_c = tl.arange(0, BLOCK_W)
+    m_c = o_c < tl.where(n_acc > 0, W - 1, 0)          # nothing accepted: the history stays as it is
+
+    # new column c is element n_acc + c of (the W - 1 old columns ++ the n_acc accepted inputs)
+    k = n_acc + o_c
+    is_old = k < W - 1
+    node = tl.load(accepted + i_b * A + tl.where(is_old, 0, k - (W - 1)), mask=m_c & ~is_old, other=0)
+    b_x = tl.load(x + i_b * stride_xb + node[None, :] * stride_xt + o_d[:, None],
+                  mask=m_d[:, None] & (m_c & ~is_old)[None, :], other=0.0)
+    p_pool = conv_pool + (i_r * D + o_d[:, None]) * (W - 1)
+    b_old = tl.load(p_pool + tl.where(is_old, k, 0)[None, :], mask=m_d[:, None] & (m_c & is_old)[None, :], other=0.0)
+    b_new = tl.where(is_old[None, :], b_old, b_x.to(b_old.dtype))
+    # every thread's reads of the old columns happen before any of them is overwritten
+    tl.debug_barrier()
+    tl.store(p_pool + o_c[None, :], b_new, mask=m_d[:, None] & m_c[None, :])
+
+
+def conv_window_sources(parents: torch.Tensor, num_nodes: torch.Tensor, width: int) -> torch.Tensor:
+    """Where each node's W - 1 window predecessors live, oldest first: [B, T, W - 1] int64 with a node index (>= 0)
+    or a committed column counted from the newest (-1 = conv_pool[..., -1], -2 the one before, ...).
+
+    parents: [B, T]; num_nodes: [B]; width: W. Walks up W - 1 parent pointers (a root's parent, -1, is the newest
+    committed input; above that, older committed inputs). No host synchronisation: shared by every conv layer of a
+    step. Parents of padding nodes are ignored (their rows are never used)."""
+    B, T = parents.shape
+    o_t = torch.arange(T, device=parents.device)
+    parent = torch.where(o_t < num_nodes[:, None], parents, -1).clamp(-1, T - 1)
+    current = o_t.expand(B, T)
+    steps = []
+    for _ in range(width - 1):
+        up = parent.gather(1, current.clamp(min=0))
+        current = torch.where(current >= 0, up, current - 1)
+        steps.append(current)
+    return torch.stack(steps[::-1], dim=-1)
+
+
+def _check_conv(x, conv_pool, req_slots) -> tuple[int, int, int, int]:
+    """Shapes, dtypes and strides shared by both ops; returns B, T, D, W."""
+    if x.dim() != 3 or conv_pool.dim() != 3:
+        raise ValueError(f"expected x [B, T, D] and conv_pool [R, D, W - 1], got {tuple(x.shape)} and "
+                         f"{tuple(conv_pool.shape)}")
+    B, T, D = x.shape
+    W = conv_pool.shape[-1] + 1
+    if conv_pool.shape[1] != D or W not in WIDTHS:
+        raise ValueError(f"conv_pool must be [R, {D}, W - 1] with W in {WIDTHS}, got {tuple(conv_pool.shape)}")
+    if req_slots.shape != (B,) or req_slots.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"req_slots must be [{B}] int32 / int64, got {tuple(req_slots.shape)} {req_slots.dtype}")
+    for name, t in (("x", x), ("conv_pool", conv_pool)):
+        if t.dtype not in FLOAT_INPUTS:
+            raise ValueError(f"{name} must be float32, bfloat16 or float16, got {t.dtype}")
+    if x.stride(-1) != 1 or not conv_pool.is_contiguous() or not req_slots.is_contiguous():
+        raise ValueError("x needs unit stride over channels (rows and nodes may be strided, e.g. a split of a "
+                         "projection); conv_pool and req_slots must be contiguous")
+    return B, T, D, W
+
+
+def _check_int(name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if tuple(t.shape) != shape or t.dtype not in (torch.int32, torch.int64) or not t.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous int32 / int64 tensor of shape {shape}, got "
+                         f"{tuple(t.shape)} {t.dtype}")
+
+
+def causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources):
+    """Launcher: checks, window sources, allocation, grid."""
+    if activation not in ("silu", None):
+        raise ValueError(f"activation must be 'silu' or None, got {activation!r}")
+    B, T, D, W = _check_conv(x, conv_pool, req_slots)
+    _check_int("parents", parents, (B, T))
+    _check_int("num_nodes", num_nodes, (B,))
+    if tuple(weight.shape) != (D, W) or not weight.is_contiguous():
+        raise ValueError(f"weight must be contiguous [{D}, {W}], got {tuple(weight.shape)}")
+    if bias is not None and (tuple(bias.shape) != (D,) or not bias.is_contiguous()):
+        raise ValueError(f"bias must be contiguous [{D}] or None, got {tuple(bias.shape)}")
+    if sources is None:
+        sources = conv_window_sources(parents, num_nodes, W)
+    else:
+        _check_int("sources", sources, (B, T, W - 1))
+    y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
+    if y.numel():
+        causal_conv1d_tree_kernel[(B, T, triton.cdiv(D, BLOCK_D))](
+            x, sources, num_nodes, conv_pool, req_slots, weight, weight if bias is None else bias, y,
+            x.stride(0), x.stride(1),
+            T=T, D=D, W=W, BLOCK_D=BLOCK_D, BLOCK_W=triton.next_power_of_2(W), HAS_BIAS=bias is not None,
+            SILU=activation == "silu", num_warps=NUM_WARPS,
+        )
+    return y
+
+
+def causal_conv1d_tree(
+    x: torch.Tensor,
+    parents: torch.Tensor,
+    num_nodes: torch.Tensor,
+    conv_pool: torch.Tensor,
+    req_slots: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+    sources: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal depthwise conv1d of a token tree on top of each row's committed conv history; writes nothing (as
+    causal_conv1d_tree_ref).
+
+    x: [B, T, D] (unit channel stride); parents: [B, T]; num_nodes: [B]; conv_pool: [R, D, W - 1] (W in 2..4, the
+    model dtype); req_slots: [B]; weight: [D, W]; bias: [D] or None; activation: "silu" or None; sources:
+    conv_window_sources(parents, num_nodes, W) [B, T, W - 1], shared by the conv layers of a step, or None
+    (computed here). Returns y [B, T, D] in x.dtype (computed in fp32), zeros at padding nodes.
+    """
+    return causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources)
+
+
+def conv_commit(
+    x: torch.Tensor,
+    accepted: torch.Tensor,
+    num_accepted: torch.Tensor,
+    conv_pool: torch.Tensor,
+    req_slots: torch.Tensor,
+) -> None:
+    """Append the accepted path's inputs to each row's committed conv history, in place (as conv_commit_ref).
+
+    x: [B, T, D] pre-conv inputs of the nodes (unit channel stride); accepted: [B, A] node indices, root first, -1
+    padded; num_accepted: [B] (0 .. A, may exceed W - 1); conv_pool: [R, D, W - 1]; req_slots: [B].
+    conv_pool[req_slots[b]] becomes the last W - 1 of (its old columns ++ x[b] at the accepted nodes).
+    """
+    B, _, D, W = _check_conv(x, conv_pool, req_slots)
+    if accepted.dim() != 2 or accepted.shape[0] != B:
+        raise ValueError(f"accepted must be [{B}, A], got {tuple(accepted.shape)}")
+    _check_int("accepted", accepted, tuple(accepted.shape))
+    _check_int("num_accepted", num_accepted, (B,))
+    if B and D:
+        conv_commit_kernel[(B, triton.cdiv(D, COMMIT_BLOCK_D))](
+            x, accepted, num_accepted, conv_pool, req_slots, x.stride(0), x.stride(1), accepted.shape[1],
+            D=D, W=W, BLOCK_D=COMMIT_BLOCK_D, BLOCK_W=max(2, triton.next_power_of_2(W - 1)), num_warps=NUM_WARPS,
+        )
