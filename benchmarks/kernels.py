@@ -1,7 +1,7 @@
 """KVBuffer kernels on the GPU against the recurrent and intermediate-state kernels of today's engines.
 
-    python -m benchmarks.kernels --sglang-wheel PATH/sglang-*.whl --out benchmarks/results/kernels.json
-    python -m benchmarks.report benchmarks/results/kernels.json   # regenerates the table in BENCHMARKS.md
+    python -m benchmarks.kernels --sglang-wheel PATH/sglang-*.whl --out benchmarks/results/kernels_h200.json
+    python -m benchmarks.report benchmarks/results/kernels_h200.json   # regenerates the table in BENCHMARKS.md
 
 Checks the kernels against the torch references at full size first, then times (CUDA graphs, CUDA events,
 medians, inputs rotated over >= 2 GiB, a device copy as the bandwidth ceiling, every baseline in the same run):
@@ -33,7 +33,7 @@ TREES = ("chain4", "tree8", "tree16")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sglang-wheel", type=Path, default=None, help="an sglang wheel to take baselines from")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/kernels.json"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/kernels_h200.json"))
     parser.add_argument("--quick", action="store_true", help="batches 1 and 128 only (a smoke run)")
     args = parser.parse_args()
     if not torch.cuda.is_available():

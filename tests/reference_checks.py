@@ -78,7 +78,7 @@ def tree_batches(draw, max_rows: int = 3, max_nodes: int = 12, max_capacity: int
 
 def pad_nodes(x: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:
     """x [B, T, ...] with NaN at padding nodes, to prove that they never reach valid ones."""
-    node = torch.arange(x.shape[1]) < num_nodes[:, None]
+    node = torch.arange(x.shape[1], device=x.device) < num_nodes[:, None]
     return torch.where(node.view(*node.shape, *(1,) * (x.dim() - 2)), x, NAN)
 
 

@@ -2,24 +2,26 @@
 and buffer (gdn_decode), and plain decoding with the commit of that token fused in (gdn_decode_commit). Semantics,
 shapes and pool layout: verify_kernels.gdn.naive (the oracle); the math: DESIGN.md section 2.
 
-One program per (row, value head, V block). Decode is bound by reading S0: a program loads its [K, BV] tile of S0
-once and takes both S0^T k and S0^T q from it (rows whose state slot is -1 never flushed: S0 = 0, nothing is read).
-The row's buffer (buf_len entries k [K], u [BV], G; never the stale positions past buf_len) is read in blocks of
-BLOCK_L entries; its keys are read again by every V block and value head of a key head, which L2 serves. Plain
-decode writes only o, u, gcum; the fused decode + commit writes the token's entry, or on the flush step (one in
-flush_length) folds S0 + buffer + the token into the state from the S0 tile the program already holds: one state
-write per flush_length tokens.
+Three small kernels rather than one: on the H200 a single kernel holding the S0 tile, buffer tiles and the fold
+accumulator ran out of registers (spills, 40% occupancy) and took 2x the time of reading S0.
+1. buffer pass, one program per (row, value head): the buffer's share of S_c^T k and S_c^T q (entries in blocks of
+   BLOCK_L, never the stale positions past buf_len) and the token's G;
+2. state pass, one program per (row, value head, V block): the [K, BV] tile of S0 read once (not at all for rows
+   whose state slot is -1: S0 = 0) gives S0^T k and S0^T q; o and u; with the commit, the token's entry appended
+   at buf_len for rows that do not flush. This pass is the one bound by memory: S0 at ~4 TB/s on the H200;
+3. fold (commit only), one program per (row, value head): rows whose buffer is full fold S0 + buffer + the token
+   into the state, one read and one write of S0 per flush_length tokens; the other rows return at once.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-# Launch parameters (tune on the GPU). BLOCK_V: V columns per program; smaller blocks give more programs
-# (B * HV * V / BV) but each re-reads the buffer keys and the token's q, k. At K = 128, BV = 32 the S0 tile is 4096
-# fp32 values, 32 registers a thread at 4 warps. BLOCK_L: buffer entries per step of the loops over the buffer
-# (>= 16, the minimum tl.dot size, for the fold); a [BLOCK_L, K] key tile is live at a time.
-BLOCK_V = 32
+# Launch parameters, measured on the H200 at Qwen3.5-9B shapes (K = V = 128, HV = 32; .scratch notes in the PR):
+# state pass BV = 64 at 4 warps read S0 at 3.9-4.0 TB/s (BV = 32: 3.4, BV = 128 at 8 warps: 2.1); the buffer
+# pass is latency-bound and does best with the whole V row per program; the fold does best on [K, 32] tiles.
+STATE_BLOCK_V = 64
+FOLD_BLOCK_V = 32
 BLOCK_L = 16
 NUM_WARPS = 4
 
@@ -40,17 +42,127 @@ def fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H
         b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
         b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
         b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
-        b_s += tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="ieee")
+        # three TF32 passes on the tensor cores: fp32-level error, and 1.3x faster than "ieee" FMA products here
+        b_s += tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="tf32x3")
     return b_s
 
 
 @triton.jit
-def gdn_decode_kernel(
+def gdn_decode_buffer_kernel(
+    q,             # [B, H, K]
+    k,             # [B, H, K]
+    g,             # [B, HV]
+    buf_k,         # [R, L, H, K] fp32
+    buf_u,         # [R, L, HV, V] fp32
+    buf_gcum,      # [R, L, HV] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    kr,            # [B, HV, V] fp32: sum_i e^{G - G_i} (k_i . k) u_i
+    qr,            # [B, HV, V] fp32: the same with q
+    gcum,          # [B, HV] fp32: the token's G
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    L: tl.constexpr,
+    BC: tl.constexpr,
+):
+    i_h, i_b = tl.program_id(0), tl.program_id(1)
+    i_hk = i_h // (HV // H)
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    n = tl.load(buf_len + i_r).to(tl.int32)
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    # the token's G: the last entry's G (0 for an empty buffer) plus its own g
+    b_G = tl.load(g + i_b * HV + i_h).to(tl.float32)
+    if n > 0:
+        b_G += tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
+    b_kr = tl.zeros([V], dtype=tl.float32)
+    b_qr = tl.zeros([V], dtype=tl.float32)
+    if n > 0:
+        b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+        b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+        for i_c in range(0, n, BC):
+            o_c = i_c + tl.arange(0, BC)
+            m_c = o_c < n
+            b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
+                           other=0.)
+            b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
+                           other=0.)
+            b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
+            b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))                  # [BC], e^{G - G_i} <= 1
+            b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+            b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+    tl.store(kr + (i_b * HV + i_h) * V + o_v, b_kr)
+    tl.store(qr + (i_b * HV + i_h) * V + o_v, b_qr)
+    tl.store(gcum + i_b * HV + i_h, b_G)
+
+
+@triton.jit
+def gdn_decode_state_kernel(
     q,             # [B, H, K]
     k,             # [B, H, K]
     v,             # [B, HV, V]
-    g,             # [B, HV]
     beta,          # [B, HV]
+    state_pool,    # [S, HV, K, V] fp32
+    state_slots,   # [B]
+    kr,            # [B, HV, V] fp32, from the buffer pass
+    qr,            # [B, HV, V] fp32
+    gcum,          # [B, HV] fp32
+    buf_k,         # [R, L, H, K] fp32 (COMMIT: the entry is appended here)
+    buf_u,         # [R, L, HV, V] fp32
+    buf_gcum,      # [R, L, HV] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    o,             # [B, HV, V] fp32
+    u,             # [B, HV, V] fp32
+    flush_length,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    L: tl.constexpr,
+    BV: tl.constexpr,
+    COMMIT: tl.constexpr,
+):
+    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_hk = i_h // (HV // H)
+    i_s = tl.load(state_slots + i_b).to(tl.int64)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    p_x = (i_b * HV + i_h) * V + o_v
+    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_kr = tl.load(kr + p_x)
+    b_qr = tl.load(qr + p_x)
+    b_G = tl.load(gcum + i_b * HV + i_h)
+    if i_s >= 0:
+        # S0 is streamed once and not reused: evict it first so the buffers and inputs keep the L2
+        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
+                      eviction_policy="evict_first")
+        b_eG = tl.exp(b_G)
+        b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
+        b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
+    b_u = tl.load(beta + i_b * HV + i_h).to(tl.float32) * (tl.load(v + p_x).to(tl.float32) - b_kr)
+    tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
+    tl.store(u + p_x, b_u)
+    if COMMIT:
+        i_r = tl.load(req_slots + i_b).to(tl.int64)
+        n = tl.load(buf_len + i_r).to(tl.int32)
+        if n + 1 < flush_length:
+            # the entry goes to position n; its key once per key head (first value head of the group, V block 0)
+            tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
+            if i_v == 0:
+                tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
+                if i_h % (HV // H) == 0:
+                    tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+
+
+@triton.jit
+def gdn_decode_fold_kernel(
+    k,             # [B, H, K]
+    u,             # [B, HV, V] fp32, the token's entry
+    gcum,          # [B, HV] fp32
     state_pool,    # [S, HV, K, V] fp32
     state_slots,   # [B]
     buf_k,         # [R, L, H, K] fp32
@@ -58,82 +170,34 @@ def gdn_decode_kernel(
     buf_gcum,      # [R, L, HV] fp32
     buf_len,       # [R]
     req_slots,     # [B]
-    o,             # [B, HV, V] fp32
-    u,             # [B, HV, V] fp32 (COMMIT: unused)
-    gcum,          # [B, HV] fp32 (COMMIT: unused)
     flush_length,
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
     L: tl.constexpr,
-    BC: tl.constexpr,
     BV: tl.constexpr,
-    COMMIT: tl.constexpr,
+    BC: tl.constexpr,
 ):
-    i_b, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_hk = i_h // (HV // H)
+    """S <- e^G S0 + sum_i e^{G - G_i} k_i u_i^T + k u^T for rows whose buffer is full (the token is the last entry,
+    decay 1). A row that flushes must have a state slot (the caller allocates a zeroed one); without one nothing is
+    written."""
+    i_h, i_b = tl.program_id(0), tl.program_id(1)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
+    n = tl.load(buf_len + i_r).to(tl.int32)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
-    # entries past buf_len are stale (possibly NaN): never loaded, and masked to e^-inf = 0 decay
-    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-
-    o_k = tl.arange(0, K)
-    o_v = i_v * BV + tl.arange(0, BV)
-    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_v = tl.load(v + (i_b * HV + i_h) * V + o_v).to(tl.float32)
-    b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
-    b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
-    # the token's G: the last entry's G (0 for an empty buffer) plus its own g
-    b_G = tl.load(buf_gcum + (i_r * L + tl.maximum(n - 1, 0)) * HV + i_h)
-    b_G = tl.where(n > 0, b_G, 0.) + b_g
-
-    # the buffer's part of S_c^T k and S_c^T q, BC entries at a time and only the row's n (the work follows
-    # the fill, and the live [BC, K] key tile stays small)
-    b_kr = tl.zeros([BV], dtype=tl.float32)
-    b_qr = tl.zeros([BV], dtype=tl.float32)
-    for i_c in range(0, n, BC):
-        o_c = i_c + tl.arange(0, BC)
-        m_c = o_c < n
-        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
-        b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
-        b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
-        b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))             # [BC], e^{G - G_i} <= 1
-        b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
-        b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
-
-    # S0: one read of the tile serves both products (and the fold below)
-    b_s = tl.zeros([K, BV], dtype=tl.float32)
-    if i_s >= 0:
-        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :])
-    b_eG = tl.exp(b_G)
-    b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
-    b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
-
-    b_u = b_beta * (b_v - b_kr)
-    b_o = b_qr + tl.sum(b_q * b_k, 0) * b_u
-    tl.store(o + (i_b * HV + i_h) * V + o_v, b_o)
-
-    if not COMMIT:
-        tl.store(u + (i_b * HV + i_h) * V + o_v, b_u)
-        tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
-    else:
-        if n + 1 < flush_length:
-            # append the entry at position n; the key once per key head (first value head of its group, V block 0)
-            tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
-            if i_v == 0:
-                tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
-                if i_h % (HV // H) == 0:
-                    tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
-        else:
-            # fold: S <- e^G S0 + sum_i e^{G - G_i} k_i u_i^T + k u^T (the token is the last entry, decay 1), the
-            # buffer read a second time (from cache; one step in flush_length). A row that flushes must have a
-            # state slot (the caller allocates a zeroed one); without one nothing is written.
-            if i_s >= 0:
-                b_s = b_eG * b_s + b_k[:, None] * b_u[None, :]
+    if n + 1 >= flush_length:
+        if i_s >= 0:
+            i_hk = i_h // (HV // H)
+            o_k = tl.arange(0, K)
+            b_G = tl.load(gcum + i_b * HV + i_h)
+            b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+            for i_v in range(0, V, BV):
+                o_v = i_v + tl.arange(0, BV)
+                p_s = state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
+                b_s = tl.exp(b_G) * tl.load(p_s) + b_k[:, None] * tl.load(u + (i_b * HV + i_h) * V + o_v)[None, :]
                 b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
-                tl.store(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :], b_s)
+                tl.store(p_s, b_s)
 
 
 def check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int]:
@@ -194,17 +258,22 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
     if commit and not 1 <= flush_length <= L:
         raise ValueError(f"flush_length must be in [1, {L}] (the buffer capacity), got {flush_length}")
 
-    BV = min(V, BLOCK_V)
-    o = torch.empty(B, HV, V, dtype=torch.float32, device=q.device)
-    # the fused op returns no entry: u and gcum are not written, o stands in for the unused pointers
-    u = o if commit else torch.empty(B, HV, V, dtype=torch.float32, device=q.device)
-    gcum = o if commit else torch.empty(B, HV, dtype=torch.float32, device=q.device)
-    gdn_decode_kernel[(B, HV, V // BV)](
-        q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-        flush_length if commit else 0,
-        H=H, HV=HV, K=K, V=V, L=L, BC=BLOCK_L, BV=BV, COMMIT=commit,
-        num_warps=NUM_WARPS,
+    f32 = dict(dtype=torch.float32, device=q.device)
+    kr, qr = torch.empty(B, HV, V, **f32), torch.empty(B, HV, V, **f32)
+    o, u, gcum = torch.empty(B, HV, V, **f32), torch.empty(B, HV, V, **f32), torch.empty(B, HV, **f32)
+    flush = flush_length if commit else 0
+    shapes = dict(H=H, HV=HV, K=K, V=V, L=L)
+    gdn_decode_buffer_kernel[(HV, B)](q, k, g, buf_k, buf_u, buf_gcum, buf_len, req_slots, kr, qr, gcum, **shapes,
+                                      BC=BLOCK_L, num_warps=NUM_WARPS)
+    BV = min(V, STATE_BLOCK_V)
+    gdn_decode_state_kernel[(V // BV, HV, B)](
+        q, k, v, beta, state_pool, state_slots, kr, qr, gcum, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, flush,
+        **shapes, BV=BV, COMMIT=commit, num_warps=NUM_WARPS,
     )
+    if commit:
+        gdn_decode_fold_kernel[(HV, B)](k, u, gcum, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+                                        req_slots, flush, **shapes, BV=min(V, FOLD_BLOCK_V), BC=BLOCK_L,
+                                        num_warps=NUM_WARPS)
     return o, None if commit else u, None if commit else gcum
 
 

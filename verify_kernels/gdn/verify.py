@@ -22,13 +22,18 @@ import triton.language as tl
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
 from verify_kernels.tree import ancestor_mask
 
-# Launch parameters (tune on the GPU). BV: V columns per program (each program repeats the K products and the solve
-# for its V block, so larger blocks do less repeated work but hold more registers); BK: K columns per step of the
-# loop over K (bounds the live q, k, S0 and buffer-key tiles). Live fp32 accumulators at BT = BL = 64, BV = 32:
-# S0^T k / q [BT, BV] x 2, buffer scores [BT, BL] x 2, node scores [BT, BT] x 2, about 20k values: 8 warps.
-BLOCK_V = 32
-BLOCK_K = 64
+# Launch parameters. BV: V columns per program (each program repeats the K products and the solve for its V block,
+# so larger blocks do less repeated work but hold more registers); BK: K columns per step of the loop over K
+# (bounds the live q, k, S0 and buffer-key tiles). Swept on the H200 at Qwen3.5-9B shapes, batch 128 (BV 32/64/128,
+# ieee/tf32x3, 4/8 warps, BK 32/64): BV = 128, BK = 32, tf32x3, 4 warps was fastest for the 4-chain (288 us vs
+# 1328 us for BV = 32 ieee) and for the 16-node tree (327 us).
+BLOCK_V = 128
+BLOCK_K = 32
 NUM_WARPS = {16: 4, 32: 4, 64: 8}     # by BT
+
+# fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
+# fp32-level error (~1e-7 relative here) at a fraction of the time.
+DOT_PRECISION = "tf32x3"
 
 MAX_NODES = 64
 
@@ -62,6 +67,7 @@ def gdn_verify_kernel(
     BL: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     i_b, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_hk = i_h // (HV // H)
@@ -90,14 +96,14 @@ def gdn_verify_kernel(
         b_k = tl.load(k + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
         b_bk = tl.trans(tl.load(p_bk, mask=m_l[:, None], other=0.))          # [BK, BL]
-        b_kB += tl.dot(b_k, b_bk, input_precision="ieee")
-        b_qB += tl.dot(b_q, b_bk, input_precision="ieee")
-        b_kk += tl.dot(b_k, tl.trans(b_k), input_precision="ieee")
-        b_qk += tl.dot(b_q, tl.trans(b_k), input_precision="ieee")
+        b_kB += tl.dot(b_k, b_bk, input_precision=PRECISION)
+        b_qB += tl.dot(b_q, b_bk, input_precision=PRECISION)
+        b_kk += tl.dot(b_k, tl.trans(b_k), input_precision=PRECISION)
+        b_qk += tl.dot(b_q, tl.trans(b_k), input_precision=PRECISION)
         if i_s >= 0:
             b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :])
-            b_kS += tl.dot(b_k, b_s, input_precision="ieee")
-            b_qS += tl.dot(b_q, b_s, input_precision="ieee")
+            b_kS += tl.dot(b_k, b_s, input_precision=PRECISION)
+            b_qS += tl.dot(b_q, b_s, input_precision=PRECISION)
 
     # 2. node G along root paths, from the last buffered entry's G (0 for an empty buffer)
     m_tt = m_t[:, None] & m_t[None, :]
@@ -112,8 +118,8 @@ def gdn_verify_kernel(
     b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_l[:, None], other=0.)
     b_dB = tl.exp(tl.where(m_l[None, :], b_G[:, None] - b_bg[None, :], float("-inf")))       # [BT, BL]
     b_eG = tl.exp(b_G)[:, None]
-    b_kr = b_eG * b_kS + tl.dot(b_kB * b_dB, b_bu, input_precision="ieee")                    # [BT, BV]
-    b_qr = b_eG * b_qS + tl.dot(b_qB * b_dB, b_bu, input_precision="ieee")
+    b_kr = b_eG * b_kS + tl.dot(b_kB * b_dB, b_bu, input_precision=PRECISION)                    # [BT, BV]
+    b_qr = b_eG * b_qS + tl.dot(b_qB * b_dB, b_bu, input_precision=PRECISION)
 
     # 4. forward substitution: b_u holds beta (v - reads) minus the shares of the nodes solved so far
     b_dT = tl.exp(tl.where(b_anc, b_G[:, None] - b_G[None, :], float("-inf")))              # [BT, BT]
@@ -126,7 +132,7 @@ def gdn_verify_kernel(
         b_u -= b_at[:, None] * b_ut[None, :]
 
     # 5. outputs
-    b_o = b_qr + tl.dot(b_qk * b_dT, b_u, input_precision="ieee")
+    b_o = b_qr + tl.dot(b_qk * b_dT, b_u, input_precision=PRECISION)
     p_o = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]
     m_o = o_t[:, None] < T
     tl.store(o + p_o, b_o, mask=m_o)
@@ -189,6 +195,6 @@ def gdn_verify(
         q, k, v, g, beta, ancestors.view(torch.uint8), num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum,
         buf_len, req_slots, o, u, gcum,
         T=T, H=H, HV=HV, K=K, V=V, L=L, BT=BT, BL=max(16, triton.next_power_of_2(L)), BK=min(K, BLOCK_K), BV=BV,
-        num_warps=NUM_WARPS[BT],
+        PRECISION=DOT_PRECISION, num_warps=NUM_WARPS[BT],
     )
     return o, u, gcum

@@ -78,8 +78,8 @@ def mamba2_verify_kernel(
         b_c = tl.load(p_c + o_n[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
         b_k = tl.load(p_k + o_n[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
         b_s += tl.dot(b_c, tl.trans(b_k), input_precision="ieee")
-    b_decay = tl.exp(tl.where(b_anc, b_gl[:, None] - b_gl[None, :], float("-inf")))
-    b_y += tl.dot(b_s * b_decay, b_xdt, input_precision="ieee")
+    b_decay_tree = tl.exp(tl.where(b_anc, b_gl[:, None] - b_gl[None, :], float("-inf")))
+    b_y += tl.dot(b_s * b_decay_tree, b_xdt, input_precision="ieee")
 
     # the buffer's valid entries, BLOCK_L at a time
     for l0 in range(0, n_buf, BLOCK_L):
@@ -94,10 +94,10 @@ def mamba2_verify_kernel(
             b_sl += tl.dot(b_c, tl.trans(b_ki), input_precision="ieee")
         b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.0)
         m_tl = m_t[:, None] & m_l[None, :]
-        b_decay = tl.exp(tl.where(m_tl, (g_last - b_gi)[None, :] + b_gl[:, None], float("-inf")))
+        b_decay_buf = tl.exp(tl.where(m_tl, (g_last - b_gi)[None, :] + b_gl[:, None], float("-inf")))
         b_vi = tl.load(buf_xdt + ((i_r * L + o_l[:, None]) * NH + i_h) * P + o_p[None, :], mask=m_l[:, None],
                        other=0.0)
-        b_y += tl.dot(b_sl * b_decay, b_vi, input_precision="ieee")
+        b_y += tl.dot(b_sl * b_decay_buf, b_vi, input_precision="ieee")
 
     # the committed state: one read of the tile h0[p-block, :], none for rows without a state
     if i_s >= 0:
