@@ -3,8 +3,9 @@ the Triton kernels (CUDA). Both take the same arguments, so the model code is th
 
 `SPECDEC_BACKEND=reference` forces the references on a GPU (debugging); `SPECDEC_BACKEND=triton` forces the
 kernels on a CPU, where they run in Triton's interpreter (set TRITON_INTERPRET=1 before importing specdec).
-Chunked prefill on CUDA uses fla-core's chunk kernels when fla is installed (the `bench` extra) and the
-reference otherwise.
+Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128) run on the references anywhere.
+Chunked prefill uses the reference on every device for now (fla-core's chunk kernels are the next step, once
+checked on the GPU against it).
 """
 
 from __future__ import annotations
@@ -40,11 +41,17 @@ class ConvOps:
     commit: Callable
 
 
-def backend_for(device: torch.device) -> str:
+KERNEL_HEAD_DIMS = (16, 32, 64, 128)
+
+
+def backend_for(device: torch.device, *head_dims: int) -> str:
+    """The backend for a layer on `device` whose state is head_dims (GDN: K, V; Mamba2: P, N)."""
     forced = os.environ.get("SPECDEC_BACKEND")
+    if forced is not None and forced not in BACKENDS:
+        raise ValueError(f"SPECDEC_BACKEND={forced!r} is not one of {BACKENDS}")
+    if any(dim not in KERNEL_HEAD_DIMS for dim in head_dims):
+        return "reference"
     if forced is not None:
-        if forced not in BACKENDS:
-            raise ValueError(f"SPECDEC_BACKEND={forced!r} is not one of {BACKENDS}")
         return forced
     return "triton" if device.type == "cuda" else "reference"
 
@@ -54,7 +61,7 @@ def gdn_ops(backend: str) -> MixerOps:
     if backend == "reference":
         return MixerOps(gdn.gdn_decode_ref, gdn.gdn_verify_ref, gdn.gdn_commit_ref, gdn.gdn_flush_ref,
                         gdn.gdn_chunk_prefill_ref)
-    return MixerOps(gdn.gdn_decode, gdn.gdn_verify, gdn.gdn_commit, gdn.gdn_flush, _gdn_chunk_prefill_fast())
+    return MixerOps(gdn.gdn_decode, gdn.gdn_verify, gdn.gdn_commit, gdn.gdn_flush, gdn.gdn_chunk_prefill_ref)
 
 
 @functools.cache
@@ -71,22 +78,3 @@ def conv_ops(backend: str) -> ConvOps:
     if backend == "reference":
         return ConvOps(conv.causal_conv1d_tree_ref, conv.conv_commit_ref)
     return ConvOps(conv.causal_conv1d_tree, conv.conv_commit)
-
-
-def _gdn_chunk_prefill_fast() -> Callable:
-    """fla's chunked gated delta rule when importable (a GPU-only dependency), else the reference."""
-    if not torch.cuda.is_available():
-        return gdn.gdn_chunk_prefill_ref
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    except ImportError:
-        return gdn.gdn_chunk_prefill_ref
-
-    def chunk_prefill(q, k, v, g, beta, initial_state=None, chunk_size=64):
-        """Same contract as gdn_chunk_prefill_ref (q, k normalised, q pre-scaled): fla with scale 1."""
-        del chunk_size  # fla picks its own
-        o, final_state = chunk_gated_delta_rule(q, k, v.to(q.dtype), g, beta, scale=1.0, initial_state=initial_state,
-                                                output_final_state=True)
-        return o.float(), final_state.float()
-
-    return chunk_prefill

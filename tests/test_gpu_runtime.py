@@ -19,10 +19,12 @@ pytestmark = [
 
 PROMPTS = [[4, 8, 15, 16, 23, 42], list(range(3, 60, 2))]
 NEW_TOKENS = 16
+# head dims of 16, the smallest the Triton kernels take, so that the GPU runs them (8 would fall back)
+QWEN_DIMS = dict(linear_key_head_dim=16, linear_value_head_dim=16)
 MODELS = {
-    "qwen3_5": lambda: qwen35_text_config(value_heads_per_key=2),
-    "qwen3_5_moe": lambda: qwen35_text_config(value_heads_per_key=2, moe=True),
-    "nemotron_h": lambda: nemotron_h_config(heads_per_group=2),
+    "qwen3_5": lambda: qwen35_text_config(value_heads_per_key=2, **QWEN_DIMS),
+    "qwen3_5_moe": lambda: qwen35_text_config(value_heads_per_key=2, moe=True, **QWEN_DIMS),
+    "nemotron_h": lambda: nemotron_h_config(heads_per_group=2, mamba_head_dim=16, ssm_state_size=16),
 }
 
 

@@ -44,3 +44,16 @@ def test_triton_backend_matches_reference_backend(family, tmp_path, monkeypatch)
     kernels = run(model, monkeypatch, "triton")
     for step, (ours, expected) in enumerate(zip(kernels, reference, strict=True)):
         torch.testing.assert_close(ours, expected, atol=1e-4, rtol=0, msg=lambda m, step=step: f"step {step}: {m}")
+
+
+def test_head_dims_the_kernels_do_not_take_run_on_the_references(tmp_path, monkeypatch):
+    """Kernels take head dims of 16 to 128; a model with 8 runs (on the references) instead of failing."""
+    from specdec.backend import backend_for
+
+    save_tiny(qwen35_text_config(), tmp_path, seed=9)  # linear heads of 8
+    model = load_model(tmp_path, device="cpu", dtype=torch.float32)
+    monkeypatch.setenv("SPECDEC_BACKEND", "triton")
+    assert backend_for(torch.device("cpu"), 8, 8) == "reference"
+    assert backend_for(torch.device("cpu"), 16, 128) == "triton"
+    for ours, expected in zip(run(model, monkeypatch, "triton"), run(model, monkeypatch, "reference"), strict=True):
+        torch.testing.assert_close(ours, expected, atol=0, rtol=0)

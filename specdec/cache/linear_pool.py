@@ -47,7 +47,7 @@ class LinearLayerPool:
         self.buf_value = torch.zeros(max_requests, flush_length, *spec.value_shape, **fp32)
         self.buf_gcum = torch.zeros(max_requests, flush_length, spec.decay_heads, **fp32)
         self.conv = torch.zeros(max_requests, spec.conv_dim, spec.conv_width - 1, device=device, dtype=dtype)
-        backend = backend_for(torch.device(device))
+        backend = backend_for(torch.device(device), spec.key_shape[-1], spec.value_shape[-1])
         self._entry_ops = _MIXER_OPS[spec.mixer](backend)  # commit / flush take the same pool arguments
         self._conv_ops = conv_ops(backend)
 

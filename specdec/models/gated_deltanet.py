@@ -70,7 +70,7 @@ class GatedDeltaNet(nn.Module):
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         batch, width, _ = hidden.shape
         pool = cache.linear[self.linear_index]
-        backend = backend_for(hidden.device)
+        backend = backend_for(hidden.device, self.head_k_dim, self.head_v_dim)
         mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
         conv_out = conv_ops(backend).tree(
             mixed, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], None, "silu"

@@ -64,7 +64,7 @@ class Mamba2Mixer(nn.Module):
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         batch, width, _ = hidden.shape
         pool = cache.linear[self.linear_index]
-        backend = backend_for(hidden.device)
+        backend = backend_for(hidden.device, self.head_dim, self.state_size)
         ops = mamba2_ops(backend)
         gate, xbc, dt = self.in_proj(hidden).split([self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)
         conv_out = conv_ops(backend).tree(
