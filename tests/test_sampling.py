@@ -1,0 +1,151 @@
+"""Sampling: the target distribution, and lossless acceptance of chains and multi-candidate trees, checked by the
+distribution of emitted tokens over 20k trials against the target (total variation), with a biased acceptance
+rule shown to fail the same bound."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.engine.sampling import SamplingParams, accept_child, sample, target_distribution
+from specdec.engine.tree import DraftTree, accept_path
+
+VOCAB = 6
+TRIALS = 20_000
+TV_BOUND = 0.03  # the sampling noise of 20k draws over <= 36 outcomes is ~0.015
+
+
+def total_variation(counts: torch.Tensor, expected: torch.Tensor) -> float:
+    return 0.5 * (counts / counts.sum() - expected).abs().sum().item()
+
+
+def distributions(seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    p1 = torch.rand(VOCAB, generator=gen)
+    p1 = p1 / p1.sum()
+    p2 = torch.rand(VOCAB, VOCAB, generator=gen)  # target for the next token, given the first
+    p2 = p2 / p2.sum(-1, keepdim=True)
+    q = torch.rand(VOCAB, generator=gen) ** 3
+    return p1, p2, q / q.sum()
+
+
+def without(q: torch.Tensor, tokens: list[int]) -> torch.Tensor:
+    """q with the given tokens removed, renormalised: the law of a draw without replacement."""
+    q = q.clone()
+    q[tokens] = 0
+    return q / q.sum()
+
+
+def emitted_pairs(draft, p1, p2, accept=accept_path, seed: int = 0) -> torch.Tensor:
+    """Counts [V, V] of the first two tokens emitted; a step that emits one token is followed by a step with no
+    drafts, which samples the second from the target."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(VOCAB, VOCAB)
+    for _ in range(TRIALS):
+        tree = draft(gen)
+        target = torch.stack([p1 if j == 0 else p2[tree.tokens[j]] for j in range(len(tree))])
+        path, bonus = accept(tree, target, gen)
+        tokens = [tree.tokens[j] for j in path[1:]] + [bonus]
+        if len(tokens) == 1:
+            tokens.append(sample(p2[tokens[0]], gen))
+        counts[tokens[0], tokens[1]] += 1
+    return counts
+
+
+def chain_of_two(q):
+    """A 2-token chain drawn from q (the draft ignores context: any q is allowed)."""
+    def draft(gen):
+        first, second = sample(q, gen), sample(q, gen)
+        return DraftTree.chain(0, [first, second], [q, q])
+    return draft
+
+
+def three_siblings_without_replacement(q):
+    def draft(gen):
+        tokens, laws = [], []
+        for _ in range(3):
+            law = without(q, tokens)
+            tokens.append(sample(law, gen))
+            laws.append(law)
+        return DraftTree([0, *tokens], [-1, 0, 0, 0], [None, *laws])
+    return draft
+
+
+def deterministic_tree(_q):
+    """Fixed candidates (point masses), two levels: as n-gram or greedy top-k drafters propose."""
+    def draft(_gen):
+        return DraftTree([0, 2, 4, 1, 3], [-1, 0, 0, 1, 1])
+    return draft
+
+
+@pytest.mark.parametrize("make_draft", [chain_of_two, three_siblings_without_replacement, deterministic_tree],
+                         ids=["sampled-chain", "sampled-siblings", "deterministic-tree"])
+def test_emitted_tokens_follow_the_target(make_draft):
+    p1, p2, q = distributions(seed=1)
+    counts = emitted_pairs(make_draft(q), p1, p2)
+    assert total_variation(counts.flatten(), (p1[:, None] * p2).flatten()) < TV_BOUND
+
+
+def test_the_bound_catches_a_biased_acceptance_rule():
+    """Accepting every drafted token (no rejection) is not lossless: the same check must fail it."""
+    p1, p2, q = distributions(seed=1)
+
+    def accept_everything(tree, target, gen):
+        path = [0]
+        while children := tree.children(path[-1]):
+            path.append(children[0])
+        return path, sample(target[path[-1]], gen)
+
+    counts = emitted_pairs(chain_of_two(q), p1, p2, accept=accept_everything)
+    assert total_variation(counts.flatten(), (p1[:, None] * p2).flatten()) > 3 * TV_BOUND
+
+
+def test_greedy_accepts_exactly_the_argmax():
+    logits = torch.tensor([[0.1, 2.0, 0.3], [1.5, 0.2, 0.1]])
+    probs = target_distribution(logits, SamplingParams())
+    tree = DraftTree([7, 1, 2, 0], [-1, 0, 0, 1])  # node 1 (token 1) is the argmax at the root; then token 0
+    path, bonus = accept_path(tree, torch.stack([probs[0], probs[1], probs[0], probs[0]]), None)
+    assert path == [0, 1, 3] and bonus == 1  # node 3's target (row 0) has argmax 1
+
+
+def test_target_distribution_filters():
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0, -1.0])
+    assert target_distribution(logits, SamplingParams()).tolist() == [1, 0, 0, 0, 0]
+    hot = target_distribution(logits, SamplingParams(temperature=2.0))
+    torch.testing.assert_close(hot, (logits / 2).softmax(0))
+    top2 = target_distribution(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert (top2[2:] == 0).all() and torch.allclose(top2[:2], logits[:2].softmax(0))
+    # top_p: the smallest most-likely set whose mass reaches top_p
+    probs = logits.softmax(0)
+    nucleus = target_distribution(logits, SamplingParams(temperature=1.0, top_p=float(probs[0] + 1e-3)))
+    assert (nucleus > 0).tolist() == [True, True, False, False, False]
+    only_first = target_distribution(logits, SamplingParams(temperature=1.0, top_p=float(probs[0] * 0.5)))
+    assert only_first.tolist() == [1, 0, 0, 0, 0]
+
+
+def test_acceptance_probability():
+    p = torch.tensor([0.5, 0.5, 0.0])
+    q = torch.tensor([0.25, 0.25, 0.5])
+    assert accept_child(p, 0, q, None)  # p >= q: always
+    assert not accept_child(p, 2, q, None)  # p = 0: never
+    gen = torch.Generator().manual_seed(0)
+    frequency = sum(accept_child(torch.tensor([0.2, 0.8]), 0, torch.tensor([0.8, 0.2]), gen) for _ in range(4000))
+    assert abs(frequency / 4000 - 0.25) < 0.03  # p / q = 0.25
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(temperature=-0.5), "temperature must be >= 0"), (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+     (dict(top_p=1.5), r"top_p must be in \(0, 1\]"), (dict(top_k=-1), "top_k must be >= 0")],
+    ids=["temperature", "top-p-zero", "top-p-above-one", "top-k"],
+)
+def test_bad_sampling_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_bad_trees():
+    with pytest.raises(ValueError, match="parents must be -1 for the root"):
+        DraftTree([1, 2], [0, 0])
+    with pytest.raises(ValueError, match="as many tokens"):
+        DraftTree([1, 2], [-1])
