@@ -453,6 +453,21 @@ class MixerChecks:
             assert_close(x[1, :3], ref[1, :3])
             assert not x[1, 3:].any()
 
+    def test_padding_beside_a_deeply_decayed_buffer_stays_finite(self):
+        """Buffer entries whose G lies below -88 (e^88 overflows fp32) next to padded rows: padding must not turn
+        into 0 * inf = NaN that leaks into valid nodes (the engine hit this with ragged trees)."""
+        gen = torch.Generator().manual_seed(7)
+        mixer = self.mixer(gen, 2)
+        pools, _, _ = mixer.committed_start(gen, [5, 5], [True, False], 8)
+        pools.buffers[2][pools.req_slots] -= 200.0  # every buffered entry 200 nats further from S0
+        tokens = mixer.tokens(gen, 2, 4)
+        verified = mixer.verify(tokens, chain_parents(2, 4), torch.tensor([1, 4]), pools)
+        decoded = mixer.decode([x[:, 0] for x in tokens], pools)
+        for v, d in zip(verified, decoded, strict=True):
+            assert torch.isfinite(v).all()
+            assert_close(v[:, 0], d)
+            assert not v[0, 1:].any()
+
     def test_commit_and_flush_need_a_state_slot_to_fold(self):
         gen = torch.Generator().manual_seed(7)
         mixer = self.mixer(gen, 1)

@@ -139,6 +139,14 @@ def zero_padding_nodes(num_nodes: torch.Tensor, *xs: torch.Tensor) -> list[torch
     return [_zero_padding(x.float(), node) for x in xs]
 
 
+def reading_gcum(gcum: torch.Tensor, num_nodes: torch.Tensor, last_gcum: torch.Tensor) -> torch.Tensor:
+    """gcum [B, T, heads] for reading the committed start: padding nodes (gcum 0) take the last committed G
+    (last_gcum [B, heads]), so that their decays against buffer entries stay <= 1. With 0 they would be
+    e^{-G_i}, which overflows once a buffer entry's G is below -88 and turns 0 * inf into NaN."""
+    node = torch.arange(gcum.shape[1], device=gcum.device) < num_nodes[:, None]
+    return torch.where(node[..., None], gcum, last_gcum[:, None])
+
+
 def to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
     """[B, T, ...] -> right-padded with zeros to a multiple of chunk_size, chunks [B, NC, chunk_size, ...]."""
     x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, -x.shape[1] % chunk_size))

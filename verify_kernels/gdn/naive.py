@@ -160,8 +160,9 @@ def gdn_verify_ref(
     q, k = expand_heads(q, HV), expand_heads(k, HV)
     c = kvbuffer.gather_committed(state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots)
     gcum = tree_cumsum(g, parents, num_nodes, initial=c.last_gcum)          # [B, T, HV]
-    k_read = _read_committed(k, gcum, c)                                    # [B, T, HV, V]
-    q_read = _read_committed(q, gcum, c)
+    read_g = kvbuffer.reading_gcum(gcum, num_nodes, c.last_gcum)
+    k_read = _read_committed(k, read_g, c)                                  # [B, T, HV, V]
+    q_read = _read_committed(q, read_g, c)
 
     decay = kvbuffer.path_decay(gcum, parents, num_nodes)                   # [B, T(t), T(i), HV]
     kk = torch.einsum("bthk,bihk->btih", k, k) * decay

@@ -159,7 +159,8 @@ def mamba2_verify_ref(
 
     decay = kvbuffer.path_decay(gcum, parents, num_nodes)                   # [B, T(t), T(i), NH]
     scores = torch.einsum("bthn,bihn->btih", C, Bm) * decay
-    y = _read_committed(C, gcum, c) + torch.einsum("btih,bihp->bthp", scores, xdt)
+    read_g = kvbuffer.reading_gcum(gcum, num_nodes, c.last_gcum)
+    y = _read_committed(C, read_g, c) + torch.einsum("btih,bihp->bthp", scores, xdt)
     return y + D.float()[:, None] * x, xdt, gcum
 
 
