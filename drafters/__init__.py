@@ -1,5 +1,7 @@
-"""Draft proposers (draft model, n-gram, MTP, EAGLE-3) behind one base class and a registry.
+"""Draft proposers behind one base class and a registry: n-gram (prompt lookup) and a draft model of the target's
+family; MTP and EAGLE-3 heads plug into the same interface."""
 
-They arrive with the speculative engine; the runtime they feed (models scoring token trees on the KVBuffer cache,
-commit of accepted paths) is in specdec/.
-"""
+from .base import DRAFTERS, Drafter, DraftRequest, TreeShape, make_drafter, register
+from .ngram import NgramDrafter
+
+__all__ = ["DRAFTERS", "DraftRequest", "Drafter", "NgramDrafter", "TreeShape", "make_drafter", "register"]

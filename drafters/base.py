@@ -1,0 +1,80 @@
+"""What every draft proposer implements, and the registry the CLI and API look names up in."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specdec.engine.sampling import SamplingParams
+from specdec.engine.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How much to draft per step: a chain of `steps` tokens (topk = 1), or a static tree expanding the `topk`
+    most likely children of each frontier node for `steps` levels, capped at `max_tokens` drafted nodes."""
+
+    steps: int = 4
+    topk: int = 1
+    max_tokens: int | None = None
+
+    def __post_init__(self):
+        if self.steps < 1 or self.topk < 1:
+            raise ValueError(f"num_steps and topk must be >= 1, got steps={self.steps}, topk={self.topk}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {self.max_tokens}")
+
+    @property
+    def budget(self) -> int:
+        """Drafted nodes at most (not counting the root)."""
+        full = sum(self.topk**level for level in range(1, self.steps + 1)) if self.topk > 1 else self.steps
+        return full if self.max_tokens is None else min(full, self.max_tokens)
+
+
+@dataclass
+class DraftRequest:
+    """The part of a request a drafter sees: its id, all its tokens so far (prompt + emitted; the last one is the
+    root of the next tree), how it samples, and its generator."""
+
+    request_id: int
+    tokens: list[int]
+    params: SamplingParams
+    generator: torch.Generator | None
+
+
+class Drafter(ABC):
+    """Proposes a token tree per request. Lifecycle per request: start(...) once, then for every step
+    propose(...) and accepted(...), and finish(...) when it leaves (also on abort)."""
+
+    def start(self, request: DraftRequest) -> None:  # noqa: B027 - stateless drafters need no set-up
+        """A request joins (its prompt is request.tokens)."""
+
+    @abstractmethod
+    def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
+        """One tree per request; node 0 is the request's last token."""
+
+    def accepted(self, request: DraftRequest, tree: DraftTree, path: list[int], bonus: int) -> None:  # noqa: B027
+        """The target accepted tree nodes `path` (root first) and emitted `bonus` after them."""
+
+    def finish(self, request_id: int) -> None:  # noqa: B027
+        """The request left; free what it held."""
+
+
+DRAFTERS: dict[str, Callable[..., Drafter]] = {}
+
+
+def register(name: str):
+    def wrap(factory):
+        DRAFTERS[name] = factory
+        return factory
+    return wrap
+
+
+def make_drafter(name: str, **kwargs) -> Drafter:
+    """A drafter by registry name; a clear error lists the names when it is unknown."""
+    if name not in DRAFTERS:
+        raise ValueError(f"unknown drafter {name!r}; choose one of {sorted(DRAFTERS)}")
+    return DRAFTERS[name](**kwargs)

@@ -1,0 +1,33 @@
+"""Prompt lookup (n-gram) drafting: no model, no training. Find the longest recent n-gram of the request that
+occurred earlier in its own tokens and propose what followed it there, as a chain of point-mass candidates."""
+
+from __future__ import annotations
+
+from specdec.engine.tree import DraftTree
+
+from .base import Drafter, DraftRequest, TreeShape, register
+
+
+@register("ngram")
+class NgramDrafter(Drafter):
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
+        trees = []
+        for request in requests:
+            drafts = self.lookup(request.tokens, shape.budget if shape.topk == 1 else shape.steps)
+            trees.append(DraftTree.chain(request.tokens[-1], drafts))
+        return trees
+
+    def lookup(self, tokens: list[int], count: int) -> list[int]:
+        """Up to `count` tokens that followed the most recent earlier occurrence of the longest matching suffix."""
+        for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
+            suffix = tokens[-n:]
+            for start in range(len(tokens) - n - 1, -1, -1):  # most recent occurrence first, not the suffix itself
+                if tokens[start:start + n] == suffix:
+                    return tokens[start + n:start + n + count]
+        return []

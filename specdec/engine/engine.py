@@ -1,0 +1,149 @@
+"""The speculative decoding loop over a batch of requests, as small named steps:
+
+    admit -> prefill -> propose -> verify -> accept -> commit -> emit -> retire
+
+verify scores every node of every request's tree in one target forward (KVBuffer tree verify in the linear
+layers, a tree mask in the attention layers); commit keeps the accepted path's entries. Nothing is snapshotted
+and nothing is rolled back. Without a drafter every tree is just the root: plain decoding on the same code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import torch
+
+from drafters.base import Drafter, DraftRequest, TreeShape
+from specdec.cache.spec import CacheConfig
+from specdec.cache.step import StepBatch
+from specdec.models.base import HybridCausalLM
+from specdec.runner import ModelRunner
+
+from .request import Request
+from .sampling import SamplingParams, sample, target_distribution
+from .scheduler import Scheduler
+from .tree import DraftTree, accept_path
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    cache: CacheConfig = CacheConfig()
+    shape: TreeShape = TreeShape()
+
+
+class Engine:
+    def __init__(self, target: HybridCausalLM, drafter: Drafter | None = None, config: EngineConfig = EngineConfig()):
+        self.target = target
+        self.drafter = drafter
+        self.config = config
+        self.runner = ModelRunner.create(target, config.cache)
+        self.scheduler = Scheduler(self.runner.cache)
+        self._ids = itertools.count()
+        self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
+
+    # ---- requests ----------------------------------------------------------------------------------------
+    def add_request(self, prompt: list[int], params: SamplingParams = SamplingParams(), max_new_tokens: int = 64,
+                    eos_token_ids=()) -> Request:
+        """Queue a request; everything that could make it fail later is checked here, before any work."""
+        self.check_request(prompt, max_new_tokens)
+        request = Request(next(self._ids), list(prompt), params, max_new_tokens, frozenset(eos_token_ids))
+        self.scheduler.add(request)
+        return request
+
+    def check_request(self, prompt: list[int], max_new_tokens: int) -> None:
+        if not prompt:
+            raise ValueError("the prompt is empty; give at least one token (or a non-empty text)")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        vocab = self.target.hf_config.vocab_size
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise ValueError(f"prompt token ids must lie in [0, {vocab}) for this model")
+        needed = len(prompt) + max_new_tokens + self.config.shape.budget + 1
+        if self.context_length is not None and len(prompt) + max_new_tokens > self.context_length:
+            raise ValueError(
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of "
+                f"{self.context_length} tokens; shorten the prompt or lower max_new_tokens"
+            )
+        if needed > self.config.cache.max_seq_len:
+            raise ValueError(
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) + the draft tree "
+                f"({self.config.shape.budget + 1}) needs {needed} cache positions but the cache holds "
+                f"{self.config.cache.max_seq_len}; raise max_seq_len or shorten the request"
+            )
+
+    def abort(self, request_id: int) -> Request | None:
+        request = self.scheduler.abort(request_id)
+        if request is not None and self.drafter is not None:
+            self.drafter.finish(request_id)
+        return request
+
+    # ---- the loop --------------------------------------------------------------------------------------------
+    def step(self) -> list[Request]:
+        """One round: admit and prefill new requests, then one speculative step for the others. Returns the
+        requests that finished in this round."""
+        admitted = self.scheduler.admit()
+        if admitted:
+            self.prefill(admitted)
+        ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
+        if ready:
+            trees = self.propose(ready)
+            paths = self.verify_accept_commit(ready, trees)
+            self.emit(ready, trees, paths)
+        finished = self.scheduler.retire()
+        if self.drafter is not None:
+            for request in finished:
+                self.drafter.finish(request.request_id)
+        return finished
+
+    def run(self) -> None:
+        while not self.scheduler.idle:
+            self.step()
+
+    def prefill(self, requests: list[Request]) -> None:
+        """Commit the prompts; the first new token is sampled from each prompt's last logits."""
+        start = time.perf_counter()
+        logits = self.runner.prefill([r.slot for r in requests], [r.prompt for r in requests])
+        for request, row in zip(requests, logits, strict=True):
+            request.emit([sample(target_distribution(row, request.params), request.generator)])
+            request.stats.prefill_seconds = time.perf_counter() - start
+            if self.drafter is not None:
+                self.drafter.start(self._draft_view(request))
+
+    def propose(self, requests: list[Request]) -> list[DraftTree]:
+        """A tree per request rooted at its newest token (emitted, not yet scored by the target)."""
+        if self.drafter is None:
+            return [DraftTree([r.output[-1]], [-1]) for r in requests]
+        trees = self.drafter.propose([self._draft_view(r) for r in requests], self.config.shape)
+        for tree, request in zip(trees, requests, strict=True):
+            if tree.tokens[0] != request.output[-1]:
+                raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
+        return trees
+
+    def verify_accept_commit(self, requests: list[Request], trees: list[DraftTree]) -> list[tuple[list[int], int]]:
+        """Score every tree in one target forward, accept a path per request, commit those paths."""
+        batch = StepBatch.trees([r.slot for r in requests], [t.tokens for t in trees], [t.parents for t in trees])
+        hidden, ctx = self.runner.score(batch)
+        logits = self.target.compute_logits(hidden).cpu()  # [B, T, V]
+        results = []
+        for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
+            probs = target_distribution(logits[row, : len(tree)], request.params)
+            results.append(accept_path(tree, probs, request.generator))
+        width = max(len(path) for path, _ in results)
+        accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
+        self.runner.cache.commit(ctx, accepted, torch.tensor([len(path) for path, _ in results]))
+        return results
+
+    def emit(self, requests: list[Request], trees: list[DraftTree], results) -> None:
+        for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):
+            request.emit([tree.tokens[j] for j in path[1:]] + [bonus])
+            request.stats.steps += 1
+            request.stats.emitted_per_step.append(len(path))
+            request.stats.drafted_per_step.append(len(tree) - 1)
+            if self.drafter is not None and not request.finished:
+                self.drafter.accepted(self._draft_view(request), tree, path, bonus)
+
+    @staticmethod
+    def _draft_view(request: Request) -> DraftRequest:
+        return DraftRequest(request.request_id, request.tokens, request.params, request.generator)

@@ -1,0 +1,82 @@
+"""A generation request: what was asked, what has been emitted, and its statistics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .sampling import SamplingParams
+
+
+@dataclass
+class RequestStats:
+    """steps: target forwards after the prefill; emitted_per_step: tokens each step emitted (accepted drafts plus
+    the bonus token); drafted_per_step: draft tokens proposed on each step's accepted path's tree."""
+
+    steps: int = 0
+    emitted_per_step: list[int] = field(default_factory=list)
+    drafted_per_step: list[int] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    start: float = field(default_factory=time.perf_counter)
+    end: float | None = None
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per target step, the bonus token included."""
+        return sum(self.emitted_per_step) / max(len(self.emitted_per_step), 1)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens over proposed draft tokens."""
+        proposed = sum(self.drafted_per_step)
+        accepted = sum(self.emitted_per_step) - len(self.emitted_per_step)
+        return accepted / proposed if proposed else 0.0
+
+    @property
+    def seconds(self) -> float:
+        return (self.end or time.perf_counter()) - self.start
+
+
+@dataclass
+class Request:
+    request_id: int
+    prompt: list[int]
+    params: SamplingParams
+    max_new_tokens: int
+    eos_token_ids: frozenset[int] = frozenset()
+    output: list[int] = field(default_factory=list)
+    slot: int | None = None
+    finish_reason: str | None = None
+    stats: RequestStats = field(default_factory=RequestStats)
+    generator: torch.Generator | None = None
+
+    def __post_init__(self):
+        if self.params.seed is not None:
+            self.generator = torch.Generator().manual_seed(self.params.seed)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def emit(self, tokens: list[int]) -> list[int]:
+        """Append emitted tokens up to an end-of-sequence token or max_new_tokens; returns those kept."""
+        kept = []
+        for token in tokens:
+            if len(self.output) >= self.max_new_tokens:
+                break
+            self.output.append(token)
+            kept.append(token)
+            if token in self.eos_token_ids:
+                self.finish_reason = "eos"
+                break
+        if not self.finished and len(self.output) >= self.max_new_tokens:
+            self.finish_reason = "length"
+        if self.finished:
+            self.stats.end = time.perf_counter()
+        return kept

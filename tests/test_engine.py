@@ -1,0 +1,75 @@
+"""The engine end to end on tiny models: speculative greedy output equals plain greedy output token for token,
+requests of different lengths join and leave, and bad requests are refused before any work."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from drafters import NgramDrafter, TreeShape
+from specdec.cache.spec import CacheConfig
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.engine.sampling import SamplingParams
+from specdec.models import load_model
+from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
+
+NEW_TOKENS = 64
+
+
+@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h"])
+def model(request, tmp_path_factory):
+    config = qwen35_text_config() if request.param == "qwen3_5" else nemotron_h_config()
+    directory = tmp_path_factory.mktemp(request.param)
+    save_tiny(config, directory, seed=21)
+    return load_model(directory, device="cpu")
+
+
+def prompts() -> list[list[int]]:
+    gen = torch.Generator().manual_seed(5)
+    pattern = torch.randint(0, 90, (6,), generator=gen).tolist()
+    return [pattern * 3, torch.randint(0, 90, (2,), generator=gen).tolist(),
+            torch.randint(0, 90, (19,), generator=gen).tolist() + pattern * 2]
+
+
+def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4), max_batch: int = 3):
+    config = EngineConfig(cache=CacheConfig(max_requests=max_batch, max_seq_len=160, flush_length=flush_length),
+                          shape=shape)
+    engine = Engine(model, drafter, config)
+    requests = [engine.add_request(p, SamplingParams(), NEW_TOKENS) for p in prompts()]
+    engine.run()
+    assert engine.runner.cache.free_request_slots == max_batch, "a finished request kept its slot"
+    return requests
+
+
+@pytest.mark.parametrize("flush_length", [1, 3, 16], ids=lambda length: f"L{length}")
+def test_ngram_speculation_is_lossless_under_greedy(model, flush_length):
+    plain = generate(model, None, flush_length)
+    speculative = generate(model, NgramDrafter(), flush_length)
+    for ours, reference in zip(speculative, plain, strict=True):
+        assert ours.output == reference.output
+        assert len(ours.output) == NEW_TOKENS
+    accepted = sum(sum(r.stats.emitted_per_step) - len(r.stats.emitted_per_step) for r in speculative)
+    assert accepted > 0, "the n-gram drafter never got a token accepted: the test would not exercise commits"
+    assert sum(r.stats.steps for r in speculative) < sum(r.stats.steps for r in plain)
+
+
+def test_requests_join_and_leave_between_steps(model):
+    """More requests than slots: they queue, run two at a time, and each equals its own solo run."""
+    solo = [generate(model, None, 16, max_batch=1)]
+    batched = generate(model, NgramDrafter(), 16, max_batch=2)
+    assert [r.output for r in batched] == [r.output for r in solo[0]]
+
+
+@pytest.mark.parametrize(
+    "prompt, max_new_tokens, message",
+    [([], 8, "the prompt is empty"), ([1, 2], 0, "max_new_tokens must be >= 1"),
+     ([1, 2], 600, "context"), ([1, 2], 300, "cache holds"), ([1, 999], 8, "token ids must lie in")],
+    ids=["empty-prompt", "no-new-tokens", "over-context", "over-cache", "bad-token"],
+)
+def test_bad_requests_are_refused_before_any_work(model, prompt, max_new_tokens, message):
+    engine = Engine(model, NgramDrafter(), EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=256)))
+    with pytest.raises(ValueError, match=message):
+        engine.add_request(prompt, SamplingParams(), max_new_tokens)
+    request = engine.add_request([1, 2, 3], SamplingParams(), 4)  # the engine stays usable
+    engine.run()
+    assert len(request.output) == 4
