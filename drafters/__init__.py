@@ -2,6 +2,16 @@
 family; MTP and EAGLE-3 heads plug into the same interface."""
 
 from .base import DRAFTERS, Drafter, DraftRequest, TreeShape, make_drafter, register
+from .draft_model import DraftModelDrafter
 from .ngram import NgramDrafter
 
-__all__ = ["DRAFTERS", "DraftRequest", "Drafter", "NgramDrafter", "TreeShape", "make_drafter", "register"]
+__all__ = [
+    "DRAFTERS",
+    "DraftModelDrafter",
+    "DraftRequest",
+    "Drafter",
+    "NgramDrafter",
+    "TreeShape",
+    "make_drafter",
+    "register",
+]

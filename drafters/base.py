@@ -46,8 +46,9 @@ class DraftRequest:
 
 
 class Drafter(ABC):
-    """Proposes a token tree per request. Lifecycle per request: start(...) once, then for every step
-    propose(...) and accepted(...), and finish(...) when it leaves (also on abort)."""
+    """Proposes a token tree per request. Lifecycle: start(request) when a request joins, then every step
+    propose(requests) and accepted(requests, ...) for the same batch, and finish(request_id) when it leaves
+    (also on abort)."""
 
     def start(self, request: DraftRequest) -> None:  # noqa: B027 - stateless drafters need no set-up
         """A request joins (its prompt is request.tokens)."""
@@ -56,8 +57,10 @@ class Drafter(ABC):
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         """One tree per request; node 0 is the request's last token."""
 
-    def accepted(self, request: DraftRequest, tree: DraftTree, path: list[int], bonus: int) -> None:  # noqa: B027
-        """The target accepted tree nodes `path` (root first) and emitted `bonus` after them."""
+    def accepted(self, requests: list[DraftRequest], trees: list[DraftTree],  # noqa: B027
+                 results: list[tuple[list[int], int]]) -> None:
+        """For the batch of the last propose: the target accepted, per request, tree nodes `path` (root first) and
+        emitted a bonus token after them (results[i] = (path, bonus))."""
 
     def finish(self, request_id: int) -> None:  # noqa: B027
         """The request left; free what it held."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drafters import NgramDrafter, TreeShape
+from drafters import DraftModelDrafter, NgramDrafter, TreeShape
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.sampling import SamplingParams
@@ -73,3 +73,36 @@ def test_bad_requests_are_refused_before_any_work(model, prompt, max_new_tokens,
     request = engine.add_request([1, 2, 3], SamplingParams(), 4)  # the engine stays usable
     engine.run()
     assert len(request.output) == 4
+
+
+@pytest.fixture(scope="module")
+def draft_pair(tmp_path_factory):
+    """A target and a smaller draft of the same family (a different random init: partial agreement)."""
+    target_dir, draft_dir = tmp_path_factory.mktemp("target"), tmp_path_factory.mktemp("draft")
+    save_tiny(qwen35_text_config(), target_dir, seed=21)
+    save_tiny(qwen35_text_config(hidden_size=16, num_hidden_layers=4), draft_dir, seed=22)
+    return load_model(target_dir, device="cpu"), load_model(draft_dir, device="cpu")
+
+
+def draft_model_drafter(draft, flush_length):
+    return DraftModelDrafter(draft, CacheConfig(max_requests=3, max_seq_len=160, flush_length=flush_length))
+
+
+@pytest.mark.parametrize("flush_length", [1, 16], ids=lambda length: f"L{length}")
+@pytest.mark.parametrize("shape", [TreeShape(steps=4), TreeShape(steps=3, topk=2, max_tokens=6)],
+                         ids=["chain4", "tree-top2"])
+def test_draft_model_speculation_is_lossless_under_greedy(draft_pair, flush_length, shape):
+    target, draft = draft_pair
+    plain = generate(target, None, flush_length)
+    speculative = generate(target, draft_model_drafter(draft, flush_length), flush_length, shape=shape)
+    assert [r.output for r in speculative] == [r.output for r in plain]
+
+
+def test_draft_equal_to_target_accepts_everything(draft_pair):
+    """The target drafting for itself: every draft token is accepted, steps + 1 tokens per step."""
+    target, _ = draft_pair
+    requests = generate(target, draft_model_drafter(target, 16), 16, shape=TreeShape(steps=4))
+    for request in requests:
+        full_steps = request.stats.emitted_per_step[:-1]  # the last step may be cut by max_new_tokens
+        assert full_steps and all(n == 5 for n in full_steps)
+        assert request.stats.acceptance_rate > 0.95

@@ -141,8 +141,8 @@ class Engine:
             request.stats.steps += 1
             request.stats.emitted_per_step.append(len(path))
             request.stats.drafted_per_step.append(len(tree) - 1)
-            if self.drafter is not None and not request.finished:
-                self.drafter.accepted(self._draft_view(request), tree, path, bonus)
+        if self.drafter is not None:
+            self.drafter.accepted([self._draft_view(r) for r in requests], trees, results)
 
     @staticmethod
     def _draft_view(request: Request) -> DraftRequest:

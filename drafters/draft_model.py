@@ -1,0 +1,113 @@
+"""A smaller model of the target's family drafts the tree, run by the same runtime on its own KVBuffer cache.
+
+Nothing is ever rolled back. Each drafting level scores the request's whole tree so far as one token tree (the
+KVBuffer verify of the draft model), without committing; only after the target has accepted a path does the
+draft cache commit the accepted nodes it has scored. Its last level's leaves were never scored by the draft
+model: if the target accepts one, that token waits in `pending` and is scored at the front of the next tree.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.cache.spec import CacheConfig
+from specdec.cache.step import StepBatch
+from specdec.engine.sampling import target_distribution
+from specdec.engine.tree import DraftTree
+from specdec.models.base import HybridCausalLM
+from specdec.runner import ModelRunner
+
+from .base import Drafter, DraftRequest, TreeShape, register
+
+
+@register("model")
+class DraftModelDrafter(Drafter):
+    def __init__(self, model: HybridCausalLM, cache: CacheConfig):
+        self.model = model
+        self.runner = ModelRunner.create(model, cache)
+        self.slots: dict[int, int] = {}
+        self.pending: dict[int, list[int]] = {}
+        self._last: tuple[object, list[int]] | None = None  # (step context, scored tree nodes per row)
+
+    def start(self, request: DraftRequest) -> None:
+        slot = self.runner.cache.allocate_request()
+        self.slots[request.request_id] = slot
+        self.pending[request.request_id] = []
+        # the prompt; the first emitted token (request.tokens[-1]) is the root of the first tree
+        self.runner.prefill([slot], [request.tokens[:-1]])
+
+    def finish(self, request_id: int) -> None:
+        slot = self.slots.pop(request_id, None)
+        if slot is not None:
+            self.runner.cache.release_request(slot)
+        self.pending.pop(request_id, None)
+
+    def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
+        """Level by level: score every tree so far (pending tokens in front), then give each newest node its
+        `topk` most likely children (greedy requests) or `topk` children sampled without replacement."""
+        trees = [DraftTree([r.tokens[-1]], [-1]) for r in requests]
+        frontiers = [[0] for _ in requests]
+        for _ in range(shape.steps):
+            if not any(frontiers):
+                break
+            logits, ctx = self._score(requests, trees)
+            scored = [len(tree) for tree in trees]
+            for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
+                offset = len(self.pending[request.request_id])
+                frontier, frontiers[row] = frontiers[row], []
+                for node in frontier:
+                    room = shape.budget + 1 - len(tree)
+                    if room <= 0:
+                        break
+                    for token, law in self._children(logits[row, offset + node], min(shape.topk, room), request):
+                        tree.tokens.append(token)
+                        tree.parents.append(node)
+                        tree.draft_probs.append(law)
+                        frontiers[row].append(len(tree) - 1)
+            self._last = (ctx, scored)
+        return trees
+
+    def accepted(self, requests: list[DraftRequest], trees: list[DraftTree], results) -> None:
+        """Commit, per request, its pending tokens and the accepted nodes the draft model scored."""
+        ctx, scored = self._last
+        rows = []
+        for row, (request, (path, _bonus)) in enumerate(zip(requests, results, strict=True)):
+            pending = self.pending[request.request_id]
+            kept = [j for j in path if j < scored[row]]
+            rows.append(list(range(len(pending))) + [len(pending) + j for j in kept])
+            # an accepted leaf was never scored by the draft model: it goes first next time, then the bonus root
+            self.pending[request.request_id] = [trees[row].tokens[j] for j in path if j >= scored[row]]
+        width = max(len(r) for r in rows)
+        accepted = torch.tensor([r + [-1] * (width - len(r)) for r in rows])
+        self.runner.cache.commit(ctx, accepted, torch.tensor([len(r) for r in rows]))
+        self._last = None
+
+    def _score(self, requests: list[DraftRequest], trees: list[DraftTree]):
+        """Score pending tokens + tree per request as one token tree each; -> logits [B, T, V], context."""
+        tokens, parents = [], []
+        for request, tree in zip(requests, trees, strict=True):
+            pending = self.pending[request.request_id]
+            chain = list(range(-1, len(pending) - 1))
+            root_parent = len(pending) - 1
+            tokens.append(pending + tree.tokens)
+            parents.append(chain + [root_parent if p < 0 else p + len(pending) for p in tree.parents])
+        batch = StepBatch.trees([self.slots[r.request_id] for r in requests], tokens, parents)
+        hidden, ctx = self.runner.score(batch)
+        return self.model.compute_logits(hidden).cpu(), ctx
+
+    @staticmethod
+    def _children(logits: torch.Tensor, count: int, request: DraftRequest) -> list[tuple[int, torch.Tensor | None]]:
+        """Greedy: the draft's `count` most likely tokens as point masses. Sampling: `count` draws without
+        replacement from the draft distribution (the request's temperature / top-k / top-p), each with the law
+        it was drawn from (that distribution without the tokens drawn before it)."""
+        if request.params.greedy:
+            return [(int(token), None) for token in logits.topk(count).indices]
+        children, law = [], target_distribution(logits, request.params)
+        for _ in range(count):
+            if law.sum() <= 0:
+                break
+            law = law / law.sum()
+            token = int(torch.multinomial(law, 1, generator=request.generator))
+            children.append((token, law.clone()))
+            law[token] = 0
+        return children
