@@ -106,3 +106,13 @@ def test_draft_equal_to_target_accepts_everything(draft_pair):
         full_steps = request.stats.emitted_per_step[:-1]  # the last step may be cut by max_new_tokens
         assert full_steps and all(n == 5 for n in full_steps)
         assert request.stats.acceptance_rate > 0.95
+
+
+def test_a_request_that_needs_a_state_is_refused_when_there_are_none(model):
+    config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64, flush_length=8, num_state_slots=0))
+    engine = Engine(model, None, config)
+    with pytest.raises(ValueError, match="no state slots"):
+        engine.add_request(list(range(1, 10)), SamplingParams(), 4)
+    short = engine.add_request([1, 2], SamplingParams(), 4)  # 2 + 4 + 1 < 8: stays in the buffer, runs
+    engine.run()
+    assert len(short.output) == 4 and engine.runner.cache.state_slot.count(-1) == 2

@@ -39,7 +39,7 @@ class Engine:
         self.drafter = drafter
         self.config = config
         self.runner = ModelRunner.create(target, config.cache)
-        self.scheduler = Scheduler(self.runner.cache)
+        self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0)
         self._ids = itertools.count()
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
 
@@ -49,6 +49,11 @@ class Engine:
         """Queue a request; everything that could make it fail later is checked here, before any work."""
         self.check_request(prompt, max_new_tokens)
         request = Request(next(self._ids), list(prompt), params, max_new_tokens, frozenset(eos_token_ids))
+        if self.scheduler.may_fold(request) and self.config.cache.state_slots == 0:
+            raise ValueError(
+                f"this request may fill its buffer (flush length {self.config.cache.flush_length}) and need a "
+                "committed state, but the cache has no state slots; raise CacheConfig.num_state_slots"
+            )
         self.scheduler.add(request)
         return request
 

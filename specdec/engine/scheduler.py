@@ -1,5 +1,10 @@
-"""Continuous batching: requests wait in arrival order, join when the cache has a slot for them, and leave (giving
-their slots back) as soon as they finish or are aborted."""
+"""Continuous batching: requests wait in arrival order, join when the cache has room for them, and leave (giving
+their slots back) as soon as they finish or are aborted.
+
+Room means a request slot and, for a request that may ever fold its buffer, a committed-state slot it can count
+on: the state pool is the memory budget and is usually smaller than the number of request slots, since short
+requests (prompt + new tokens + one draft tree below the flush length) never hold a state. A request that does
+not fit waits instead of failing mid-generation."""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ from .request import Request
 
 
 class Scheduler:
-    def __init__(self, cache: KVBufferCache, max_batch: int | None = None):
+    def __init__(self, cache: KVBufferCache, draft_budget: int = 0, max_batch: int | None = None):
         self.cache = cache
+        self.draft_budget = draft_budget  # drafted nodes per step: a step may commit that many beyond the output
         self.max_batch = max_batch or cache.config.max_requests
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -24,11 +30,21 @@ class Scheduler:
         """Move waiting requests into the batch while request slots are free; they need their prefill."""
         admitted = []
         while self.waiting and len(self.running) < self.max_batch and self.cache.free_request_slots:
+            if self.may_fold(self.waiting[0]) and self.state_reservations() >= self.cache.config.state_slots:
+                break  # keeps arrival order: the head waits for a committed-state slot
             request = self.waiting.popleft()
             request.slot = self.cache.allocate_request()
             self.running.append(request)
             admitted.append(request)
         return admitted
+
+    def may_fold(self, request: Request) -> bool:
+        """Whether the request can ever fill its buffer to the flush length (and so need a committed state)."""
+        most = len(request.prompt) + request.max_new_tokens + self.draft_budget + 1
+        return most >= self.cache.config.flush_length
+
+    def state_reservations(self) -> int:
+        return sum(self.may_fold(request) for request in self.running)
 
     def retire(self) -> list[Request]:
         """Take finished requests out of the batch and free their slots."""
