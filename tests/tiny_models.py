@@ -56,3 +56,22 @@ def qwen35_multimodal_config(**text_overrides):
     vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=4, out_hidden_size=32,
                   num_position_embeddings=16, temporal_patch_size=1, spatial_merge_size=1)
     return Qwen3_5Config(text_config=text, vision_config=vision)
+
+
+WORDS = ["<unk>", "<eos>"] + [f"{a}{b}" for a in "abcdefgh" for b in "aeiouyrstnlm"][: VOCAB - 2]
+
+
+def save_tiny_tokenizer(directory) -> None:
+    """A word-level tokenizer over VOCAB tokens (id 1 is the end of sequence) with a chat template, saved the way
+    transformers saves any fast tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}assistant {% endif %}"
+    )
+    tokenizer.save_pretrained(directory)

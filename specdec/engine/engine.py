@@ -65,7 +65,8 @@ class Engine:
         vocab = self.target.hf_config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise ValueError(f"prompt token ids must lie in [0, {vocab}) for this model")
-        needed = len(prompt) + max_new_tokens + self.config.shape.budget + 1
+        tree = self.scheduler.draft_budget + 1  # the widest step: a root and its drafts
+        needed = len(prompt) + max_new_tokens + tree
         if self.context_length is not None and len(prompt) + max_new_tokens > self.context_length:
             raise ValueError(
                 f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of "
@@ -73,8 +74,8 @@ class Engine:
             )
         if needed > self.config.cache.max_seq_len:
             raise ValueError(
-                f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) + the draft tree "
-                f"({self.config.shape.budget + 1}) needs {needed} cache positions but the cache holds "
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) + one step's tree ({tree}) "
+                f"needs {needed} cache positions but the cache holds "
                 f"{self.config.cache.max_seq_len}; raise max_seq_len or shorten the request"
             )
 

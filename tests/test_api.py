@@ -1,0 +1,83 @@
+"""The Python API on tiny checkpoints with a tokenizer: text in, text out, drafters by name, streaming, chat,
+stop strings, seeds, and bad input refused before any work with the engine still usable."""
+
+from __future__ import annotations
+
+import pytest
+
+import specdec
+from specdec import LLM
+from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny, save_tiny_tokenizer
+
+PROMPT = "aa ae ai ao au ay ar aa ae ai"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    target, draft, other = (tmp_path_factory.mktemp(name) for name in ("target", "draft", "other"))
+    save_tiny(qwen35_text_config(), target, seed=41)
+    save_tiny(qwen35_text_config(hidden_size=16), draft, seed=42)
+    save_tiny(nemotron_h_config(vocab_size=64), other, seed=43)
+    for directory in (target, draft):
+        save_tiny_tokenizer(directory)
+    return target, draft, other
+
+
+@pytest.fixture(scope="module")
+def plain(checkpoints):
+    return LLM(str(checkpoints[0]), max_seq_len=128)
+
+
+def test_text_in_text_out_equal_across_drafters(checkpoints, plain):
+    target, draft, _ = checkpoints
+    reference = plain.generate([PROMPT, "ba be"], max_new_tokens=24)
+    assert all(out.text and len(out.token_ids) <= 24 for out in reference)
+    with_draft = LLM(str(target), draft=str(draft), max_seq_len=128).generate([PROMPT, "ba be"], max_new_tokens=24)
+    with_ngram = specdec.generate([PROMPT, "ba be"], target=str(target), draft="ngram", max_seq_len=128,
+                                  max_new_tokens=24)
+    for a, b, c in zip(reference, with_draft, with_ngram, strict=True):
+        assert a.token_ids == b.token_ids == c.token_ids and a.text == b.text == c.text
+        assert b.stats.steps <= a.stats.steps and b.stats.mean_accepted_length >= 1
+
+
+def test_stream_pieces_add_up_to_the_generated_text(plain):
+    expected = plain.generate(PROMPT, max_new_tokens=16)[0].text
+    assert "".join(plain.stream(PROMPT, max_new_tokens=16)) == expected
+
+
+def test_chat_template_and_stop_strings(plain):
+    chat = plain.generate(PROMPT, max_new_tokens=8, chat=True)[0]
+    assert chat.prompt_token_ids == plain.encode("user " + PROMPT + " assistant")
+    full = plain.generate(PROMPT, max_new_tokens=24)[0]
+    stop_word = full.text.split()[3]
+    stopped = plain.generate(PROMPT, max_new_tokens=24, stop=[stop_word])[0]
+    assert stopped.finish_reason == "stop" and stop_word not in stopped.text
+    assert full.text.startswith(stopped.text)
+
+
+def test_seeded_sampling_is_reproducible(plain):
+    first = plain.generate(PROMPT, max_new_tokens=16, temperature=0.9, top_p=0.9, seed=7)[0]
+    again = plain.generate(PROMPT, max_new_tokens=16, temperature=0.9, top_p=0.9, seed=7)[0]
+    assert first.token_ids == again.token_ids
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(prompts=""), "the prompt is empty"), (dict(prompts=PROMPT, max_new_tokens=0), "max_new_tokens"),
+     (dict(prompts=PROMPT, temperature=-1.0), "temperature"), (dict(prompts=PROMPT, top_p=1.5), "top_p"),
+     (dict(prompts=[PROMPT, ""], max_new_tokens=8), "the prompt is empty")],
+    ids=["empty-prompt", "no-new-tokens", "negative-temperature", "top-p", "one-bad-in-a-batch"],
+)
+def test_bad_generation_input(plain, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plain.generate(**kwargs)
+    assert plain.engine.scheduler.idle, "a refused call left work behind"
+    assert plain.generate("aa", max_new_tokens=2)[0].token_ids  # still usable
+
+
+def test_bad_models(checkpoints):
+    target, _, other = checkpoints
+    with pytest.raises(ValueError, match="unknown model 'llama-9'"):
+        LLM("llama-9")
+    with pytest.raises(ValueError, match="vocabulary"):
+        LLM(str(target), draft=str(other), max_seq_len=128)
