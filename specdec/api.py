@@ -80,7 +80,8 @@ class LLM:
 
     def stream(self, prompt: Prompt, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                top_k: int = 0, seed: int | None = None, chat: bool = False, stop: Sequence[str] = ()) -> Iterator[str]:
-        """Yield the text of one prompt's continuation piece by piece, as the engine emits it."""
+        """Yield the text of one prompt's continuation piece by piece, as the engine emits it; afterwards the whole
+        Output is in `last_stream`."""
         if self.tokenizer is None:
             raise ValueError("streaming text needs a tokenizer and this checkpoint ships none; use generate()")
         (request,) = self._submit([prompt], max_new_tokens, temperature, top_p, top_k, seed, chat)
@@ -98,6 +99,7 @@ class LLM:
                 break
         while not self.engine.scheduler.idle:  # let the engine retire it
             self.engine.step()
+        self.last_stream = self._output(request, stop)
 
     def _submit(self, prompts, max_new_tokens, temperature, top_p, top_k, seed, chat) -> list[Request]:
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
