@@ -75,12 +75,17 @@ def test_bad_requests_are_refused_before_any_work(model, prompt, max_new_tokens,
     assert len(request.output) == 4
 
 
-@pytest.fixture(scope="module")
-def draft_pair(tmp_path_factory):
+@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h"])
+def draft_pair(request, tmp_path_factory):
     """A target and a smaller draft of the same family (a different random init: partial agreement)."""
     target_dir, draft_dir = tmp_path_factory.mktemp("target"), tmp_path_factory.mktemp("draft")
-    save_tiny(qwen35_text_config(), target_dir, seed=21)
-    save_tiny(qwen35_text_config(hidden_size=16, num_hidden_layers=4), draft_dir, seed=22)
+    if request.param == "qwen3_5":
+        save_tiny(qwen35_text_config(), target_dir, seed=21)
+        save_tiny(qwen35_text_config(hidden_size=16), draft_dir, seed=22)
+    else:
+        save_tiny(nemotron_h_config(), target_dir, seed=21)
+        save_tiny(nemotron_h_config(hidden_size=16, layers_block_type=["linear_attention", "full_attention",
+                                                                      "linear_attention"]), draft_dir, seed=22)
     return load_model(target_dir, device="cpu"), load_model(draft_dir, device="cpu")
 
 
