@@ -6,8 +6,9 @@ from __future__ import annotations
 from transformers import NemotronHConfig, Qwen3_5Config, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
 from specdec.models.random_checkpoint import save_random_checkpoint as save_tiny
+from specdec.models.random_checkpoint import save_word_tokenizer
 
-__all__ = ["nemotron_h_config", "qwen35_multimodal_config", "qwen35_text_config", "save_tiny"]
+__all__ = ["nemotron_h_config", "qwen35_multimodal_config", "qwen35_text_config", "save_tiny", "save_tiny_tokenizer"]
 
 VOCAB = 96
 
@@ -58,20 +59,6 @@ def qwen35_multimodal_config(**text_overrides):
     return Qwen3_5Config(text_config=text, vision_config=vision)
 
 
-WORDS = ["<unk>", "<eos>"] + [f"{a}{b}" for a in "abcdefgh" for b in "aeiouyrstnlm"][: VOCAB - 2]
-
 
 def save_tiny_tokenizer(directory) -> None:
-    """A word-level tokenizer over VOCAB tokens (id 1 is the end of sequence) with a chat template, saved the way
-    transformers saves any fast tokenizer."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(WORDS)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
-    tokenizer.chat_template = (
-        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
-        "{% if add_generation_prompt %}assistant {% endif %}"
-    )
-    tokenizer.save_pretrained(directory)
+    save_word_tokenizer(directory, VOCAB)

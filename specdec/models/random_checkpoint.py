@@ -61,3 +61,24 @@ def save_random_checkpoint(config, directory: str | Path, seed: int = 0, **save_
     randomize(model, seed)
     model.save_pretrained(directory, **save_kwargs)
     return model
+
+
+def save_word_tokenizer(directory: str | Path, vocab_size: int) -> None:
+    """A word-level tokenizer over `vocab_size` two-letter words ("aa", "ae", ...; id 0 unknown, id 1 the end of
+    sequence) with a chat template, saved as transformers saves any fast tokenizer: text in and out for random
+    checkpoints."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["<unk>", "<eos>"] + [a + b for a in letters for b in letters][: vocab_size - 2]
+    if len(words) < vocab_size:
+        raise ValueError(f"the word tokenizer has at most {len(words)} tokens, asked for {vocab_size}")
+    backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}assistant {% endif %}"
+    )
+    tokenizer.save_pretrained(directory)
