@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from drafters import Drafter, DraftModelDrafter, NgramDrafter, TreeShape
+from specdec.cache.budget import cache_for_budget
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.request import Request, RequestStats
@@ -46,13 +47,17 @@ class LLM:
 
     def __init__(self, target: str = "qwen3.5", draft: str | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, flush_length: int = 16, max_batch: int = 8,
-                 max_seq_len: int = 4096, num_state_slots: int | None = None, num_steps: int = 4, topk: int = 1,
-                 num_draft_tokens: int | None = None):
-        cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, flush_length=flush_length,
-                            num_state_slots=num_state_slots)
+                 max_seq_len: int = 4096, num_state_slots: int | None = None, state_memory_gb: float | None = None,
+                 num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None):
         shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens)
         target_path = resolve_checkpoint(resolve(target))
         self.model = load_model(target_path, device=device, dtype=dtype)
+        if state_memory_gb is not None:  # pools sized by memory: as many committed states as fit
+            cache = cache_for_budget(self.model.cache_spec(), int(state_memory_gb * 2**30), max_batch, max_seq_len,
+                                     flush_length, self.model.dtype)
+        else:
+            cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, flush_length=flush_length,
+                                num_state_slots=num_state_slots)
         self.tokenizer = load_tokenizer(target_path)
         self.drafter = self._make_drafter(draft, target, device, dtype, cache)
         self.engine = Engine(self.model, self.drafter, EngineConfig(cache=cache, shape=shape))
@@ -65,7 +70,9 @@ class LLM:
         draft_path = resolve_checkpoint(smallest_of_family(target) if draft == "small" else resolve(draft))
         draft_model = load_model(draft_path, device=device, dtype=dtype)
         check_same_vocabulary(self.model, self.tokenizer, draft_model, load_tokenizer(draft_path))
-        return DraftModelDrafter(draft_model, cache)
+        return DraftModelDrafter(draft_model, CacheConfig(max_requests=cache.max_requests,
+                                                          max_seq_len=cache.max_seq_len,
+                                                          flush_length=cache.flush_length))
 
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,

@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--flush-length", type=int, default=16, help="KVBuffer flush length L (default 16)")
     engine.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
     engine.add_argument("--max-seq-len", type=int, default=4096, help="tokens per request (default 4096)")
+    engine.add_argument("--state-memory-gb", type=float, default=None,
+                        help="memory for the KVBuffer pools in GiB: as many committed states as fit; requests wait "
+                        "for one rather than fail (default: one state slot per request)")
     return parser
 
 
@@ -75,8 +78,8 @@ def run(args) -> None:
 
     prompts = read_prompts(args)
     llm = LLM(args.target, args.draft, device=args.device, dtype=args.dtype, flush_length=args.flush_length,
-              max_batch=args.max_batch, max_seq_len=args.max_seq_len, num_steps=args.num_steps, topk=args.topk,
-              num_draft_tokens=args.num_draft_tokens)
+              max_batch=args.max_batch, max_seq_len=args.max_seq_len, state_memory_gb=args.state_memory_gb,
+              num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens)
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, seed=args.seed, chat=args.chat, stop=args.stop)
     start = time.perf_counter()
