@@ -24,10 +24,18 @@ class NgramDrafter(Drafter):
         return trees
 
     def lookup(self, tokens: list[int], count: int) -> list[int]:
-        """Up to `count` tokens that followed the most recent earlier occurrence of the longest matching suffix."""
+        """Up to `count` tokens that followed an earlier occurrence of the longest matching suffix: the most recent
+        occurrence with `count` tokens after it, else the one with the most (a recent match in a repeating text
+        runs into the end of the sequence after a token or two)."""
         for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
             suffix = tokens[-n:]
+            best: list[int] = []
             for start in range(len(tokens) - n - 1, -1, -1):  # most recent occurrence first, not the suffix itself
                 if tokens[start:start + n] == suffix:
-                    return tokens[start + n:start + n + count]
+                    following = tokens[start + n:start + n + count]
+                    if len(following) == count:
+                        return following
+                    best = max(best, following, key=len)
+            if best:
+                return best
         return []

@@ -121,3 +121,10 @@ def test_a_request_that_needs_a_state_is_refused_when_there_are_none(model):
     short = engine.add_request([1, 2], SamplingParams(), 4)  # 2 + 4 + 1 < 8: stays in the buffer, runs
     engine.run()
     assert len(short.output) == 4 and engine.runner.cache.state_slot.count(-1) == 2
+
+
+def test_ngram_lookup():
+    drafter = NgramDrafter(max_ngram=3)
+    assert drafter.lookup([1, 2, 3, 9, 1, 2, 3], 2) == [9, 1]  # longest suffix [1, 2, 3] seen before
+    assert drafter.lookup([5] * 6, 3) == [5, 5, 5]  # a repeating text: an earlier match with room
+    assert drafter.lookup([1, 2, 3, 4], 2) == []  # nothing repeats
