@@ -20,23 +20,13 @@ from verify_kernels.conv import (
     tree_conv_windows_ref,
 )
 
+# every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nan_empty")
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
-@pytest.fixture(autouse=True)
-def nan_empty(monkeypatch):
-    """torch.empty / torch.empty_like return NaN (bool: True, integers: their maximum), so an output element that a
-    kernel does not write fails the comparison."""
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def poison(x: torch.Tensor) -> torch.Tensor:
-        if x.is_floating_point():
-            return x.fill_(NAN)
-        return x.fill_(True if x.dtype == torch.bool else torch.iinfo(x.dtype).max)
-
-    monkeypatch.setattr(torch, "empty", lambda *args, **kwargs: poison(empty(*args, **kwargs)))
-    monkeypatch.setattr(torch, "empty_like", lambda *args, **kwargs: poison(empty_like(*args, **kwargs)))
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:

@@ -40,24 +40,14 @@ from verify_kernels.gdn import (
 from verify_kernels.gdn import verify as verify_module
 from verify_kernels.tree import ancestor_mask, chain_parents
 
+# every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nan_empty")
+
 # fp32 throughout; the kernels sum in another order than the references
 TOL = 2e-5
 CUDA = torch.cuda.is_available()
 
 
-@pytest.fixture(autouse=True)
-def nan_empty(monkeypatch):
-    """torch.empty / torch.empty_like return NaN (integers: their maximum), so an output element that a kernel
-    does not write fails the comparison."""
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def poison(x: torch.Tensor) -> torch.Tensor:
-        if x.is_floating_point():
-            return x.fill_(NAN)
-        return x if x.dtype == torch.bool else x.fill_(torch.iinfo(x.dtype).max)
-
-    monkeypatch.setattr(torch, "empty", lambda *args, **kwargs: poison(empty(*args, **kwargs)))
-    monkeypatch.setattr(torch, "empty_like", lambda *args, **kwargs: poison(empty_like(*args, **kwargs)))
 
 
 

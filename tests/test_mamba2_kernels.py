@@ -27,6 +27,9 @@ from verify_kernels.mamba2 import (
 )
 from verify_kernels.tree import ancestor_mask, chain_parents
 
+# every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nan_empty")
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_cuda = pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device")
 # fp32 throughout; the kernels sum in another order than the references (and take G differences from tree-local
@@ -52,19 +55,6 @@ L = 20                                      # buffer capacity: L - 1 = 19 entrie
 ROWS = [(0, False), (L - 1, True), (5, True), (3, False), (0, True)]
 
 
-@pytest.fixture(autouse=True)
-def nan_empty(monkeypatch):
-    """torch.empty / torch.empty_like return NaN (bool: True, integers: their maximum), so an output element that a
-    kernel does not write fails the comparison."""
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def poison(x: torch.Tensor) -> torch.Tensor:
-        if x.is_floating_point():
-            return x.fill_(NAN)
-        return x.fill_(True if x.dtype == torch.bool else torch.iinfo(x.dtype).max)
-
-    monkeypatch.setattr(torch, "empty", lambda *args, **kwargs: poison(empty(*args, **kwargs)))
-    monkeypatch.setattr(torch, "empty_like", lambda *args, **kwargs: poison(empty_like(*args, **kwargs)))
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: float = TOL) -> None:
