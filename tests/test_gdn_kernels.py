@@ -248,8 +248,15 @@ def test_outputs_are_nan_poisoned():
     assert torch.empty(3).isnan().all() and torch.empty_like(torch.zeros(2, 2)).isnan().all()
 
 
+@pytest.fixture(params=["three-pass", "fused"])
+def decode_path(request, monkeypatch):
+    """Decode runs as three kernels, or as one for batches up to FUSED_MAX_BATCH: test both on the same rows."""
+    monkeypatch.setattr(decode_module, "FUSED_MAX_BATCH", 0 if request.param == "three-pass" else len(ROWS))
+    return request.param
+
+
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
-def test_decode(d):
+def test_decode(d, decode_path):
     check_decode(make_batch(d, ROWS, seed=1))
 
 
@@ -263,7 +270,7 @@ DECODE_COMMITS = {
 
 @pytest.mark.parametrize("flush_length", DECODE_COMMITS.values(), ids=DECODE_COMMITS.keys())
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
-def test_decode_commit(d, flush_length):
+def test_decode_commit(d, flush_length, decode_path):
     check_decode_commit(make_batch(d, ROWS, seed=2), flush_length)
 
 
@@ -329,10 +336,13 @@ def test_small_blocks(monkeypatch):
         monkeypatch.setattr(module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "STATE_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "FOLD_BLOCK_V", 16)
+    monkeypatch.setattr(decode_module, "FUSED_BLOCK_V", 16)
     monkeypatch.setattr(verify_module, "BLOCK_K", 16)
     d = DIMS["k32-hv2"]
-    check_decode(make_batch(d, ROWS, seed=6))
-    check_decode_commit(make_batch(d, ROWS, seed=6), 6)
+    for fused_max_batch in (0, len(ROWS)):  # decode's three kernels, then its single kernel
+        monkeypatch.setattr(decode_module, "FUSED_MAX_BATCH", fused_max_batch)
+        check_decode(make_batch(d, ROWS, seed=6))
+        check_decode_commit(make_batch(d, ROWS, seed=6), 6)
     check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
     check_commit(make_batch(d, ROWS, seed=6, T=len(TREE), shape="tree"), *COMMITS["fold-and-append"][::-1])
     check_flush(make_batch(d, ROWS, seed=6))
