@@ -53,6 +53,26 @@ def fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H
 
 
 @triton.jit
+def buffer_reads(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, b_k, b_q, o_k, o_v, H: tl.constexpr,
+                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BV: tl.constexpr,
+                 BC: tl.constexpr):
+    """The buffer's share of S_c^T k and S_c^T q over columns o_v [BV]: sum_i e^{G - G_i} (k_i . x) u_i for the
+    first n entries of buffer row i_r, BC at a time (never the stale positions past n)."""
+    b_kr = tl.zeros([BV], dtype=tl.float32)
+    b_qr = tl.zeros([BV], dtype=tl.float32)
+    for i_c in range(0, n, BC):
+        o_c = i_c + tl.arange(0, BC)
+        m_c = o_c < n
+        b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
+        b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
+        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
+        b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))                      # [BC], e^{G - G_i} <= 1
+        b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+        b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+    return b_kr, b_qr
+
+
+@triton.jit
 def gdn_decode_buffer_kernel(
     q,             # [B, H, K]
     k,             # [B, H, K]
@@ -82,22 +102,10 @@ def gdn_decode_buffer_kernel(
     b_G = tl.load(g + i_b * HV + i_h).to(tl.float32)
     if n > 0:
         b_G += tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
-    b_kr = tl.zeros([V], dtype=tl.float32)
-    b_qr = tl.zeros([V], dtype=tl.float32)
-    if n > 0:
-        b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-        b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-        for i_c in range(0, n, BC):
-            o_c = i_c + tl.arange(0, BC)
-            m_c = o_c < n
-            b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
-                           other=0.)
-            b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
-                           other=0.)
-            b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
-            b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))                  # [BC], e^{G - G_i} <= 1
-            b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
-            b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, b_k, b_q, o_k, o_v, H, HV, K, V, L,
+                              V, BC)
     tl.store(kr + (i_b * HV + i_h) * V + o_v, b_kr)
     tl.store(qr + (i_b * HV + i_h) * V + o_v, b_qr)
     tl.store(gcum + i_b * HV + i_h, b_G)
@@ -237,18 +245,8 @@ def gdn_decode_fused_kernel(
     b_G = tl.load(g + i_b * HV + i_h).to(tl.float32)
     if n > 0:
         b_G += tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
-    # the first BC entries as one tile, issued next to the S0 tile so that their latencies overlap
-    b_kr = tl.zeros([BV], dtype=tl.float32)
-    b_qr = tl.zeros([BV], dtype=tl.float32)
-    for i_c in range(0, n, BC):
-        o_c = i_c + tl.arange(0, BC)
-        m_c = o_c < n
-        b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
-        b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
-        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
-        b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
-        b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
-        b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+    b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, b_k, b_q, o_k, o_v, H, HV, K, V, L,
+                              BV, BC)
     b_s = tl.zeros([K, BV], dtype=tl.float32)
     if i_s >= 0:
         b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :])
