@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.engine.sampling import SamplingParams, accept_child, sample, target_distribution
-from specdec.engine.tree import DraftTree, accept_path
+from specdec.engine.tree import DraftTree, accept_greedy, accept_path
 
 VOCAB = 6
 TRIALS = 20_000
@@ -149,3 +149,13 @@ def test_bad_trees():
         DraftTree([1, 2], [0, 0])
     with pytest.raises(ValueError, match="as many tokens"):
         DraftTree([1, 2], [-1])
+
+
+def test_greedy_walk_equals_the_distribution_walk():
+    """accept_greedy (argmax only) takes the same path and bonus as accept_path on one-hot targets."""
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        tree = DraftTree([0, *torch.randint(0, 4, (6,), generator=gen).tolist()], [-1, 0, 0, 1, 1, 2, 4])
+        logits = torch.randn(len(tree), 4, generator=gen)
+        probs = target_distribution(logits, SamplingParams())
+        assert accept_greedy(tree, logits.argmax(-1).tolist()) == accept_path(tree, probs, None)

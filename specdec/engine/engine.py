@@ -24,7 +24,7 @@ from specdec.runner import ModelRunner
 from .request import Request
 from .sampling import SamplingParams, sample, target_distribution
 from .scheduler import Scheduler
-from .tree import DraftTree, accept_path
+from .tree import DraftTree, accept_greedy, accept_path
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,15 @@ class Engine:
         """Score every tree in one target forward, accept a path per request, commit those paths."""
         batch = StepBatch.trees([r.slot for r in requests], [t.tokens for t in trees], [t.parents for t in trees])
         hidden, ctx = self.runner.score(batch)
-        logits = self.target.compute_logits(hidden).cpu()  # [B, T, V]
+        logits = self.target.compute_logits(hidden)  # [B, T, V] on the model's device
+        argmax = logits.argmax(-1).tolist()  # greedy requests need only this: [B, T] ints leave the device
         results = []
         for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
-            probs = target_distribution(logits[row, : len(tree)], request.params)
-            results.append(accept_path(tree, probs, request.generator))
+            if request.params.greedy:
+                results.append(accept_greedy(tree, argmax[row]))
+            else:
+                probs = target_distribution(logits[row, : len(tree)], request.params).cpu()
+                results.append(accept_path(tree, probs, request.generator))
         width = max(len(path) for path, _ in results)
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
         self.runner.cache.commit(ctx, accepted, torch.tensor([len(path) for path, _ in results]))

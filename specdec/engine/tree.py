@@ -38,6 +38,18 @@ class DraftTree:
         return [j for j, parent in enumerate(self.parents) if parent == node]
 
 
+def accept_greedy(tree: DraftTree, target_argmax: list[int]) -> tuple[list[int], int]:
+    """Greedy acceptance (the target is a point mass at its argmax): follow the child holding the argmax while
+    there is one; the bonus is the argmax at the last accepted node. target_argmax [T]: per node."""
+    node, path = 0, [0]
+    while True:
+        match = [child for child in tree.children(node) if tree.tokens[child] == target_argmax[node]]
+        if not match:
+            return path, target_argmax[node]
+        node = match[0]
+        path.append(node)
+
+
 def accept_path(tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None
                 ) -> tuple[list[int], int]:
     """Walk the tree from the root with recursive rejection sampling (see sampling.py).
