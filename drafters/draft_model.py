@@ -51,6 +51,7 @@ class DraftModelDrafter(Drafter):
             if not any(frontiers):
                 break
             logits, ctx = self._score(requests, trees)
+            top = logits.topk(shape.topk, dim=-1).indices.tolist()  # [B, T, topk]: all greedy drafting needs
             scored = [len(tree) for tree in trees]
             for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
                 offset = len(self.pending[request.request_id])
@@ -59,7 +60,12 @@ class DraftModelDrafter(Drafter):
                     room = shape.budget + 1 - len(tree)
                     if room <= 0:
                         break
-                    for token, law in self._children(logits[row, offset + node], min(shape.topk, room), request):
+                    count = min(shape.topk, room)
+                    if request.params.greedy:  # the draft's most likely tokens, as point masses
+                        children = [(token, None) for token in top[row][offset + node][:count]]
+                    else:
+                        children = self._sample_children(logits[row, offset + node], count, request)
+                    for token, law in children:
                         tree.tokens.append(token)
                         tree.parents.append(node)
                         tree.draft_probs.append(law)
@@ -83,7 +89,8 @@ class DraftModelDrafter(Drafter):
         self._last = None
 
     def _score(self, requests: list[DraftRequest], trees: list[DraftTree]):
-        """Score pending tokens + tree per request as one token tree each; -> logits [B, T, V], context."""
+        """Score pending tokens + tree per request as one token tree each; -> logits [B, T, V] (on the draft's
+        device), context."""
         tokens, parents = [], []
         for request, tree in zip(requests, trees, strict=True):
             pending = self.pending[request.request_id]
@@ -93,16 +100,13 @@ class DraftModelDrafter(Drafter):
             parents.append(chain + [root_parent if p < 0 else p + len(pending) for p in tree.parents])
         batch = StepBatch.trees([self.slots[r.request_id] for r in requests], tokens, parents)
         hidden, ctx = self.runner.score(batch)
-        return self.model.compute_logits(hidden).cpu(), ctx
+        return self.model.compute_logits(hidden), ctx
 
     @staticmethod
-    def _children(logits: torch.Tensor, count: int, request: DraftRequest) -> list[tuple[int, torch.Tensor | None]]:
-        """Greedy: the draft's `count` most likely tokens as point masses. Sampling: `count` draws without
-        replacement from the draft distribution (the request's temperature / top-k / top-p), each with the law
-        it was drawn from (that distribution without the tokens drawn before it)."""
-        if request.params.greedy:
-            return [(int(token), None) for token in logits.topk(count).indices]
-        children, law = [], target_distribution(logits, request.params)
+    def _sample_children(logits: torch.Tensor, count: int, request: DraftRequest) -> list[tuple[int, torch.Tensor]]:
+        """`count` draws without replacement from the draft distribution (the request's temperature / top-k /
+        top-p), each with the law it was drawn from (that distribution without the tokens drawn before it)."""
+        children, law = [], target_distribution(logits, request.params).cpu()
         for _ in range(count):
             if law.sum() <= 0:
                 break

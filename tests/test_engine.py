@@ -128,3 +128,17 @@ def test_ngram_lookup():
     assert drafter.lookup([1, 2, 3, 9, 1, 2, 3], 2) == [9, 1]  # longest suffix [1, 2, 3] seen before
     assert drafter.lookup([5] * 6, 3) == [5, 5, 5]  # a repeating text: an earlier match with room
     assert drafter.lookup([1, 2, 3, 4], 2) == []  # nothing repeats
+
+
+def test_sampled_drafts_from_the_target_itself_are_all_accepted(draft_pair):
+    """Under sampling the draft distribution q equals the target's p when the target drafts for itself, so every
+    draft is accepted (min(1, p/q) = 1): the sampled path's laws and acceptance line up exactly."""
+    target, _ = draft_pair
+    config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=160, flush_length=16), shape=TreeShape(steps=3))
+    engine = Engine(target, draft_model_drafter(target, 16), config)
+    params = SamplingParams(temperature=0.8, top_p=0.95, seed=11)
+    requests = [engine.add_request(p, params, 32) for p in prompts()]
+    engine.run()
+    for request in requests:
+        assert len(request.output) == 32
+        assert all(n == 4 for n in request.stats.emitted_per_step[:-1])
