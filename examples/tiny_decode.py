@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 from transformers import NemotronHConfig, Qwen3_5TextConfig
 
-from specdec import CacheConfig, ModelRunner, load_model
+from specdec import CacheConfig, load_model
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.engine.sampling import SamplingParams
 from specdec.models.random_checkpoint import save_random_checkpoint
 
 PROMPT_LENGTHS = (5, 12, 40, 90)
@@ -59,20 +61,22 @@ def run_family(family: str, workdir: Path, flush_length: int, new_tokens: int) -
     vocab = model.hf_config.vocab_size
     prompts = [torch.randint(0, vocab, (length,), generator=generator).tolist() for length in PROMPT_LENGTHS]
 
-    config = CacheConfig(max_requests=len(prompts), max_seq_len=max(PROMPT_LENGTHS) + new_tokens,
+    config = CacheConfig(max_requests=len(prompts), max_seq_len=max(PROMPT_LENGTHS) + new_tokens + 1,
                          flush_length=flush_length)
-    runner = ModelRunner.create(model, config)
-    result = runner.greedy(prompts, new_tokens)
+    engine = Engine(model, None, EngineConfig(cache=config))  # no drafter: plain decoding on the KVBuffer cache
+    requests = [engine.add_request(prompt, SamplingParams(), new_tokens) for prompt in prompts]
+    start = time.perf_counter()
+    engine.run()
+    seconds = time.perf_counter() - start
     reference = [transformers_greedy(hf_model, prompt, new_tokens) for prompt in prompts]
-    decoded = new_tokens - 1
     return {
         "family": family,
         "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
-        "matches": sum(ours == theirs for ours, theirs in zip(result.tokens, reference, strict=True)),
+        "matches": sum(r.output == theirs for r, theirs in zip(requests, reference, strict=True)),
         "prompts": len(prompts),
-        "decode_tok_s": decoded * len(prompts) / result.decode_seconds,
-        "cache_mib": runner.cache.nbytes() / 2**20,
-        "sample": result.tokens[0][:12],
+        "tok_s": new_tokens * len(prompts) / seconds,
+        "cache_mib": engine.runner.cache.nbytes() / 2**20,
+        "sample": requests[0].output[:12],
     }
 
 
@@ -93,9 +97,9 @@ def main() -> None:
         rows = [run_family(family, workdir, args.flush_length, args.max_new_tokens) for family in families]
     print(f"\nprompts of {PROMPT_LENGTHS} tokens, {args.max_new_tokens} new tokens each, flush length "
           f"{args.flush_length}, CPU fp32 ({time.perf_counter() - start:.1f} s in all)")
-    print(f"{'model':<12}{'params':>9}{'decode tok/s':>14}{'cache MiB':>11}  same tokens as transformers")
+    print(f"{'model':<12}{'params':>9}{'tokens/s':>10}{'cache MiB':>11}  same tokens as transformers")
     for row in rows:
-        print(f"{row['family']:<12}{row['params_m']:>8.1f}M{row['decode_tok_s']:>14.1f}{row['cache_mib']:>11.1f}  "
+        print(f"{row['family']:<12}{row['params_m']:>8.1f}M{row['tok_s']:>10.1f}{row['cache_mib']:>11.1f}  "
               f"{row['matches']}/{row['prompts']} prompts")
         print(f"{'':<12}first tokens of prompt 0: {row['sample']}")
     if any(row["matches"] != row["prompts"] for row in rows):

@@ -2,7 +2,7 @@
 
 from .cache import CacheConfig, KVBufferCache, StepBatch
 from .models import SUPPORTED_MODEL_TYPES, CheckpointError, load_model
-from .runner import GenerationResult, ModelRunner
+from .runner import ModelRunner
 
 __version__ = "0.1.0"
 
@@ -13,7 +13,6 @@ __all__ = [
     "generate",
     "CacheConfig",
     "CheckpointError",
-    "GenerationResult",
     "KVBufferCache",
     "ModelRunner",
     "StepBatch",

@@ -1,10 +1,9 @@
-"""Runs a model on its KVBuffer cache: score a step, commit, and plain (non-speculative) greedy decoding."""
+"""Runs a model on its KVBuffer cache: score a step (nothing committed), commit, and the prefill / decode steps
+whose nodes are accepted by construction. The engine (specdec/engine) builds generation on top."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -12,14 +11,6 @@ from specdec.cache.model_cache import KVBufferCache
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch, StepContext
 from specdec.models.base import HybridCausalLM
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[list[int]]  # new tokens per prompt
-    prefill_seconds: float
-    decode_seconds: float
-    decode_steps: int
 
 
 class ModelRunner:
@@ -58,24 +49,3 @@ class ModelRunner:
         hidden, ctx = self.score(StepBatch.decode(req_slots, tokens))
         self.cache.commit_all(ctx)
         return self.model.compute_logits(hidden[:, 0])
-
-    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> GenerationResult:
-        """Plain greedy decoding of a batch of prompts (any lengths), one committed token per step."""
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        slots = [self.cache.allocate_request() for _ in prompts]
-        try:
-            start = time.perf_counter()
-            logits = self.prefill(slots, prompts)
-            prefill_seconds = time.perf_counter() - start
-            generated = [[token] for token in logits.argmax(-1).tolist()]
-            start = time.perf_counter()
-            for _ in range(max_new_tokens - 1):
-                logits = self.decode(slots, [row[-1] for row in generated])
-                for row, token in zip(generated, logits.argmax(-1).tolist(), strict=True):
-                    row.append(token)
-            decode_seconds = time.perf_counter() - start
-        finally:
-            for slot in slots:
-                self.cache.release_request(slot)
-        return GenerationResult(generated, prefill_seconds, decode_seconds, max_new_tokens - 1)

@@ -7,6 +7,8 @@ import torch
 
 from specdec import CacheConfig, ModelRunner, StepBatch, load_model
 from specdec.cache import CacheFullError
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.engine.sampling import SamplingParams
 from tests.tiny_models import qwen35_text_config, save_tiny
 
 
@@ -48,7 +50,10 @@ def test_running_out_of_states_at_commit_loses_nothing(model):
     """A request whose buffer must fold while every state slot is taken: commit raises, the step's work stays in
     its context, and once a slot is freed the same commit goes through and decoding continues exactly."""
     prompt = [5, 6, 7]
-    reference = runner_for(model, flush_length=4).greedy([prompt], 8).tokens[0]
+    plain = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=1, max_seq_len=64, flush_length=4)))
+    reference = plain.add_request(prompt, SamplingParams(), 8)
+    plain.run()
+    reference = reference.output
 
     runner = runner_for(model, flush_length=4, num_state_slots=1)
     holder = runner.cache.allocate_request()

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from specdec import CacheConfig, ModelRunner, load_model
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.engine.sampling import SamplingParams
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 
 pytestmark = [
@@ -58,8 +60,11 @@ def test_fp32_on_cuda_matches_transformers(checkpoint, flush_length):
     assert model.device.type == "cuda"
     for ours, theirs in zip(prefill_logits(model, flush_length), reference, strict=True):
         torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=0)
-    runner = ModelRunner.create(model, CacheConfig(max_requests=2, max_seq_len=128, flush_length=flush_length))
-    assert runner.greedy(PROMPTS, NEW_TOKENS).tokens == greedy
+    engine = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=128,
+                                                               flush_length=flush_length)))
+    requests = [engine.add_request(prompt, SamplingParams(), NEW_TOKENS) for prompt in PROMPTS]
+    engine.run()
+    assert [request.output for request in requests] == greedy
 
 
 def test_bf16_is_the_gpu_default_and_as_accurate_as_transformers_bf16(checkpoint):
