@@ -39,7 +39,7 @@ class RequestStats:
         return (self.end or time.perf_counter()) - self.start
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself: identity, not field-by-field equality
 class Request:
     request_id: int
     prompt: list[int]
