@@ -73,6 +73,18 @@ def buffer_reads(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, b_k, b_q, o_k, 
 
 
 @triton.jit
+def append_entry(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, i_v, n, b_k, b_u, b_G, o_k, o_v, H: tl.constexpr,
+                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr):
+    """The token's entry at buffer position n: u for this V block, G once per head (V block 0), the key once per
+    key head (the first value head of its group, V block 0)."""
+    tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
+    if i_v == 0:
+        tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
+        if i_h % (HV // H) == 0:
+            tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+
+
+@triton.jit
 def gdn_decode_buffer_kernel(
     q,             # [B, H, K]
     k,             # [B, H, K]
@@ -163,12 +175,7 @@ def gdn_decode_state_kernel(
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         n = tl.load(buf_len + i_r).to(tl.int32)
         if n + 1 < flush_length:
-            # the entry goes to position n; its key once per key head (first value head of the group, V block 0)
-            tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
-            if i_v == 0:
-                tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
-                if i_h % (HV // H) == 0:
-                    tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+            append_entry(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, i_v, n, b_k, b_u, b_G, o_k, o_v, H, HV, K, V, L)
 
 
 @triton.jit
@@ -260,11 +267,7 @@ def gdn_decode_fused_kernel(
         tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
     else:
         if n + 1 < flush_length:
-            tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
-            if i_v == 0:
-                tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
-                if i_h % (HV // H) == 0:
-                    tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+            append_entry(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, i_v, n, b_k, b_u, b_G, o_k, o_v, H, HV, K, V, L)
         else:
             if i_s >= 0:
                 b_s = tl.exp(b_G) * b_s + b_k[:, None] * b_u[None, :]
