@@ -1,13 +1,18 @@
 """Test-session set-up. Without a GPU, Triton kernels run in Triton's CPU interpreter; this must be decided before
-any module that defines a kernel is imported, which is why it lives here."""
+any module that defines a kernel is imported, which is why it lives here. The same goes for fla: transformers'
+Qwen3.5 picks fla's kernels whenever the package is installed (the `bench` extra), and those crash on the CPU and
+compute in TF32 on the GPU, so the oracle would no longer be transformers' fp32 torch path. The tests hide it."""
 
 import os
+import sys
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+sys.modules["fla"] = None  # `import fla` raises ImportError and importlib.util.find_spec("fla") is None
 
 
 @pytest.fixture

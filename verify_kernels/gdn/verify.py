@@ -29,7 +29,10 @@ from verify_kernels.tree import ancestor_mask
 # 1328 us for BV = 32 ieee) and for the 16-node tree (327 us).
 BLOCK_V = 128
 BLOCK_K = 32
-NUM_WARPS = {16: 4, 32: 4, 64: 8}     # by BT
+# 4 warps at every tree size: with 8 warps, 64-node blocks (BT = 64) and tf32x3 products, Triton 3.6 built a
+# kernel that made illegal memory accesses on the H200 (tests/test_gdn_kernels.py caught it; 4 warps or ieee
+# products ran clean).
+NUM_WARPS = 4
 
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
@@ -195,6 +198,6 @@ def gdn_verify(
         q, k, v, g, beta, ancestors.view(torch.uint8), num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum,
         buf_len, req_slots, o, u, gcum,
         T=T, H=H, HV=HV, K=K, V=V, L=L, BT=BT, BL=max(16, triton.next_power_of_2(L)), BK=min(K, BLOCK_K), BV=BV,
-        PRECISION=DOT_PRECISION, num_warps=NUM_WARPS[BT],
+        PRECISION=DOT_PRECISION, num_warps=NUM_WARPS,
     )
     return o, u, gcum
