@@ -33,6 +33,12 @@ class ModelRunner:
         return hidden, ctx
 
     @torch.inference_mode()
+    def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, StepContext]:
+        """-> (fp32 logits [B, T, vocab] of every node, the step context to commit)."""
+        hidden, ctx = self.score(batch)
+        return self.model.compute_logits(hidden), ctx
+
+    @torch.inference_mode()
     def prefill(self, req_slots: Sequence[int], prompts: Sequence[Sequence[int]], all_logits: bool = False):
         """Commit the prompts; -> logits [B, V] of each prompt's last token (or [B, T, V] for every token)."""
         batch = StepBatch.chains(req_slots, prompts, prefill=True)

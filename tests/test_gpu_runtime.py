@@ -12,7 +12,7 @@ import torch
 from specdec import CacheConfig, ModelRunner, load_model
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.sampling import SamplingParams
-from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
+from tests.tiny_models import VOCAB, nemotron_h_config, qwen35_text_config, save_tiny
 
 pytestmark = [
     pytest.mark.gpu,
@@ -21,7 +21,7 @@ pytestmark = [
 
 # two hand-made prompts and two random ones (48 tokens) so that the bf16 comparison averages over many positions
 PROMPTS = [[4, 8, 15, 16, 23, 42], list(range(3, 60, 2)),
-           *torch.randint(1, 100, (2, 48), generator=torch.Generator().manual_seed(0)).tolist()]
+           *torch.randint(1, VOCAB, (2, 48), generator=torch.Generator().manual_seed(0)).tolist()]
 NEW_TOKENS = 16
 # head dims of 16, the smallest the Triton kernels take, so that the GPU runs them (8 would fall back)
 QWEN_DIMS = dict(linear_key_head_dim=16, linear_value_head_dim=16)

@@ -21,12 +21,14 @@ class AttentionLayerPool:
         self.value = torch.zeros(shape, device=device, dtype=dtype)
 
     def write_nodes(self, ctx, key: torch.Tensor, value: torch.Tensor) -> None:
-        """key, value [B, T, kv_heads, head_dim]: store the valid nodes of the step past the committed end."""
-        rows, nodes = ctx.valid.nonzero(as_tuple=True)
-        slots = ctx.req_slots[rows]
-        positions = ctx.seq_lens[rows] + nodes
-        self.key[slots, positions] = key[rows, nodes].to(self.key.dtype)
-        self.value[slots, positions] = value[rows, nodes].to(self.value.dtype)
+        """key, value [B, T, kv_heads, head_dim]: store every node of the step at seq_len + j. Padding nodes land
+        past the valid ones, where nothing committed lives (the step's width fits the row: begin_step checks),
+        so the write has the same shape every step (no data-dependent indexing, CUDA graphs)."""
+        width = key.shape[1]
+        slots = ctx.req_slots[:, None].expand(-1, width)
+        positions = ctx.seq_lens[:, None] + torch.arange(width, device=key.device)
+        self.key[slots, positions] = key.to(self.key.dtype)
+        self.value[slots, positions] = value.to(self.value.dtype)
 
     def gather(self, ctx) -> tuple[torch.Tensor, torch.Tensor]:
         """-> key, value [B, kv_len, kv_heads, head_dim] for the rows of the step."""

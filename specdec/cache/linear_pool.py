@@ -71,8 +71,8 @@ class LinearLayerPool:
         """Keep the accepted path of every row of the step `ctx` (a StepContext): conv windows first, then the
         entries (tree rows; folded into the state when the buffer fills) or the final state (chunk rows)."""
         self._conv_ops.commit(scratch.conv_input, accepted, num_accepted, self.conv, ctx.req_slots)
-        rows = ctx.tree_rows
-        if rows.numel():
+        rows = ctx.tree_index
+        if ctx.tree_rows.numel():
             self._entry_ops.commit(
                 scratch.key[rows], scratch.value[rows], scratch.gcum[rows], accepted[rows], num_accepted[rows],
                 self.state, ctx.state_slots[rows], *self.buffers(buf_len), ctx.req_slots[rows], self.flush_length,

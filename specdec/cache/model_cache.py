@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from verify_kernels.tree import ancestor_mask
+
 from .attention_pool import AttentionLayerPool
 from .linear_pool import LinearLayerPool
 from .spec import CacheConfig, ModelCacheSpec
@@ -98,8 +100,10 @@ class KVBufferCache:
         self.buf_len_device.copy_(torch.tensor(self.buf_len, dtype=torch.long))
 
     # ---- steps -------------------------------------------------------------------------------------------
-    def begin_step(self, batch: StepBatch) -> StepContext:
-        """Check the batch against the pools and build the per-step context for the forward."""
+    def begin_step(self, batch: StepBatch, kv_len: int | None = None) -> StepContext:
+        """Check the batch against the pools and build the per-step context for the forward. kv_len: key
+        positions the attention layers read (default: just enough for the longest row; a captured step reads
+        max_seq_len so that its shapes never change)."""
         for slot in batch.req_slots:
             self._check_active(slot)
         num_nodes = batch.num_nodes.tolist()
@@ -121,8 +125,10 @@ class KVBufferCache:
         parents = batch.parents.to(device)
         node_counts = batch.num_nodes.to(device)
         seq_lens = torch.tensor([self.seq_len[s] for s in batch.req_slots], dtype=torch.long, device=device)
-        kv_len = int(seq_lens.max()) + batch.width
+        if kv_len is None:
+            kv_len = int(seq_lens.max()) + batch.width
         rows = torch.arange(len(chunk), device=device)
+        tree = ancestor_mask(parents, node_counts)  # [B, T, T], validates the trees
         chunk_mask = torch.tensor(chunk, dtype=torch.bool, device=device)
         return StepContext(
             batch=batch,
@@ -130,9 +136,10 @@ class KVBufferCache:
             state_slots=torch.tensor([self.state_slot[s] for s in batch.req_slots], dtype=torch.long, device=device),
             parents=parents,
             num_nodes=node_counts,
-            positions=positions_for(seq_lens, parents, node_counts),
+            positions=positions_for(seq_lens, tree),
             seq_lens=seq_lens,
-            attention_mask=build_attention_mask(seq_lens, parents, node_counts, kv_len),
+            attention_mask=build_attention_mask(seq_lens, tree, kv_len),
+            ancestors=tree,
             kv_len=kv_len,
             chunk_rows=rows[chunk_mask],
             tree_rows=rows[~chunk_mask],

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from verify_kernels.tree import ancestor_mask, node_depths
-
 
 @dataclass
 class StepBatch:
@@ -49,6 +47,15 @@ class StepBatch:
     @property
     def width(self) -> int:
         return self.tokens.shape[1]
+
+    def padded_to(self, width: int) -> StepBatch:
+        """The same step with every row padded to `width` nodes (padding nodes are ignored by every op)."""
+        if width < self.width:
+            raise ValueError(f"cannot pad a step of width {self.width} down to {width}")
+        extra = width - self.width
+        tokens = torch.nn.functional.pad(self.tokens, (0, extra), value=0)
+        parents = torch.nn.functional.pad(self.parents, (0, extra), value=-1)
+        return StepBatch(list(self.req_slots), tokens, parents, self.num_nodes.clone(), prefill=self.prefill)
 
     @classmethod
     def chains(cls, req_slots: Sequence[int], sequences: Sequence[Sequence[int]], prefill: bool) -> StepBatch:
@@ -98,10 +105,17 @@ class StepContext:
     positions: torch.Tensor  # [B, T] committed length + depth: rotary positions
     seq_lens: torch.Tensor  # [B] committed tokens per row
     attention_mask: torch.Tensor  # [B, T, P] bool: committed prefix + ancestors + self
+    ancestors: torch.Tensor  # [B, T, T] bool: verify_kernels.tree.ancestor_mask, shared by the linear layers
     kv_len: int
     chunk_rows: torch.Tensor  # [B_chunk] int64
     tree_rows: torch.Tensor  # [B_tree] int64
     scratch: dict[int, object] = field(default_factory=dict)  # linear layer index -> what commit needs
+
+    @property
+    def tree_index(self) -> torch.Tensor | slice:
+        """Index of the tree rows: a plain slice when every row is one (decode and verify steps), so that the
+        layers take views instead of gathering, and a captured step has no data-dependent shapes."""
+        return slice(None) if self.chunk_rows.numel() == 0 else self.tree_rows
 
     @property
     def valid(self) -> torch.Tensor:
@@ -110,14 +124,12 @@ class StepContext:
         return torch.arange(width, device=self.parents.device)[None, :] < self.num_nodes[:, None]
 
 
-def build_attention_mask(
-    seq_lens: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor, kv_len: int
-) -> torch.Tensor:
+def build_attention_mask(seq_lens: torch.Tensor, tree: torch.Tensor, kv_len: int) -> torch.Tensor:
     """[B, T, P] bool: node j of row b sees key position p if p is committed (p < seq_lens[b]) or p holds an
-    ancestor of j or j itself (p = seq_lens[b] + i). Padding nodes see only themselves, so no softmax row is empty."""
-    batch, width = parents.shape
-    device = parents.device
-    tree = ancestor_mask(parents, num_nodes)  # [B, T, T]
+    ancestor of j or j itself (p = seq_lens[b] + i); tree = ancestor_mask(parents, num_nodes) [B, T, T]. Padding
+    nodes see only themselves, so no softmax row is empty."""
+    batch, width, _ = tree.shape
+    device = tree.device
     tree = tree | torch.eye(width, dtype=torch.bool, device=device)[None]
     key_pos = torch.arange(kv_len, device=device)[None, :]  # [1, P]
     committed = key_pos < seq_lens[:, None]  # [B, P]
@@ -128,6 +140,6 @@ def build_attention_mask(
     return committed[:, None, :] | sees_node
 
 
-def positions_for(seq_lens: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:
-    """[B, T] int64: committed length + depth of each node."""
-    return seq_lens[:, None] + node_depths(parents, num_nodes)
+def positions_for(seq_lens: torch.Tensor, tree: torch.Tensor) -> torch.Tensor:
+    """[B, T] int64: committed length + depth of each node (depth = strict ancestors; padding nodes 0)."""
+    return seq_lens[:, None] + (tree.sum(-1) - 1).clamp(min=0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -21,6 +21,7 @@ from specdec.cache.step import StepBatch
 from specdec.models.base import HybridCausalLM
 from specdec.runner import ModelRunner
 
+from .cuda_graphs import GraphedForward, capture_blocker
 from .request import Request
 from .sampling import SamplingParams, sample, target_distribution
 from .scheduler import Scheduler
@@ -29,8 +30,13 @@ from .tree import DraftTree, accept_greedy, accept_path
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """cache: the target's pools; shape: what the drafter proposes per step; cuda_graphs: replay the decode /
+    verify steps from CUDA graphs on a GPU where the model allows it (Engine.graph_note says why not otherwise).
+    With graphs on, the target's cache holds one request slot more than cache.max_requests, for padding rows."""
+
     cache: CacheConfig = CacheConfig()
     shape: TreeShape = TreeShape()
+    cuda_graphs: bool = True
 
 
 class Engine:
@@ -38,7 +44,15 @@ class Engine:
         self.target = target
         self.drafter = drafter
         self.config = config
-        self.runner = ModelRunner.create(target, config.cache)
+        self.graph_note = capture_blocker(target) if config.cuda_graphs else "turned off"
+        cache = config.cache
+        if self.graph_note is None:
+            cache = replace(cache, max_requests=cache.max_requests + 1)  # + the graphs' padding slot
+        self.runner = ModelRunner.create(target, cache)
+        width = config.shape.budget + 1 if drafter else 1  # nodes per verify step: the root and its drafts
+        self.forward: ModelRunner | GraphedForward = self.runner
+        if self.graph_note is None:
+            self.forward = GraphedForward(self.runner, width, max_batch=config.cache.max_requests)
         self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0)
         self._ids = itertools.count()
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
@@ -130,8 +144,7 @@ class Engine:
     def verify_accept_commit(self, requests: list[Request], trees: list[DraftTree]) -> list[tuple[list[int], int]]:
         """Score every tree in one target forward, accept a path per request, commit those paths."""
         batch = StepBatch.trees([r.slot for r in requests], [t.tokens for t in trees], [t.parents for t in trees])
-        hidden, ctx = self.runner.score(batch)
-        logits = self.target.compute_logits(hidden)  # [B, T, V] on the model's device
+        logits, ctx = self.forward.score_logits(batch)  # [B, T, V] on the model's device
         argmax = logits.argmax(-1).tolist()  # greedy requests need only this: [B, T] ints leave the device
         results = []
         for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):

@@ -78,7 +78,7 @@ class GatedDeltaNet(nn.Module):
         query, key, value = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         query = l2_normalize(query.unflatten(-1, (self.num_k_heads, self.head_k_dim))) * self.head_k_dim**-0.5
         key = l2_normalize(key.unflatten(-1, (self.num_k_heads, self.head_k_dim)))
-        value = value.unflatten(-1, (self.num_v_heads, self.head_v_dim)).float()
+        value = value.unflatten(-1, (self.num_v_heads, self.head_v_dim)).float().contiguous()  # a strided split
         beta = self.in_proj_b(hidden).sigmoid().float()  # [B, T, HV]
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(hidden).float() + self.dt_bias)  # [B, T, HV]
 
@@ -96,14 +96,14 @@ class GatedDeltaNet(nn.Module):
 
     def _tree(self, ops, ctx, pool, buf_len, query, key, value, g, beta, out, scratch) -> None:
         """KVBuffer decode (one node per row) or tree verify: outputs and entries, no state written."""
-        rows = ctx.tree_rows
+        rows = ctx.tree_index
         pools = (pool.state, ctx.state_slots[rows], *pool.buffers(buf_len), ctx.req_slots[rows])
         if ctx.parents.shape[1] == 1:
             o, u, gcum = ops.decode(query[rows, 0], key[rows, 0], value[rows, 0], g[rows, 0], beta[rows, 0], *pools)
             o, u, gcum = o[:, None], u[:, None], gcum[:, None]
         else:
             o, u, gcum = ops.verify(query[rows], key[rows], value[rows], g[rows], beta[rows],
-                                    ctx.parents[rows], ctx.num_nodes[rows], *pools)
+                                    ctx.parents[rows], ctx.num_nodes[rows], *pools, ancestors=ctx.ancestors[rows])
         out[rows], scratch.value[rows], scratch.gcum[rows] = o, u, gcum
 
     def _chunked_prefill(self, ops, ctx, pool, query, key, value, g, beta, out, scratch) -> None:

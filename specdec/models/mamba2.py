@@ -74,9 +74,10 @@ class Mamba2Mixer(nn.Module):
         x, bm, cm = conv_out.split(
             [self.intermediate_size, self.n_groups * self.state_size, self.n_groups * self.state_size], dim=-1
         )
-        x = x.unflatten(-1, (self.num_heads, self.head_dim)).float()
-        bm = bm.unflatten(-1, (self.n_groups, self.state_size)).float()
-        cm = cm.unflatten(-1, (self.n_groups, self.state_size)).float()
+        # contiguous fp32 (the kernels take contiguous rows; splits of conv_out are strided views)
+        x = x.unflatten(-1, (self.num_heads, self.head_dim)).float().contiguous()
+        bm = bm.unflatten(-1, (self.n_groups, self.state_size)).float().contiguous()
+        cm = cm.unflatten(-1, (self.n_groups, self.state_size)).float().contiguous()
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.time_step_limit)  # [B, T, NH]
         a_neg = -self.A_log.float().exp()
         d_skip = self.D.float()
@@ -84,14 +85,15 @@ class Mamba2Mixer(nn.Module):
         out = torch.zeros(batch, width, self.num_heads, self.head_dim, device=hidden.device)
         scratch = LinearScratch(conv_input=xbc, key=bm, value=torch.zeros_like(x), gcum=torch.zeros_like(dt))
         if ctx.tree_rows.numel():
-            rows = ctx.tree_rows
+            rows = ctx.tree_index
             pools = (pool.state, ctx.state_slots[rows], *pool.buffers(cache.buf_len_device), ctx.req_slots[rows])
             if width == 1:
                 y, xdt, gcum = ops.decode(x[rows, 0], dt[rows, 0], a_neg, bm[rows, 0], cm[rows, 0], d_skip, *pools)
                 y, xdt, gcum = y[:, None], xdt[:, None], gcum[:, None]
             else:
                 y, xdt, gcum = ops.verify(x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip,
-                                          ctx.parents[rows], ctx.num_nodes[rows], *pools)
+                                          ctx.parents[rows], ctx.num_nodes[rows], *pools,
+                                          ancestors=ctx.ancestors[rows])
             out[rows], scratch.value[rows], scratch.gcum[rows] = y, xdt, gcum
         if ctx.chunk_rows.numel():
             # Right padding gets dt = 0: no decay, no input, so the final state is the one at each row's end.

@@ -1,0 +1,110 @@
+"""Decode / verify steps through the static, padded step of specdec.engine.cuda_graphs: on the CPU the same
+static step runs eagerly (capture=False) and must give the plain path's logits and generations; on a GPU the
+captured graphs must give the eager engine's tokens exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from drafters import NgramDrafter, TreeShape
+from specdec.cache.spec import CacheConfig
+from specdec.cache.step import StepBatch
+from specdec.engine.cuda_graphs import GraphedForward, batch_buckets, capture_blocker
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.engine.sampling import SamplingParams
+from specdec.models import load_model
+from specdec.runner import ModelRunner
+from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
+
+NEW_TOKENS = 40
+SHAPE = TreeShape(steps=2, topk=2)  # trees of up to 7 nodes: padding nodes in every narrower step
+CUDA = torch.cuda.is_available()
+# head dims of 16 so that the GPU runs the Triton kernels (capturable); Nemotron-H without its MoE block
+CONFIGS = {
+    "qwen3_5": lambda: qwen35_text_config(value_heads_per_key=2, linear_key_head_dim=16, linear_value_head_dim=16),
+    "nemotron_h": lambda: nemotron_h_config(
+        layers_block_type=["linear_attention", "mlp", "linear_attention", "full_attention", "linear_attention"],
+        mamba_head_dim=16, ssm_state_size=16),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def checkpoint(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(request.param)
+    save_tiny(CONFIGS[request.param](), directory, seed=8)
+    return directory
+
+
+def prompts() -> list[list[int]]:
+    gen = torch.Generator().manual_seed(3)
+    pattern = torch.randint(0, 90, (5,), generator=gen).tolist()
+    return [pattern * 4, torch.randint(0, 90, (3,), generator=gen).tolist(), [7], pattern * 2 + [1, 2, 3]]
+
+
+def generate(engine: Engine) -> list[list[int]]:
+    requests = [engine.add_request(prompt, SamplingParams(), NEW_TOKENS) for prompt in prompts()]
+    engine.run()
+    return [request.output for request in requests]
+
+
+def engine_for(model, drafter, flush_length: int, cuda_graphs: bool) -> Engine:
+    cache = CacheConfig(max_requests=3, max_seq_len=128, flush_length=flush_length)  # 4 prompts: one queues
+    return Engine(model, drafter, EngineConfig(cache=cache, shape=SHAPE, cuda_graphs=cuda_graphs))
+
+
+def test_buckets_cover_every_batch_up_to_the_largest():
+    assert batch_buckets(1) == [1]
+    assert batch_buckets(24) == [1, 2, 4, 8, 16, 24]
+    assert batch_buckets(100) == [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 100]
+
+
+def test_static_step_gives_the_plain_logits(checkpoint):
+    """Three rows (one padding row in the bucket of 4) with trees narrower than the static width."""
+    model = load_model(checkpoint, device="cpu")
+    runner = ModelRunner.create(model, CacheConfig(max_requests=4, max_seq_len=64, flush_length=4))
+    graphed = GraphedForward(runner, width=6, max_batch=3, capture=False)
+    slots = [runner.cache.allocate_request() for _ in range(3)]
+    runner.prefill(slots, [[5, 6, 7, 8, 9], [3], [11, 12, 13]])
+    batch = StepBatch.trees(slots, [[1, 2, 3, 4], [5], [6, 7, 8]], [[-1, 0, 0, 1], [-1], [-1, 0, 1]])
+    plain, _ = runner.score_logits(batch)
+    static, ctx = graphed.score_logits(batch)
+    assert static.shape[:2] == (3, 6)
+    torch.testing.assert_close(static[:, : batch.width], plain, atol=1e-5, rtol=1e-5)
+    assert ctx.batch.req_slots == slots and all(s.conv_input.shape[0] == 3 for s in ctx.scratch.values())
+
+
+@pytest.mark.parametrize("flush_length", [3, 16], ids=lambda length: f"L{length}")
+@pytest.mark.parametrize("drafter", [None, "ngram"])
+def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter, flush_length):
+    model = load_model(checkpoint, device="cpu")
+    plain = generate(engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=False))
+    engine = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=False)
+    width = SHAPE.budget + 1 if drafter else 1
+    engine.forward = GraphedForward(engine.runner, width, max_batch=3, capture=False)
+    assert generate(engine) == plain
+    assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
+
+
+def test_graphs_are_off_without_a_gpu_and_for_mixture_of_experts(tmp_path):
+    save_tiny(nemotron_h_config(), tmp_path, seed=1)
+    model = load_model(tmp_path, device="cuda" if CUDA else "cpu")
+    note = capture_blocker(model)
+    assert note is not None and ("mixture-of-experts" in note if CUDA else "CUDA device" in note)
+    engine = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64)))
+    assert engine.forward is engine.runner and engine.graph_note == note
+    with pytest.raises(ValueError, match="cannot capture"):
+        GraphedForward(engine.runner, 1, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("flush_length", [3, 16], ids=lambda length: f"L{length}")
+@pytest.mark.parametrize("drafter", [None, "ngram"])
+def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, flush_length):
+    model = load_model(checkpoint, device="cuda", dtype=torch.float32)
+    eager = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=False)
+    graphed = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=True)
+    assert graphed.graph_note is None and isinstance(graphed.forward, GraphedForward)
+    assert generate(graphed) == generate(eager)
+    assert graphed.runner.cache.free_request_slots == 3, "the padding slot comes on top of max_requests"
