@@ -21,7 +21,7 @@ from specdec.backend import backend_for
 from specdec.cache.linear_pool import LinearScratch
 from specdec.cache.step import StepBatch, StepContext, build_attention_mask, positions_for
 from specdec.models.base import HybridCausalLM
-from specdec.models.moe import NemotronMoe, Qwen35SparseMoe
+from specdec.models.moe import StackedExperts
 from specdec.runner import ModelRunner
 from verify_kernels.tree import ancestor_mask
 
@@ -36,8 +36,9 @@ def capture_blocker(model: HybridCausalLM) -> str | None:
     """Why the forward of `model` cannot be captured in a CUDA graph on its device; None when it can."""
     if model.device.type != "cuda":
         return "CUDA graphs need a CUDA device"
-    if any(isinstance(module, (Qwen35SparseMoe, NemotronMoe)) for module in model.modules()):
-        return "its mixture-of-experts blocks route tokens with data-dependent shapes, so its steps run eagerly"
+    if any(isinstance(module, StackedExperts) and not module.grouped for module in model.modules()):
+        return ("its experts run one at a time (data-dependent shapes): this torch has no grouped GEMM "
+                "(torch.nn.functional.grouped_mm) or the expert dims are not multiples of 16 bytes")
     for spec in model.cache_spec().linear:
         if backend_for(model.device, spec.key_shape[-1], spec.value_shape[-1]) != "triton":
             return (f"its linear layers' head dims ({spec.key_shape[-1]}, {spec.value_shape[-1]}) run on the torch "

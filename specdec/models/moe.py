@@ -13,27 +13,69 @@ from torch import nn
 
 from .layers import GatedMLP, PlainMLP, activation
 
-
-def run_experts(x: torch.Tensor, top_index: torch.Tensor, top_weight: torch.Tensor, expert_fn) -> torch.Tensor:
-    """x [N, D]; top_index, top_weight [N, k] -> sum_k weight * expert_fn(e, x) [N, D], looping over hit experts."""
-    out = torch.zeros(x.shape[0], x.shape[1], dtype=top_weight.dtype, device=x.device)
-    for expert in top_index.unique().tolist():
-        token, slot = (top_index == expert).nonzero(as_tuple=True)
-        expert_out = expert_fn(expert, x[token])
-        out.index_add_(0, token, (expert_out * top_weight[token, slot, None]).to(out.dtype))
-    return out
+# torch's grouped GEMM (torch.nn.functional.grouped_mm, in recent releases): every expert in one launch with the
+# tokens sorted by expert, no host synchronisation, so a step with MoE blocks can be captured in a CUDA graph.
+GROUPED_MM = getattr(F, "grouped_mm", None)
 
 
-class Qwen35Experts(nn.Module):
+class StackedExperts(nn.Module):
+    """E experts as stacked weights: expert e maps x [D] to second[e] @ hidden_fn(first[e] @ x), first [E, F, D],
+    second [E, D, I]. Subclasses name the two tensors as checkpoints do and define hidden_fn ([.., F] -> [.., I])."""
+
+    first: torch.Tensor
+    second: torch.Tensor
+
+    def hidden_fn(self, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the grouped GEMM takes these weights (it needs rows of a multiple of 16 bytes)."""
+        size = self.first.element_size()
+        dims = (self.first.shape[1], self.first.shape[2], self.second.shape[2])
+        return GROUPED_MM is not None and all(dim * size % 16 == 0 for dim in dims)
+
+    def forward(self, x: torch.Tensor, top_index: torch.Tensor, top_weight: torch.Tensor) -> torch.Tensor:
+        """x [N, D]; top_index, top_weight [N, k] -> sum_k weight * expert(x) [N, D] in top_weight's dtype."""
+        if self.grouped:
+            return self._grouped(x, top_index, top_weight)
+        return self._looped(x, top_index, top_weight)
+
+    def _grouped(self, x, top_index, top_weight):
+        num_tokens, k = top_index.shape
+        flat = top_index.flatten()  # [N k] assignments
+        order = flat.argsort(stable=True)  # assignments grouped by expert
+        token = order // k
+        ends = torch.bincount(flat, minlength=self.first.shape[0]).cumsum(0).to(torch.int32)  # [E] group ends
+        h = GROUPED_MM(x[token], self.first.transpose(1, 2), offs=ends)  # [N k, F]
+        y = GROUPED_MM(self.hidden_fn(h), self.second.transpose(1, 2), offs=ends)  # [N k, D]
+        weighted = (y * top_weight.flatten()[order, None]).to(top_weight.dtype)
+        out = torch.zeros(num_tokens, x.shape[1], dtype=top_weight.dtype, device=x.device)
+        return out.index_add_(0, token, weighted)
+
+    def _looped(self, x, top_index, top_weight):
+        """One expert at a time over the experts hit (data-dependent shapes: not capturable)."""
+        out = torch.zeros(x.shape[0], x.shape[1], dtype=top_weight.dtype, device=x.device)
+        for expert in top_index.unique().tolist():
+            token, slot = (top_index == expert).nonzero(as_tuple=True)
+            expert_out = F.linear(self.hidden_fn(F.linear(x[token], self.first[expert])), self.second[expert])
+            out.index_add_(0, token, (expert_out * top_weight[token, slot, None]).to(out.dtype))
+        return out
+
+
+class Qwen35Experts(StackedExperts):
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, act: str):
         super().__init__()
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
         self.act = activation(act)
 
-    def expert(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.gate_up_proj[index]).chunk(2, dim=-1)
-        return F.linear(self.act(gate) * up, self.down_proj[index])
+    first = property(lambda self: self.gate_up_proj)
+    second = property(lambda self: self.down_proj)
+
+    def hidden_fn(self, h: torch.Tensor) -> torch.Tensor:
+        gate, up = h.chunk(2, dim=-1)
+        return self.act(gate) * up
 
 
 class Qwen35Router(nn.Module):
@@ -62,20 +104,23 @@ class Qwen35SparseMoe(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         x = hidden.reshape(-1, hidden.shape[-1])
         top_index, top_weight = self.gate(x)
-        routed = run_experts(x, top_index, top_weight, self.experts.expert).to(x.dtype)
+        routed = self.experts(x, top_index, top_weight).to(x.dtype)
         shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return (routed + shared).view_as(hidden)
 
 
-class NemotronExperts(nn.Module):
+class NemotronExperts(StackedExperts):
     def __init__(self, num_experts: int, input_dim: int, intermediate_size: int, act: str):
         super().__init__()
         self.up_proj = nn.Parameter(torch.empty(num_experts, intermediate_size, input_dim))
         self.down_proj = nn.Parameter(torch.empty(num_experts, input_dim, intermediate_size))
         self.act = activation(act)
 
-    def expert(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.act(F.linear(x, self.up_proj[index])), self.down_proj[index])
+    first = property(lambda self: self.up_proj)
+    second = property(lambda self: self.down_proj)
+
+    def hidden_fn(self, h: torch.Tensor) -> torch.Tensor:
+        return self.act(h)
 
 
 class NemotronRouter(nn.Module):
@@ -130,5 +175,5 @@ class NemotronMoe(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         x = hidden.reshape(-1, hidden.shape[-1])
         top_index, top_weight = self.gate(x)
-        routed = run_experts(self.fc1_latent_proj(x), top_index, top_weight, self.experts.expert).to(x.dtype)
+        routed = self.experts(self.fc1_latent_proj(x), top_index, top_weight).to(x.dtype)
         return self.fc2_latent_proj(routed).view_as(hidden) + self.shared_experts(hidden)
