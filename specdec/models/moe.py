@@ -14,7 +14,8 @@ from torch import nn
 from .layers import GatedMLP, PlainMLP, activation
 
 # torch's grouped GEMM (torch.nn.functional.grouped_mm, in recent releases): every expert in one launch with the
-# tokens sorted by expert, no host synchronisation, so a step with MoE blocks can be captured in a CUDA graph.
+# tokens sorted by expert. Under torch 2.11 on the H200 it still copies to the host inside (a CUDA graph capture of
+# it failed, fp32 and bf16 alike), so MoE models run their steps eagerly (specdec.engine.cuda_graphs).
 GROUPED_MM = getattr(F, "grouped_mm", None)
 
 
@@ -30,7 +31,7 @@ class StackedExperts(nn.Module):
 
     @property
     def grouped(self) -> bool:
-        """Whether the grouped GEMM takes these weights (it needs rows of a multiple of 16 bytes)."""
+        """Whether the experts run as grouped GEMMs: torch has one and the rows are multiples of 16 bytes."""
         size = self.first.element_size()
         dims = (self.first.shape[1], self.first.shape[2], self.second.shape[2])
         return GROUPED_MM is not None and all(dim * size % 16 == 0 for dim in dims)
