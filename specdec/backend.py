@@ -3,7 +3,8 @@ the Triton kernels (CUDA). Both take the same arguments, so the model code is th
 
 `SPECDEC_BACKEND=reference` forces the references on a GPU (debugging); `SPECDEC_BACKEND=triton` forces the
 kernels on a CPU, where they run in Triton's interpreter (set TRITON_INTERPRET=1 before importing specdec).
-Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128) run on the references anywhere.
+Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128) run on the references anywhere. MoE
+experts follow the same choice (specdec/models/moe.py: the grouped linear kernel of verify_kernels/moe on Triton).
 Chunked prefill uses the reference on every device for now (fla-core's chunk kernels are the next step, once
 checked on the GPU against it).
 """

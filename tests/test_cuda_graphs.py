@@ -21,18 +21,11 @@ from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 NEW_TOKENS = 32
 SHAPE = TreeShape(steps=2, topk=2)  # trees of up to 7 nodes: padding nodes in every narrower step
 CUDA = torch.cuda.is_available()
-# head dims of 16 so that the GPU runs the Triton kernels. CAPTURABLE: models whose steps a GPU captures; MoE models
-# run their steps eagerly on a GPU (specdec.engine.cuda_graphs.capture_blocker) but take the static path here too.
-CAPTURABLE = {
-    "qwen3_5": lambda: qwen35_text_config(value_heads_per_key=2, linear_key_head_dim=16, linear_value_head_dim=16),
-    "nemotron_h": lambda: nemotron_h_config(
-        layers_block_type=["linear_attention", "mlp", "linear_attention", "full_attention", "linear_attention"],
-        mamba_head_dim=16, ssm_state_size=16),
-}
+# head dims of 16 so that the GPU runs the Triton kernels (capturable), MoE blocks included
 CONFIGS = {
-    **CAPTURABLE,
+    "qwen3_5": lambda: qwen35_text_config(value_heads_per_key=2, linear_key_head_dim=16, linear_value_head_dim=16),
     "qwen3_5_moe": lambda: qwen35_text_config(moe=True, linear_key_head_dim=16, linear_value_head_dim=16),
-    "nemotron_h_moe": lambda: nemotron_h_config(mamba_head_dim=16, ssm_state_size=16),  # Mamba2, MoE, attn, MLP
+    "nemotron_h": lambda: nemotron_h_config(mamba_head_dim=16, ssm_state_size=16),  # Mamba2, MoE, attention, MLP
 }
 
 
@@ -44,11 +37,6 @@ def save(name: str, tmp_path_factory):
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def checkpoint(request, tmp_path_factory):
-    return save(request.param, tmp_path_factory)
-
-
-@pytest.fixture(scope="module", params=sorted(CAPTURABLE))
-def capturable_checkpoint(request, tmp_path_factory):
     return save(request.param, tmp_path_factory)
 
 
@@ -117,8 +105,8 @@ def test_graphs_are_off_without_a_gpu(tmp_path):
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("flush_length", [3, 16], ids=lambda length: f"L{length}")
 @pytest.mark.parametrize("drafter", [None, "ngram"])
-def test_captured_steps_generate_what_eager_steps_generate(capturable_checkpoint, drafter, flush_length):
-    model = load_model(capturable_checkpoint, device="cuda", dtype=torch.float32)
+def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, flush_length):
+    model = load_model(checkpoint, device="cuda", dtype=torch.float32)
     eager = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=False)
     graphed = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=True)
     assert graphed.graph_note is None and isinstance(graphed.forward, GraphedForward)
@@ -126,16 +114,8 @@ def test_captured_steps_generate_what_eager_steps_generate(capturable_checkpoint
     assert graphed.runner.cache.free_request_slots == 3, "the padding slot comes on top of max_requests"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-def test_mixture_of_experts_steps_run_eagerly_on_a_gpu(tmp_path):
-    save_tiny(CONFIGS["qwen3_5_moe"](), tmp_path, seed=8)
-    engine = engine_for(load_model(tmp_path, device="cuda"), None, 16, cuda_graphs=True)
-    assert "mixture-of-experts" in engine.graph_note and engine.forward is engine.runner
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("family", ["qwen3_5_moe", "nemotron_h_moe"])
+@pytest.mark.parametrize("family", ["qwen3_5_moe", "nemotron_h"])
 def test_grouped_experts_equal_one_expert_at_a_time(family, dtype, tmp_path):
     """The grouped-GEMM experts (capturable) against the per-expert loop, on random routings with idle experts."""
     save_tiny(CONFIGS[family](), tmp_path, seed=4)

@@ -30,11 +30,12 @@ def run(model, monkeypatch, backend: str) -> list[torch.Tensor]:
     return outputs
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h"])
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "nemotron_h"])
 def test_triton_backend_matches_reference_backend(family, tmp_path, monkeypatch):
+    """Both MoE models run their experts on the grouped linear kernel (verify_kernels.moe)."""
     # head dims of 16: the smallest the kernels take (real checkpoints use 64 and 128)
-    if family == "qwen3_5":
-        config = qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16)
+    if family.startswith("qwen3_5"):
+        config = qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16, moe=family.endswith("moe"))
     else:
         config = nemotron_h_config(mamba_head_dim=16, ssm_state_size=16)
     save_tiny(config, tmp_path, seed=9)

@@ -11,11 +11,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.backend import backend_for
+
 from .layers import GatedMLP, PlainMLP, activation
 
-# torch's grouped GEMM (torch.nn.functional.grouped_mm, in recent releases): every expert in one launch with the
-# tokens sorted by expert. Under torch 2.11 on the H200 it still copies to the host inside (a CUDA graph capture of
-# it failed, fp32 and bf16 alike), so MoE models run their steps eagerly (specdec.engine.cuda_graphs).
+# The experts run as the Triton grouped linear where the backend is Triton (CUDA): no host synchronisation, so MoE
+# steps are captured in CUDA graphs. Elsewhere: torch's grouped GEMM (torch.nn.functional.grouped_mm, in recent
+# releases; under torch 2.11 on the H200 it copies to the host inside, so it could not be captured), else a loop.
 GROUPED_MM = getattr(F, "grouped_mm", None)
 
 
@@ -38,9 +40,24 @@ class StackedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, top_index: torch.Tensor, top_weight: torch.Tensor) -> torch.Tensor:
         """x [N, D]; top_index, top_weight [N, k] -> sum_k weight * expert(x) [N, D] in top_weight's dtype."""
+        if backend_for(x.device) == "triton":
+            return self._kernel(x, top_index, top_weight)
         if self.grouped:
             return self._grouped(x, top_index, top_weight)
         return self._looped(x, top_index, top_weight)
+
+    def _kernel(self, x, top_index, top_weight):
+        """The Triton grouped linear (verify_kernels.moe): static shapes, no host synchronisation (CUDA graphs)."""
+        from verify_kernels.moe import expert_blocks, grouped_linear  # needs triton (Linux); only reached with it
+        num_tokens, k = top_index.shape
+        expert = top_index.flatten()  # [N k] assignments, token-major
+        token = torch.arange(num_tokens * k, device=x.device) // k
+        blocks = expert_blocks(expert, self.first.shape[0])
+        h = grouped_linear(x[token], self.first, expert, blocks)  # [N k, F]
+        y = grouped_linear(self.hidden_fn(h), self.second, expert, blocks)  # [N k, D]
+        weighted = (y * top_weight.flatten()[:, None]).to(top_weight.dtype)
+        out = torch.zeros(num_tokens, x.shape[1], dtype=top_weight.dtype, device=x.device)
+        return out.index_add_(0, token, weighted)
 
     def _grouped(self, x, top_index, top_weight):
         num_tokens, k = top_index.shape
