@@ -39,6 +39,11 @@ class ModelRunner:
         return self.model.compute_logits(hidden), ctx
 
     @torch.inference_mode()
+    def commit(self, ctx: StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Keep the accepted paths of a scored step (KVBufferCache.commit)."""
+        self.cache.commit(ctx, accepted, num_accepted)
+
+    @torch.inference_mode()
     def prefill(self, req_slots: Sequence[int], prompts: Sequence[Sequence[int]], all_logits: bool = False):
         """Commit the prompts; -> logits [B, V] of each prompt's last token (or [B, T, V] for every token)."""
         batch = StepBatch.chains(req_slots, prompts, prefill=True)

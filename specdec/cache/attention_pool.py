@@ -35,13 +35,14 @@ class AttentionLayerPool:
         return self.key[ctx.req_slots, : ctx.kv_len], self.value[ctx.req_slots, : ctx.kv_len]
 
     def commit(self, ctx, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
-        """accepted [B, A] node indices (root first, -1 padded): move them to consecutive committed positions."""
+        """accepted [B, A] node indices (root first, -1 padded): move them to consecutive committed positions.
+
+        Every column moves, with the same shapes every step (CUDA graphs): column i >= num_accepted copies node 0
+        to seq_len + i, past the new committed end, where nothing committed lives."""
         width = accepted.shape[1]
-        keep = torch.arange(width, device=accepted.device)[None, :] < num_accepted[:, None]
-        rows, order = keep.nonzero(as_tuple=True)
-        slots = ctx.req_slots[rows]
-        source = ctx.seq_lens[rows] + accepted[rows, order]
-        target = ctx.seq_lens[rows] + order
+        slots = ctx.req_slots[:, None].expand(-1, width)
+        source = ctx.seq_lens[:, None] + accepted.clamp(min=0)
+        target = ctx.seq_lens[:, None] + torch.arange(width, device=accepted.device)
         moved_key, moved_value = self.key[slots, source], self.value[slots, source]  # gathered before any write
         self.key[slots, target] = moved_key
         self.value[slots, target] = moved_value

@@ -100,10 +100,8 @@ class KVBufferCache:
         self.buf_len_device.copy_(torch.tensor(self.buf_len, dtype=torch.long))
 
     # ---- steps -------------------------------------------------------------------------------------------
-    def begin_step(self, batch: StepBatch, kv_len: int | None = None) -> StepContext:
-        """Check the batch against the pools and build the per-step context for the forward. kv_len: key
-        positions the attention layers read (default: just enough for the longest row; a captured step reads
-        max_seq_len so that its shapes never change)."""
+    def check_step(self, batch: StepBatch) -> list[int]:
+        """Every row's slot is allocated and its nodes fit the row (host-side only); -> num_nodes per row."""
         for slot in batch.req_slots:
             self._check_active(slot)
         num_nodes = batch.num_nodes.tolist()
@@ -114,6 +112,13 @@ class KVBufferCache:
                     f"{batch.width}) but the cache holds {self.config.max_seq_len} per request; shorten the "
                     "prompt or max_new_tokens, or raise CacheConfig.max_seq_len"
                 )
+        return num_nodes
+
+    def begin_step(self, batch: StepBatch, kv_len: int | None = None) -> StepContext:
+        """Check the batch against the pools and build the per-step context for the forward. kv_len: key
+        positions the attention layers read (default: just enough for the longest row; a captured step reads
+        max_seq_len so that its shapes never change)."""
+        num_nodes = self.check_step(batch)
         flush_length = self.config.flush_length
         chunk = [batch.prefill and self.buf_len[s] + n >= flush_length
                  for s, n in zip(batch.req_slots, num_nodes, strict=True)]
@@ -171,26 +176,32 @@ class KVBufferCache:
         accepted = accepted.to(self.device)
         num_accepted = num_accepted.to(self.device)
         tree_rows = set(ctx.tree_rows.tolist())
-        flushes = [row in tree_rows and self.buf_len[s] + a >= self.config.flush_length
-                   for row, (s, a) in enumerate(zip(slots, counts, strict=True))]
-        for slot, flush in zip(slots, flushes, strict=True):
-            if flush and self.state_slot[slot] < 0:
-                self._take_state_slot(slot)
+        folds = self.prepare_commit(slots, counts, [row in tree_rows for row in range(len(slots))])
         ctx.state_slots = torch.tensor([self.state_slot[s] for s in slots], dtype=torch.long, device=self.device)
 
         for index, layer in enumerate(self.linear):
             layer.commit(ctx.scratch[index], ctx, accepted, num_accepted, self.buf_len_device)
         for layer in self.attention:
             layer.commit(ctx, accepted, num_accepted)
-
-        for row, (slot, count) in enumerate(zip(slots, counts, strict=True)):
-            self.seq_len[slot] += count
-            if row not in tree_rows or flushes[row]:
-                self.buf_len[slot] = 0
-            else:
-                self.buf_len[slot] += count
-        self._sync_buf_len()
+        self.finish_commit(slots, counts, folds)
         ctx.scratch.clear()
+
+    def prepare_commit(self, slots: list[int], counts: list[int], tree_rows: list[bool]) -> list[bool]:
+        """Host side, before the commit ops: which rows' buffers fold (tree rows whose buffer would reach L
+        entries; chunk rows always end with an empty buffer), with a state slot taken for each first fold."""
+        folds = [not tree or self.buf_len[slot] + count >= self.config.flush_length
+                 for slot, count, tree in zip(slots, counts, tree_rows, strict=True)]
+        for slot, fold, tree in zip(slots, folds, tree_rows, strict=True):
+            if tree and fold and self.state_slot[slot] < 0:
+                self._take_state_slot(slot)
+        return folds
+
+    def finish_commit(self, slots: list[int], counts: list[int], folds: list[bool]) -> None:
+        """Host side, after the commit ops: committed lengths and buffer fills, mirrored to the device."""
+        for slot, count, fold in zip(slots, counts, folds, strict=True):
+            self.seq_len[slot] += count
+            self.buf_len[slot] = 0 if fold else self.buf_len[slot] + count
+        self._sync_buf_len()
 
     def commit_all(self, ctx: StepContext) -> None:
         """Commit every node of every row (prefill, or plain decoding of one token per row)."""

@@ -1,14 +1,16 @@
-"""CUDA graphs of the target's forward for the engine's decode and verify steps.
+"""CUDA graphs of the engine's decode and verify steps: the target's forward and the commit of the accepted paths.
 
-One graph per batch bucket, all at the engine's step width T (1 for plain decoding, draft budget + 1 with a
-drafter). A step of B <= bucket requests and width <= T replays the smallest bucket that holds it: the real rows
-are copied into the graph's static inputs and the other rows are padding rows, which point at a request slot kept
-for them, have no committed state (slot -1: the kernels never read the state pool for them), one node and
-nothing committed. The attention layers read all max_seq_len positions of a row, masked, so no shape depends on
-the data. Prefill, and steps wider or larger than the graphs, run eagerly on the same code.
+One pair of graphs per batch bucket, all at the engine's step width T (1 for plain decoding, draft budget + 1 with
+a drafter). A step of B <= bucket requests and width <= T replays the smallest bucket that holds it. The host packs
+each row's inputs into one int64 row (tokens, parents, ancestor mask, node count, request slot, state slot,
+committed length), copies them to the device in one transfer, and the graph builds the rest of the step context
+(positions, attention mask) itself. Rows past B are padding rows: a request slot kept for them, no committed state
+(slot -1: the kernels never read the state pool for them), one node, nothing accepted. The attention layers read
+all max_seq_len positions of a row, masked, so no shape depends on the data. Prefill, and steps wider or larger
+than the graphs, run eagerly on the same code.
 
-Graphs replay on CUDA; `capture=False` runs the very same static, padded step eagerly (the CPU tests use it to
-check the padding and the static context against the plain path).
+Graphs replay on CUDA; `capture=False` runs the very same static, padded steps eagerly (the CPU tests use it to
+check the packing, the padding and the static context against the plain path).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from dataclasses import dataclass, replace
 import torch
 
 from specdec.backend import backend_for
-from specdec.cache.linear_pool import LinearScratch
 from specdec.cache.step import StepBatch, StepContext, build_attention_mask, positions_for
 from specdec.models.base import HybridCausalLM
 from specdec.models.moe import StackedExperts
@@ -27,13 +28,9 @@ from verify_kernels.tree import ancestor_mask
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
 
-# The context tensors a step's forward reads, all [bucket, ...]: refilled before every replay.
-STATIC_FIELDS = ("req_slots", "state_slots", "parents", "num_nodes", "positions", "seq_lens", "attention_mask",
-                 "ancestors")
-
 
 def capture_blocker(model: HybridCausalLM) -> str | None:
-    """Why the forward of `model` cannot be captured in a CUDA graph on its device; None when it can."""
+    """Why the steps of `model` cannot be captured in CUDA graphs on its device; None when they can."""
     if model.device.type != "cuda":
         return "CUDA graphs need a CUDA device"
     if backend_for(model.device) != "triton" and any(isinstance(m, StackedExperts) for m in model.modules()):
@@ -50,22 +47,49 @@ def batch_buckets(max_batch: int) -> list[int]:
     return [size for size in BATCH_BUCKETS if size < max_batch] + [max_batch]
 
 
+class _Layout:
+    """Where each input sits in a packed row of step inputs ([2T + T*T + 4] int64) or commit inputs ([T + 2])."""
+
+    def __init__(self, width: int):
+        self.width = width
+        self.tokens = slice(0, width)
+        self.parents = slice(width, 2 * width)
+        self.ancestors = slice(2 * width, 2 * width + width * width)
+        self.num_nodes, self.req_slot, self.state_slot, self.seq_len = range(2 * width + width * width,
+                                                                             2 * width + width * width + 4)
+        self.step_fields = self.seq_len + 1
+        self.accepted = slice(0, width)
+        self.num_accepted, self.commit_state_slot = width, width + 1
+        self.commit_fields = width + 2
+
+
 @dataclass
 class _Bucket:
-    """One captured step: its static inputs (tokens and the context) and outputs (logits and, in ctx.scratch,
-    what commit needs)."""
+    """One bucket: packed inputs on the host (pinned on CUDA) and the device, the graphs, and their outputs (the
+    step context with the layers' scratch, and the logits), which stay valid until the bucket's next replay."""
 
-    tokens: torch.Tensor  # [bucket, T] int64
-    ctx: StepContext
-    logits: torch.Tensor | None = None  # [bucket, T, vocab] fp32, once run
-    graph: torch.cuda.CUDAGraph | None = None
+    host_inputs: torch.Tensor  # [bucket, step_fields] int64
+    inputs: torch.Tensor
+    host_commit: torch.Tensor  # [bucket, commit_fields] int64
+    commit_inputs: torch.Tensor
+    ctx: StepContext | None = None
+    logits: torch.Tensor | None = None  # [bucket, T, vocab] fp32
+    forward_graph: torch.cuda.CUDAGraph | None = None
+    commit_graph: torch.cuda.CUDAGraph | None = None
+
+
+@dataclass
+class GraphStep:
+    """What score_logits hands back for commit when a bucket ran the step."""
+
+    bucket: _Bucket
+    batch: StepBatch  # the step's real rows, padded to the bucket's width
 
 
 class GraphedForward:
-    """Scores decode / verify steps of one runner through CUDA graphs (same interface as ModelRunner.score_logits).
-
-    Takes one request slot of the runner's cache for the padding rows, for as long as it lives.
-    """
+    """Scores decode / verify steps of one runner through CUDA graphs, and commits them through their own graph
+    (same interface as ModelRunner: score_logits, commit). Takes one request slot of the runner's cache for the
+    padding rows, for as long as it lives."""
 
     def __init__(self, runner: ModelRunner, width: int, max_batch: int, capture: bool = True):
         if capture:
@@ -73,81 +97,129 @@ class GraphedForward:
             if blocker is not None:
                 raise ValueError(f"cannot capture this model's steps in CUDA graphs: {blocker}")
         self.runner = runner
+        self.cache = runner.cache
         self.width = width
         self.capture = capture
-        cache = runner.cache
-        self.kv_len = cache.config.max_seq_len
-        self.padding_slot = cache.allocate_request()
+        self.kv_len = self.cache.config.max_seq_len
+        self.layout = _Layout(width)
+        self.padding_slot = self.cache.allocate_request()
+        self._padding_inputs, self._padding_commit = self._padding_rows()
         self.buckets = batch_buckets(max_batch)
-        self._padding = self._padding_context(self.buckets[-1])
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self._steps: dict[int, _Bucket] = {}
         for bucket in reversed(self.buckets):  # largest first: the smaller graphs reuse its memory pool
             self._steps[bucket] = self._build(bucket)
 
-    def _padding_context(self, rows: int) -> StepContext:
-        """A context whose every row is a padding row: the padding slot, no state, one node, nothing committed."""
-        device = self.runner.cache.device
-        parents = torch.full((rows, self.width), -1, dtype=torch.long, device=device)
-        num_nodes = torch.ones(rows, dtype=torch.long, device=device)
-        seq_lens = torch.zeros(rows, dtype=torch.long, device=device)
-        tree = ancestor_mask(parents, num_nodes)
-        return StepContext(
-            batch=None,  # the forward reads only tensors; commit gets the real rows' context
-            req_slots=torch.full((rows,), self.padding_slot, dtype=torch.long, device=device),
-            state_slots=torch.full((rows,), -1, dtype=torch.long, device=device),
-            parents=parents, num_nodes=num_nodes, positions=positions_for(seq_lens, tree), seq_lens=seq_lens,
-            attention_mask=build_attention_mask(seq_lens, tree, self.kv_len), ancestors=tree, kv_len=self.kv_len,
-            chunk_rows=torch.zeros(0, dtype=torch.long, device=device),
-            tree_rows=torch.arange(rows, device=device),
-        )
+    def _padding_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed inputs of a padding row: one node, the padding slot, no state, nothing committed."""
+        lay = self.layout
+        inputs = torch.zeros(lay.step_fields, dtype=torch.long)
+        inputs[lay.parents] = -1
+        inputs[lay.ancestors.start] = 1  # node 0 is its own ancestor
+        inputs[lay.num_nodes], inputs[lay.req_slot], inputs[lay.state_slot] = 1, self.padding_slot, -1
+        commit = torch.full((lay.commit_fields,), -1, dtype=torch.long)
+        commit[lay.num_accepted] = 0
+        return inputs, commit
 
     def _build(self, bucket: int) -> _Bucket:
-        pad = self._padding
-        ctx = replace(pad, scratch={}, tree_rows=pad.tree_rows[:bucket],
-                      **{name: getattr(pad, name)[:bucket].clone() for name in STATIC_FIELDS})
-        step = _Bucket(torch.zeros(bucket, self.width, dtype=torch.long, device=ctx.req_slots.device), ctx)
+        device, pin = self.cache.device, self.capture
+        host_inputs = self._padding_inputs.expand(bucket, -1).clone().pin_memory() if pin else \
+            self._padding_inputs.expand(bucket, -1).clone()
+        host_commit = self._padding_commit.expand(bucket, -1).clone().pin_memory() if pin else \
+            self._padding_commit.expand(bucket, -1).clone()
+        step = _Bucket(host_inputs, host_inputs.to(device), host_commit, host_commit.to(device))
         if self.capture:
-            self._run(step)  # compiles the kernels and settles the allocator outside the capture
+            # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
+            self._forward(step)
+            self._commit(step)
             torch.cuda.synchronize()
-            step.graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(step.graph, pool=self._pool):
-                self._run(step)
+            step.forward_graph, step.commit_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.inference_mode(), torch.cuda.graph(step.forward_graph, pool=self._pool):
+                self._forward(step)
+            with torch.inference_mode(), torch.cuda.graph(step.commit_graph, pool=self._pool):
+                self._commit(step)
         return step
 
     @torch.inference_mode()
-    def _run(self, step: _Bucket) -> None:
-        hidden = self.runner.model(step.tokens, step.ctx, self.runner.cache)
+    def _forward(self, step: _Bucket) -> None:
+        """The captured forward: unpack the inputs, build the context, run the model and the LM head."""
+        lay, x = self.layout, step.inputs
+        bucket, width = x.shape[0], self.width
+        seq_lens = x[:, lay.seq_len].contiguous()
+        tree = x[:, lay.ancestors].reshape(bucket, width, width).bool()
+        step.ctx = StepContext(
+            batch=None,  # the forward reads only tensors
+            req_slots=x[:, lay.req_slot].contiguous(), state_slots=x[:, lay.state_slot].contiguous(),
+            parents=x[:, lay.parents].contiguous(), num_nodes=x[:, lay.num_nodes].contiguous(),
+            positions=positions_for(seq_lens, tree), seq_lens=seq_lens,
+            attention_mask=build_attention_mask(seq_lens, tree, self.kv_len), ancestors=tree, kv_len=self.kv_len,
+            chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
+            tree_rows=torch.arange(bucket, device=x.device),
+        )
+        hidden = self.runner.model(x[:, lay.tokens].contiguous(), step.ctx, self.cache)
         step.logits = self.runner.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def _commit(self, step: _Bucket) -> None:
+        """The captured commit: every row keeps its accepted path (padding rows accept nothing)."""
+        lay, c = self.layout, step.commit_inputs
+        accepted = c[:, lay.accepted].contiguous()
+        num_accepted = c[:, lay.num_accepted].contiguous()
+        ctx = replace(step.ctx, state_slots=c[:, lay.commit_state_slot].contiguous())  # slots taken by folds
+        for index, layer in enumerate(self.cache.linear):
+            layer.commit(step.ctx.scratch[index], ctx, accepted, num_accepted, self.cache.buf_len_device)
+        for layer in self.cache.attention:
+            layer.commit(ctx, accepted, num_accepted)
 
     def fits(self, batch: StepBatch) -> bool:
         return not batch.prefill and batch.width <= self.width and len(batch.req_slots) <= self.buckets[-1]
 
     @torch.inference_mode()
-    def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, StepContext]:
-        """-> (logits [B, T, vocab] fp32 of the real rows, T = self.width >= batch.width; the step's context for
-        commit). Steps the graphs do not hold run eagerly."""
+    def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, GraphStep | StepContext]:
+        """-> (logits [B, T, vocab] fp32 of the real rows, T = self.width >= batch.width; what commit takes).
+        Steps the graphs do not hold run eagerly."""
         if not self.fits(batch):
             return self.runner.score_logits(batch)
-        rows = len(batch.req_slots)
-        bucket = next(size for size in self.buckets if size >= rows)
-        step = self._steps[bucket]
-        padded = batch.padded_to(self.width)
-        real = self.runner.cache.begin_step(padded, kv_len=self.kv_len)  # checks the rows, builds their context
-        for name in STATIC_FIELDS:
-            static, padding = getattr(step.ctx, name), getattr(self._padding, name)
-            static[:rows].copy_(getattr(real, name))
-            static[rows:].copy_(padding[: bucket - rows])
-        step.tokens[:rows].copy_(padded.tokens)
-        step.tokens[rows:].zero_()
-        if step.graph is not None:
-            step.graph.replay()
+        batch = batch.padded_to(self.width)
+        num_nodes = self.cache.check_step(batch)
+        rows, lay = len(batch.req_slots), self.layout
+        step = self._steps[next(size for size in self.buckets if size >= rows)]
+        host = step.host_inputs
+        host[:rows, lay.tokens] = batch.tokens
+        host[:rows, lay.parents] = batch.parents
+        host[:rows, lay.ancestors] = ancestor_mask(batch.parents, batch.num_nodes).view(rows, -1)  # validates
+        host[:rows, lay.num_nodes] = torch.tensor(num_nodes)
+        host[:rows, lay.req_slot] = torch.tensor(batch.req_slots)
+        host[:rows, lay.state_slot] = torch.tensor([self.cache.state_slot[s] for s in batch.req_slots])
+        host[:rows, lay.seq_len] = torch.tensor([self.cache.seq_len[s] for s in batch.req_slots])
+        host[rows:] = self._padding_inputs
+        step.inputs.copy_(host, non_blocking=True)
+        if step.forward_graph is not None:
+            step.forward_graph.replay()
         else:
-            self._run(step)
-        real.scratch = {index: _real_rows(scratch, rows) for index, scratch in step.ctx.scratch.items()}
-        return step.logits[:rows], real
+            self._forward(step)
+        return step.logits[:rows], GraphStep(step, batch)
 
+    @torch.inference_mode()
+    def commit(self, ctx: GraphStep | StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Keep the accepted paths (as KVBufferCache.commit: accepted [B, A] root first, -1 padded; num_accepted
+        [B]) of a step that score_logits ran; eagerly run steps commit eagerly."""
+        if not isinstance(ctx, GraphStep):
+            self.cache.commit(ctx, accepted, num_accepted)
+            return
+        slots, rows, lay = ctx.batch.req_slots, len(ctx.batch.req_slots), self.layout
+        counts = num_accepted.tolist()
+        folds = self.cache.prepare_commit(slots, counts, [True] * rows)
+        host = ctx.bucket.host_commit
+        host[:rows, lay.accepted] = -1
+        host[:rows, : accepted.shape[1]] = accepted
+        host[:rows, lay.num_accepted] = num_accepted
+        host[:rows, lay.commit_state_slot] = torch.tensor([self.cache.state_slot[s] for s in slots])
+        host[rows:] = self._padding_commit
+        ctx.bucket.commit_inputs.copy_(host, non_blocking=True)
+        if ctx.bucket.commit_graph is not None:
+            ctx.bucket.commit_graph.replay()
+        else:
+            self._commit(ctx.bucket)
+        self.cache.finish_commit(slots, counts, folds)
 
-def _real_rows(scratch: LinearScratch, rows: int) -> LinearScratch:
-    """The first `rows` rows of a step's scratch (views: valid until the next replay)."""
-    return LinearScratch(**{name: None if value is None else value[:rows] for name, value in vars(scratch).items()})

@@ -155,7 +155,7 @@ class Engine:
                 results.append(accept_path(tree, probs, request.generator))
         width = max(len(path) for path, _ in results)
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
-        self.runner.cache.commit(ctx, accepted, torch.tensor([len(path) for path, _ in results]))
+        self.forward.commit(ctx, accepted, torch.tensor([len(path) for path, _ in results]))
         return results
 
     def emit(self, requests: list[Request], trees: list[DraftTree], results) -> None:
