@@ -8,10 +8,13 @@ model: if the target accepts one, that token waits in `pending` and is scored at
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
+from specdec.engine.cuda_graphs import GraphedForward, capture_blocker
 from specdec.engine.sampling import target_distribution
 from specdec.engine.tree import DraftTree
 from specdec.models.base import HybridCausalLM
@@ -22,9 +25,17 @@ from .base import Drafter, DraftRequest, TreeShape, register
 
 @register("model")
 class DraftModelDrafter(Drafter):
-    def __init__(self, model: HybridCausalLM, cache: CacheConfig):
+    """cuda_graphs: on a GPU, replay the drafting steps from CUDA graphs (built at the first proposal, for its
+    tree shape; `graph_note` says why not otherwise). The cache then holds one request slot more, for padding."""
+
+    def __init__(self, model: HybridCausalLM, cache: CacheConfig, cuda_graphs: bool = True):
         self.model = model
+        self.graph_note = capture_blocker(model) if cuda_graphs else "turned off"
+        self.max_batch = cache.max_requests
+        if self.graph_note is None:
+            cache = replace(cache, max_requests=cache.max_requests + 1)  # + the graphs' padding slot
         self.runner = ModelRunner.create(model, cache)
+        self.forward: ModelRunner | GraphedForward = self.runner
         self.slots: dict[int, int] = {}
         self.pending: dict[int, list[int]] = {}
         self._last: tuple[object, list[int]] | None = None  # (step context, scored tree nodes per row)
@@ -45,6 +56,9 @@ class DraftModelDrafter(Drafter):
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         """Level by level: score every tree so far (pending tokens in front), then give each newest node its
         `topk` most likely children (greedy requests) or `topk` children sampled without replacement."""
+        if self.graph_note is None and self.forward is self.runner:
+            # the widest drafting step: an accepted leaf still pending, the root, the whole draft budget
+            self.forward = GraphedForward(self.runner, shape.budget + 2, self.max_batch)
         trees = [DraftTree([r.tokens[-1]], [-1]) for r in requests]
         frontiers = [[0] for _ in requests]
         for _ in range(shape.steps):
@@ -85,7 +99,7 @@ class DraftModelDrafter(Drafter):
             self.pending[request.request_id] = [trees[row].tokens[j] for j in path if j >= scored[row]]
         width = max(len(r) for r in rows)
         accepted = torch.tensor([r + [-1] * (width - len(r)) for r in rows])
-        self.runner.cache.commit(ctx, accepted, torch.tensor([len(r) for r in rows]))
+        self.forward.commit(ctx, accepted, torch.tensor([len(r) for r in rows]))
         self._last = None
 
     def _score(self, requests: list[DraftRequest], trees: list[DraftTree]):
@@ -99,8 +113,7 @@ class DraftModelDrafter(Drafter):
             tokens.append(pending + tree.tokens)
             parents.append(chain + [root_parent if p < 0 else p + len(pending) for p in tree.parents])
         batch = StepBatch.trees([self.slots[r.request_id] for r in requests], tokens, parents)
-        hidden, ctx = self.runner.score(batch)
-        return self.model.compute_logits(hidden), ctx
+        return self.forward.score_logits(batch)
 
     @staticmethod
     def _sample_children(logits: torch.Tensor, count: int, request: DraftRequest) -> list[tuple[int, torch.Tensor]]:

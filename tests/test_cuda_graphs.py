@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drafters import NgramDrafter, TreeShape
+from drafters import DraftModelDrafter, NgramDrafter, TreeShape
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
 from specdec.engine.cuda_graphs import GraphedForward, batch_buckets, capture_blocker
@@ -30,8 +30,10 @@ CONFIGS = {
 
 
 def save(name: str, tmp_path_factory):
+    """The target, and in its folder `draft/` a draft of the same shape and other weights (partial agreement)."""
     directory = tmp_path_factory.mktemp(name)
     save_tiny(CONFIGS[name](), directory, seed=8)
+    save_tiny(CONFIGS[name](), directory / "draft", seed=9)
     return directory
 
 
@@ -52,9 +54,28 @@ def generate(engine: Engine) -> list[list[int]]:
     return [request.output for request in requests]
 
 
-def engine_for(model, drafter, flush_length: int, cuda_graphs: bool) -> Engine:
-    cache = CacheConfig(max_requests=3, max_seq_len=128, flush_length=flush_length)  # 4 prompts: one queues
-    return Engine(model, drafter, EngineConfig(cache=cache, shape=SHAPE, cuda_graphs=cuda_graphs))
+def engine_for(checkpoint, drafter: str | None, flush_length: int, cuda_graphs: bool, device: str = "cpu",
+               dtype: torch.dtype = torch.float32) -> Engine:
+    """An engine of 3 request slots (4 prompts: one queues) with no drafter, the n-gram one or the draft model."""
+    cache = CacheConfig(max_requests=3, max_seq_len=128, flush_length=flush_length)
+    if drafter == "model":
+        drafter = DraftModelDrafter(load_model(checkpoint / "draft", device=device, dtype=dtype), cache, cuda_graphs)
+    elif drafter == "ngram":
+        drafter = NgramDrafter()
+    target = load_model(checkpoint, device=device, dtype=dtype)
+    return Engine(target, drafter, EngineConfig(cache=cache, shape=SHAPE, cuda_graphs=cuda_graphs))
+
+
+def static_steps(engine: Engine) -> Engine:
+    """The engine (built without graphs) with its steps, and its draft model's, on the static path, run eagerly.
+    Each GraphedForward takes a request slot of its cache for padding rows: the scheduler sees one slot less."""
+    width = SHAPE.budget + 1 if engine.drafter else 1
+    engine.forward = GraphedForward(engine.runner, width, max_batch=3, capture=False)
+    if isinstance(engine.drafter, DraftModelDrafter):
+        drafter = engine.drafter
+        drafter.max_batch = 2
+        drafter.forward = GraphedForward(drafter.runner, SHAPE.budget + 2, max_batch=2, capture=False)
+    return engine
 
 
 def test_buckets_cover_every_batch_up_to_the_largest():
@@ -78,14 +99,11 @@ def test_static_step_gives_the_plain_logits(checkpoint):
     assert ctx.batch.req_slots == slots and ctx.batch.width == 6
 
 
-@pytest.mark.parametrize("drafter", [None, "ngram"])
+@pytest.mark.parametrize("drafter", [None, "ngram", "model"])
 def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter, flush_length=3):
     """Flush length 3: buffers fold in the middle of verify steps."""
-    model = load_model(checkpoint, device="cpu")
-    plain = generate(engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=False))
-    engine = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=False)
-    width = SHAPE.budget + 1 if drafter else 1
-    engine.forward = GraphedForward(engine.runner, width, max_batch=3, capture=False)
+    plain = generate(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
+    engine = static_steps(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
     assert generate(engine) == plain
     assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
 
@@ -104,14 +122,15 @@ def test_graphs_are_off_without_a_gpu(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("flush_length", [3, 16], ids=lambda length: f"L{length}")
-@pytest.mark.parametrize("drafter", [None, "ngram"])
+@pytest.mark.parametrize("drafter", [None, "ngram", "model"])
 def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, flush_length):
-    model = load_model(checkpoint, device="cuda", dtype=torch.float32)
-    eager = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=False)
-    graphed = engine_for(model, NgramDrafter() if drafter else None, flush_length, cuda_graphs=True)
+    eager = engine_for(checkpoint, drafter, flush_length, cuda_graphs=False, device="cuda")
+    graphed = engine_for(checkpoint, drafter, flush_length, cuda_graphs=True, device="cuda")
     assert graphed.graph_note is None and isinstance(graphed.forward, GraphedForward)
     assert generate(graphed) == generate(eager)
     assert graphed.runner.cache.free_request_slots == 3, "the padding slot comes on top of max_requests"
+    if drafter == "model":
+        assert isinstance(graphed.drafter.forward, GraphedForward), "the draft model's steps are captured too"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
