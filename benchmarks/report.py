@@ -112,11 +112,16 @@ def markdown_section(result: dict) -> str:
 
 def write_markdown(result: dict, path: Path) -> None:
     """Replace the kernels section of `path` (or create the file) with one generated from `result`."""
-    section = markdown_section(result)
+    replace_section(path, START, END, markdown_section(result))
+
+
+def replace_section(path: Path, start: str, end: str, section: str) -> None:
+    """Put `section` (which begins with `start` and ends with `end`) in place of the one in `path`, or append it
+    (creating the file) if there is none."""
     text = path.read_text() if path.exists() else "# Benchmarks\n\nEvery table here is generated from a run's JSON.\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + section + rest.split(END, 1)[1]
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        text = head + section + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(text)
