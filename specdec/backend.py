@@ -5,8 +5,8 @@ the Triton kernels (CUDA). Both take the same arguments, so the model code is th
 kernels on a CPU, where they run in Triton's interpreter (set TRITON_INTERPRET=1 before importing specdec).
 Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128) run on the references anywhere. MoE
 experts follow the same choice (specdec/models/moe.py: the grouped linear kernel of verify_kernels/moe on Triton).
-Chunked prefill uses the reference on every device for now (fla-core's chunk kernels are the next step, once
-checked on the GPU against it).
+Chunked prefill: GDN layers of bf16 / fp16 models on the Triton backend use fla-core's chunk kernel when fla is
+installed (gdn_chunk_prefill); fp32 models and Mamba2 layers use the references.
 """
 
 from __future__ import annotations
@@ -74,6 +74,15 @@ def gdn_ops(backend: str) -> MixerOps:
         return MixerOps(gdn.gdn_decode_ref, _taking_ancestors(gdn.gdn_verify_ref), gdn.gdn_commit_ref,
                         gdn.gdn_flush_ref, gdn.gdn_chunk_prefill_ref)
     return MixerOps(gdn.gdn_decode, gdn.gdn_verify, gdn.gdn_commit, gdn.gdn_flush, gdn.gdn_chunk_prefill_ref)
+
+
+def gdn_chunk_prefill(backend: str, dtype: torch.dtype) -> Callable:
+    """The GDN chunked prefill for a layer of this dtype: fla-core's chunk kernel on the Triton backend for bf16 /
+    fp16 models when fla is installed (its TF32 products sit below their rounding); the reference otherwise, so
+    fp32 models stay exact."""
+    if backend == "triton" and dtype != torch.float32 and gdn.fla_available():
+        return gdn.gdn_chunk_prefill_fla
+    return gdn.gdn_chunk_prefill_ref
 
 
 @functools.cache

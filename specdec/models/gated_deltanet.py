@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.backend import backend_for, conv_ops, gdn_ops
+from specdec.backend import backend_for, conv_ops, gdn_chunk_prefill, gdn_ops
 from specdec.cache.linear_pool import LinearScratch
 from specdec.cache.spec import LinearLayerSpec
 
@@ -88,7 +88,8 @@ class GatedDeltaNet(nn.Module):
         if ctx.tree_rows.numel():
             self._tree(ops, ctx, pool, cache.buf_len_device, query, key, value, g, beta, out, scratch)
         if ctx.chunk_rows.numel():
-            self._chunked_prefill(ops, ctx, pool, query, key, value, g, beta, out, scratch)
+            prefill = gdn_chunk_prefill(backend, hidden.dtype)
+            self._chunked_prefill(prefill, ctx, pool, query, key, value, g, beta, out, scratch)
         ctx.scratch[self.linear_index] = scratch
 
         out = self.norm(out.to(hidden.dtype), self.in_proj_z(hidden).unflatten(-1, (self.num_v_heads, self.head_v_dim)))
@@ -106,12 +107,12 @@ class GatedDeltaNet(nn.Module):
                                     ctx.parents[rows], ctx.num_nodes[rows], *pools, ancestors=ctx.ancestors[rows])
         out[rows], scratch.value[rows], scratch.gcum[rows] = o, u, gcum
 
-    def _chunked_prefill(self, ops, ctx, pool, query, key, value, g, beta, out, scratch) -> None:
+    def _chunked_prefill(self, prefill, ctx, pool, query, key, value, g, beta, out, scratch) -> None:
         """Prompt chains longer than the buffer: chunked delta rule from the committed state; right padding gets
         g = 0 and beta = 0, which leaves the state untouched, so the final state is the one at each row's end."""
         rows = ctx.chunk_rows
         valid = ctx.valid[rows][..., None]  # [Bc, T, 1]
-        o, final_state = ops.chunk_prefill(
+        o, final_state = prefill(
             query[rows], key[rows], value[rows], g[rows] * valid, beta[rows] * valid,
             initial_state=pool.state[ctx.state_slots[rows]],
         )

@@ -1,9 +1,10 @@
 """Gated DeltaNet (Qwen3.5): recurrence, chunked prefill and KVBuffer decode / verify / commit / flush, as torch
 references (naive.py) and, where triton is installed, Triton kernels of the same signatures (decode.py, verify.py,
-commit.py)."""
+commit.py); chunked prefill through fla-core where it is installed (fla_chunk.py)."""
 
 import importlib.util
 
+from verify_kernels.gdn.fla_chunk import fla_available, gdn_chunk_prefill_fla
 from verify_kernels.gdn.naive import (
     gdn_chunk_prefill_ref,
     gdn_commit_ref,
@@ -14,6 +15,8 @@ from verify_kernels.gdn.naive import (
 )
 
 __all__ = [
+    "fla_available",
+    "gdn_chunk_prefill_fla",
     "gdn_chunk_prefill_ref",
     "gdn_commit_ref",
     "gdn_decode_ref",

@@ -1,0 +1,42 @@
+"""Chunked prefill on the GPU through fla-core's chunk_gated_delta_rule, a dependency (the `bench` extra, or any
+install of fla-core >= 0.6), behind gdn_chunk_prefill_ref's signature. fla multiplies in TF32 (about 1e-3
+relative), so the runtime takes it for bf16 / fp16 models only (specdec/backend.py) and keeps fp32 models exact.
+
+fla is imported only when called: with fla installed, transformers' Qwen3.5 fails on the CPU, so nothing here may
+import it on a machine that merely has the package.
+"""
+
+import importlib.util
+
+import torch
+
+
+def fla_available() -> bool:
+    """Whether fla can be imported (False also when it is hidden, as the tests do with sys.modules['fla'] = None)."""
+    try:
+        return importlib.util.find_spec("fla") is not None
+    except ValueError:  # a module object without a spec
+        return False
+
+
+def gdn_chunk_prefill_fla(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As gdn_chunk_prefill_ref: q, k [B, T, H, K] (q already scaled, k normalised); v [B, T, HV, V]; g (log
+    decays), beta [B, T, HV]; initial_state [B, HV, K, V] fp32 or None. -> o [B, T, HV, V], final state
+    [B, HV, K, V], float32. fla takes HV > H itself (grouped value heads)."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+    batch, _, value_heads, value_dim = v.shape
+    if initial_state is None:
+        initial_state = torch.zeros(batch, value_heads, k.shape[-1], value_dim, dtype=torch.float32, device=v.device)
+    o, final_state = chunk_gated_delta_rule(
+        q.contiguous(), k.contiguous(), v.contiguous(), g.float().contiguous(), beta.contiguous(), scale=1.0,
+        initial_state=initial_state.float().contiguous(), output_final_state=True,
+    )
+    return o.float(), final_state.float()
