@@ -13,7 +13,9 @@ from verify_kernels.tree import ancestor_mask
 
 H, HV, K, V = 16, 32, 128, 128
 STATE_BYTES = HV * K * V * 4  # one request, one layer
-ENTRY_BYTES = (HV * V + HV) * 4  # a draft node's scratch entry: u and G (its key is an input)
+# A draft node's scratch: its entry (u and G; its key is an input) and, between verify's two passes, S0^T k and
+# S0^T q. None of it is a state: [HV, V] per node, not [HV, K, V].
+ENTRY_BYTES = (HV * V + HV) * 4 + 2 * HV * V * 4
 BUFFER_CAPACITY = 32
 
 
