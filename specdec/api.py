@@ -43,12 +43,13 @@ class Output:
 
 class LLM:
     """A target model, its tokenizer and an optional drafter: None (plain decoding), "ngram", "small" (the smallest
-    model of the target's family) or any alias / hub id / directory of a draft model."""
+    model of the target's family) or any alias / hub id / directory of a draft model. On a GPU the decode / verify
+    steps (the target's and the draft model's) replay from CUDA graphs unless cuda_graphs=False."""
 
     def __init__(self, target: str = "qwen3.5", draft: str | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, flush_length: int = 16, max_batch: int = 8,
                  max_seq_len: int = 4096, num_state_slots: int | None = None, state_memory_gb: float | None = None,
-                 num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None):
+                 num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None, cuda_graphs: bool = True):
         shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens)
         target_path = resolve_checkpoint(resolve(target))
         self.model = load_model(target_path, device=device, dtype=dtype)
@@ -59,10 +60,11 @@ class LLM:
             cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, flush_length=flush_length,
                                 num_state_slots=num_state_slots)
         self.tokenizer = load_tokenizer(target_path)
-        self.drafter = self._make_drafter(draft, target, device, dtype, cache)
-        self.engine = Engine(self.model, self.drafter, EngineConfig(cache=cache, shape=shape))
+        self.drafter = self._make_drafter(draft, target, device, dtype, cache, cuda_graphs)
+        self.engine = Engine(self.model, self.drafter, EngineConfig(cache=cache, shape=shape, cuda_graphs=cuda_graphs))
 
-    def _make_drafter(self, draft: str | None, target: str, device, dtype, cache: CacheConfig) -> Drafter | None:
+    def _make_drafter(self, draft: str | None, target: str, device, dtype, cache: CacheConfig,
+                      cuda_graphs: bool) -> Drafter | None:
         if draft is None:
             return None
         if draft == "ngram":
@@ -72,7 +74,7 @@ class LLM:
         check_same_vocabulary(self.model, self.tokenizer, draft_model, load_tokenizer(draft_path))
         return DraftModelDrafter(draft_model, CacheConfig(max_requests=cache.max_requests,
                                                           max_seq_len=cache.max_seq_len,
-                                                          flush_length=cache.flush_length))
+                                                          flush_length=cache.flush_length), cuda_graphs)
 
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,

@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--state-memory-gb", type=float, default=None,
                         help="memory for the KVBuffer pools in GiB: as many committed states as fit; requests wait "
                         "for one rather than fail (default: one state slot per request)")
+    engine.add_argument("--disable-cuda-graph", action="store_true",
+                        help="run decode / verify steps eagerly on a GPU (default: replay them from CUDA graphs)")
     return parser
 
 
@@ -79,7 +81,8 @@ def run(args) -> None:
     prompts = read_prompts(args)
     llm = LLM(args.target, args.draft, device=args.device, dtype=args.dtype, flush_length=args.flush_length,
               max_batch=args.max_batch, max_seq_len=args.max_seq_len, state_memory_gb=args.state_memory_gb,
-              num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens)
+              num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
+              cuda_graphs=not args.disable_cuda_graph)
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, seed=args.seed, chat=args.chat, stop=args.stop)
     start = time.perf_counter()

@@ -57,5 +57,5 @@ def test_help_lists_every_option():
     run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
     for flag in ("--target", "--draft", "--prompt", "--prompts-file", "--max-new-tokens", "--temperature",
                  "--top-p", "--seed", "--device", "--dtype", "--flush-length", "--speculative-num-steps",
-                 "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+                 "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--disable-cuda-graph"):
         assert flag in run_help
