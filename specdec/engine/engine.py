@@ -21,11 +21,12 @@ from specdec.cache.step import StepBatch
 from specdec.models.base import HybridCausalLM
 from specdec.runner import ModelRunner
 
+from .acceptance import accept_batch
 from .cuda_graphs import GraphedForward, capture_blocker
 from .request import Request
 from .sampling import SamplingParams, sample, target_distribution
 from .scheduler import Scheduler
-from .tree import DraftTree, accept_greedy, accept_path
+from .tree import DraftTree, accept_greedy
 
 
 @dataclass(frozen=True)
@@ -146,13 +147,14 @@ class Engine:
         batch = StepBatch.trees([r.slot for r in requests], [t.tokens for t in trees], [t.parents for t in trees])
         logits, ctx = self.forward.score_logits(batch)  # [B, T, V] on the model's device
         argmax = logits.argmax(-1).tolist()  # greedy requests need only this: [B, T] ints leave the device
-        results = []
-        for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
-            if request.params.greedy:
-                results.append(accept_greedy(tree, argmax[row]))
-            else:
-                probs = target_distribution(logits[row, : len(tree)], request.params).cpu()
-                results.append(accept_path(tree, probs, request.generator))
+        results = [accept_greedy(tree, argmax[row]) if request.params.greedy else None
+                   for row, (request, tree) in enumerate(zip(requests, trees, strict=True))]
+        sampled = [row for row, result in enumerate(results) if result is None]
+        if sampled:  # all sampled rows walk together on the device (acceptance.py)
+            probs = torch.stack([target_distribution(logits[row], requests[row].params) for row in sampled])
+            walks = accept_batch([trees[row] for row in sampled], probs, [requests[row].generator for row in sampled])
+            for row, walk in zip(sampled, walks, strict=True):
+                results[row] = walk
         width = max(len(path) for path, _ in results)
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
         self.forward.commit(ctx, accepted, torch.tensor([len(path) for path, _ in results]))
