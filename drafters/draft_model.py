@@ -118,13 +118,18 @@ class DraftModelDrafter(Drafter):
     @staticmethod
     def _sample_children(logits: torch.Tensor, count: int, request: DraftRequest) -> list[tuple[int, torch.Tensor]]:
         """`count` draws without replacement from the draft distribution (the request's temperature / top-k /
-        top-p), each with the law it was drawn from (that distribution without the tokens drawn before it)."""
-        children, law = [], target_distribution(logits, request.params).cpu()
+        top-p), each with the law it was drawn from (that distribution without the tokens drawn before it). The laws
+        stay on the draft's device; each draw is an inverse CDF with a uniform from the request's generator."""
+        children, law = [], target_distribution(logits, request.params)
         for _ in range(count):
-            if law.sum() <= 0:
+            cdf = law.double().cumsum(0)
+            u = float(torch.rand((), generator=request.generator))
+            token = torch.searchsorted(cdf, u * cdf[-1:], right=True).clamp_max(law.shape[0] - 1)
+            token, total = torch.cat([token.double(), cdf[-1:]]).tolist()
+            if total <= 0:
                 break
-            law = law / law.sum()
-            token = int(torch.multinomial(law, 1, generator=request.generator))
-            children.append((token, law.clone()))
-            law[token] = 0
+            law = law / total
+            children.append((int(token), law))
+            law = law.clone()
+            law[int(token)] = 0
         return children

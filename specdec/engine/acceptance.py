@@ -38,11 +38,12 @@ def accept_batch(trees: list[DraftTree], probs: torch.Tensor, generators: list[t
             break
         index = torch.tensor(walking, device=device)
         tokens = [trees[row].tokens[child] for row, child in tries]
-        p_x = p[index, torch.tensor(tokens, device=device)].tolist()
+        p_x = p[index, torch.tensor(tokens, device=device)]
+        q_x = [_law_at(trees[row].draft_probs[child], token, device)
+               for (row, child), token in zip(tries, tokens, strict=True)]
+        p_x, q_x = torch.stack([p_x, torch.stack(q_x)]).tolist()  # one read for the round
         accepted, rejected = [], []
-        for (row, child), token, px in zip(tries, tokens, p_x, strict=True):
-            q = trees[row].draft_probs[child]
-            qx = 1.0 if q is None else float(q[token])
+        for (row, child), px, qx in zip(tries, p_x, q_x, strict=True):
             keep = px >= qx or (px > 0 and float(torch.rand((), generator=generators[row])) < px / qx)
             (accepted if keep else rejected).append((row, child))
         if accepted:
@@ -65,6 +66,13 @@ def accept_batch(trees: list[DraftTree], probs: torch.Tensor, generators: list[t
     cdf = p.double().cumsum(-1)  # [B, V]
     bonus = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).clamp_max(vocab - 1)
     return [(path, token) for path, token in zip(paths, bonus[:, 0].tolist(), strict=True)]
+
+
+def _law_at(q: torch.Tensor | None, token: int, device: torch.device) -> torch.Tensor:
+    """q(token) as a 0-d fp32 tensor on device (1 for a point mass), read back with the round's other numbers."""
+    if q is None:
+        return torch.ones((), device=device)
+    return q[token].to(device=device, dtype=torch.float32)
 
 
 def _law(tree: DraftTree, child: int, vocab: int, device: torch.device) -> torch.Tensor:
