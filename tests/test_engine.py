@@ -142,3 +142,22 @@ def test_sampled_drafts_from_the_target_itself_are_all_accepted(draft_pair):
     for request in requests:
         assert len(request.output) == 32
         assert all(n == 4 for n in request.stats.emitted_per_step[:-1])
+
+
+def test_sampled_requests_with_mixed_parameters_equal_their_solo_runs(model):
+    """Sampled rows of several parameter sets walk together (engine/acceptance.py) yet draw from their own seeds:
+    each request's output is the one it gives alone, and a different seed gives another."""
+    mix = [SamplingParams(temperature=0.8, seed=1), SamplingParams(temperature=1.3, top_k=7, seed=2),
+           SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=3)]
+    work = list(zip(prompts() + [prompts()[0]], mix, strict=True))
+
+    def run(batch):
+        engine = Engine(model, NgramDrafter(), EngineConfig(cache=CacheConfig(max_requests=4, max_seq_len=160)))
+        requests = [engine.add_request(prompt, params, 24) for prompt, params in batch]
+        engine.run()
+        return [request.output for request in requests]
+
+    together = run(work)
+    assert together == [run([item])[0] for item in work]
+    reseeded = run([(work[0][0], SamplingParams(temperature=0.8, seed=99))])[0]
+    assert reseeded != together[0]

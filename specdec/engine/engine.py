@@ -151,7 +151,14 @@ class Engine:
                    for row, (request, tree) in enumerate(zip(requests, trees, strict=True))]
         sampled = [row for row, result in enumerate(results) if result is None]
         if sampled:  # all sampled rows walk together on the device (acceptance.py)
-            probs = torch.stack([target_distribution(logits[row], requests[row].params) for row in sampled])
+            probs = torch.empty(len(sampled), *logits.shape[1:], device=logits.device)
+            groups: dict[tuple, list[int]] = {}  # rows by (temperature, top_k, top_p): one call per group
+            for index, row in enumerate(sampled):
+                params = requests[row].params
+                groups.setdefault((params.temperature, params.top_k, params.top_p), []).append(index)
+            for group in groups.values():
+                rows = [sampled[index] for index in group]
+                probs[group] = target_distribution(logits[rows], requests[rows[0]].params)
             walks = accept_batch([trees[row] for row in sampled], probs, [requests[row].generator for row in sampled])
             for row, walk in zip(sampled, walks, strict=True):
                 results[row] = walk
