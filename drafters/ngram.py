@@ -1,11 +1,50 @@
 """Prompt lookup (n-gram) drafting: no model, no training. Find the longest recent n-gram of the request that
-occurred earlier in its own tokens and propose what followed it there, as a chain of point-mass candidates."""
+occurred earlier in its own tokens and propose what followed it there, as a chain of point-mass candidates.
+
+Each request keeps an index from n-grams to where they start, extended by the tokens added since the last step,
+so a lookup costs the matches it examines, not a scan of the whole context (which grew with every token).
+"""
 
 from __future__ import annotations
 
 from specdec.engine.tree import DraftTree
 
 from .base import Drafter, DraftRequest, TreeShape, register
+
+
+class NgramIndex:
+    """Start positions of every n-gram (min_ngram <= n <= max_ngram) of a token sequence that only grows."""
+
+    def __init__(self, min_ngram: int, max_ngram: int):
+        self.min_ngram, self.max_ngram = min_ngram, max_ngram
+        self.starts: dict[tuple[int, ...], list[int]] = {}  # n-gram -> its start positions, ascending
+        self.length = 0  # tokens indexed
+
+    def extend(self, tokens: list[int]) -> NgramIndex:
+        """Index the n-grams that end in tokens[self.length:] (tokens extends what was indexed before)."""
+        for end in range(self.length + 1, len(tokens) + 1):
+            for n in range(self.min_ngram, min(self.max_ngram, end) + 1):
+                self.starts.setdefault(tuple(tokens[end - n:end]), []).append(end - n)
+        self.length = len(tokens)
+        return self
+
+    def lookup(self, tokens: list[int], count: int) -> list[int]:
+        """Up to `count` tokens that followed an earlier occurrence of the longest matching suffix: the most recent
+        occurrence with `count` tokens after it, else the one with the most (a recent match in a repeating text
+        runs into the end of the sequence after a token or two). tokens: the indexed sequence."""
+        for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
+            best: list[int] = []
+            for start in reversed(self.starts.get(tuple(tokens[-n:]), [])):
+                if start > len(tokens) - n - 1:  # the suffix itself
+                    continue
+                following = tokens[start + n:start + n + count]
+                if len(following) == count:
+                    return following
+                if len(following) > len(best):
+                    best = following
+            if best:
+                return best
+        return []
 
 
 @register("ngram")
@@ -15,27 +54,22 @@ class NgramDrafter(Drafter):
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self._indexes: dict[int, NgramIndex] = {}
 
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         trees = []
         for request in requests:
-            drafts = self.lookup(request.tokens, shape.budget if shape.topk == 1 else shape.steps)
+            index = self._indexes.setdefault(request.request_id, NgramIndex(self.min_ngram, self.max_ngram))
+            if index.length > len(request.tokens):  # not the sequence it indexed: start over
+                index = self._indexes[request.request_id] = NgramIndex(self.min_ngram, self.max_ngram)
+            drafts = index.extend(request.tokens).lookup(request.tokens, shape.budget if shape.topk == 1
+                                                         else shape.steps)
             trees.append(DraftTree.chain(request.tokens[-1], drafts))
         return trees
 
+    def finish(self, request_id: int) -> None:
+        self._indexes.pop(request_id, None)
+
     def lookup(self, tokens: list[int], count: int) -> list[int]:
-        """Up to `count` tokens that followed an earlier occurrence of the longest matching suffix: the most recent
-        occurrence with `count` tokens after it, else the one with the most (a recent match in a repeating text
-        runs into the end of the sequence after a token or two)."""
-        for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
-            suffix = tokens[-n:]
-            best: list[int] = []
-            for start in range(len(tokens) - n - 1, -1, -1):  # most recent occurrence first, not the suffix itself
-                if tokens[start:start + n] == suffix:
-                    following = tokens[start + n:start + n + count]
-                    if len(following) == count:
-                        return following
-                    best = max(best, following, key=len)
-            if best:
-                return best
-        return []
+        """NgramIndex.lookup on a fresh index of `tokens`."""
+        return NgramIndex(self.min_ngram, self.max_ngram).extend(tokens).lookup(tokens, count)

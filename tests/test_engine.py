@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drafters import DraftModelDrafter, NgramDrafter, TreeShape
+from drafters import DraftModelDrafter, DraftRequest, NgramDrafter, TreeShape
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.sampling import SamplingParams
@@ -161,3 +161,31 @@ def test_sampled_requests_with_mixed_parameters_equal_their_solo_runs(model):
     assert together == [run([item])[0] for item in work]
     reseeded = run([(work[0][0], SamplingParams(temperature=0.8, seed=99))])[0]
     assert reseeded != together[0]
+
+
+def brute_force_lookup(tokens: list[int], count: int, max_ngram: int = 4) -> list[int]:
+    """The n-gram lookup as a scan of the whole sequence (the oracle of the indexed one)."""
+    for n in range(min(max_ngram, len(tokens) - 1), 0, -1):
+        best: list[int] = []
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start:start + n] == tokens[-n:]:
+                following = tokens[start + n:start + n + count]
+                if len(following) == count:
+                    return following
+                best = max(best, following, key=len)
+        if best:
+            return best
+    return []
+
+
+def test_indexed_ngram_lookup_equals_a_full_scan():
+    """The per-request index, extended token by token as a request grows, finds what a scan finds."""
+    gen = torch.Generator().manual_seed(0)
+    drafter = NgramDrafter()
+    tokens = torch.randint(0, 5, (300,), generator=gen).tolist()  # a small alphabet: many repeats
+    for length in range(1, len(tokens) + 1, 7):
+        request = DraftRequest(0, tokens[:length], SamplingParams(), None)
+        tree = drafter.propose([request], TreeShape(steps=4))[0]
+        assert tree.tokens[1:] == brute_force_lookup(tokens[:length], 4)
+    drafter.finish(0)
+    assert drafter.lookup(tokens, 3) == brute_force_lookup(tokens, 3)
