@@ -78,13 +78,12 @@ class StepBatch:
     def trees(cls, req_slots: Sequence[int], tokens: Sequence[Sequence[int]],
               parents: Sequence[Sequence[int]]) -> StepBatch:
         width = max(len(row) for row in tokens)
-        token_tensor = torch.zeros(len(tokens), width, dtype=torch.long)
-        parent_tensor = torch.full((len(tokens), width), -1, dtype=torch.long)
         for row, (row_tokens, row_parents) in enumerate(zip(tokens, parents, strict=True)):
             if len(row_tokens) != len(row_parents):
                 raise ValueError(f"row {row}: {len(row_tokens)} tokens but {len(row_parents)} parents")
-            token_tensor[row, : len(row_tokens)] = torch.as_tensor(list(row_tokens), dtype=torch.long)
-            parent_tensor[row, : len(row_parents)] = torch.as_tensor(list(row_parents), dtype=torch.long)
+        # padded on the host, one tensor each (a per-row tensor costs more than the rest of the step set-up)
+        token_tensor = torch.tensor([[*row, *[0] * (width - len(row))] for row in tokens], dtype=torch.long)
+        parent_tensor = torch.tensor([[*row, *[-1] * (width - len(row))] for row in parents], dtype=torch.long)
         num_nodes = torch.tensor([len(row) for row in tokens], dtype=torch.long)
         return cls(list(req_slots), token_tensor, parent_tensor, num_nodes, prefill=False)
 
