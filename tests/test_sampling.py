@@ -93,8 +93,12 @@ def test_emitted_tokens_follow_the_target(make_draft, accept):
     assert total_variation(counts.flatten(), (p1[:, None] * p2).flatten()) < TV_BOUND
 
 
-def test_rows_of_one_batch_walk_independently():
-    """Trees of all three kinds in one batch of 60 rows, 20k rows in all: each kind still emits the target."""
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                            reason="needs a CUDA device")])])
+def test_rows_of_one_batch_walk_independently(device):
+    """Trees of all three kinds in one batch of 60 rows, 20k rows in all: each kind still emits the target (the
+    targets on `device`, the draft laws on the host, as the engine has them)."""
     p1, p2, q = distributions(seed=2)
     gen = torch.Generator().manual_seed(4)
     makers = [chain_of_two(q), three_siblings_without_replacement(q), deterministic_tree(q)]
@@ -104,8 +108,8 @@ def test_rows_of_one_batch_walk_independently():
         width = max(len(tree) for tree in trees)
         targets = torch.stack([torch.stack([p1 if j == 0 else p2[tree.tokens[j]] if j < len(tree) else p1
                                             for j in range(width)]) for tree in trees])
-        for row, (tree, (path, bonus)) in enumerate(zip(trees, accept_batch(trees, targets, [gen] * 60),
-                                                        strict=True)):
+        walks = accept_batch(trees, targets.to(device), [gen] * 60)
+        for row, (tree, (path, bonus)) in enumerate(zip(trees, walks, strict=True)):
             tokens = [tree.tokens[j] for j in path[1:]] + [bonus]
             if len(tokens) == 1:
                 tokens.append(sample(p2[tokens[0]], gen))
