@@ -10,6 +10,7 @@ import torch
 from drafters import DraftModelDrafter, NgramDrafter, TreeShape
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
+from specdec.engine import cuda_graphs
 from specdec.engine.cuda_graphs import GraphedForward, batch_buckets, capture_blocker
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.sampling import SamplingParams
@@ -84,6 +85,13 @@ def test_buckets_cover_every_batch_up_to_the_largest():
     assert batch_buckets(100) == [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 100]
 
 
+def test_key_lengths_come_in_powers_of_two_up_to_the_cache(tmp_path):
+    save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=1)
+    runner = ModelRunner.create(load_model(tmp_path, device="cpu"), CacheConfig(max_requests=2, max_seq_len=1000))
+    graphed = GraphedForward(runner, width=5, max_batch=1, capture=False)
+    assert [graphed.kv_bucket(n) for n in (1, 256, 257, 600, 1000)] == [256, 256, 512, 1000, 1000]
+
+
 def test_static_step_gives_the_plain_logits(checkpoint):
     """Three rows (one padding row in the bucket of 4) with trees narrower than the static width."""
     model = load_model(checkpoint, device="cpu")
@@ -100,8 +108,10 @@ def test_static_step_gives_the_plain_logits(checkpoint):
 
 
 @pytest.mark.parametrize("drafter", [None, "ngram", "model"])
-def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter, flush_length=3):
-    """Flush length 3: buffers fold in the middle of verify steps."""
+def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter, monkeypatch, flush_length=3):
+    """Flush length 3: buffers fold in the middle of verify steps; key lengths from 16 up, so the requests cross
+    the 16 / 32 / 64 / 128 key-length buckets as they grow."""
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
     plain = generate(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
     engine = static_steps(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
     assert generate(engine) == plain

@@ -1,13 +1,15 @@
 """CUDA graphs of the engine's decode and verify steps: the target's forward and the commit of the accepted paths.
 
-One pair of graphs per batch bucket, all at the engine's step width T (1 for plain decoding, draft budget + 1 with
-a drafter). A step of B <= bucket requests and width <= T replays the smallest bucket that holds it. The host packs
+One pair of graphs per (batch bucket, key-length bucket), all at the engine's step width T (1 for plain decoding,
+draft budget + 1 with a drafter), captured the first time a step needs it. A step of B <= bucket requests and
+width <= T replays the smallest batch bucket that holds it, at the smallest key length (a power of two from
+MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention layers gather that many positions per
+row, masked, so a step never reads more than twice the keys it needs, and no shape depends on the data. The host packs
 each row's inputs into one int64 row (tokens, parents, ancestor mask, node count, request slot, state slot,
 committed length), copies them to the device in one transfer, and the graph builds the rest of the step context
 (positions, attention mask) itself. Rows past B are padding rows: a request slot kept for them, no committed state
-(slot -1: the kernels never read the state pool for them), one node, nothing accepted. The attention layers read
-all max_seq_len positions of a row, masked, so no shape depends on the data. Prefill, and steps wider or larger
-than the graphs, run eagerly on the same code.
+(slot -1: the kernels never read the state pool for them), one node, nothing accepted. Prefill, and steps wider or
+larger than the graphs, run eagerly on the same code.
 
 Graphs replay on CUDA; `capture=False` runs the very same static, padded steps eagerly (the CPU tests use it to
 check the packing, the padding and the static context against the plain path).
@@ -27,6 +29,7 @@ from specdec.runner import ModelRunner
 from verify_kernels.tree import ancestor_mask
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
+MIN_KV_LEN = 256  # the smallest key-length bucket
 
 
 def capture_blocker(model: HybridCausalLM) -> str | None:
@@ -68,6 +71,7 @@ class _Bucket:
     """One bucket: packed inputs on the host (pinned on CUDA) and the device, the graphs, and their outputs (the
     step context with the layers' scratch, and the logits), which stay valid until the bucket's next replay."""
 
+    kv_len: int  # key positions the attention layers read per row
     host_inputs: torch.Tensor  # [bucket, step_fields] int64
     inputs: torch.Tensor
     host_commit: torch.Tensor  # [bucket, commit_fields] int64
@@ -100,15 +104,12 @@ class GraphedForward:
         self.cache = runner.cache
         self.width = width
         self.capture = capture
-        self.kv_len = self.cache.config.max_seq_len
         self.layout = _Layout(width)
         self.padding_slot = self.cache.allocate_request()
         self._padding_inputs, self._padding_commit = self._padding_rows()
         self.buckets = batch_buckets(max_batch)
         self._pool = torch.cuda.graph_pool_handle() if capture else None
-        self._steps: dict[int, _Bucket] = {}
-        for bucket in reversed(self.buckets):  # largest first: the smaller graphs reuse its memory pool
-            self._steps[bucket] = self._build(bucket)
+        self._steps: dict[tuple[int, int], _Bucket] = {}  # (batch bucket, key length) -> captured step
 
     def _padding_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The packed inputs of a padding row: one node, the padding slot, no state, nothing committed."""
@@ -121,13 +122,17 @@ class GraphedForward:
         commit[lay.num_accepted] = 0
         return inputs, commit
 
-    def _build(self, bucket: int) -> _Bucket:
+    def kv_bucket(self, longest: int) -> int:
+        """The key length a step reads when its longest row needs `longest` positions."""
+        return min(self.cache.config.max_seq_len, max(MIN_KV_LEN, 1 << (longest - 1).bit_length()))
+
+    def _build(self, bucket: int, kv_len: int) -> _Bucket:
         device, pin = self.cache.device, self.capture
         host_inputs = self._padding_inputs.expand(bucket, -1).clone().pin_memory() if pin else \
             self._padding_inputs.expand(bucket, -1).clone()
         host_commit = self._padding_commit.expand(bucket, -1).clone().pin_memory() if pin else \
             self._padding_commit.expand(bucket, -1).clone()
-        step = _Bucket(host_inputs, host_inputs.to(device), host_commit, host_commit.to(device))
+        step = _Bucket(kv_len, host_inputs, host_inputs.to(device), host_commit, host_commit.to(device))
         if self.capture:
             # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
             self._forward(step)
@@ -152,7 +157,7 @@ class GraphedForward:
             req_slots=x[:, lay.req_slot].contiguous(), state_slots=x[:, lay.state_slot].contiguous(),
             parents=x[:, lay.parents].contiguous(), num_nodes=x[:, lay.num_nodes].contiguous(),
             positions=positions_for(seq_lens, tree), seq_lens=seq_lens,
-            attention_mask=build_attention_mask(seq_lens, tree, self.kv_len), ancestors=tree, kv_len=self.kv_len,
+            attention_mask=build_attention_mask(seq_lens, tree, step.kv_len), ancestors=tree, kv_len=step.kv_len,
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
             tree_rows=torch.arange(bucket, device=x.device),
         )
@@ -183,7 +188,11 @@ class GraphedForward:
         batch = batch.padded_to(self.width)
         num_nodes = self.cache.check_step(batch)
         rows, lay = len(batch.req_slots), self.layout
-        step = self._steps[next(size for size in self.buckets if size >= rows)]
+        seq_lens = [self.cache.seq_len[slot] for slot in batch.req_slots]
+        key = (next(size for size in self.buckets if size >= rows), self.kv_bucket(max(seq_lens) + self.width))
+        if key not in self._steps:
+            self._steps[key] = self._build(*key)
+        step = self._steps[key]
         host = step.host_inputs
         host[:rows, lay.tokens] = batch.tokens
         host[:rows, lay.parents] = batch.parents
@@ -191,7 +200,7 @@ class GraphedForward:
         host[:rows, lay.num_nodes] = torch.tensor(num_nodes)
         host[:rows, lay.req_slot] = torch.tensor(batch.req_slots)
         host[:rows, lay.state_slot] = torch.tensor([self.cache.state_slot[s] for s in batch.req_slots])
-        host[:rows, lay.seq_len] = torch.tensor([self.cache.seq_len[s] for s in batch.req_slots])
+        host[:rows, lay.seq_len] = torch.tensor(seq_lens)
         host[rows:] = self._padding_inputs
         step.inputs.copy_(host, non_blocking=True)
         if step.forward_graph is not None:
