@@ -126,12 +126,15 @@ class GraphedForward:
         """The key length a step reads when its longest row needs `longest` positions."""
         return min(self.cache.config.max_seq_len, max(MIN_KV_LEN, 1 << (longest - 1).bit_length()))
 
+    def _host_rows(self, row: torch.Tensor, bucket: int) -> torch.Tensor:
+        """`bucket` copies of a packed row on the host, pinned under capture (the copies to the device are async)."""
+        rows = row.expand(bucket, -1).clone()
+        return rows.pin_memory() if self.capture else rows
+
     def _build(self, bucket: int, kv_len: int) -> _Bucket:
-        device, pin = self.cache.device, self.capture
-        host_inputs = self._padding_inputs.expand(bucket, -1).clone().pin_memory() if pin else \
-            self._padding_inputs.expand(bucket, -1).clone()
-        host_commit = self._padding_commit.expand(bucket, -1).clone().pin_memory() if pin else \
-            self._padding_commit.expand(bucket, -1).clone()
+        host_inputs = self._host_rows(self._padding_inputs, bucket)
+        host_commit = self._host_rows(self._padding_commit, bucket)
+        device = self.cache.device
         step = _Bucket(kv_len, host_inputs, host_inputs.to(device), host_commit, host_commit.to(device))
         if self.capture:
             # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
