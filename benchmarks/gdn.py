@@ -9,13 +9,11 @@ import torch
 from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents, unit
 from benchmarks.timing import rotations_for, time_calls
 from verify_kernels.gdn import gdn_decode, gdn_decode_commit, gdn_verify
+from verify_kernels.gdn.verify import verify_scratch_bytes
 from verify_kernels.tree import ancestor_mask
 
 H, HV, K, V = 16, 32, 128, 128
 STATE_BYTES = HV * K * V * 4  # one request, one layer
-# A draft node's scratch: its entry (u and G; its key is an input) and, between verify's two passes, S0^T k and
-# S0^T q. None of it is a state: [HV, V] per node, not [HV, K, V].
-ENTRY_BYTES = (HV * V + HV) * 4 + 2 * HV * V * 4
 BUFFER_CAPACITY = 32
 
 
@@ -126,7 +124,7 @@ def _verify_batch(tree: str, batch: int, sglang_gdn, fill: int) -> dict:
     ])
     row = {"section": "gdn_verify", "tree": tree, "nodes": nodes, "batch": batch, "buffer_fill": fill,
            "ours_us": ours_s * 1e6, "ours_state_bytes_per_request": 0,
-           "ours_scratch_bytes_per_request": nodes * ENTRY_BYTES,
+           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, BUFFER_CAPACITY, H, HV, V),
            "baseline_state_bytes_per_request": nodes * STATE_BYTES}
     if sglang_gdn is not None:
         del pools  # room for the baseline's own pool and intermediate states

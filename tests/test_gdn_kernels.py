@@ -332,13 +332,14 @@ def test_flush(d):
 
 def test_small_blocks(monkeypatch):
     """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block)
-    and two steps of verify's loop over K."""
+    and two steps of verify's products loop over K."""
     for module in (verify_module, commit_module):
         monkeypatch.setattr(module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "STATE_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "FOLD_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "FUSED_BLOCK_V", 16)
-    monkeypatch.setattr(verify_module, "BLOCK_K", 16)
+    monkeypatch.setattr(verify_module, "STATE_BLOCK_V", 16)
+    monkeypatch.setattr(verify_module, "PRODUCTS_BLOCK_K", 16)
     d = DIMS["k32-hv2"]
     for fused_max_batch in (0, len(ROWS)):  # decode's three kernels, then its single kernel
         monkeypatch.setattr(decode_module, "FUSED_MAX_BATCH", fused_max_batch)
