@@ -1,4 +1,5 @@
-"""`specdec run`: speculative generation from the command line.
+"""`specdec run`: speculative generation from the command line (and the training commands of
+specdec/training/cli.py).
 
     specdec run --target qwen3.5 --draft small --prompt "The capital of France is"
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from specdec.models.checkpoint import CheckpointError
+from specdec.training import cli as training_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "for one rather than fail (default: one state slot per request)")
     engine.add_argument("--disable-cuda-graph", action="store_true",
                         help="run decode / verify steps eagerly on a GPU (default: replay them from CUDA graphs)")
+    training_cli.add_commands(commands)
     return parser
 
 
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             run(args)
+        else:
+            training_cli.dispatch(args)
     except (ValueError, CheckpointError, FileNotFoundError) as error:
         print(f"specdec: error: {error}", file=sys.stderr)
         return 2

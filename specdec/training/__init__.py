@@ -1,0 +1,1 @@
+"""Training the shipped models: the corpus, the tokenizer, the language models and their drafters."""

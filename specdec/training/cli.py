@@ -1,0 +1,58 @@
+"""The training subcommands of `specdec`: train-tokenizer and train (the shipped models are made with them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_commands(commands) -> None:
+    tokenizer = commands.add_parser(
+        "train-tokenizer", help="train the byte-level BPE tokenizer of the shipped models",
+        description="Train a byte-level BPE tokenizer (digits split, chat template) on a folder of *.txt / *.txt.gz "
+        "files (default: the corpus shipped in specdec/training/corpus) and save it in the Hugging Face layout.")
+    tokenizer.add_argument("--data", type=Path, default=None, help="folder of text files (default: shipped corpus)")
+    tokenizer.add_argument("--vocab-size", type=int, default=8192)
+    tokenizer.add_argument("--out", type=Path, required=True, help="directory to write tokenizer.json etc. into")
+
+    train = commands.add_parser(
+        "train", help="train a small model of a preset in configs/shipped_models.json",
+        description="Train a preset (transformers' model classes; the Qwen3.5 target with its MTP layer) on a folder "
+        "of text files and save it in the Hugging Face layout with the tokenizer; prints the held-out perplexity.")
+    train.add_argument("--preset", required=True, help="a name in configs/shipped_models.json, e.g. qwen3.5-tiny")
+    train.add_argument("--tokenizer", type=Path, required=True, help="directory of a tokenizer (train-tokenizer)")
+    train.add_argument("--out", type=Path, required=True)
+    train.add_argument("--data", type=Path, default=None, help="folder of text files (default: shipped corpus)")
+    train.add_argument("--steps", type=int, default=3000)
+    train.add_argument("--batch-size", type=int, default=64)
+    train.add_argument("--seq-len", type=int, default=512)
+    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--eval-tokens", type=int, default=2**17, help="held-out tokens per corpus file")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+
+
+def dispatch(args: argparse.Namespace) -> None:
+    if args.command == "train-tokenizer":
+        from specdec.training.tokenizer import train_corpus_tokenizer
+
+        tokenizer = train_corpus_tokenizer(args.data or _corpus(), args.out, args.vocab_size)
+        print(f"[specdec] tokenizer of {len(tokenizer)} tokens written to {args.out}")
+    elif args.command == "train":
+        import torch
+
+        from specdec.training.lm import TrainConfig, train_lm
+
+        cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+                          eval_tokens=args.eval_tokens, seed=args.seed)
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        record = train_lm(args.preset, args.tokenizer, args.out, cfg, data=args.data, device=device)
+        summary = {k: record[k] for k in ("preset", "parameters", "final_loss", "held_out_perplexity", "seconds")}
+        print(json.dumps(summary, indent=1))
+
+
+def _corpus() -> Path:
+    from specdec.training.corpus import CORPUS_DIR
+
+    return CORPUS_DIR
