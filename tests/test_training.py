@@ -13,7 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec.cli import main as cli_main
 from specdec.training.corpus import IM_END, IM_START, as_chat, read_corpus, split_text
-from specdec.training.lm import TrainConfig, train_lm
+from specdec.training.lm import TrainConfig, build_model, train_lm
+from specdec.training.mtp import MtpHead, mtp_hidden
 from specdec.training.tokenizer import train_tokenizer
 from tests.test_loading import our_prefill_logits
 
@@ -125,6 +126,23 @@ def test_training_lowers_the_loss_and_saves_a_checkpoint_both_loaders_read(prese
     with torch.no_grad():
         theirs = reference(torch.tensor([prompt])).logits[0]
     torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=2e-4)
+
+
+def test_mtp_layer_is_causal_and_named_as_in_qwen35_checkpoints(tokenizer_dir):
+    model = build_model(QWEN, AutoTokenizer.from_pretrained(tokenizer_dir)).eval()
+    mtp = MtpHead(model).eval()
+    assert {"fc.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight",
+            "layers.0.self_attn.q_norm.weight", "layers.0.mlp.down_proj.weight"} <= set(mtp.state_dict())
+    assert mtp.fc.weight.shape == (32, 64)
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 9, 32, generator=gen)
+    tokens = torch.randint(0, 300, (2, 9), generator=gen)
+    changed = tokens.clone()
+    changed[:, 5] = (changed[:, 5] + 1) % 300
+    with torch.no_grad():
+        before, after = mtp_hidden(mtp, model, hidden, tokens), mtp_hidden(mtp, model, hidden, changed)
+    torch.testing.assert_close(before[:, :5], after[:, :5])
+    assert (before[:, 5:] - after[:, 5:]).abs().amax(-1).min() > 0, "rows from 5 on see token 5"
 
 
 def test_unknown_preset_names_the_known_ones(tokenizer_dir, tmp_path):

@@ -68,7 +68,19 @@ def build_model(preset: dict, tokenizer: PreTrainedTokenizerBase) -> torch.nn.Mo
                pad_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT),
                bos_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT))
     config = CONFIG_CLASSES[preset["model_type"]](vocab_size=len(tokenizer), **ids, **preset["config"])
-    return TRANSFORMERS_CLASSES[preset["model_type"]](config)
+    model = TRANSFORMERS_CLASSES[preset["model_type"]](config)
+    use_torch_delta_rule(model)
+    return model
+
+
+def use_torch_delta_rule(model: torch.nn.Module) -> None:
+    """Train Gated DeltaNet layers with transformers' torch implementation even where fla is installed: fla-core
+    0.6's backward refuses to run on Hopper GPUs with Triton < 3.7.1, which gives wrong gradients there (fla #640)."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    for module in model.modules():
+        if getattr(module, "chunk_gated_delta_rule", None) is not None:
+            module.chunk_gated_delta_rule = modeling_qwen3_5.torch_chunk_gated_delta_rule
 
 
 def token_stream(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> torch.Tensor:

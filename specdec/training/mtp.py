@@ -17,7 +17,6 @@ import copy
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.masking_utils import create_causal_mask
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5RMSNorm
 
 
@@ -31,6 +30,7 @@ class MtpHead(nn.Module):
         layer_config = copy.deepcopy(config)
         layer_config.layer_types = ["full_attention"]
         layer_config.num_hidden_layers = 1
+        layer_config._attn_implementation = "sdpa"   # takes the boolean causal mask mtp_loss builds
         size, eps = config.hidden_size, config.rms_norm_eps
         self.pre_fc_norm_embedding = Qwen3_5RMSNorm(size, eps=eps)
         self.pre_fc_norm_hidden = Qwen3_5RMSNorm(size, eps=eps)
@@ -48,16 +48,22 @@ class MtpHead(nn.Module):
         return self.norm(x)
 
 
-def mtp_loss(mtp: MtpHead, model: nn.Module, hidden: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
-    """Depth-1 cross-entropy. hidden: [B, T, H] the target's final hidden (after its norm) over window[:, :T];
-    window: [B, T + 2] tokens: row t predicts window[:, t + 2] from hidden t and the embedding of window[:, t + 1]."""
+def mtp_hidden(mtp: MtpHead, model: nn.Module, hidden: torch.Tensor, next_tokens: torch.Tensor) -> torch.Tensor:
+    """Depth 1 over a sequence. hidden: [B, T, H] the target's final hidden (after its norm) at positions 0..T-1;
+    next_tokens: [B, T] the token after each position -> [B, T, H] after mtp.norm; row t sees rows <= t only."""
     B, T = hidden.shape[:2]
     base = model.base_model
     positions = torch.arange(T, device=hidden.device).view(1, 1, T).expand(3, B, T)   # text: (t, t, t) M-RoPE
-    next_embeds = base.embed_tokens(window[:, 1:T + 1])
+    next_embeds = base.embed_tokens(next_tokens)
     position_embeddings = base.rotary_emb(next_embeds, positions)
-    mask = create_causal_mask(config=mtp.config, inputs_embeds=next_embeds, attention_mask=None, cache=None,
-                              position_ids=positions[0])
-    out = mtp(hidden, next_embeds, position_embeddings, mask)
+    causal = torch.ones(T, T, dtype=torch.bool, device=hidden.device).tril().expand(B, 1, T, T)  # True: attend
+    return mtp(hidden, next_embeds, position_embeddings, causal)
+
+
+def mtp_loss(mtp: MtpHead, model: nn.Module, hidden: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+    """Depth-1 cross-entropy. hidden: [B, T, H] over window[:, :T]; window: [B, T + 2] tokens: row t predicts
+    window[:, t + 2] from hidden t and the embedding of window[:, t + 1]."""
+    T = hidden.shape[1]
+    out = mtp_hidden(mtp, model, hidden, window[:, 1:T + 1])
     logits = model.lm_head(out).float()
     return F.cross_entropy(logits.flatten(0, 1), window[:, 2:T + 2].flatten())
