@@ -40,7 +40,7 @@ class DraftModelDrafter(Drafter):
         self.pending: dict[int, list[int]] = {}
         self._last: tuple[object, list[int]] | None = None  # (step context, scored tree nodes per row)
 
-    def start(self, request: DraftRequest) -> None:
+    def start(self, request: DraftRequest, target_hidden=None) -> None:
         slot = self.runner.cache.allocate_request()
         self.slots[request.request_id] = slot
         self.pending[request.request_id] = []
@@ -75,11 +75,8 @@ class DraftModelDrafter(Drafter):
                     if room <= 0:
                         break
                     count = min(shape.topk, room)
-                    if request.params.greedy:  # the draft's most likely tokens, as point masses
-                        children = [(token, None) for token in top[row][offset + node][:count]]
-                    else:
-                        children = self._sample_children(logits[row, offset + node], count, request)
-                    for token, law in children:
+                    for token, law in children_of(logits[row, offset + node], top[row][offset + node][:count],
+                                                  count, request):
                         tree.tokens.append(token)
                         tree.parents.append(node)
                         tree.draft_probs.append(law)
@@ -87,7 +84,7 @@ class DraftModelDrafter(Drafter):
             self._last = (ctx, scored)
         return trees
 
-    def accepted(self, requests: list[DraftRequest], trees: list[DraftTree], results) -> None:
+    def accepted(self, requests: list[DraftRequest], trees: list[DraftTree], results, target_hidden=None) -> None:
         """Commit, per request, its pending tokens and the accepted nodes the draft model scored."""
         ctx, scored = self._last
         rows = []
@@ -115,21 +112,29 @@ class DraftModelDrafter(Drafter):
         batch = StepBatch.trees([self.slots[r.request_id] for r in requests], tokens, parents)
         return self.forward.score_logits(batch)
 
-    @staticmethod
-    def _sample_children(logits: torch.Tensor, count: int, request: DraftRequest) -> list[tuple[int, torch.Tensor]]:
-        """`count` draws without replacement from the draft distribution (the request's temperature / top-k /
-        top-p), each with the law it was drawn from (that distribution without the tokens drawn before it). The laws
-        stay on the draft's device; each draw is an inverse CDF with a uniform from the request's generator."""
-        children, law = [], target_distribution(logits, request.params)
-        for _ in range(count):
-            cdf = law.double().cumsum(0)
-            u = float(torch.rand((), generator=request.generator))
-            token = torch.searchsorted(cdf, u * cdf[-1:], right=True).clamp_max(law.shape[0] - 1)
-            token, total = torch.cat([token.double(), cdf[-1:]]).tolist()
-            if total <= 0:
-                break
-            law = law / total
-            children.append((int(token), law))
-            law = law.clone()
-            law[int(token)] = 0
-        return children
+
+def children_of(logits: torch.Tensor, top: list[int], count: int, request: DraftRequest) -> list[tuple[int, object]]:
+    """A node's `count` children from the drafter's logits [V] at it: for greedy requests its most likely tokens
+    (`top`, already on the host) as point masses; else draws without replacement (sample_children)."""
+    if request.params.greedy:
+        return [(token, None) for token in top[:count]]
+    return sample_children(logits, count, request)
+
+
+def sample_children(logits: torch.Tensor, count: int, request: DraftRequest) -> list[tuple[int, torch.Tensor]]:
+    """`count` draws without replacement from the draft distribution (the request's temperature / top-k /
+    top-p), each with the law it was drawn from (that distribution without the tokens drawn before it). The laws
+    stay on the draft's device; each draw is an inverse CDF with a uniform from the request's generator."""
+    children, law = [], target_distribution(logits, request.params)
+    for _ in range(count):
+        cdf = law.double().cumsum(0)
+        u = float(torch.rand((), generator=request.generator))
+        token = torch.searchsorted(cdf, u * cdf[-1:], right=True).clamp_max(law.shape[0] - 1)
+        token, total = torch.cat([token.double(), cdf[-1:]]).tolist()
+        if total <= 0:
+            break
+        law = law / total
+        children.append((int(token), law))
+        law = law.clone()
+        law[int(token)] = 0
+    return children

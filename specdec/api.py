@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from drafters import Drafter, DraftModelDrafter, NgramDrafter, TreeShape
+from drafters import Drafter, DraftModelDrafter, MtpDrafter, NgramDrafter, TreeShape
 from specdec.cache.budget import cache_for_budget
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
@@ -42,9 +42,10 @@ class Output:
 
 
 class LLM:
-    """A target model, its tokenizer and an optional drafter: None (plain decoding), "ngram", "small" (the smallest
-    model of the target's family) or any alias / hub id / directory of a draft model. On a GPU the decode / verify
-    steps (the target's and the draft model's) replay from CUDA graphs unless cuda_graphs=False."""
+    """A target model, its tokenizer and an optional drafter: None (plain decoding), "ngram", "mtp" (the target's
+    multi-token-prediction layer), "small" (the smallest model of the target's family) or any alias / hub id /
+    directory of a draft model. On a GPU the decode / verify steps (the target's and the draft model's) replay from
+    CUDA graphs unless cuda_graphs=False."""
 
     def __init__(self, target: str = "qwen3.5", draft: str | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, flush_length: int = 16, max_batch: int = 8,
@@ -69,6 +70,9 @@ class LLM:
             return None
         if draft == "ngram":
             return NgramDrafter()
+        if draft == "mtp":  # the target's own multi-token-prediction layer
+            return MtpDrafter(self.model, CacheConfig(max_requests=cache.max_requests, max_seq_len=cache.max_seq_len,
+                                                      flush_length=cache.flush_length))
         draft_path = resolve_checkpoint(smallest_of_family(target) if draft == "small" else resolve(draft))
         draft_model = load_model(draft_path, device=device, dtype=dtype)
         check_same_vocabulary(self.model, self.tokenizer, draft_model, load_tokenizer(draft_path))

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="family alias (qwen3.5, qwen3.5:0.8b, nemotron-3; see configs/models.json), hub id or "
                         "local directory (default: qwen3.5)")
     models.add_argument("--draft", default=None,
-                        help="'small' (smallest model of the target's family), 'ngram' (prompt lookup), an alias, "
+                        help="'small' (smallest model of the target's family), 'ngram' (prompt lookup), 'mtp' (the "
+                        "target's multi-token-prediction layer), an alias, "
                         "hub id or directory of a draft model; omit for plain decoding")
     models.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     models.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")

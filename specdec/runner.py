@@ -33,10 +33,15 @@ class ModelRunner:
         return hidden, ctx
 
     @torch.inference_mode()
+    def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, StepContext]:
+        """-> (fp32 logits [B, T, vocab] of every node, hidden [B, T, D], the step context to commit)."""
+        hidden, ctx = self.score(batch)
+        return self.model.compute_logits(hidden), hidden, ctx
+
     def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, StepContext]:
         """-> (fp32 logits [B, T, vocab] of every node, the step context to commit)."""
-        hidden, ctx = self.score(batch)
-        return self.model.compute_logits(hidden), ctx
+        logits, _, ctx = self.score_all(batch)
+        return logits, ctx
 
     @torch.inference_mode()
     def commit(self, ctx: StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
@@ -46,13 +51,23 @@ class ModelRunner:
     @torch.inference_mode()
     def prefill(self, req_slots: Sequence[int], prompts: Sequence[Sequence[int]], all_logits: bool = False):
         """Commit the prompts; -> logits [B, V] of each prompt's last token (or [B, T, V] for every token)."""
+        if all_logits:
+            batch = StepBatch.chains(req_slots, prompts, prefill=True)
+            hidden, ctx = self.score(batch)
+            self.cache.commit_all(ctx)
+            return self.model.compute_logits(hidden)
+        return self.prefill_with_hidden(req_slots, prompts)[0]
+
+    @torch.inference_mode()
+    def prefill_with_hidden(self, req_slots: Sequence[int],
+                            prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Commit the prompts; -> (logits [B, V] of each prompt's last token, hidden [B, T, D] of every token,
+        rows past a prompt's end are padding)."""
         batch = StepBatch.chains(req_slots, prompts, prefill=True)
         hidden, ctx = self.score(batch)
         self.cache.commit_all(ctx)
-        if all_logits:
-            return self.model.compute_logits(hidden)
         last = (batch.num_nodes - 1).to(hidden.device)
-        return self.model.compute_logits(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
+        return self.model.compute_logits(hidden[torch.arange(hidden.shape[0], device=hidden.device), last]), hidden
 
     @torch.inference_mode()
     def decode(self, req_slots: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:

@@ -78,6 +78,7 @@ class _Bucket:
     commit_inputs: torch.Tensor
     ctx: StepContext | None = None
     logits: torch.Tensor | None = None  # [bucket, T, vocab] fp32
+    hidden: torch.Tensor | None = None  # [bucket, T, D]
     forward_graph: torch.cuda.CUDAGraph | None = None
     commit_graph: torch.cuda.CUDAGraph | None = None
 
@@ -164,8 +165,8 @@ class GraphedForward:
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
             tree_rows=torch.arange(bucket, device=x.device),
         )
-        hidden = self.runner.model(x[:, lay.tokens].contiguous(), step.ctx, self.cache)
-        step.logits = self.runner.model.compute_logits(hidden)
+        step.hidden = self.runner.model(x[:, lay.tokens].contiguous(), step.ctx, self.cache)
+        step.logits = self.runner.model.compute_logits(step.hidden)
 
     @torch.inference_mode()
     def _commit(self, step: _Bucket) -> None:
@@ -182,12 +183,17 @@ class GraphedForward:
     def fits(self, batch: StepBatch) -> bool:
         return not batch.prefill and batch.width <= self.width and len(batch.req_slots) <= self.buckets[-1]
 
-    @torch.inference_mode()
     def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, GraphStep | StepContext]:
-        """-> (logits [B, T, vocab] fp32 of the real rows, T = self.width >= batch.width; what commit takes).
-        Steps the graphs do not hold run eagerly."""
+        """-> (logits [B, T, vocab] fp32 of the real rows, T = self.width >= batch.width; what commit takes)."""
+        logits, _, ctx = self.score_all(batch)
+        return logits, ctx
+
+    @torch.inference_mode()
+    def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep | StepContext]:
+        """-> (logits [B, T, vocab] fp32 and hidden [B, T, D] of the real rows, T = self.width >= batch.width;
+        what commit takes). Steps the graphs do not hold run eagerly."""
         if not self.fits(batch):
-            return self.runner.score_logits(batch)
+            return self.runner.score_all(batch)
         batch = batch.padded_to(self.width)
         num_nodes = self.cache.check_step(batch)
         rows, lay = len(batch.req_slots), self.layout
@@ -210,7 +216,7 @@ class GraphedForward:
             step.forward_graph.replay()
         else:
             self._forward(step)
-        return step.logits[:rows], GraphStep(step, batch)
+        return step.logits[:rows], step.hidden[:rows], GraphStep(step, batch)
 
     @torch.inference_mode()
     def commit(self, ctx: GraphStep | StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:

@@ -1,0 +1,79 @@
+"""Qwen3.5's multi-token-prediction (MTP) layer as a model of its own over a KVBuffer cache (attention only), built
+from a target's `mtp.*` tensors (model.mtp_weights) and sharing the target's embedding and LM head.
+
+A row is (the hidden state h of position p - 1, the token x at position p), at rotary position p - 1:
+
+    y = mtp.norm(layer(mtp.fc([pre_fc_norm_embedding(embed(x)), pre_fc_norm_hidden(h)])))
+
+y's logits predict the token at p + 1, and y is the hidden of the next row when drafting further. The layer is one
+gated full-attention decoder layer (Qwen35DecoderLayer); its keys and values live in the cache's attention pool.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import HybridCausalLM
+from .layers import OffsetRMSNorm, RotaryEmbedding
+from .qwen3_5 import Qwen35DecoderLayer, Qwen35ForCausalLM
+
+
+class MissingMtpError(ValueError):
+    pass
+
+
+class Qwen35Mtp(HybridCausalLM):
+    """forward(tokens, hidden_in, ctx, cache) -> y [B, T, D]; compute_logits(y) through the target's LM head."""
+
+    def __init__(self, target: Qwen35ForCausalLM):
+        config = target.hf_config
+        super().__init__(config)
+        if not target.mtp_weights:
+            raise MissingMtpError("the target checkpoint has no mtp.* tensors (no multi-token-prediction layer): "
+                                  "use --draft small or --draft ngram, or a checkpoint trained with its MTP layer")
+        if getattr(config, "num_experts", 0):
+            raise ValueError("MTP drafting of Qwen3.5 MoE checkpoints is not supported yet: use --draft small")
+        size, eps = config.hidden_size, config.rms_norm_eps
+        self.pre_fc_norm_embedding = OffsetRMSNorm(size, eps=eps)
+        self.pre_fc_norm_hidden = OffsetRMSNorm(size, eps=eps)
+        self.fc = nn.Linear(2 * size, size, bias=False)
+        self.layers = nn.ModuleList([Qwen35DecoderLayer(config, "full_attention", 0, moe=False)])
+        self.norm = OffsetRMSNorm(size, eps=eps)
+        head_dim = getattr(config, "head_dim", None) or size // config.num_attention_heads
+        self.rotary_emb = RotaryEmbedding(config, head_dim)
+        self._load(target.mtp_weights)
+        self.to(device=target.device, dtype=target.dtype)
+        # the target's, shared (not parameters of this module: they belong to the target)
+        self._shared = (target.model.embed_tokens, target.lm_head)
+
+    def _load(self, weights: dict[str, torch.Tensor]) -> None:
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(weights))
+        unexpected = sorted(set(weights) - set(expected))
+        if missing or unexpected:
+            raise ValueError(f"the checkpoint's mtp.* tensors do not form one Qwen3.5 MTP layer: missing "
+                             f"{missing[:5]}, unexpected {unexpected[:5]}")
+        for name, tensor in weights.items():
+            if tensor.shape != expected[name].shape:
+                raise ValueError(f"mtp.{name} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)} "
+                                 "for this target's hidden size")
+        self.load_state_dict(weights)
+
+    @property
+    def lm_head(self) -> nn.Linear:
+        return self._shared[1]
+
+    def forward(self, tokens: torch.Tensor, hidden_in: torch.Tensor, ctx, cache) -> torch.Tensor:
+        """tokens [B, T], hidden_in [B, T, D] (the target's hidden after its final norm, or a parent row's y)."""
+        embeds = self._shared[0](tokens)
+        x = self.fc(torch.cat([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden_in.to(embeds.dtype))],
+                              dim=-1))
+        rotary = self.rotary_emb(ctx.positions, x.dtype)
+        return self.norm(self.layers[0](x, rotary, ctx, cache))
+
+    def linear_layers(self) -> list[nn.Module]:
+        return []
+
+    def attention_layers(self) -> list[nn.Module]:
+        return [self.layers[0].self_attn]

@@ -1,0 +1,98 @@
+"""The MTP drafter (`--draft mtp`): our MTP layer against the transformers-built one it was trained as, greedy
+losslessness on chains and trees with flushes mid-verify, and clear errors for targets that cannot use it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from drafters import MtpDrafter, TreeShape
+from specdec.cache.spec import CacheConfig
+from specdec.cache.step import StepBatch
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.engine.sampling import SamplingParams
+from specdec.models import load_model
+from specdec.models.mtp import MissingMtpError, Qwen35Mtp
+from specdec.training.mtp import mtp_hidden
+from tests.tiny_models import qwen35_text_config, save_tiny, save_tiny_with_mtp
+
+NEW_TOKENS = 64
+
+
+@pytest.fixture(scope="module")
+def random_mtp(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("random_mtp")
+    reference, head = save_tiny_with_mtp(qwen35_text_config(), directory, seed=31)
+    return directory, reference, head
+
+
+@pytest.fixture(scope="module")
+def echo_mtp(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("echo_mtp")
+    save_tiny_with_mtp(qwen35_text_config(), directory, seed=32, echo=True)
+    return directory
+
+
+def test_our_mtp_layer_equals_the_one_it_was_trained_as(random_mtp):
+    """Rows of one sequence through our Qwen35Mtp on its KVBuffer cache == transformers-built MtpHead."""
+    directory, reference, head = random_mtp
+    tokens = torch.randint(0, 90, (1, 13), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden = reference.base_model(input_ids=tokens[:, :-1]).last_hidden_state     # [1, 12, D]
+        expected = mtp_hidden(head, reference, hidden, tokens[:, 1:])
+    mtp = Qwen35Mtp(load_model(directory, device="cpu", dtype=torch.float32))
+    cache = mtp.make_cache(CacheConfig(max_requests=1, max_seq_len=32))
+    slot = cache.allocate_request()
+    with torch.no_grad():  # the first 8 rows committed as a prefill, the last 4 as a chain on top of them
+        batch = StepBatch.chains([slot], [tokens[0, 1:9].tolist()], prefill=True)
+        ctx = cache.begin_step(batch)
+        first = mtp(batch.tokens, hidden[:, :8], ctx, cache)
+        cache.commit_all(ctx)
+        batch = StepBatch.trees([slot], [tokens[0, 9:].tolist()], [[-1, 0, 1, 2]])
+        rest = mtp(batch.tokens, hidden[:, 8:], cache.begin_step(batch), cache)
+    torch.testing.assert_close(torch.cat([first, rest], 1), expected, atol=1e-5, rtol=1e-5)
+
+
+def prompts() -> list[list[int]]:
+    gen = torch.Generator().manual_seed(5)
+    pattern = torch.randint(0, 90, (6,), generator=gen).tolist()
+    return [pattern * 3, [7], torch.randint(0, 90, (19,), generator=gen).tolist() + pattern * 2]
+
+
+def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4)):
+    cache = CacheConfig(max_requests=2, max_seq_len=160, flush_length=flush_length)
+    engine = Engine(model, drafter(model, cache) if drafter else None, EngineConfig(cache=cache, shape=shape))
+    requests = [engine.add_request(p, SamplingParams(), NEW_TOKENS) for p in prompts()]
+    engine.run()
+    if drafter:
+        assert engine.drafter.cache.free_request_slots == 2 and not engine.drafter.rows, "the drafter leaked a slot"
+    return requests
+
+
+@pytest.mark.parametrize("shape", [TreeShape(steps=4), TreeShape(steps=3, topk=2, max_tokens=6)],
+                         ids=["chain4", "tree-top2"])
+@pytest.mark.parametrize("flush_length", [3, 16], ids=lambda length: f"L{length}")
+@pytest.mark.parametrize("which", ["random", "echo"])
+def test_mtp_speculation_is_lossless_under_greedy(which, flush_length, shape, random_mtp, echo_mtp):
+    directory = random_mtp[0] if which == "random" else echo_mtp
+    model = load_model(directory, device="cpu")
+    plain = generate(model, None, flush_length)
+    speculative = generate(model, MtpDrafter, flush_length, shape)
+    for ours, reference in zip(speculative, plain, strict=True):
+        assert ours.output == reference.output
+    if which == "echo":
+        accepted = sum(sum(r.stats.emitted_per_step) - r.stats.steps for r in speculative)
+        assert accepted > 0, "no draft was accepted: the test would not exercise the drafter's pending rows"
+
+
+def test_a_target_without_mtp_layer_is_refused_clearly(tmp_path):
+    save_tiny(qwen35_text_config(), tmp_path, seed=3)
+    with pytest.raises(MissingMtpError, match="no mtp"):
+        MtpDrafter(load_model(tmp_path, device="cpu"), CacheConfig(max_requests=1))
+
+
+def test_mtp_tensors_of_the_wrong_size_are_refused(random_mtp, tmp_path):
+    model = load_model(random_mtp[0], device="cpu")
+    model.mtp_weights["fc.weight"] = model.mtp_weights["fc.weight"][:, :-2]
+    with pytest.raises(ValueError, match="mtp.fc.weight has shape"):
+        Qwen35Mtp(model)
