@@ -48,15 +48,16 @@ class DraftRequest:
 class Drafter(ABC):
     """Proposes a token tree per request. Lifecycle: start(request) when a request joins, then every step
     propose(requests) and accepted(requests, ...) for the same batch, and finish(request_id) when it leaves
-    (also on abort). A drafter with needs_target_hidden (MTP, EAGLE) gets the target's final hidden states
-    (after its last norm): of the prompt in start, of the verified trees' nodes in accepted; others get None."""
+    (also on abort). A drafter with target_features set gets the target's features of the prompt in start and of
+    the verified trees' nodes in accepted (others get None): its final hidden states (after the last norm) for
+    target_features = () (MTP), the outputs of those decoder layers concatenated for layer ids (EAGLE-3)."""
 
-    needs_target_hidden = False
+    target_features: tuple[int, ...] | None = None
 
     def start(self, request: DraftRequest,  # noqa: B027 - stateless drafters need no set-up
               target_hidden: torch.Tensor | None = None) -> None:
         """A request joins (its prompt is request.tokens[:-1], its first emitted token request.tokens[-1]);
-        target_hidden: [len(prompt), D]."""
+        target_hidden: [len(prompt), F] (target_features)."""
 
     @abstractmethod
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
@@ -65,8 +66,8 @@ class Drafter(ABC):
     def accepted(self, requests: list[DraftRequest], trees: list[DraftTree],  # noqa: B027
                  results: list[tuple[list[int], int]], target_hidden: torch.Tensor | None = None) -> None:
         """For the batch of the last propose: the target accepted, per request, tree nodes `path` (root first) and
-        emitted a bonus token after them (results[i] = (path, bonus)); target_hidden: [B, T, D] of the trees'
-        nodes."""
+        emitted a bonus token after them (results[i] = (path, bonus)); target_hidden: [B, T, F] of the trees'
+        nodes (target_features)."""
 
     def finish(self, request_id: int) -> None:  # noqa: B027
         """The request left; free what it held."""

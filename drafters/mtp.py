@@ -35,7 +35,7 @@ class _Rows:
 
 @register("mtp")
 class MtpDrafter(Drafter):
-    needs_target_hidden = True
+    target_features = ()  # the target's final hidden states
 
     def __init__(self, target: HybridCausalLM, cache: CacheConfig):
         self.mtp = Qwen35Mtp(target)

@@ -78,7 +78,7 @@ class _Bucket:
     commit_inputs: torch.Tensor
     ctx: StepContext | None = None
     logits: torch.Tensor | None = None  # [bucket, T, vocab] fp32
-    hidden: torch.Tensor | None = None  # [bucket, T, D]
+    features: torch.Tensor | None = None  # [bucket, T, F]: the runner's feature_layers
     forward_graph: torch.cuda.CUDAGraph | None = None
     commit_graph: torch.cuda.CUDAGraph | None = None
 
@@ -165,8 +165,8 @@ class GraphedForward:
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
             tree_rows=torch.arange(bucket, device=x.device),
         )
-        step.hidden = self.runner.model(x[:, lay.tokens].contiguous(), step.ctx, self.cache)
-        step.logits = self.runner.model.compute_logits(step.hidden)
+        hidden, step.features = self.runner.forward_step(x[:, lay.tokens].contiguous(), step.ctx)
+        step.logits = self.runner.model.compute_logits(hidden)
 
     @torch.inference_mode()
     def _commit(self, step: _Bucket) -> None:
@@ -190,7 +190,7 @@ class GraphedForward:
 
     @torch.inference_mode()
     def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep | StepContext]:
-        """-> (logits [B, T, vocab] fp32 and hidden [B, T, D] of the real rows, T = self.width >= batch.width;
+        """-> (logits [B, T, vocab] fp32 and features [B, T, F] of the real rows, T = self.width >= batch.width;
         what commit takes). Steps the graphs do not hold run eagerly."""
         if not self.fits(batch):
             return self.runner.score_all(batch)
@@ -216,7 +216,7 @@ class GraphedForward:
             step.forward_graph.replay()
         else:
             self._forward(step)
-        return step.logits[:rows], step.hidden[:rows], GraphStep(step, batch)
+        return step.logits[:rows], step.features[:rows], GraphStep(step, batch)
 
     @torch.inference_mode()
     def commit(self, ctx: GraphStep | StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:

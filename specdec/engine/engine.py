@@ -50,6 +50,8 @@ class Engine:
         if self.graph_note is None:
             cache = replace(cache, max_requests=cache.max_requests + 1)  # + the graphs' padding slot
         self.runner = ModelRunner.create(target, cache)
+        if drafter is not None and drafter.target_features is not None:
+            self.runner.feature_layers = drafter.target_features
         width = config.shape.budget + 1 if drafter else 1  # nodes per verify step: the root and its drafts
         self.forward: ModelRunner | GraphedForward = self.runner
         if self.graph_note is None:
@@ -110,8 +112,8 @@ class Engine:
         ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
         if ready:
             trees = self.propose(ready)
-            paths, hidden = self.verify_accept_commit(ready, trees)
-            self.emit(ready, trees, paths, hidden)
+            paths, features = self.verify_accept_commit(ready, trees)
+            self.emit(ready, trees, paths, features)
         finished = self.scheduler.retire()
         if self.drafter is not None:
             for request in finished:
@@ -125,13 +127,14 @@ class Engine:
     def prefill(self, requests: list[Request]) -> None:
         """Commit the prompts; the first new token is sampled from each prompt's last logits."""
         start = time.perf_counter()
-        logits, hidden = self.runner.prefill_with_hidden([r.slot for r in requests], [r.prompt for r in requests])
+        logits, features = self.runner.prefill_with_features([r.slot for r in requests],
+                                                             [r.prompt for r in requests])
         for index, (request, row) in enumerate(zip(requests, logits, strict=True)):
             request.emit([sample(target_distribution(row, request.params), request.generator)])
             request.stats.prefill_seconds = time.perf_counter() - start
             if self.drafter is not None:
-                features = hidden[index, :len(request.prompt)] if self.drafter.needs_target_hidden else None
-                self.drafter.start(self._draft_view(request), features)
+                wanted = self.drafter.target_features is not None
+                self.drafter.start(self._draft_view(request), features[index, :len(request.prompt)] if wanted else None)
 
     def propose(self, requests: list[Request]) -> list[DraftTree]:
         """A tree per request rooted at its newest token (emitted, not yet scored by the target)."""
@@ -145,9 +148,9 @@ class Engine:
 
     def verify_accept_commit(self, requests: list[Request], trees: list[DraftTree]):
         """Score every tree in one target forward, accept a path per request, commit those paths. -> (per request
-        (accepted path, bonus token), the nodes' hidden states [B, T, D] for a drafter that needs them, else None)."""
+        (accepted path, bonus token), the nodes' target features [B, T, F] for a drafter that takes them, else None)."""
         batch = StepBatch.trees([r.slot for r in requests], [t.tokens for t in trees], [t.parents for t in trees])
-        logits, hidden, ctx = self.forward.score_all(batch)  # [B, T, V], [B, T, D] on the model's device
+        logits, features, ctx = self.forward.score_all(batch)  # [B, T, V], [B, T, F] on the model's device
         argmax = logits.argmax(-1).tolist()  # greedy requests need only this: [B, T] ints leave the device
         results = [accept_greedy(tree, argmax[row]) if request.params.greedy else None
                    for row, (request, tree) in enumerate(zip(requests, trees, strict=True))]
@@ -167,17 +170,17 @@ class Engine:
         width = max(len(path) for path, _ in results)
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
         self.forward.commit(ctx, accepted, torch.tensor([len(path) for path, _ in results]))
-        needs_hidden = self.drafter is not None and self.drafter.needs_target_hidden
-        return results, hidden.clone() if needs_hidden else None  # graph outputs are overwritten by the next step
+        wanted = self.drafter is not None and self.drafter.target_features is not None
+        return results, features.clone() if wanted else None  # graph outputs are overwritten by the next step
 
-    def emit(self, requests: list[Request], trees: list[DraftTree], results, hidden=None) -> None:
+    def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None) -> None:
         for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):
             request.emit([tree.tokens[j] for j in path[1:]] + [bonus])
             request.stats.steps += 1
             request.stats.emitted_per_step.append(len(path))
             request.stats.drafted_per_step.append(len(tree) - 1)
         if self.drafter is not None:
-            self.drafter.accepted([self._draft_view(r) for r in requests], trees, results, hidden)
+            self.drafter.accepted([self._draft_view(r) for r in requests], trees, results, features)
 
     @staticmethod
     def _draft_view(request: Request) -> DraftRequest:

@@ -24,6 +24,12 @@ class HybridCausalLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, ctx, cache: KVBufferCache) -> torch.Tensor:
         """tokens [B, T] -> final hidden states [B, T, D] (after the last norm)."""
+        return self.forward_features(tokens, ctx, cache)[0]
+
+    def forward_features(self, tokens: torch.Tensor, ctx, cache: KVBufferCache,
+                         layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """tokens [B, T] -> (final hidden states [B, T, D], the outputs of decoder layers `layers` (0-based, the
+        residual stream before the final norm) concatenated [B, T, len(layers) * D], None without layers)."""
         raise NotImplementedError
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -62,11 +62,15 @@ class NemotronHForCausalLM(HybridCausalLM):
         self.model = NemotronHBackbone(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def forward(self, tokens: torch.Tensor, ctx, cache) -> torch.Tensor:
+    def forward_features(self, tokens: torch.Tensor, ctx, cache,
+                         layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.model.embeddings(tokens)
-        for block in self.model.layers:
+        captured = []
+        for index, block in enumerate(self.model.layers):
             hidden = block(hidden, ctx, cache)
-        return self.model.norm_f(hidden)
+            if index in layers:
+                captured.append(hidden)
+        return self.model.norm_f(hidden), torch.cat(captured, dim=-1) if layers else None
 
     def linear_layers(self) -> list[nn.Module]:
         return [block.mixer for block in self.model.layers if block.block_type == "linear_attention"]

@@ -64,12 +64,16 @@ class Qwen35ForCausalLM(HybridCausalLM):
         self.model = Qwen35TextModel(config, moe)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def forward(self, tokens: torch.Tensor, ctx, cache) -> torch.Tensor:
+    def forward_features(self, tokens: torch.Tensor, ctx, cache,
+                         layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.model.embed_tokens(tokens)
         rotary = self.model.rotary_emb(ctx.positions, hidden.dtype)
-        for layer in self.model.layers:
+        captured = []
+        for index, layer in enumerate(self.model.layers):
             hidden = layer(hidden, rotary, ctx, cache)
-        return self.model.norm(hidden)
+            if index in layers:
+                captured.append(hidden)
+        return self.model.norm(hidden), torch.cat(captured, dim=-1) if layers else None
 
     def linear_layers(self) -> list[nn.Module]:
         return [layer.linear_attn for layer in self.model.layers if layer.layer_type == "linear_attention"]
