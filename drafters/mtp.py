@@ -1,131 +1,17 @@
-"""Qwen3.5's own multi-token-prediction layer drafts the tree (`--draft mtp`), on its own attention-only KVBuffer
-cache, fed with the target's hidden states (after its final norm).
-
-A row pairs the hidden state of position p - 1 with the token at p (specdec/models/mtp.py). The root row pairs the
-target's hidden of the last scored position with the newest token; a draft node's row takes its parent row's output
-instead. Only rows built from target hidden states are ever committed: after the target accepts a path, the
-accepted drafts wait in `pending` with the target's hidden states of their parents and are scored at the front of
-the next tree (SGLang's "draft extend"), so the MTP cache always holds what the target computed.
-"""
+"""Qwen3.5's own multi-token-prediction layer drafts the tree (`--draft mtp`): the checkpoint's `mtp.*` tensors
+(specdec/models/mtp.py), fed with the target's final hidden states, run by drafters/head.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
-
 from specdec.cache.spec import CacheConfig
-from specdec.cache.step import StepBatch
-from specdec.engine.tree import DraftTree
 from specdec.models.base import HybridCausalLM
 from specdec.models.mtp import Qwen35Mtp
 
-from .base import Drafter, DraftRequest, TreeShape, register
-from .draft_model import children_of
-
-
-@dataclass
-class _Rows:
-    """A request's rows waiting for the MTP cache: tokens and the hidden states paired with them ([n, D])."""
-
-    tokens: list[int]
-    hidden: torch.Tensor
-    root_hidden: torch.Tensor  # [D]: paired with the tree's root (the newest token)
+from .base import register
+from .head import HeadDrafter
 
 
 @register("mtp")
-class MtpDrafter(Drafter):
-    target_features = ()  # the target's final hidden states
-
+class MtpDrafter(HeadDrafter):
     def __init__(self, target: HybridCausalLM, cache: CacheConfig):
-        self.mtp = Qwen35Mtp(target)
-        self.cache = self.mtp.make_cache(cache)
-        self.slots: dict[int, int] = {}
-        self.rows: dict[int, _Rows] = {}
-        self._last = None  # (step context, pending rows per request) of the last proposal
-
-    @torch.inference_mode()
-    def start(self, request: DraftRequest, target_hidden: torch.Tensor | None = None) -> None:
-        """target_hidden: [n, D] the target's hidden states of the prompt's n tokens."""
-        slot = self.cache.allocate_request()
-        self.slots[request.request_id] = slot
-        prompt = request.tokens[:-1]
-        # rows (h_t, x_{t+1}) for t < n - 1, committed now; h_{n-1} goes with the root, the first emitted token
-        if len(prompt) > 1:
-            batch = StepBatch.chains([slot], [prompt[1:]], prefill=True)
-            ctx = self.cache.begin_step(batch)
-            self.mtp(batch.tokens.to(self.cache.device), target_hidden[None, :-1], ctx, self.cache)
-            self.cache.commit_all(ctx)
-        self.rows[request.request_id] = _Rows([], target_hidden[:0], target_hidden[-1])
-
-    def finish(self, request_id: int) -> None:
-        slot = self.slots.pop(request_id, None)
-        if slot is not None:
-            self.cache.release_request(slot)
-        self.rows.pop(request_id, None)
-
-    @torch.inference_mode()
-    def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
-        """Level by level, as the draft model does: score pending rows + the tree so far, give each newest node
-        its `topk` children; a child's row takes the output of its parent's row as its hidden state."""
-        trees = [DraftTree([r.tokens[-1]], [-1]) for r in requests]
-        node_hidden = [[self.rows[r.request_id].root_hidden] for r in requests]  # per tree node: its row's hidden
-        frontiers = [[0] for _ in requests]
-        for _ in range(shape.steps):
-            if not any(frontiers):
-                break
-            out, ctx = self._score(requests, trees, node_hidden)
-            logits = self.mtp.compute_logits(out)
-            top = logits.topk(shape.topk, dim=-1).indices.tolist()
-            for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
-                offset = len(self.rows[request.request_id].tokens)
-                frontier, frontiers[row] = frontiers[row], []
-                for node in frontier:
-                    room = shape.budget + 1 - len(tree)
-                    if room <= 0:
-                        break
-                    count = min(shape.topk, room)
-                    for token, law in children_of(logits[row, offset + node], top[row][offset + node][:count],
-                                                  count, request):
-                        tree.tokens.append(token)
-                        tree.parents.append(node)
-                        tree.draft_probs.append(law)
-                        node_hidden[row].append(out[row, offset + node])
-                        frontiers[row].append(len(tree) - 1)
-            self._last = ctx
-        return trees
-
-    @torch.inference_mode()
-    def accepted(self, requests: list[DraftRequest], trees: list[DraftTree], results,
-                 target_hidden: torch.Tensor | None = None) -> None:
-        """Commit each request's pending rows and root row (built from target hidden states); the accepted drafts
-        become pending rows paired with the target's hidden states of their parents. target_hidden: [B, T, D] the
-        target's hidden states of the verified trees' nodes."""
-        ctx, keep = self._last, []
-        for row, (request, (path, _bonus)) in enumerate(zip(requests, results, strict=True)):
-            rows = self.rows[request.request_id]
-            keep.append(len(rows.tokens) + 1)
-            hidden = target_hidden[row]
-            self.rows[request.request_id] = _Rows([trees[row].tokens[j] for j in path[1:]],
-                                                  hidden[path[:-1]], hidden[path[-1]])
-        width = max(keep)
-        accepted = torch.tensor([list(range(n)) + [-1] * (width - n) for n in keep])
-        self.cache.commit(ctx, accepted, torch.tensor(keep))
-        self._last = None
-
-    def _score(self, requests: list[DraftRequest], trees: list[DraftTree], node_hidden):
-        """Pending rows + tree per request as one token tree each; -> (outputs [B, T, D], context)."""
-        tokens, parents, hidden = [], [], []
-        for request, tree, nodes in zip(requests, trees, node_hidden, strict=True):
-            rows = self.rows[request.request_id]
-            chain = list(range(-1, len(rows.tokens) - 1))
-            tokens.append(rows.tokens + tree.tokens)
-            parents.append(chain + [len(rows.tokens) - 1 if p < 0 else p + len(rows.tokens) for p in tree.parents])
-            hidden.append(torch.cat([rows.hidden, torch.stack(nodes)]))
-        batch = StepBatch.trees([self.slots[r.request_id] for r in requests], tokens, parents)
-        hidden_in = torch.zeros(len(requests), batch.tokens.shape[1], hidden[0].shape[-1],
-                                dtype=hidden[0].dtype, device=self.cache.device)
-        for row, rows in enumerate(hidden):
-            hidden_in[row, :rows.shape[0]] = rows
-        ctx = self.cache.begin_step(batch)
-        return self.mtp(batch.tokens.to(self.cache.device), hidden_in, ctx, self.cache), ctx
+        super().__init__(Qwen35Mtp(target), cache, target_features=())

@@ -24,7 +24,8 @@ class MissingMtpError(ValueError):
 
 
 class Qwen35Mtp(HybridCausalLM):
-    """forward(tokens, hidden_in, ctx, cache) -> y [B, T, D]; compute_logits(y) through the target's LM head."""
+    """forward(tokens, hidden_in, ctx, cache) -> y [B, T, D]; compute_logits(y) through the target's LM head; the
+    same interface as the EAGLE-3 head (specdec/models/eagle3.py), which drafters/head.py runs."""
 
     def __init__(self, target: Qwen35ForCausalLM):
         config = target.hf_config
@@ -63,6 +64,10 @@ class Qwen35Mtp(HybridCausalLM):
     @property
     def lm_head(self) -> nn.Linear:
         return self._shared[1]
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's final hidden states are the rows' hidden input as they are."""
+        return features
 
     def forward(self, tokens: torch.Tensor, hidden_in: torch.Tensor, ctx, cache) -> torch.Tensor:
         """tokens [B, T], hidden_in [B, T, D] (the target's hidden after its final norm, or a parent row's y)."""

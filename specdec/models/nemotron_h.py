@@ -65,12 +65,12 @@ class NemotronHForCausalLM(HybridCausalLM):
     def forward_features(self, tokens: torch.Tensor, ctx, cache,
                          layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.model.embeddings(tokens)
-        captured = []
+        captured = {}
         for index, block in enumerate(self.model.layers):
             hidden = block(hidden, ctx, cache)
             if index in layers:
-                captured.append(hidden)
-        return self.model.norm_f(hidden), torch.cat(captured, dim=-1) if layers else None
+                captured[index] = hidden
+        return self.model.norm_f(hidden), torch.cat([captured[i] for i in layers], dim=-1) if layers else None
 
     def linear_layers(self) -> list[nn.Module]:
         return [block.mixer for block in self.model.layers if block.block_type == "linear_attention"]

@@ -68,12 +68,12 @@ class Qwen35ForCausalLM(HybridCausalLM):
                          layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.model.embed_tokens(tokens)
         rotary = self.model.rotary_emb(ctx.positions, hidden.dtype)
-        captured = []
+        captured = {}
         for index, layer in enumerate(self.model.layers):
             hidden = layer(hidden, rotary, ctx, cache)
             if index in layers:
-                captured.append(hidden)
-        return self.model.norm(hidden), torch.cat(captured, dim=-1) if layers else None
+                captured[index] = hidden
+        return self.model.norm(hidden), torch.cat([captured[i] for i in layers], dim=-1) if layers else None
 
     def linear_layers(self) -> list[nn.Module]:
         return [layer.linear_attn for layer in self.model.layers if layer.layer_type == "linear_attention"]
