@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from drafters import Drafter, DraftModelDrafter, MtpDrafter, NgramDrafter, TreeShape
+from drafters import Drafter, DraftModelDrafter, Eagle3Drafter, MtpDrafter, NgramDrafter, TreeShape
 from specdec.cache.budget import cache_for_budget
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
@@ -43,7 +43,8 @@ class Output:
 
 class LLM:
     """A target model, its tokenizer and an optional drafter: None (plain decoding), "ngram", "mtp" (the target's
-    multi-token-prediction layer), "small" (the smallest model of the target's family) or any alias / hub id /
+    multi-token-prediction layer), "eagle3:PATH" (an EAGLE-3 head), "small" (the smallest model of the target's
+    family) or any alias / hub id /
     directory of a draft model. On a GPU the decode / verify steps (the target's and the draft model's) replay from
     CUDA graphs unless cuda_graphs=False."""
 
@@ -70,9 +71,11 @@ class LLM:
             return None
         if draft == "ngram":
             return NgramDrafter()
+        head_cache = CacheConfig(max_requests=cache.max_requests, max_seq_len=cache.max_seq_len)
         if draft == "mtp":  # the target's own multi-token-prediction layer
-            return MtpDrafter(self.model, CacheConfig(max_requests=cache.max_requests, max_seq_len=cache.max_seq_len,
-                                                      flush_length=cache.flush_length))
+            return MtpDrafter(self.model, head_cache)
+        if draft.startswith("eagle3:"):  # an EAGLE-3 head (SpecForge format): a directory or hub id
+            return Eagle3Drafter(self.model, resolve_checkpoint(draft.removeprefix("eagle3:")), head_cache)
         draft_path = resolve_checkpoint(smallest_of_family(target) if draft == "small" else resolve(draft))
         draft_model = load_model(draft_path, device=device, dtype=dtype)
         check_same_vocabulary(self.model, self.tokenizer, draft_model, load_tokenizer(draft_path))

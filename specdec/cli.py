@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "local directory (default: qwen3.5)")
     models.add_argument("--draft", default=None,
                         help="'small' (smallest model of the target's family), 'ngram' (prompt lookup), 'mtp' (the "
-                        "target's multi-token-prediction layer), an alias, "
+                        "target's multi-token-prediction layer), 'eagle3:PATH' (an EAGLE-3 head), an alias, "
                         "hub id or directory of a draft model; omit for plain decoding")
     models.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     models.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")

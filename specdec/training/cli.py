@@ -1,4 +1,5 @@
-"""The training subcommands of `specdec`: train-tokenizer and train (the shipped models are made with them)."""
+"""The training subcommands of `specdec`: train-tokenizer, train and train-drafter (the shipped models are made
+with them)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,23 @@ def add_commands(commands) -> None:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
 
+    drafter = commands.add_parser(
+        "train-drafter", help="train an EAGLE-3 head or the MTP layer of a target checkpoint",
+        description="Train a draft head for a target on a folder of text files, running the target on the fly: "
+        "'eagle3' writes an EAGLE-3 head (SpecForge format) to --out; 'mtp' trains the target's MTP layer with the "
+        "target frozen and writes a copy of the target with it to --out.")
+    drafter.add_argument("--target", type=Path, required=True, help="the target checkpoint directory")
+    drafter.add_argument("--method", required=True, choices=["eagle3", "mtp"])
+    drafter.add_argument("--out", type=Path, required=True)
+    drafter.add_argument("--data", type=Path, default=None, help="folder of text files (default: shipped corpus)")
+    drafter.add_argument("--steps", type=int, default=2000)
+    drafter.add_argument("--batch-size", type=int, default=32)
+    drafter.add_argument("--seq-len", type=int, default=512)
+    drafter.add_argument("--lr", type=float, default=1e-3)
+    drafter.add_argument("--draft-vocab-size", type=int, default=2048, help="EAGLE-3: tokens the head can draft")
+    drafter.add_argument("--seed", type=int, default=0)
+    drafter.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+
 
 def dispatch(args: argparse.Namespace) -> None:
     if args.command == "train-tokenizer":
@@ -50,6 +68,19 @@ def dispatch(args: argparse.Namespace) -> None:
         record = train_lm(args.preset, args.tokenizer, args.out, cfg, data=args.data, device=device)
         summary = {k: record[k] for k in ("preset", "parameters", "final_loss", "held_out_perplexity", "seconds")}
         print(json.dumps(summary, indent=1))
+    elif args.command == "train-drafter":
+        import torch
+
+        from specdec.training.drafter import train_drafter
+        from specdec.training.lm import TrainConfig
+
+        cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+                          seed=args.seed, warmup=min(100, max(1, args.steps // 10)))
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        record = train_drafter(args.target, args.method, args.out, cfg, data=args.data, device=device,
+                               draft_vocab_size=args.draft_vocab_size)
+        print(json.dumps({"method": record["method"], "seconds": record["seconds"], "last": record["curve"][-1]},
+                         indent=1))
 
 
 def _corpus() -> Path:

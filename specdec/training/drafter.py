@@ -1,0 +1,182 @@
+"""`specdec train-drafter`: train a draft head for a target checkpoint on the corpus, the target run on the fly.
+
+- eagle3: an EAGLE-3 head (specdec/training/eagle3.py) saved in the SpecForge / EAGLE-3 format to `out`;
+- mtp: the target's MTP layer (specdec/training/mtp.py) with the target frozen; `out` gets a copy of the target
+  checkpoint with the trained `mtp.*` tensors (replacing any it had).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from specdec.models.eagle3 import default_feature_layers
+from specdec.training.corpus import CORPUS_DIR, read_corpus
+from specdec.training.eagle3 import (
+    Eagle3Trainee,
+    chain_length_estimate,
+    draft_vocabulary,
+    head_config,
+    save_eagle3,
+    ttt_loss,
+)
+from specdec.training.lm import TrainConfig, _autocast, learning_rate, random_windows, token_stream
+from specdec.training.mtp import MtpHead, mtp_loss
+
+METHODS = ("eagle3", "mtp")
+
+
+def load_frozen_target(target: Path | str, device: str):
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype).to(device).eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model
+
+
+def capture_layers(model, layers: tuple[int, ...]) -> dict[int, torch.Tensor]:
+    """Forward hooks keeping the outputs of decoder layers `layers` (0-based) of the last forward."""
+    captured: dict[int, torch.Tensor] = {}
+    decoder_layers = model.base_model.layers
+    for index in set(layers):
+        def keep(_module, _inputs, output, index=index):
+            captured[index] = output[0] if isinstance(output, tuple) else output
+        decoder_layers[index].register_forward_hook(keep)
+    return captured
+
+
+def train_drafter(target: Path | str, method: str, out: Path | str, cfg: TrainConfig, data: Path | str | None = None,
+                  device: str = "cuda", draft_vocab_size: int = 2048) -> dict:
+    if method not in METHODS:
+        raise ValueError(f"unknown drafter training method {method!r}; choose one of {list(METHODS)}")
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    model = load_frozen_target(target, device)
+    stream = token_stream(tokenizer, [f.train for f in read_corpus(data or CORPUS_DIR)])
+    if method == "eagle3":
+        return _train_eagle3(model, stream, Path(out), cfg, device, draft_vocab_size)
+    return _train_mtp(model, Path(target), stream, Path(out), cfg, device)
+
+
+def _optimizer(params, cfg: TrainConfig, device: str):
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0, fused=device.startswith("cuda"))
+
+
+def _train_eagle3(model, stream, out: Path, cfg: TrainConfig, device: str, draft_vocab_size: int) -> dict:
+    config = model.config
+    layers = default_feature_layers(config.num_hidden_layers)
+    hot = draft_vocabulary(stream, config.vocab_size, draft_vocab_size).to(device)
+    head = Eagle3Trainee(head_config(config, hot.numel()), hot, model.get_input_embeddings()).to(device)
+    with torch.no_grad():  # start the draft head from the target's rows of the draft vocabulary
+        head.lm_head.weight.copy_(model.get_output_embeddings().weight[hot].float())
+    captured = capture_layers(model, layers)
+    optimizer = _optimizer([p for p in head.parameters() if p.requires_grad], cfg, device)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    curve, started, steps = [], time.time(), 7
+    for step in (progress := tqdm(range(cfg.steps), desc="train eagle3", unit="step")):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, cfg)
+        window = random_windows(stream, cfg.batch_size, cfg.seq_len + steps, generator).to(device)
+        with torch.no_grad(), _autocast(device):
+            logits = model(input_ids=window).logits
+        features = torch.cat([captured[i][:, :cfg.seq_len] for i in layers], dim=-1).float()
+        with _autocast(device):
+            loss, accuracy = ttt_loss(head, features, window, logits, steps)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
+        optimizer.step()
+        if step % 50 == 0 or step == cfg.steps - 1:
+            curve.append({"step": step, "loss": loss.item(), "accuracy": accuracy,
+                          "chain_length_estimate": chain_length_estimate(accuracy[:4])})
+            progress.set_postfix(loss=f"{loss.item():.3f}", acc0=f"{accuracy[0]:.2f}")
+    record = {"method": "eagle3", "feature_layers": list(layers), "draft_vocab_size": hot.numel(),
+              "config": cfg.__dict__, "seconds": time.time() - started, "curve": curve}
+    save_eagle3(head, out, config, record)
+    return record
+
+
+def _train_mtp(model, target: Path, stream, out: Path, cfg: TrainConfig, device: str) -> dict:
+    head = MtpHead(model).to(device)
+    existing = _mtp_tensors(target)
+    if existing:
+        head.load_state_dict({name.removeprefix("mtp."): t for name, t in existing.items()})
+    optimizer = _optimizer(list(head.parameters()), cfg, device)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    curve, started = [], time.time()
+    for step in (progress := tqdm(range(cfg.steps), desc="train mtp", unit="step")):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, cfg)
+        window = random_windows(stream, cfg.batch_size, cfg.seq_len + 2, generator).to(device)
+        with torch.no_grad(), _autocast(device):
+            hidden = model.base_model(input_ids=window[:, :cfg.seq_len]).last_hidden_state
+        with _autocast(device):
+            loss = mtp_loss(head, model, hidden, window)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        optimizer.step()
+        if step % 50 == 0 or step == cfg.steps - 1:
+            curve.append({"step": step, "mtp_loss": loss.item()})
+            progress.set_postfix(mtp_loss=f"{loss.item():.3f}")
+    record = {"method": "mtp", "config": cfg.__dict__, "seconds": time.time() - started, "curve": curve}
+    _save_with_mtp(target, out, head, record)
+    return record
+
+
+def _mtp_tensors(directory: Path) -> dict[str, torch.Tensor]:
+    tensors = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as handle:
+            tensors.update({n: handle.get_tensor(n) for n in handle.keys() if n.startswith("mtp.")})
+    return tensors
+
+
+def _save_with_mtp(target: Path, out: Path, head: MtpHead, record: dict) -> None:
+    """A copy of the target checkpoint whose mtp.* tensors are the trained head's, in a shard of their own."""
+    if out.resolve() != target.resolve():
+        shutil.copytree(target, out, dirs_exist_ok=True)
+    dtype = next(iter(_first_tensor(out).values())).dtype
+    tensors = {f"mtp.{name}": t.detach().to(dtype).cpu().contiguous() for name, t in head.state_dict().items()}
+    index_file = out / "model.safetensors.index.json"
+    if index_file.is_file():
+        index = json.loads(index_file.read_text())
+    else:  # a single-file checkpoint becomes a two-shard one with an index
+        single = out / "model.safetensors"
+        with safe_open(single, framework="pt") as handle:
+            index = {"metadata": {}, "weight_map": {n: single.name for n in handle.keys()}}
+    keep = {n: f for n, f in index["weight_map"].items() if not n.startswith("mtp.")}
+    for file in set(index["weight_map"].values()) - set(keep.values()):  # shards that held only old mtp tensors
+        (out / file).unlink(missing_ok=True)
+    _strip_mtp(out, set(keep.values()))
+    save_file(tensors, out / "model-mtp.safetensors", metadata={"format": "pt"})
+    keep.update({name: "model-mtp.safetensors" for name in tensors})
+    index["weight_map"] = dict(sorted(keep.items()))
+    index_file.write_text(json.dumps(index, indent=1))
+    (out / "mtp_training.json").write_text(json.dumps(record, indent=1))
+
+
+def _strip_mtp(directory: Path, files: set[str]) -> None:
+    """Rewrite the shards in `files` without their mtp.* tensors, if they have any."""
+    for name in files:
+        with safe_open(directory / name, framework="pt") as handle:
+            names = list(handle.keys())
+            if not any(n.startswith("mtp.") for n in names):
+                continue
+            kept = {n: handle.get_tensor(n) for n in names if not n.startswith("mtp.")}
+        save_file(kept, directory / name, metadata={"format": "pt"})
+
+
+def _first_tensor(directory: Path) -> dict[str, torch.Tensor]:
+    file = sorted(directory.glob("*.safetensors"))[0]
+    with safe_open(file, framework="pt") as handle:
+        name = next(iter(handle.keys()))
+        return {name: handle.get_tensor(name)}
