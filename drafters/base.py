@@ -15,11 +15,15 @@ from specdec.engine.tree import DraftTree
 @dataclass(frozen=True)
 class TreeShape:
     """How much to draft per step: a chain of `steps` tokens (topk = 1), or a static tree expanding the `topk`
-    most likely children of each frontier node for `steps` levels, capped at `max_tokens` drafted nodes."""
+    most likely children of each frontier node for `steps` levels, capped at `max_tokens` drafted nodes.
+
+    dynamic (EAGLE-2): each level expands the `topk` nodes of highest cumulative draft log-probability by their
+    `topk` most likely children; the `max_tokens` best nodes of all levels (default steps * topk) are drafted."""
 
     steps: int = 4
     topk: int = 1
     max_tokens: int | None = None
+    dynamic: bool = False
 
     def __post_init__(self):
         if self.steps < 1 or self.topk < 1:
@@ -30,6 +34,8 @@ class TreeShape:
     @property
     def budget(self) -> int:
         """Drafted nodes at most (not counting the root)."""
+        if self.dynamic:
+            return self.max_tokens if self.max_tokens is not None else self.steps * self.topk
         full = sum(self.topk**level for level in range(1, self.steps + 1)) if self.topk > 1 else self.steps
         return full if self.max_tokens is None else min(full, self.max_tokens)
 
@@ -46,6 +52,8 @@ class DraftRequest:
 
 
 class Drafter(ABC):
+    supports_dynamic_trees = False  # drafters that score their drafts (MTP, EAGLE-3 heads) draft dynamic trees
+
     """Proposes a token tree per request. Lifecycle: start(request) when a request joins, then every step
     propose(requests) and accepted(requests, ...) for the same batch, and finish(request_id) when it leaves
     (also on abort). A drafter with target_features set gets the target's features of the prompt in start and of

@@ -20,6 +20,7 @@ from specdec.engine.tree import DraftTree
 
 from .base import Drafter, DraftRequest, TreeShape
 from .draft_model import children_of
+from .dynamic_tree import best_nodes, prune
 
 
 @dataclass
@@ -34,6 +35,8 @@ class _Rows:
 class HeadDrafter(Drafter):
     """head: forward(tokens, hidden_in, ctx, cache) -> out, project(target features) -> hidden_in,
     compute_logits(out) -> [.., V], make_cache; target_features: which target features it reads."""
+
+    supports_dynamic_trees = True
 
     def __init__(self, head, cache: CacheConfig, target_features: tuple[int, ...]):
         self.head = head
@@ -68,6 +71,8 @@ class HeadDrafter(Drafter):
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         """Level by level, as the draft model does: score pending rows + the tree so far, give each newest node
         its `topk` children; a child's row takes the output of its parent's row as its hidden state."""
+        if shape.dynamic:
+            return self._propose_dynamic(requests, shape)
         trees = [DraftTree([r.tokens[-1]], [-1]) for r in requests]
         node_hidden = [[self.rows[r.request_id].root_hidden] for r in requests]  # per tree node: its row's hidden
         frontiers = [[0] for _ in requests]
@@ -94,6 +99,33 @@ class HeadDrafter(Drafter):
                         frontiers[row].append(len(tree) - 1)
             self._last = ctx
         return trees
+
+    def _propose_dynamic(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
+        """EAGLE-2: every level, the `topk` newest nodes of highest cumulative log-probability each get their
+        `topk` most likely children; at the end the shape.budget best nodes are kept (dynamic_tree.best_nodes).
+        Children are point masses (deterministic candidates), which the acceptance walk handles for sampling too."""
+        trees = [DraftTree([r.tokens[-1]], [-1]) for r in requests]
+        node_hidden = [[self.rows[r.request_id].root_hidden] for r in requests]
+        scores = [[0.0] for _ in requests]  # cumulative draft log-probability per node
+        frontiers = [[0] for _ in requests]
+        for _ in range(shape.steps):
+            out, ctx = self._score(requests, trees, node_hidden)
+            logprobs = torch.log_softmax(self.head.compute_logits(out), dim=-1)
+            values, tokens = (t.tolist() for t in logprobs.topk(shape.topk, dim=-1))
+            for row, request in enumerate(requests):
+                offset, tree = len(self.rows[request.request_id].tokens), trees[row]
+                new = []
+                for node in frontiers[row]:
+                    for value, token in zip(values[row][offset + node], tokens[row][offset + node], strict=True):
+                        tree.tokens.append(token)
+                        tree.parents.append(node)
+                        tree.draft_probs.append(None)
+                        node_hidden[row].append(out[row, offset + node])
+                        scores[row].append(scores[row][node] + value)
+                        new.append(len(tree) - 1)
+                frontiers[row] = sorted(new, key=lambda j: -scores[row][j])[:shape.topk]
+            self._last = ctx
+        return [prune(tree, best_nodes(score, shape.budget)) for tree, score in zip(trees, scores, strict=True)]
 
     @torch.inference_mode()
     def accepted(self, requests: list[DraftRequest], trees: list[DraftTree], results,

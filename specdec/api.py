@@ -51,8 +51,9 @@ class LLM:
     def __init__(self, target: str = "qwen3.5", draft: str | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, flush_length: int = 16, max_batch: int = 8,
                  max_seq_len: int = 4096, num_state_slots: int | None = None, state_memory_gb: float | None = None,
-                 num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None, cuda_graphs: bool = True):
-        shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens)
+                 num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None, dynamic_tree: bool = False,
+                 cuda_graphs: bool = True):
+        shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens, dynamic=dynamic_tree)
         target_path = resolve_checkpoint(resolve(target))
         self.model = load_model(target_path, device=device, dtype=dtype)
         if state_memory_gb is not None:  # pools sized by memory: as many committed states as fit

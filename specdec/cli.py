@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="children per draft node: 1 = a chain (default), more = a static tree")
     speculation.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens",
                              type=int, default=None, help="cap on drafted tokens per step")
+    speculation.add_argument("--dynamic-tree", action="store_true",
+                             help="EAGLE-2 dynamic tree (mtp / eagle3 drafters): expand the --topk best nodes of each "
+                             "level by cumulative draft probability, keep the --num-draft-tokens best")
     engine = run.add_argument_group("engine")
     engine.add_argument("--flush-length", type=int, default=16, help="KVBuffer flush length L (default 16)")
     engine.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
@@ -86,6 +89,7 @@ def run(args) -> None:
     llm = LLM(args.target, args.draft, device=args.device, dtype=args.dtype, flush_length=args.flush_length,
               max_batch=args.max_batch, max_seq_len=args.max_seq_len, state_memory_gb=args.state_memory_gb,
               num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
+              dynamic_tree=args.dynamic_tree,
               cuda_graphs=not args.disable_cuda_graph)
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, seed=args.seed, chat=args.chat, stop=args.stop)

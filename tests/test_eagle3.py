@@ -133,13 +133,14 @@ def check_lossless(target_dir, make_drafter) -> None:
     prompts = [[5, 9, 14, 5, 9, 14, 5, 9], [3], list(range(20, 45))]
     outputs = []
     for drafter, shape in [(None, TreeShape()), (make_drafter, TreeShape(steps=4)),
-                           (make_drafter, TreeShape(steps=3, topk=2, max_tokens=6))]:
+                           (make_drafter, TreeShape(steps=3, topk=2, max_tokens=6)),
+                           (make_drafter, TreeShape(steps=4, topk=3, max_tokens=10, dynamic=True))]:
         cache = CacheConfig(max_requests=2, max_seq_len=128, flush_length=3)
         engine = Engine(model, drafter(model, cache) if drafter else None, EngineConfig(cache=cache, shape=shape))
         requests = [engine.add_request(p, SamplingParams(), 48) for p in prompts]
         engine.run()
         outputs.append([r.output for r in requests])
-    assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
+    assert outputs[1] == outputs[0] and outputs[2] == outputs[0] and outputs[3] == outputs[0]
 
 
 def test_bad_eagle3_checkpoints_fail_clearly(random_head, trained_target, tmp_path):

@@ -69,8 +69,9 @@ def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4)):
     return requests
 
 
-@pytest.mark.parametrize("shape", [TreeShape(steps=4), TreeShape(steps=3, topk=2, max_tokens=6)],
-                         ids=["chain4", "tree-top2"])
+@pytest.mark.parametrize("shape", [TreeShape(steps=4), TreeShape(steps=3, topk=2, max_tokens=6),
+                                   TreeShape(steps=4, topk=3, max_tokens=8, dynamic=True)],
+                         ids=["chain4", "tree-top2", "dynamic"])
 @pytest.mark.parametrize("flush_length", [3, 16], ids=lambda length: f"L{length}")
 @pytest.mark.parametrize("which", ["random", "echo"])
 def test_mtp_speculation_is_lossless_under_greedy(which, flush_length, shape, random_mtp, echo_mtp):

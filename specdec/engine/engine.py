@@ -42,6 +42,9 @@ class EngineConfig:
 
 class Engine:
     def __init__(self, target: HybridCausalLM, drafter: Drafter | None = None, config: EngineConfig = EngineConfig()):
+        if config.shape.dynamic and not (drafter is not None and drafter.supports_dynamic_trees):
+            raise ValueError("dynamic trees need a drafter that scores its drafts: use --draft mtp or eagle3:PATH, "
+                             "or a static tree (leave out --dynamic-tree)")
         self.target = target
         self.drafter = drafter
         self.config = config
