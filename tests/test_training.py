@@ -145,6 +145,13 @@ def test_mtp_layer_is_causal_and_named_as_in_qwen35_checkpoints(tokenizer_dir):
     assert (before[:, 5:] - after[:, 5:]).abs().amax(-1).min() > 0, "rows from 5 on see token 5"
 
 
+def test_a_time_budget_cuts_the_steps(corpus, tokenizer_dir, tmp_path):
+    cfg = TrainConfig(steps=100000, batch_size=2, seq_len=16, warmup=2, eval_tokens=64, max_minutes=0.05)
+    record = train_lm(NEMOTRON, tokenizer_dir, tmp_path, cfg, data=corpus, device="cpu")
+    assert 6 < record["config"]["steps"] < 100000 and record["curve"][-1]["step"] == record["config"]["steps"] - 1
+    assert record["seconds"] < 20
+
+
 def test_unknown_preset_names_the_known_ones(tokenizer_dir, tmp_path):
     with pytest.raises(ValueError, match="qwen3.5-tiny"):
         train_lm("qwen9", tokenizer_dir, tmp_path, TrainConfig(steps=1), device="cpu")

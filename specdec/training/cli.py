@@ -31,6 +31,8 @@ def add_commands(commands) -> None:
     train.add_argument("--lr", type=float, default=3e-3)
     train.add_argument("--eval-tokens", type=int, default=2**17, help="held-out tokens per corpus file")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--max-minutes", type=float, default=None,
+                       help="run fewer steps if --steps would take longer (timed over the first steps)")
     train.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
 
     drafter = commands.add_parser(
@@ -48,6 +50,8 @@ def add_commands(commands) -> None:
     drafter.add_argument("--lr", type=float, default=1e-3)
     drafter.add_argument("--draft-vocab-size", type=int, default=2048, help="EAGLE-3: tokens the head can draft")
     drafter.add_argument("--seed", type=int, default=0)
+    drafter.add_argument("--max-minutes", type=float, default=None,
+                         help="run fewer steps if --steps would take longer (timed over the first steps)")
     drafter.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
 
 
@@ -63,7 +67,7 @@ def dispatch(args: argparse.Namespace) -> None:
         from specdec.training.lm import TrainConfig, train_lm
 
         cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-                          eval_tokens=args.eval_tokens, seed=args.seed)
+                          eval_tokens=args.eval_tokens, seed=args.seed, max_minutes=args.max_minutes)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         record = train_lm(args.preset, args.tokenizer, args.out, cfg, data=args.data, device=device)
         summary = {k: record[k] for k in ("preset", "parameters", "final_loss", "held_out_perplexity", "seconds")}
@@ -75,7 +79,8 @@ def dispatch(args: argparse.Namespace) -> None:
         from specdec.training.lm import TrainConfig
 
         cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
-                          seed=args.seed, warmup=min(100, max(1, args.steps // 10)))
+                          seed=args.seed, warmup=min(100, max(1, args.steps // 10)), grad_clip=0.5,
+                          max_minutes=args.max_minutes)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         record = train_drafter(args.target, args.method, args.out, cfg, data=args.data, device=device,
                                draft_vocab_size=args.draft_vocab_size)

@@ -10,17 +10,18 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec.models.eagle3 import default_feature_layers
 from specdec.training.corpus import CORPUS_DIR, read_corpus
 from specdec.training.eagle3 import (
+    TTT_STEPS,
     Eagle3Trainee,
     chain_length_estimate,
     draft_vocabulary,
@@ -28,7 +29,7 @@ from specdec.training.eagle3 import (
     save_eagle3,
     ttt_loss,
 )
-from specdec.training.lm import TrainConfig, _autocast, learning_rate, random_windows, token_stream
+from specdec.training.lm import TrainConfig, _autocast, random_windows, run_steps, token_stream
 from specdec.training.mtp import MtpHead, mtp_loss
 
 METHODS = ("eagle3", "mtp")
@@ -78,28 +79,24 @@ def _train_eagle3(model, stream, out: Path, cfg: TrainConfig, device: str, draft
     with torch.no_grad():  # start the draft head from the target's rows of the draft vocabulary
         head.lm_head.weight.copy_(model.get_output_embeddings().weight[hot].float())
     captured = capture_layers(model, layers)
-    optimizer = _optimizer([p for p in head.parameters() if p.requires_grad], cfg, device)
+    params = [p for p in head.parameters() if p.requires_grad]
+    optimizer = _optimizer(params, cfg, device)
     generator = torch.Generator().manual_seed(cfg.seed)
-    curve, started, steps = [], time.time(), 7
-    for step in (progress := tqdm(range(cfg.steps), desc="train eagle3", unit="step")):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, cfg)
-        window = random_windows(stream, cfg.batch_size, cfg.seq_len + steps, generator).to(device)
+
+    def step_loss():
+        window = random_windows(stream, cfg.batch_size, cfg.seq_len + TTT_STEPS, generator).to(device)
         with torch.no_grad(), _autocast(device):
             logits = model(input_ids=window).logits
         features = torch.cat([captured[i][:, :cfg.seq_len] for i in layers], dim=-1).float()
         with _autocast(device):
-            loss, accuracy = ttt_loss(head, features, window, logits, steps)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
-        optimizer.step()
-        if step % 50 == 0 or step == cfg.steps - 1:
-            curve.append({"step": step, "loss": loss.item(), "accuracy": accuracy,
-                          "chain_length_estimate": chain_length_estimate(accuracy[:4])})
-            progress.set_postfix(loss=f"{loss.item():.3f}", acc0=f"{accuracy[0]:.2f}")
+            loss, accuracy = ttt_loss(head, features, window, logits, TTT_STEPS)
+        return loss, {"loss": loss.detach(), "accuracy": accuracy,
+                      "chain_length_estimate": chain_length_estimate(accuracy[:4])}
+
+    started = time.time()
+    curve, cfg = run_steps(cfg, "train eagle3", optimizer, params, step_loss)
     record = {"method": "eagle3", "feature_layers": list(layers), "draft_vocab_size": hot.numel(),
-              "config": cfg.__dict__, "seconds": time.time() - started, "curve": curve}
+              "config": asdict(cfg), "seconds": time.time() - started, "curve": curve}
     save_eagle3(head, out, config, record)
     return record
 
@@ -109,25 +106,21 @@ def _train_mtp(model, target: Path, stream, out: Path, cfg: TrainConfig, device:
     existing = _mtp_tensors(target)
     if existing:
         head.load_state_dict({name.removeprefix("mtp."): t for name, t in existing.items()})
-    optimizer = _optimizer(list(head.parameters()), cfg, device)
+    params = list(head.parameters())
+    optimizer = _optimizer(params, cfg, device)
     generator = torch.Generator().manual_seed(cfg.seed)
-    curve, started = [], time.time()
-    for step in (progress := tqdm(range(cfg.steps), desc="train mtp", unit="step")):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, cfg)
+
+    def step_loss():
         window = random_windows(stream, cfg.batch_size, cfg.seq_len + 2, generator).to(device)
         with torch.no_grad(), _autocast(device):
             hidden = model.base_model(input_ids=window[:, :cfg.seq_len]).last_hidden_state
         with _autocast(device):
             loss = mtp_loss(head, model, hidden, window)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        optimizer.step()
-        if step % 50 == 0 or step == cfg.steps - 1:
-            curve.append({"step": step, "mtp_loss": loss.item()})
-            progress.set_postfix(mtp_loss=f"{loss.item():.3f}")
-    record = {"method": "mtp", "config": cfg.__dict__, "seconds": time.time() - started, "curve": curve}
+        return loss, {"mtp_loss": loss.detach()}
+
+    started = time.time()
+    curve, cfg = run_steps(cfg, "train mtp", optimizer, params, step_loss)
+    record = {"method": "mtp", "config": asdict(cfg), "seconds": time.time() - started, "curve": curve}
     _save_with_mtp(target, out, head, record)
     return record
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -37,6 +37,7 @@ class TrainConfig:
     mtp_weight: float = 0.3          # the MTP layer's loss next to the main one (DeepSeek-V3's first phase)
     eval_tokens: int = 2**17         # held-out tokens per corpus file for perplexity
     seed: int = 0
+    max_minutes: float | None = None  # fewer steps if `steps` would take longer (timed over the first steps)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "seq_len", "eval_tokens"):
@@ -44,6 +45,8 @@ class TrainConfig:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ValueError(f"max-minutes must be > 0, got {self.max_minutes}")
 
 
 def presets() -> dict[str, dict]:
@@ -135,6 +138,41 @@ def held_out_perplexity(model, streams: dict[str, torch.Tensor], seq_len: int, d
     return out
 
 
+PROBE_STEPS = 6  # steps 1..PROBE_STEPS time a step (step 0 compiles) when TrainConfig.max_minutes is set
+
+
+def run_steps(cfg: TrainConfig, desc: str, optimizer, params: list, step_loss) -> tuple[list[dict], TrainConfig]:
+    """The optimisation loop shared by the trainers: `step_loss()` -> (loss to minimise, {name: value} to log
+    every 50 steps). With cfg.max_minutes, the number of steps (and the learning-rate schedule with it) shrinks
+    to what fits. -> (logged points, the config with the steps actually run)."""
+    progress = tqdm(total=cfg.steps, desc=desc, unit="step")
+    curve, started, step = [], time.time(), 0
+    while step < cfg.steps:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, cfg)
+        loss, metrics = step_loss()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        optimizer.step()
+        if step == 0:
+            timer = time.time()
+        elif step == PROBE_STEPS and cfg.max_minutes is not None:
+            per_step = (time.time() - timer) / PROBE_STEPS
+            fits = step + 1 + int((cfg.max_minutes * 60 - (time.time() - started)) / per_step)
+            if fits < cfg.steps:
+                cfg = replace(cfg, steps=fits)
+                progress.total = fits
+        if step % 50 == 0 or step == cfg.steps - 1:
+            point = {"step": step, **{k: v.item() if torch.is_tensor(v) else v for k, v in metrics.items()}}
+            curve.append(point)
+            progress.set_postfix({k: f"{v:.3f}" for k, v in point.items() if isinstance(v, float)})
+        progress.update()
+        step += 1
+    progress.close()
+    return curve, cfg
+
+
 def _autocast(device: str):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast(
         "cpu", enabled=False)
@@ -161,32 +199,22 @@ def train_lm(preset_name: str | dict, tokenizer_dir: Path | str, out: Path | str
                                    {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
                                   lr=cfg.lr, betas=(0.9, 0.95), fused=device.startswith("cuda"))
     generator = torch.Generator().manual_seed(cfg.seed)
-    curve, started = [], time.time()
     name = preset_name if isinstance(preset_name, str) else preset["model_type"]
-    progress = tqdm(range(cfg.steps), desc=f"train {name}", unit="step")
-    for step in progress:
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, cfg)
+
+    def step_loss():
         # one extra token per window for the MTP target (token t + 2 at position t)
         window = random_windows(train, cfg.batch_size, cfg.seq_len + 2, generator).to(device)
         inputs, labels = window[:, :cfg.seq_len], window[:, 1:cfg.seq_len + 1]
         with _autocast(device):
             hidden = model.base_model(input_ids=inputs).last_hidden_state     # [B, S, H], after the final norm
             loss = F.cross_entropy(model.lm_head(hidden).float().flatten(0, 1), labels.flatten())
-            total = loss
-            if mtp is not None:
-                extra = mtp_loss(mtp, model, hidden, window)
-                total = loss + cfg.mtp_weight * extra
-        optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        optimizer.step()
-        if step % 50 == 0 or step == cfg.steps - 1:
-            point = {"step": step, "loss": loss.item()}
-            if mtp is not None:
-                point["mtp_loss"] = extra.item()
-            curve.append(point)
-            progress.set_postfix({k: f"{v:.3f}" for k, v in point.items() if k != "step"})
+            if mtp is None:
+                return loss, {"loss": loss.detach()}
+            extra = mtp_loss(mtp, model, hidden, window)
+            return loss + cfg.mtp_weight * extra, {"loss": loss.detach(), "mtp_loss": extra.detach()}
+
+    started = time.time()
+    curve, cfg = run_steps(cfg, f"train {name}", optimizer, params, step_loss)
     record = {"preset": name, "parameters": sum(p.numel() for p in params), "train_tokens": train.numel(),
               "config": asdict(cfg), "seconds": time.time() - started, "final_loss": curve[-1]["loss"],
               "curve": curve, "held_out_perplexity": held_out_perplexity(model, held_out, cfg.seq_len, device)}
