@@ -62,6 +62,10 @@ class Drafter(ABC):
 
     target_features: tuple[int, ...] | None = None
 
+    def check_shape(self, shape: TreeShape) -> None:  # noqa: B027 - most drafters take any shape
+        """Raise a ValueError naming the fix if this drafter cannot draft trees of `shape` (the engine asks once,
+        before any work)."""
+
     def start(self, request: DraftRequest,  # noqa: B027 - stateless drafters need no set-up
               target_hidden: torch.Tensor | None = None) -> None:
         """A request joins (its prompt is request.tokens[:-1], its first emitted token request.tokens[-1]);

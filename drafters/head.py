@@ -10,7 +10,7 @@ at the front of the next tree (SGLang's "draft extend"), so the head's cache alw
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -21,6 +21,8 @@ from specdec.engine.tree import DraftTree
 from .base import Drafter, DraftRequest, TreeShape
 from .draft_model import children_of
 from .dynamic_tree import best_nodes, prune
+
+MAX_DRAFT_ROWS = 512  # rows of one drafting step past a request's committed ones
 
 
 @dataclass
@@ -41,7 +43,8 @@ class HeadDrafter(Drafter):
     def __init__(self, head, cache: CacheConfig, target_features: tuple[int, ...]):
         self.head = head
         self.target_features = target_features
-        self.cache = head.make_cache(cache)
+        # a drafting step holds pending rows and a whole expanded tree beyond the request's tokens
+        self.cache = head.make_cache(replace(cache, max_seq_len=cache.max_seq_len + MAX_DRAFT_ROWS))
         self.slots: dict[int, int] = {}
         self.rows: dict[int, _Rows] = {}
         self._last = None  # (step context, pending rows per request) of the last proposal
@@ -60,6 +63,12 @@ class HeadDrafter(Drafter):
             self.head(batch.tokens.to(self.cache.device), hidden[None, :-1], ctx, self.cache)
             self.cache.commit_all(ctx)
         self.rows[request.request_id] = _Rows([], hidden[:0], hidden[-1])
+
+    def check_shape(self, shape: TreeShape) -> None:
+        expanded = shape.topk + (shape.steps - 1) * shape.topk**2 if shape.dynamic else shape.budget
+        if shape.budget + 1 + expanded > MAX_DRAFT_ROWS:  # pending rows (<= budget), the root, the drafts
+            raise ValueError(f"{shape.steps} steps of top-{shape.topk} draft {expanded} nodes per step, more than "
+                             f"this drafter's {MAX_DRAFT_ROWS} rows hold: lower --num-steps or --topk")
 
     def finish(self, request_id: int) -> None:
         slot = self.slots.pop(request_id, None)

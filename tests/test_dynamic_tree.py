@@ -52,6 +52,20 @@ def test_dynamic_trees_need_a_drafter_that_scores_its_drafts(tmp_path):
                                                   shape=TreeShape(steps=3, topk=2, dynamic=True)))
 
 
+def test_a_dynamic_tree_too_large_for_the_drafter_is_refused_before_any_work(tmp_path):
+    from drafters import MtpDrafter
+    from tests.tiny_models import save_tiny_with_mtp
+
+    save_tiny_with_mtp(qwen35_text_config(), tmp_path, seed=2)
+    model = load_model(tmp_path, device="cpu")
+    cache = CacheConfig(max_requests=1)
+    with pytest.raises(ValueError, match="lower --num-steps or --topk"):
+        Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=8, topk=8,
+                                                                                          dynamic=True)))
+    Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=5, topk=8, max_tokens=64,
+                                                                                      dynamic=True)))
+
+
 def test_dynamic_budget_defaults_to_steps_times_topk():
     assert TreeShape(steps=3, topk=4, dynamic=True).budget == 12
     assert TreeShape(steps=3, topk=4, max_tokens=7, dynamic=True).budget == 7

@@ -45,6 +45,8 @@ class Engine:
         if config.shape.dynamic and not (drafter is not None and drafter.supports_dynamic_trees):
             raise ValueError("dynamic trees need a drafter that scores its drafts: use --draft mtp or eagle3:PATH, "
                              "or a static tree (leave out --dynamic-tree)")
+        if drafter is not None:
+            drafter.check_shape(config.shape)
         self.target = target
         self.drafter = drafter
         self.config = config
