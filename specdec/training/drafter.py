@@ -14,8 +14,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec.models.eagle3 import default_feature_layers
@@ -31,6 +29,7 @@ from specdec.training.eagle3 import (
 )
 from specdec.training.lm import TrainConfig, _autocast, random_windows, run_steps, token_stream
 from specdec.training.mtp import MtpHead, mtp_loss
+from specdec.training.mtp_checkpoint import read_mtp_tensors, write_mtp_tensors
 
 METHODS = ("eagle3", "mtp")
 
@@ -103,7 +102,7 @@ def _train_eagle3(model, stream, out: Path, cfg: TrainConfig, device: str, draft
 
 def _train_mtp(model, target: Path, stream, out: Path, cfg: TrainConfig, device: str) -> dict:
     head = MtpHead(model).to(device)
-    existing = _mtp_tensors(target)
+    existing = read_mtp_tensors(target)
     if existing:
         head.load_state_dict({name.removeprefix("mtp."): t for name, t in existing.items()})
     params = list(head.parameters())
@@ -125,51 +124,9 @@ def _train_mtp(model, target: Path, stream, out: Path, cfg: TrainConfig, device:
     return record
 
 
-def _mtp_tensors(directory: Path) -> dict[str, torch.Tensor]:
-    tensors = {}
-    for file in sorted(directory.glob("*.safetensors")):
-        with safe_open(file, framework="pt") as handle:
-            tensors.update({n: handle.get_tensor(n) for n in handle.keys() if n.startswith("mtp.")})
-    return tensors
-
-
 def _save_with_mtp(target: Path, out: Path, head: MtpHead, record: dict) -> None:
-    """A copy of the target checkpoint whose mtp.* tensors are the trained head's, in a shard of their own."""
+    """A copy of the target checkpoint whose mtp.* tensors are the trained head's."""
     if out.resolve() != target.resolve():
         shutil.copytree(target, out, dirs_exist_ok=True)
-    dtype = next(iter(_first_tensor(out).values())).dtype
-    tensors = {f"mtp.{name}": t.detach().to(dtype).cpu().contiguous() for name, t in head.state_dict().items()}
-    index_file = out / "model.safetensors.index.json"
-    if index_file.is_file():
-        index = json.loads(index_file.read_text())
-    else:  # a single-file checkpoint becomes a two-shard one with an index
-        single = out / "model.safetensors"
-        with safe_open(single, framework="pt") as handle:
-            index = {"metadata": {}, "weight_map": {n: single.name for n in handle.keys()}}
-    keep = {n: f for n, f in index["weight_map"].items() if not n.startswith("mtp.")}
-    for file in set(index["weight_map"].values()) - set(keep.values()):  # shards that held only old mtp tensors
-        (out / file).unlink(missing_ok=True)
-    _strip_mtp(out, set(keep.values()))
-    save_file(tensors, out / "model-mtp.safetensors", metadata={"format": "pt"})
-    keep.update({name: "model-mtp.safetensors" for name in tensors})
-    index["weight_map"] = dict(sorted(keep.items()))
-    index_file.write_text(json.dumps(index, indent=1))
+    write_mtp_tensors(out, head.state_dict(), num_layers=len(head.layers))
     (out / "mtp_training.json").write_text(json.dumps(record, indent=1))
-
-
-def _strip_mtp(directory: Path, files: set[str]) -> None:
-    """Rewrite the shards in `files` without their mtp.* tensors, if they have any."""
-    for name in files:
-        with safe_open(directory / name, framework="pt") as handle:
-            names = list(handle.keys())
-            if not any(n.startswith("mtp.") for n in names):
-                continue
-            kept = {n: handle.get_tensor(n) for n in names if not n.startswith("mtp.")}
-        save_file(kept, directory / name, metadata={"format": "pt"})
-
-
-def _first_tensor(directory: Path) -> dict[str, torch.Tensor]:
-    file = sorted(directory.glob("*.safetensors"))[0]
-    with safe_open(file, framework="pt") as handle:
-        name = next(iter(handle.keys()))
-        return {name: handle.get_tensor(name)}

@@ -18,6 +18,7 @@ from transformers import AutoTokenizer, GenerationConfig, NemotronHConfig, PreTr
 
 from specdec.models.random_checkpoint import TRANSFORMERS_CLASSES
 from specdec.training.corpus import ENDOFTEXT, IM_END, CorpusFile, read_corpus, text_chunks
+from specdec.training.mtp_checkpoint import write_mtp_tensors
 
 PRESETS_FILE = Path(__file__).resolve().parents[2] / "configs" / "shipped_models.json"
 CONFIG_CLASSES = {"qwen3_5_text": Qwen3_5TextConfig, "nemotron_h": NemotronHConfig}
@@ -223,17 +224,13 @@ def train_lm(preset_name: str | dict, tokenizer_dir: Path | str, out: Path | str
 
 
 def save_trained(model, mtp, tokenizer, out: Path | str, record: dict) -> None:
-    """The Hugging Face layout in bf16: config.json, shards with the `mtp.*` tensors among them, tokenizer files,
-    generation_config.json, and training.json (the run's record)."""
+    """The Hugging Face layout in bf16: config.json, shards (the `mtp.*` tensors in one of their own), tokenizer
+    files, generation_config.json, and training.json (the run's record)."""
     out = Path(out)
     model = model.to(torch.bfloat16).cpu().eval()
-    state = dict(model.state_dict())
+    model.save_pretrained(out, max_shard_size=MAX_SHARD_SIZE)
     if mtp is not None:
-        state.update({f"mtp.{name}": tensor for name, tensor in mtp.to(torch.bfloat16).cpu().state_dict().items()})
-        model.config.mtp_num_hidden_layers = len(mtp.layers)
-        model.config.mtp_use_dedicated_embeddings = False
-    model.config.torch_dtype = torch.bfloat16
-    model.save_pretrained(out, state_dict=state, max_shard_size=MAX_SHARD_SIZE)
+        write_mtp_tensors(out, mtp.state_dict(), num_layers=len(mtp.layers))
     tokenizer.save_pretrained(out)
     eos = [tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)]
     GenerationConfig(eos_token_id=eos, pad_token_id=eos[1], do_sample=False).save_pretrained(out)
