@@ -130,6 +130,10 @@ def test_training_lowers_the_loss_and_saves_a_checkpoint_both_loaders_read(prese
 
 def test_mtp_layer_is_causal_and_named_as_in_qwen35_checkpoints(tokenizer_dir):
     model = build_model(QWEN, AutoTokenizer.from_pretrained(tokenizer_dir)).eval()
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    assert not hasattr(modeling_qwen3_5.torch_chunk_gated_delta_rule, "__wrapped__"), \
+        "training must run transformers' torch delta rule, never the kernel a wrapper picked at import"
     mtp = MtpHead(model).eval()
     assert {"fc.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight",
             "layers.0.self_attn.q_norm.weight", "layers.0.mlp.down_proj.weight"} <= set(mtp.state_dict())

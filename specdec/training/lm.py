@@ -79,12 +79,17 @@ def build_model(preset: dict, tokenizer: PreTrainedTokenizerBase) -> torch.nn.Mo
 
 def use_torch_delta_rule(model: torch.nn.Module) -> None:
     """Train Gated DeltaNet layers with transformers' torch implementation even where fla is installed: fla-core
-    0.6's backward refuses to run on Hopper GPUs with Triton < 3.7.1, which gives wrong gradients there (fla #640)."""
+    0.6's backward refuses to run on Hopper GPUs with Triton < 3.7.1, which gives wrong gradients there (fla #640).
+    transformers binds fla at import when it can: recent releases through a wrapper around the module's function
+    (unwrapped here, for this process), older ones as an attribute of each layer."""
     from transformers.models.qwen3_5 import modeling_qwen3_5
 
+    function = modeling_qwen3_5.torch_chunk_gated_delta_rule
+    torch_function = getattr(function, "__wrapped__", function)
+    modeling_qwen3_5.torch_chunk_gated_delta_rule = torch_function
     for module in model.modules():
         if getattr(module, "chunk_gated_delta_rule", None) is not None:
-            module.chunk_gated_delta_rule = modeling_qwen3_5.torch_chunk_gated_delta_rule
+            module.chunk_gated_delta_rule = torch_function
 
 
 def token_stream(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> torch.Tensor:
