@@ -3,8 +3,12 @@ losslessness on chains and trees with flushes mid-verify, and clear errors for t
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from drafters import MtpDrafter, TreeShape
 from specdec.cache.spec import CacheConfig
@@ -27,15 +31,45 @@ def random_mtp(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def random_moe_mtp(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("random_moe_mtp")
+    reference, head = save_tiny_with_mtp(qwen35_text_config(moe=True), directory, seed=33)
+    return directory, reference, head
+
+
+def per_expert(directory, out):
+    """The checkpoint with its MTP experts one tensor per expert and projection, as Qwen3.5 MoE checkpoints hold
+    them (transformers and Qwen3.6 stack them)."""
+    tensors = {}
+    for file in directory.glob("*.safetensors"):
+        with safe_open(file, framework="pt") as handle:
+            tensors.update({name: handle.get_tensor(name) for name in handle.keys()})
+    gate_up = tensors.pop("mtp.layers.0.mlp.experts.gate_up_proj")
+    down = tensors.pop("mtp.layers.0.mlp.experts.down_proj")
+    size = gate_up.shape[1] // 2
+    for expert in range(gate_up.shape[0]):
+        prefix = f"mtp.layers.0.mlp.experts.{expert}"
+        tensors[f"{prefix}.gate_proj.weight"] = gate_up[expert, :size].contiguous()
+        tensors[f"{prefix}.up_proj.weight"] = gate_up[expert, size:].contiguous()
+        tensors[f"{prefix}.down_proj.weight"] = down[expert].contiguous()
+    shutil.copy(directory / "config.json", out / "config.json")
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+@pytest.fixture(scope="module")
 def echo_mtp(tmp_path_factory):
     directory = tmp_path_factory.mktemp("echo_mtp")
     save_tiny_with_mtp(qwen35_text_config(), directory, seed=32, echo=True)
     return directory
 
 
-def test_our_mtp_layer_equals_the_one_it_was_trained_as(random_mtp):
+@pytest.mark.parametrize("which", ["dense", "moe", "moe-per-expert"])
+def test_our_mtp_layer_equals_the_one_it_was_trained_as(which, random_mtp, random_moe_mtp, tmp_path):
     """Rows of one sequence through our Qwen35Mtp on its KVBuffer cache == transformers-built MtpHead."""
-    directory, reference, head = random_mtp
+    directory, reference, head = random_mtp if which == "dense" else random_moe_mtp
+    if which == "moe-per-expert":
+        directory = per_expert(directory, tmp_path)
     tokens = torch.randint(0, 90, (1, 13), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         hidden = reference.base_model(input_ids=tokens[:, :-1]).last_hidden_state     # [1, 12, D]
@@ -86,10 +120,25 @@ def test_mtp_speculation_is_lossless_under_greedy(which, flush_length, shape, ra
         assert accepted > 0, "no draft was accepted: the test would not exercise the drafter's pending rows"
 
 
+def test_moe_mtp_speculation_is_lossless_under_greedy(tmp_path):
+    save_tiny_with_mtp(qwen35_text_config(moe=True), tmp_path, seed=34, echo=True)
+    model = load_model(tmp_path, device="cpu")
+    plain, speculative = generate(model, None, 3), generate(model, MtpDrafter, 3)
+    assert [r.output for r in speculative] == [r.output for r in plain]
+    assert sum(sum(r.stats.emitted_per_step) - r.stats.steps for r in speculative) > 0
+
+
 def test_a_target_without_mtp_layer_is_refused_clearly(tmp_path):
     save_tiny(qwen35_text_config(), tmp_path, seed=3)
     with pytest.raises(MissingMtpError, match="no mtp"):
         MtpDrafter(load_model(tmp_path, device="cpu"), CacheConfig(max_requests=1))
+
+
+def test_incomplete_per_expert_mtp_tensors_are_refused(random_moe_mtp, tmp_path):
+    model = load_model(per_expert(random_moe_mtp[0], tmp_path), device="cpu")
+    del model.mtp_weights["layers.0.mlp.experts.1.up_proj.weight"]
+    with pytest.raises(ValueError, match="experts are incomplete.*experts.1.up_proj"):
+        Qwen35Mtp(model)
 
 
 def test_mtp_tensors_of_the_wrong_size_are_refused(random_mtp, tmp_path):

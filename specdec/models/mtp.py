@@ -6,10 +6,13 @@ A row is (the hidden state h of position p - 1, the token x at position p), at r
     y = mtp.norm(layer(mtp.fc([pre_fc_norm_embedding(embed(x)), pre_fc_norm_hidden(h)])))
 
 y's logits predict the token at p + 1, and y is the hidden of the next row when drafting further. The layer is one
-gated full-attention decoder layer (Qwen35DecoderLayer); its keys and values live in the cache's attention pool.
+gated full-attention decoder layer (Qwen35DecoderLayer, with the target's MoE block for MoE models); its keys and
+values live in the cache's attention pool.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 from torch import nn
@@ -23,6 +26,33 @@ class MissingMtpError(ValueError):
     pass
 
 
+PER_EXPERT = re.compile(r"^(layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def stack_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Qwen3.5 MoE checkpoints store the MTP layer's experts one tensor per expert and projection; ours are stacked
+    as Qwen3.6 checkpoints (and transformers) store them: gate_up_proj [E, 2I, H] (gate rows, then up rows),
+    down_proj [E, H, I]. Stacked weights pass through."""
+    out, parts = {}, {}
+    for name, tensor in weights.items():
+        match = PER_EXPERT.match(name)
+        if match is None:
+            out[name] = tensor
+        else:
+            parts.setdefault(match.group(1), {})[int(match.group(2)), match.group(3)] = tensor
+    for module, have in parts.items():
+        count = max(expert for expert, _ in have) + 1
+        missing = [f"mtp.{module}.{expert}.{projection}.weight" for expert in range(count)
+                   for projection in ("gate_proj", "up_proj", "down_proj") if (expert, projection) not in have]
+        if missing:
+            raise ValueError(f"the checkpoint's MTP experts are incomplete: {len(missing)} tensors missing, e.g. "
+                             f"{missing[:3]}")
+        out[f"{module}.gate_up_proj"] = torch.stack(
+            [torch.cat([have[expert, "gate_proj"], have[expert, "up_proj"]]) for expert in range(count)])
+        out[f"{module}.down_proj"] = torch.stack([have[expert, "down_proj"] for expert in range(count)])
+    return out
+
+
 class Qwen35Mtp(HybridCausalLM):
     """forward(tokens, hidden_in, ctx, cache) -> y [B, T, D]; compute_logits(y) through the target's LM head; the
     same interface as the EAGLE-3 head (specdec/models/eagle3.py), which drafters/head.py runs."""
@@ -33,13 +63,12 @@ class Qwen35Mtp(HybridCausalLM):
         if not target.mtp_weights:
             raise MissingMtpError("the target checkpoint has no mtp.* tensors (no multi-token-prediction layer): "
                                   "use --draft small or --draft ngram, or a checkpoint trained with its MTP layer")
-        if getattr(config, "num_experts", 0):
-            raise ValueError("MTP drafting of Qwen3.5 MoE checkpoints is not supported yet: use --draft small")
+        moe = bool(getattr(config, "num_experts", 0))
         size, eps = config.hidden_size, config.rms_norm_eps
         self.pre_fc_norm_embedding = OffsetRMSNorm(size, eps=eps)
         self.pre_fc_norm_hidden = OffsetRMSNorm(size, eps=eps)
         self.fc = nn.Linear(2 * size, size, bias=False)
-        self.layers = nn.ModuleList([Qwen35DecoderLayer(config, "full_attention", 0, moe=False)])
+        self.layers = nn.ModuleList([Qwen35DecoderLayer(config, "full_attention", 0, moe=moe)])
         self.norm = OffsetRMSNorm(size, eps=eps)
         head_dim = getattr(config, "head_dim", None) or size // config.num_attention_heads
         self.rotary_emb = RotaryEmbedding(config, head_dim)
@@ -49,6 +78,7 @@ class Qwen35Mtp(HybridCausalLM):
         self._shared = (target.model.embed_tokens, target.lm_head)
 
     def _load(self, weights: dict[str, torch.Tensor]) -> None:
+        weights = stack_experts(weights)
         expected = self.state_dict()
         missing = sorted(set(expected) - set(weights))
         unexpected = sorted(set(weights) - set(expected))

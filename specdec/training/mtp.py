@@ -3,7 +3,8 @@
 
     mtp.pre_fc_norm_embedding [H], mtp.pre_fc_norm_hidden [H]   zero-centred RMSNorms ((1 + w) scale)
     mtp.fc [H, 2H]                                               over [norm(embedding), norm(hidden)], in that order
-    mtp.layers.0.*                                               one full-attention (gated) decoder layer
+    mtp.layers.0.*                                               one full-attention (gated) decoder layer, with
+                                                                 the MoE block for MoE models
     mtp.norm [H]                                                 before the target's (shared) lm_head
 
 Depth 1 at position t: the target's final hidden h_t (after its final norm) and the embedding of token t + 1,
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5RMSNorm
+from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeDecoderLayer
 
 
 class MtpHead(nn.Module):
@@ -35,7 +37,8 @@ class MtpHead(nn.Module):
         self.pre_fc_norm_embedding = Qwen3_5RMSNorm(size, eps=eps)
         self.pre_fc_norm_hidden = Qwen3_5RMSNorm(size, eps=eps)
         self.fc = nn.Linear(2 * size, size, bias=False)
-        self.layers = nn.ModuleList([Qwen3_5DecoderLayer(layer_config, 0)])
+        layer_class = Qwen3_5MoeDecoderLayer if config.model_type == "qwen3_5_moe_text" else Qwen3_5DecoderLayer
+        self.layers = nn.ModuleList([layer_class(layer_config, 0)])
         self.norm = Qwen3_5RMSNorm(size, eps=eps)
         self.config = layer_config
         self.apply(model._init_weights)
