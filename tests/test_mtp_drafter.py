@@ -18,7 +18,7 @@ from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.mtp import MissingMtpError, Qwen35Mtp
 from specdec.training.mtp import mtp_hidden
-from tests.tiny_models import qwen35_text_config, save_tiny, save_tiny_with_mtp
+from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny, save_tiny_with_mtp
 
 NEW_TOKENS = 64
 
@@ -37,6 +37,13 @@ def random_moe_mtp(tmp_path_factory):
     return directory, reference, head
 
 
+@pytest.fixture(scope="module")
+def random_nemotron_mtp(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("random_nemotron_mtp")
+    reference, head = save_tiny_with_mtp(nemotron_h_config(), directory, seed=35)
+    return directory, reference, head
+
+
 def per_expert(directory, out):
     """The checkpoint with its MTP experts one tensor per expert and projection, as Qwen3.5 MoE checkpoints hold
     them (transformers and Qwen3.6 stack them)."""
@@ -44,14 +51,20 @@ def per_expert(directory, out):
     for file in directory.glob("*.safetensors"):
         with safe_open(file, framework="pt") as handle:
             tensors.update({name: handle.get_tensor(name) for name in handle.keys()})
-    gate_up = tensors.pop("mtp.layers.0.mlp.experts.gate_up_proj")
-    down = tensors.pop("mtp.layers.0.mlp.experts.down_proj")
-    size = gate_up.shape[1] // 2
-    for expert in range(gate_up.shape[0]):
-        prefix = f"mtp.layers.0.mlp.experts.{expert}"
-        tensors[f"{prefix}.gate_proj.weight"] = gate_up[expert, :size].contiguous()
-        tensors[f"{prefix}.up_proj.weight"] = gate_up[expert, size:].contiguous()
-        tensors[f"{prefix}.down_proj.weight"] = down[expert].contiguous()
+    if "mtp.layers.1.mixer.experts.up_proj" in tensors:  # Nemotron: up / down per expert
+        for projection in ("up_proj", "down_proj"):
+            stacked = tensors.pop(f"mtp.layers.1.mixer.experts.{projection}")
+            for expert in range(stacked.shape[0]):
+                tensors[f"mtp.layers.1.mixer.experts.{expert}.{projection}.weight"] = stacked[expert].contiguous()
+    else:  # Qwen3.5: gate / up / down per expert
+        gate_up = tensors.pop("mtp.layers.0.mlp.experts.gate_up_proj")
+        down = tensors.pop("mtp.layers.0.mlp.experts.down_proj")
+        size = gate_up.shape[1] // 2
+        for expert in range(gate_up.shape[0]):
+            prefix = f"mtp.layers.0.mlp.experts.{expert}"
+            tensors[f"{prefix}.gate_proj.weight"] = gate_up[expert, :size].contiguous()
+            tensors[f"{prefix}.up_proj.weight"] = gate_up[expert, size:].contiguous()
+            tensors[f"{prefix}.down_proj.weight"] = down[expert].contiguous()
     shutil.copy(directory / "config.json", out / "config.json")
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
     return out
@@ -64,17 +77,19 @@ def echo_mtp(tmp_path_factory):
     return directory
 
 
-@pytest.mark.parametrize("which", ["dense", "moe", "moe-per-expert"])
-def test_our_mtp_layer_equals_the_one_it_was_trained_as(which, random_mtp, random_moe_mtp, tmp_path):
-    """Rows of one sequence through our Qwen35Mtp on its KVBuffer cache == transformers-built MtpHead."""
-    directory, reference, head = random_mtp if which == "dense" else random_moe_mtp
-    if which == "moe-per-expert":
+@pytest.mark.parametrize("which", ["dense", "moe", "moe-per-expert", "nemotron", "nemotron-per-expert"])
+def test_our_mtp_layer_equals_the_one_it_was_trained_as(which, random_mtp, random_moe_mtp, random_nemotron_mtp,
+                                                        tmp_path):
+    """Rows of one sequence through our MTP model on its KVBuffer cache == the transformers-built MTP head."""
+    directory, reference, head = {"dense": random_mtp, "moe": random_moe_mtp,
+                                  "nemotron": random_nemotron_mtp}[which.removesuffix("-per-expert")]
+    if which.endswith("per-expert"):
         directory = per_expert(directory, tmp_path)
     tokens = torch.randint(0, 90, (1, 13), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         hidden = reference.base_model(input_ids=tokens[:, :-1]).last_hidden_state     # [1, 12, D]
         expected = mtp_hidden(head, reference, hidden, tokens[:, 1:])
-    mtp = Qwen35Mtp(load_model(directory, device="cpu", dtype=torch.float32))
+    mtp = MtpDrafter(load_model(directory, device="cpu", dtype=torch.float32), CacheConfig(max_requests=1)).head
     cache = mtp.make_cache(CacheConfig(max_requests=1, max_seq_len=32))
     slot = cache.allocate_request()
     with torch.no_grad():  # the first 8 rows committed as a prefill, the last 4 as a chain on top of them
@@ -120,8 +135,10 @@ def test_mtp_speculation_is_lossless_under_greedy(which, flush_length, shape, ra
         assert accepted > 0, "no draft was accepted: the test would not exercise the drafter's pending rows"
 
 
-def test_moe_mtp_speculation_is_lossless_under_greedy(tmp_path):
-    save_tiny_with_mtp(qwen35_text_config(moe=True), tmp_path, seed=34, echo=True)
+@pytest.mark.parametrize("family", ["qwen3_5_moe", "nemotron_h"])
+def test_moe_mtp_speculation_is_lossless_under_greedy(family, tmp_path):
+    config = qwen35_text_config(moe=True) if family == "qwen3_5_moe" else nemotron_h_config()
+    save_tiny_with_mtp(config, tmp_path, seed=34, echo=True)
     model = load_model(tmp_path, device="cpu")
     plain, speculative = generate(model, None, 3), generate(model, MtpDrafter, 3)
     assert [r.output for r in speculative] == [r.output for r in plain]

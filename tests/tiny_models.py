@@ -4,13 +4,12 @@ with save_pretrained, so our loader reads exactly what a real checkpoint directo
 from __future__ import annotations
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from transformers import NemotronHConfig, Qwen3_5Config, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
 from specdec.models.random_checkpoint import randomize, save_word_tokenizer
 from specdec.models.random_checkpoint import save_random_checkpoint as save_tiny
-from specdec.training.mtp import MtpHead
+from specdec.training.mtp import mtp_head_for
+from specdec.training.mtp_checkpoint import write_mtp_tensors
 
 __all__ = ["nemotron_h_config", "qwen35_multimodal_config", "qwen35_text_config", "save_tiny", "save_tiny_tokenizer",
            "save_tiny_with_mtp"]
@@ -70,26 +69,21 @@ def save_tiny_tokenizer(directory) -> None:
 
 
 def save_tiny_with_mtp(config, directory, seed: int, echo: bool = False):
-    """A tiny Qwen3.5 checkpoint with an MTP layer (`mtp.*` beside the model's tensors in one file, as Qwen3.5
-    checkpoints hold it); -> (transformers' model, the MtpHead). The MTP layer is random, or with `echo` one whose
+    """A tiny Qwen3.5 or Nemotron-H checkpoint with an MTP layer (`mtp.*` in a shard of its own, as the training
+    command writes it); -> (transformers' model, the MTP head). The MTP layer is random, or with `echo` one whose
     output is the (renormalised) target hidden it is given: it drafts what the target predicted one position earlier,
     which the target accepts whenever its output repeats a token."""
     model = save_tiny(config, directory, seed=seed)
-    head = MtpHead(model).eval()
+    head = mtp_head_for(model).eval()
     randomize(head, seed + 1)
     if echo:
         with torch.no_grad():
-            for param in head.parameters():
-                param.zero_()
+            for name, param in head.named_parameters():
+                # Qwen3.5's norms scale by (1 + w), Nemotron's by w: identity either way; the blocks add nothing
+                plain_norm = config.model_type == "nemotron_h" and name.endswith("norm.weight")
+                param.fill_(1.0 if plain_norm else 0.0)
             size = config.hidden_size
-            head.fc.weight[:, size:] = torch.eye(size)  # keep the hidden half; the layer adds nothing (zero o / down)
-    tensors = {}
-    for file in sorted(directory.glob("*.safetensors")):
-        with safe_open(file, framework="pt") as handle:
-            tensors.update({name: handle.get_tensor(name) for name in handle.keys()})
-        file.unlink()
-    for index in directory.glob("*.index.json"):
-        index.unlink()
-    tensors.update({f"mtp.{name}": tensor.detach().clone().contiguous() for name, tensor in head.state_dict().items()})
-    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+            first = head.fc if hasattr(head, "fc") else head.layers[0].eh_proj
+            first.weight[:, size:] = torch.eye(size)  # keep the hidden half
+    write_mtp_tensors(directory, head.state_dict(), head.config_fields())
     return model, head

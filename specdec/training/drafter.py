@@ -28,7 +28,7 @@ from specdec.training.eagle3 import (
     ttt_loss,
 )
 from specdec.training.lm import TrainConfig, _autocast, random_windows, run_steps, token_stream
-from specdec.training.mtp import MtpHead, mtp_loss
+from specdec.training.mtp import mtp_head_for, mtp_loss
 from specdec.training.mtp_checkpoint import read_mtp_tensors, write_mtp_tensors
 
 METHODS = ("eagle3", "mtp")
@@ -101,7 +101,7 @@ def _train_eagle3(model, stream, out: Path, cfg: TrainConfig, device: str, draft
 
 
 def _train_mtp(model, target: Path, stream, out: Path, cfg: TrainConfig, device: str) -> dict:
-    head = MtpHead(model).to(device)
+    head = mtp_head_for(model).to(device)
     existing = read_mtp_tensors(target)
     if existing:
         head.load_state_dict({name.removeprefix("mtp."): t for name, t in existing.items()})
@@ -124,9 +124,9 @@ def _train_mtp(model, target: Path, stream, out: Path, cfg: TrainConfig, device:
     return record
 
 
-def _save_with_mtp(target: Path, out: Path, head: MtpHead, record: dict) -> None:
+def _save_with_mtp(target: Path, out: Path, head, record: dict) -> None:
     """A copy of the target checkpoint whose mtp.* tensors are the trained head's."""
     if out.resolve() != target.resolve():
         shutil.copytree(target, out, dirs_exist_ok=True)
-    write_mtp_tensors(out, head.state_dict(), num_layers=len(head.layers))
+    write_mtp_tensors(out, head.state_dict(), head.config_fields())
     (out / "mtp_training.json").write_text(json.dumps(record, indent=1))

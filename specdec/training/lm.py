@@ -189,7 +189,7 @@ def train_lm(preset_name: str | dict, tokenizer_dir: Path | str, out: Path | str
     """`specdec train`: train a preset on the corpus, save it to `out`, return the run's record (also written to
     out/training.json): loss curve, final training loss, held-out perplexity per corpus file."""
     from specdec.training.corpus import CORPUS_DIR
-    from specdec.training.mtp import MtpHead, mtp_loss
+    from specdec.training.mtp import mtp_head_for, mtp_loss
 
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -198,7 +198,7 @@ def train_lm(preset_name: str | dict, tokenizer_dir: Path | str, out: Path | str
     held_out = {f.name: token_stream(tokenizer, [f.held_out])[:cfg.eval_tokens] for f in files}
     preset = resolve_preset(preset_name)
     model = build_model(preset, tokenizer).to(device).train()
-    mtp = MtpHead(model).to(device).train() if preset.get("mtp_layers") else None
+    mtp = mtp_head_for(model).to(device).train() if preset.get("mtp_layers") else None
     params = list(model.parameters()) + (list(mtp.parameters()) if mtp else [])
     decay = [p for p in params if p.ndim >= 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -235,7 +235,7 @@ def save_trained(model, mtp, tokenizer, out: Path | str, record: dict) -> None:
     model = model.to(torch.bfloat16).cpu().eval()
     model.save_pretrained(out, max_shard_size=MAX_SHARD_SIZE)
     if mtp is not None:
-        write_mtp_tensors(out, mtp.state_dict(), num_layers=len(mtp.layers))
+        write_mtp_tensors(out, mtp.state_dict(), mtp.config_fields())
     tokenizer.save_pretrained(out)
     eos = [tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)]
     GenerationConfig(eos_token_id=eos, pad_token_id=eos[1], do_sample=False).save_pretrained(out)

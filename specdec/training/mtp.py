@@ -9,6 +9,13 @@
 
 Depth 1 at position t: the target's final hidden h_t (after its final norm) and the embedding of token t + 1,
 at rotary position t, predict token t + 2. A further depth feeds back the output after mtp.norm.
+
+Nemotron-3's (NemotronMtpHead; Nemotron 3 Super ships one) is the same idea over a block pattern
+(mtp_layers_block_type, by default attention then MoE) in plain RMSNorms and without rotary:
+
+    mtp.layers.0.{enorm, hnorm} [H], mtp.layers.0.eh_proj [H, 2H]   over [enorm(embedding), hnorm(hidden)]
+    mtp.layers.i.{norm, mixer.*}                                    the blocks, pre-normed with a residual
+    mtp.layers.<last>.final_layernorm [H]                           before the target's lm_head
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import copy
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHBlock, NemotronHRMSNorm
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5RMSNorm
 from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeDecoderLayer
 
@@ -50,20 +58,64 @@ class MtpHead(nn.Module):
         x = self.layers[0](x, position_embeddings=position_embeddings, attention_mask=attention_mask)
         return self.norm(x)
 
+    def run(self, model: nn.Module, hidden: torch.Tensor, next_embeds: torch.Tensor, causal) -> torch.Tensor:
+        B, T = hidden.shape[:2]
+        positions = torch.arange(T, device=hidden.device).view(1, 1, T).expand(3, B, T)  # text: (t, t, t) M-RoPE
+        return self(hidden, next_embeds, model.base_model.rotary_emb(next_embeds, positions), causal)
 
-def mtp_hidden(mtp: MtpHead, model: nn.Module, hidden: torch.Tensor, next_tokens: torch.Tensor) -> torch.Tensor:
+    def config_fields(self) -> dict:
+        return {"mtp_num_hidden_layers": len(self.layers), "mtp_use_dedicated_embeddings": False}
+
+
+class NemotronMtpHead(nn.Module):
+    def __init__(self, model: nn.Module):
+        """`model`: transformers' NemotronHForCausalLM the head belongs to."""
+        super().__init__()
+        config = model.config
+        types = list(getattr(config, "mtp_layers_block_type", None) or ["full_attention", "moe"])
+        if "linear_attention" in types:
+            raise ValueError(f"MTP blocks {types}: Mamba2 blocks in an MTP layer are not supported")
+        layer_config = copy.deepcopy(config)
+        layer_config.layers_block_type = types
+        layer_config._attn_implementation = "sdpa"   # takes the boolean causal mask
+        size, eps = config.hidden_size, config.layer_norm_epsilon
+        self.layers = nn.ModuleList([NemotronHBlock(layer_config, index) for index in range(len(types))])
+        self.layers[0].enorm = NemotronHRMSNorm(size, eps=eps)
+        self.layers[0].hnorm = NemotronHRMSNorm(size, eps=eps)
+        self.layers[0].eh_proj = nn.Linear(2 * size, size, bias=False)
+        self.layers[-1].final_layernorm = NemotronHRMSNorm(size, eps=eps)
+        self.types = types
+        self.apply(model._init_weights)
+
+    def run(self, model: nn.Module, hidden: torch.Tensor, next_embeds: torch.Tensor, causal) -> torch.Tensor:
+        """hidden, next_embeds: [B, T, H] -> [B, T, H] after final_layernorm (no rotary: Nemotron's attention has
+        no positional encoding)."""
+        first = self.layers[0]
+        x = first.eh_proj(torch.cat([first.enorm(next_embeds), first.hnorm(hidden)], dim=-1))
+        for layer in self.layers:
+            x = layer(x, attention_mask=causal)
+        return self.layers[-1].final_layernorm(x)
+
+    def config_fields(self) -> dict:
+        return {"num_nextn_predict_layers": 1, "mtp_layers_block_type": self.types}
+
+
+def mtp_head_for(model: nn.Module) -> nn.Module:
+    """The MTP layer of transformers' model: Qwen3.5's or Nemotron-3's."""
+    return NemotronMtpHead(model) if model.config.model_type == "nemotron_h" else MtpHead(model)
+
+
+def mtp_hidden(mtp: nn.Module, model: nn.Module, hidden: torch.Tensor, next_tokens: torch.Tensor) -> torch.Tensor:
     """Depth 1 over a sequence. hidden: [B, T, H] the target's final hidden (after its norm) at positions 0..T-1;
-    next_tokens: [B, T] the token after each position -> [B, T, H] after mtp.norm; row t sees rows <= t only."""
+    next_tokens: [B, T] the token after each position -> [B, T, H] after the MTP's final norm; row t sees rows
+    <= t only."""
     B, T = hidden.shape[:2]
-    base = model.base_model
-    positions = torch.arange(T, device=hidden.device).view(1, 1, T).expand(3, B, T)   # text: (t, t, t) M-RoPE
-    next_embeds = base.embed_tokens(next_tokens)
-    position_embeddings = base.rotary_emb(next_embeds, positions)
+    next_embeds = model.get_input_embeddings()(next_tokens)
     causal = torch.ones(T, T, dtype=torch.bool, device=hidden.device).tril().expand(B, 1, T, T)  # True: attend
-    return mtp(hidden, next_embeds, position_embeddings, causal)
+    return mtp.run(model, hidden, next_embeds, causal)
 
 
-def mtp_loss(mtp: MtpHead, model: nn.Module, hidden: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+def mtp_loss(mtp: nn.Module, model: nn.Module, hidden: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
     """Depth-1 cross-entropy. hidden: [B, T, H] over window[:, :T]; window: [B, T + 2] tokens: row t predicts
     window[:, t + 2] from hidden t and the embedding of window[:, t + 1]."""
     T = hidden.shape[1]

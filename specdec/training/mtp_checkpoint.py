@@ -24,9 +24,11 @@ def read_mtp_tensors(directory: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def write_mtp_tensors(directory: Path, layer: dict[str, torch.Tensor], num_layers: int = 1) -> None:
+def write_mtp_tensors(directory: Path, layer: dict[str, torch.Tensor], config_fields: dict) -> None:
     """Replace the checkpoint's mtp.* tensors by `layer` (names without the prefix), cast to the dtype of the
-    checkpoint's other tensors; a single-file checkpoint becomes a sharded one with an index."""
+    checkpoint's other tensors (Nemotron's e_score_correction_bias stays fp32, as its checkpoints hold it), and
+    write `config_fields` (the family's MTP fields) into config.json; a single-file checkpoint becomes a sharded
+    one with an index."""
     directory = Path(directory)
     index_file = directory / INDEX
     if index_file.is_file():
@@ -50,11 +52,12 @@ def write_mtp_tensors(directory: Path, layer: dict[str, torch.Tensor], num_layer
             else:
                 continue
         save_file(kept, directory / file, metadata={"format": "pt"})
-    tensors = {f"mtp.{name}": t.detach().to(dtype or t.dtype).cpu().contiguous() for name, t in layer.items()}
+    tensors = {f"mtp.{name}": t.detach().to(t.dtype if name.endswith("e_score_correction_bias") else dtype or t.dtype)
+               .cpu().contiguous() for name, t in layer.items()}
     save_file(tensors, directory / MTP_SHARD, metadata={"format": "pt"})
     keep.update({name: MTP_SHARD for name in tensors})
     index_file.write_text(json.dumps({"metadata": {}, "weight_map": dict(sorted(keep.items()))}, indent=1))
     config_file = directory / "config.json"
     config = json.loads(config_file.read_text())
-    config.update(mtp_num_hidden_layers=num_layers, mtp_use_dedicated_embeddings=False)
+    config.update(config_fields)
     config_file.write_text(json.dumps(config, indent=2))
