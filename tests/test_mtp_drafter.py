@@ -163,3 +163,22 @@ def test_mtp_tensors_of_the_wrong_size_are_refused(random_mtp, tmp_path):
     model.mtp_weights["fc.weight"] = model.mtp_weights["fc.weight"][:, :-2]
     with pytest.raises(ValueError, match="mtp.fc.weight has shape"):
         Qwen35Mtp(model)
+
+
+@pytest.mark.parametrize("shape", [TreeShape(steps=3, topk=2, max_tokens=6),
+                                   TreeShape(steps=3, topk=2, max_tokens=5, dynamic=True)],
+                         ids=["sampled-children", "dynamic-point-masses"])
+def test_sampled_requests_through_the_mtp_drafter_are_reproducible(shape, echo_mtp):
+    model = load_model(echo_mtp, device="cpu")
+
+    def run():
+        cache = CacheConfig(max_requests=2, max_seq_len=160, flush_length=3)
+        engine = Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=shape))
+        params = [SamplingParams(temperature=0.9, top_p=0.9, seed=seed) for seed in (1, 2, 3)]
+        requests = [engine.add_request(p, q, 32) for p, q in zip(prompts(), params, strict=True)]
+        engine.run()
+        return [r.output for r in requests]
+
+    first = run()
+    assert all(len(output) == 32 for output in first)
+    assert run() == first, "a seeded request must not depend on anything but its seed"
