@@ -69,18 +69,8 @@ class DraftModelDrafter(Drafter):
             scored = [len(tree) for tree in trees]
             for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
                 offset = len(self.pending[request.request_id])
-                frontier, frontiers[row] = frontiers[row], []
-                for node in frontier:
-                    room = shape.budget + 1 - len(tree)
-                    if room <= 0:
-                        break
-                    count = min(shape.topk, room)
-                    for token, law in children_of(logits[row, offset + node], top[row][offset + node][:count],
-                                                  count, request):
-                        tree.tokens.append(token)
-                        tree.parents.append(node)
-                        tree.draft_probs.append(law)
-                        frontiers[row].append(len(tree) - 1)
+                added = expand_level(tree, frontiers[row], logits[row, offset:], top[row][offset:], shape, request)
+                frontiers[row] = [child for _, child in added]
             self._last = (ctx, scored)
         return trees
 
@@ -111,6 +101,24 @@ class DraftModelDrafter(Drafter):
             parents.append(chain + [root_parent if p < 0 else p + len(pending) for p in tree.parents])
         batch = StepBatch.trees([self.slots[r.request_id] for r in requests], tokens, parents)
         return self.forward.score_logits(batch)
+
+
+def expand_level(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top: list[list[int]], shape: TreeShape,
+                 request: DraftRequest) -> list[tuple[int, int]]:
+    """One level of a static tree: each frontier node gets shape.topk children while the budget lasts.
+    logits [T, V] and top (their top-k ids, on the host) are indexed by tree node. -> (parent, child) per child."""
+    added = []
+    for node in frontier:
+        room = shape.budget + 1 - len(tree)
+        if room <= 0:
+            break
+        count = min(shape.topk, room)
+        for token, law in children_of(logits[node], top[node][:count], count, request):
+            tree.tokens.append(token)
+            tree.parents.append(node)
+            tree.draft_probs.append(law)
+            added.append((node, len(tree) - 1))
+    return added
 
 
 def children_of(logits: torch.Tensor, top: list[int], count: int, request: DraftRequest) -> list[tuple[int, object]]:

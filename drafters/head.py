@@ -19,7 +19,7 @@ from specdec.cache.step import StepBatch
 from specdec.engine.tree import DraftTree
 
 from .base import Drafter, DraftRequest, TreeShape
-from .draft_model import children_of
+from .draft_model import expand_level
 from .dynamic_tree import best_nodes, prune
 
 MAX_DRAFT_ROWS = 512  # rows of one drafting step past a request's committed ones
@@ -93,19 +93,9 @@ class HeadDrafter(Drafter):
             top = logits.topk(shape.topk, dim=-1).indices.tolist()
             for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
                 offset = len(self.rows[request.request_id].tokens)
-                frontier, frontiers[row] = frontiers[row], []
-                for node in frontier:
-                    room = shape.budget + 1 - len(tree)
-                    if room <= 0:
-                        break
-                    count = min(shape.topk, room)
-                    for token, law in children_of(logits[row, offset + node], top[row][offset + node][:count],
-                                                  count, request):
-                        tree.tokens.append(token)
-                        tree.parents.append(node)
-                        tree.draft_probs.append(law)
-                        node_hidden[row].append(out[row, offset + node])
-                        frontiers[row].append(len(tree) - 1)
+                added = expand_level(tree, frontiers[row], logits[row, offset:], top[row][offset:], shape, request)
+                node_hidden[row] += [out[row, offset + parent] for parent, _ in added]
+                frontiers[row] = [child for _, child in added]
             self._last = ctx
         return trees
 

@@ -3,7 +3,6 @@ with `specdec train-drafter` (EAGLE-3 and MTP) on CPU, greedy losslessness throu
 
 from __future__ import annotations
 
-import gzip
 import json
 
 import pytest
@@ -23,17 +22,13 @@ from specdec.models.checkpoint import CheckpointError
 from specdec.models.eagle3 import load_eagle3
 from specdec.training.eagle3 import Eagle3Trainee, head_config, save_eagle3
 from specdec.training.lm import TrainConfig, train_lm
-from tests.test_training import CODE, PROSE, QWEN, WIKI
+from tests.test_training import QWEN, write_corpus
 
 
 @pytest.fixture(scope="module")
 def trained_target(tmp_path_factory):
     """A tiny Qwen3.5 (with an MTP layer) trained for a few steps on a small corpus, and that corpus."""
-    corpus = tmp_path_factory.mktemp("corpus")
-    (corpus / "prose.txt").write_text(PROSE)
-    with gzip.open(corpus / "code.txt.gz", "wt") as handle:
-        handle.write(CODE)
-    (corpus / "wiki_en.txt").write_text(WIKI)
+    corpus = write_corpus(tmp_path_factory.mktemp("corpus"))
     tokenizer = tmp_path_factory.mktemp("tokenizer")
     assert cli_main(["train-tokenizer", "--data", str(corpus), "--vocab-size", "400", "--out", str(tokenizer)]) == 0
     target = tmp_path_factory.mktemp("target")
@@ -111,17 +106,21 @@ def test_train_drafter_eagle3_lowers_the_loss_and_drafts_losslessly(trained_targ
                      "--max-new-tokens", "12", "--device", "cpu"]) == 0
 
 
-def test_train_drafter_mtp_writes_a_target_copy_with_its_trained_layer(trained_target, tmp_path):
-    target_dir, corpus = trained_target
+def test_train_drafter_mtp_gives_a_target_without_one_its_trained_layer(trained_target, tmp_path):
+    """A target trained without an MTP layer (its tokenizer is the trained target's) gets one in a copy."""
+    trained_dir, corpus = trained_target
+    target_dir = tmp_path / "no_mtp"
+    train_lm({**QWEN, "mtp_layers": 0}, trained_dir, target_dir, TrainConfig(steps=40, batch_size=8, seq_len=32,
+                                                                             lr=1e-2, warmup=5, eval_tokens=64),
+             data=corpus, device="cpu")
     out = tmp_path / "with_mtp"
     assert cli_main(["train-drafter", "--target", str(target_dir), "--method", "mtp", "--out", str(out),
-                     "--data", str(corpus), "--steps", "30", "--batch-size", "4", "--seq-len", "24",
-                     "--lr", "3e-3", "--device", "cpu"]) == 0
+                     "--data", str(corpus), "--steps", "40", "--batch-size", "4", "--seq-len", "24",
+                     "--lr", "1e-2", "--device", "cpu"]) == 0
     record = json.loads((out / "mtp_training.json").read_text())
-    assert record["curve"][-1]["mtp_loss"] < record["curve"][0]["mtp_loss"], record["curve"]
+    assert record["curve"][-1]["mtp_loss"] < record["curve"][0]["mtp_loss"] - 0.5, record["curve"]
     before, after = load_model(target_dir, device="cpu"), load_model(out, device="cpu")
-    assert set(before.mtp_weights) == set(after.mtp_weights)
-    assert not torch.equal(before.mtp_weights["fc.weight"], after.mtp_weights["fc.weight"]), "the layer trained"
+    assert not before.mtp_weights and "fc.weight" in after.mtp_weights
     torch.testing.assert_close(before.lm_head.weight, after.lm_head.weight)  # the target itself is unchanged
     check_lossless(out, MtpDrafter)
     assert cli_main(["run", "--target", str(out), "--draft", "mtp", "--prompt", "def f3(x):", "--max-new-tokens",

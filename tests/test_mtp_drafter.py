@@ -16,7 +16,8 @@ from specdec.cache.step import StepBatch
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
-from specdec.models.mtp import MissingMtpError, Qwen35Mtp
+from specdec.models.mtp import Qwen35Mtp
+from specdec.models.mtp_weights import MissingMtpError
 from specdec.training.mtp import mtp_hidden
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny, save_tiny_with_mtp
 

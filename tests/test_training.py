@@ -36,15 +36,18 @@ NEMOTRON = {"model_type": "nemotron_h", "mtp_layers": 1, "config": dict(
     moe_shared_expert_intermediate_size=32, tie_word_embeddings=False, time_step_min=1e-9)}
 
 
+def write_corpus(directory):
+    """Prose as plain text, code and Wikipedia-style blocks gzip-compressed (both kinds of file the reader takes)."""
+    (directory / "prose.txt").write_text(PROSE)
+    for name, text in (("code", CODE), ("wiki_en", WIKI)):
+        with gzip.open(directory / f"{name}.txt.gz", "wt") as handle:
+            handle.write(text)
+    return directory
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("corpus")
-    (directory / "prose.txt").write_text(PROSE)
-    with gzip.open(directory / "code.txt.gz", "wt") as handle:
-        handle.write(CODE)
-    with gzip.open(directory / "wiki_en.txt.gz", "wt") as handle:
-        handle.write(WIKI)
-    return directory
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")

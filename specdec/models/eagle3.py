@@ -64,12 +64,15 @@ class Eagle3Attention(nn.Module):
 
 
 class Eagle3Layer(nn.Module):
-    def __init__(self, config):
+    """The midlayer's parameters under the checkpoint's names; `attention` reads the KVBuffer cache here and the
+    training-time-test caches in specdec/training/eagle3.py."""
+
+    def __init__(self, config, attention: nn.Module):
         super().__init__()
         size, eps = config.hidden_size, config.rms_norm_eps
         self.input_layernorm = RMSNorm(size, eps)
         self.hidden_norm = RMSNorm(size, eps)
-        self.self_attn = Eagle3Attention(config)
+        self.self_attn = attention
         self.post_attention_layernorm = RMSNorm(size, eps)
         self.mlp = GatedMLP(size, config.intermediate_size, config.hidden_act)
 
@@ -83,7 +86,7 @@ class Eagle3Head(HybridCausalLM):
         self.draft_vocab = config.draft_vocab_size or config.vocab_size
         target_hidden = getattr(config, "target_hidden_size", None) or config.hidden_size
         self.fc = nn.Linear(3 * target_hidden, config.hidden_size, bias=False)
-        self.midlayer = Eagle3Layer(config)
+        self.midlayer = Eagle3Layer(config, Eagle3Attention(config))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, self.draft_vocab, bias=False)
         self.register_buffer("d2t", torch.zeros(self.draft_vocab, dtype=torch.long))

@@ -19,38 +19,13 @@ from torch import nn
 
 from .base import HybridCausalLM
 from .layers import OffsetRMSNorm, RotaryEmbedding
+from .mtp_weights import load_checked, require_mtp, stack_experts
 from .qwen3_5 import Qwen35DecoderLayer, Qwen35ForCausalLM
 
-
-class MissingMtpError(ValueError):
-    pass
-
-
+# Qwen3.5 MoE checkpoints store the MTP layer's experts per expert; ours are stacked as Qwen3.6 checkpoints (and
+# transformers) store them: gate_up_proj [E, 2I, H] (gate rows, then up rows), down_proj [E, H, I].
 PER_EXPERT = re.compile(r"^(layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
-
-
-def stack_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Qwen3.5 MoE checkpoints store the MTP layer's experts one tensor per expert and projection; ours are stacked
-    as Qwen3.6 checkpoints (and transformers) store them: gate_up_proj [E, 2I, H] (gate rows, then up rows),
-    down_proj [E, H, I]. Stacked weights pass through."""
-    out, parts = {}, {}
-    for name, tensor in weights.items():
-        match = PER_EXPERT.match(name)
-        if match is None:
-            out[name] = tensor
-        else:
-            parts.setdefault(match.group(1), {})[int(match.group(2)), match.group(3)] = tensor
-    for module, have in parts.items():
-        count = max(expert for expert, _ in have) + 1
-        missing = [f"mtp.{module}.{expert}.{projection}.weight" for expert in range(count)
-                   for projection in ("gate_proj", "up_proj", "down_proj") if (expert, projection) not in have]
-        if missing:
-            raise ValueError(f"the checkpoint's MTP experts are incomplete: {len(missing)} tensors missing, e.g. "
-                             f"{missing[:3]}")
-        out[f"{module}.gate_up_proj"] = torch.stack(
-            [torch.cat([have[expert, "gate_proj"], have[expert, "up_proj"]]) for expert in range(count)])
-        out[f"{module}.down_proj"] = torch.stack([have[expert, "down_proj"] for expert in range(count)])
-    return out
+STACKED = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
 
 
 class Qwen35Mtp(HybridCausalLM):
@@ -60,9 +35,7 @@ class Qwen35Mtp(HybridCausalLM):
     def __init__(self, target: Qwen35ForCausalLM):
         config = target.hf_config
         super().__init__(config)
-        if not target.mtp_weights:
-            raise MissingMtpError("the target checkpoint has no mtp.* tensors (no multi-token-prediction layer): "
-                                  "use --draft small or --draft ngram, or a checkpoint trained with its MTP layer")
+        weights = require_mtp(target)
         moe = bool(getattr(config, "num_experts", 0))
         size, eps = config.hidden_size, config.rms_norm_eps
         self.pre_fc_norm_embedding = OffsetRMSNorm(size, eps=eps)
@@ -72,24 +45,10 @@ class Qwen35Mtp(HybridCausalLM):
         self.norm = OffsetRMSNorm(size, eps=eps)
         head_dim = getattr(config, "head_dim", None) or size // config.num_attention_heads
         self.rotary_emb = RotaryEmbedding(config, head_dim)
-        self._load(target.mtp_weights)
+        load_checked(self, stack_experts(weights, PER_EXPERT, STACKED), "one Qwen3.5 MTP layer")
         self.to(device=target.device, dtype=target.dtype)
         # the target's, shared (not parameters of this module: they belong to the target)
         self._shared = (target.model.embed_tokens, target.lm_head)
-
-    def _load(self, weights: dict[str, torch.Tensor]) -> None:
-        weights = stack_experts(weights)
-        expected = self.state_dict()
-        missing = sorted(set(expected) - set(weights))
-        unexpected = sorted(set(weights) - set(expected))
-        if missing or unexpected:
-            raise ValueError(f"the checkpoint's mtp.* tensors do not form one Qwen3.5 MTP layer: missing "
-                             f"{missing[:5]}, unexpected {unexpected[:5]}")
-        for name, tensor in weights.items():
-            if tensor.shape != expected[name].shape:
-                raise ValueError(f"mtp.{name} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)} "
-                                 "for this target's hidden size")
-        self.load_state_dict(weights)
 
     @property
     def lm_head(self) -> nn.Linear:

@@ -18,32 +18,12 @@ from torch import nn
 
 from .base import HybridCausalLM
 from .layers import RMSNorm
-from .mtp import MissingMtpError
+from .mtp_weights import load_checked, require_mtp, stack_experts
 from .nemotron_h import NemotronHBlock, NemotronHForCausalLM
 
 PER_EXPERT = re.compile(r"^(layers\.\d+\.mixer\.experts)\.(\d+)\.(up_proj|down_proj)\.weight$")
+STACKED = {"up_proj": ("up_proj",), "down_proj": ("down_proj",)}  # [E, I, D] and [E, D, I]
 FP32 = ("gate.weight", "gate.e_score_correction_bias")  # the router runs in fp32, as the target's does
-
-
-def stack_experts(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """One tensor per expert and projection -> ours stacked (up_proj [E, I, D], down_proj [E, D, I])."""
-    out, parts = {}, {}
-    for name, tensor in weights.items():
-        match = PER_EXPERT.match(name)
-        if match is None:
-            out[name] = tensor
-        else:
-            parts.setdefault(match.group(1), {})[int(match.group(2)), match.group(3)] = tensor
-    for module, have in parts.items():
-        count = max(expert for expert, _ in have) + 1
-        missing = [f"mtp.{module}.{e}.{p}.weight" for e in range(count) for p in ("up_proj", "down_proj")
-                   if (e, p) not in have]
-        if missing:
-            raise ValueError(f"the checkpoint's MTP experts are incomplete: {len(missing)} tensors missing, e.g. "
-                             f"{missing[:3]}")
-        for projection in ("up_proj", "down_proj"):
-            out[f"{module}.{projection}"] = torch.stack([have[e, projection] for e in range(count)])
-    return out
 
 
 class NemotronHMtp(HybridCausalLM):
@@ -52,9 +32,7 @@ class NemotronHMtp(HybridCausalLM):
     def __init__(self, target: NemotronHForCausalLM):
         config = target.hf_config
         super().__init__(config)
-        if not target.mtp_weights:
-            raise MissingMtpError("the target checkpoint has no mtp.* tensors (no multi-token-prediction layer): "
-                                  "use --draft small or --draft ngram, or a checkpoint trained with its MTP layer")
+        weights = require_mtp(target)
         types = list(getattr(config, "mtp_layers_block_type", None) or ["full_attention", "moe"])
         if "linear_attention" in types:
             raise ValueError(f"MTP blocks {types}: Mamba2 blocks in an MTP layer are not supported")
@@ -66,7 +44,7 @@ class NemotronHMtp(HybridCausalLM):
         self.layers[0].hnorm = RMSNorm(size, eps)
         self.layers[0].eh_proj = nn.Linear(2 * size, size, bias=False)
         self.layers[-1].final_layernorm = RMSNorm(size, eps)
-        self._load(target.mtp_weights)
+        load_checked(self, stack_experts(weights, PER_EXPERT, STACKED), "the Nemotron MTP layer config.json describes")
         self.to(device=target.device, dtype=target.dtype)
         for name, param in self.named_parameters():
             if name.endswith(FP32):
@@ -75,19 +53,6 @@ class NemotronHMtp(HybridCausalLM):
             if name.endswith(FP32):
                 buffer.data = buffer.data.float()
         self._shared = (target.model.embeddings, target.lm_head)  # the target's, not parameters of this module
-
-    def _load(self, weights: dict[str, torch.Tensor]) -> None:
-        weights = stack_experts(weights)
-        expected = self.state_dict()
-        missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-        if missing or unexpected:
-            raise ValueError(f"the checkpoint's mtp.* tensors do not form the Nemotron MTP layer config.json "
-                             f"describes: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        for name, tensor in weights.items():
-            if tensor.shape != expected[name].shape:
-                raise ValueError(f"mtp.{name} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)} "
-                                 "for this target")
-        self.load_state_dict(weights)
 
     @property
     def lm_head(self) -> nn.Linear:

@@ -13,12 +13,11 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 from transformers import LlamaConfig
 
-from specdec.models.eagle3 import ARCHITECTURES
+from specdec.models.eagle3 import ARCHITECTURES, Eagle3Layer
 from specdec.models.layers import RMSNorm, RotaryEmbedding, apply_rotary
 
 TTT_STEPS = 7
@@ -26,6 +25,8 @@ STEP_DECAY = 0.8
 
 
 class Eagle3Attention(nn.Module):
+    """The midlayer's attention over the unroll's per-step keys (the inference one reads the KVBuffer cache)."""
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         hidden = config.hidden_size
@@ -60,28 +61,6 @@ class Eagle3Attention(nn.Module):
         return self.o_proj(out.flatten(-2))
 
 
-class Eagle3Mlp(nn.Module):
-    def __init__(self, config: LlamaConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Eagle3Midlayer(nn.Module):
-    def __init__(self, config: LlamaConfig):
-        super().__init__()
-        size, eps = config.hidden_size, config.rms_norm_eps
-        self.input_layernorm = RMSNorm(size, eps)
-        self.hidden_norm = RMSNorm(size, eps)
-        self.self_attn = Eagle3Attention(config)
-        self.post_attention_layernorm = RMSNorm(size, eps)
-        self.mlp = Eagle3Mlp(config)
-
-
 class Eagle3Trainee(nn.Module):
     """The head's parameters under the checkpoint's names; the embedding is the target's (frozen, not saved)."""
 
@@ -89,7 +68,7 @@ class Eagle3Trainee(nn.Module):
         super().__init__()
         self.config = config
         self.fc = nn.Linear(3 * config.hidden_size, config.hidden_size, bias=False)
-        self.midlayer = Eagle3Midlayer(config)
+        self.midlayer = Eagle3Layer(config, Eagle3Attention(config))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, hot_ids.numel(), bias=False)
         self.register_buffer("hot_ids", hot_ids)
