@@ -145,6 +145,7 @@ def held_out_perplexity(model, streams: dict[str, torch.Tensor], seq_len: int, d
 
 
 PROBE_STEPS = 6  # steps 1..PROBE_STEPS time a step (step 0 compiles) when TrainConfig.max_minutes is set
+REFIT_EVERY = 100  # ... and every REFIT_EVERY steps the remaining steps are fitted again (they can only shrink)
 
 
 def run_steps(cfg: TrainConfig, desc: str, optimizer, params: list, step_loss) -> tuple[list[dict], TrainConfig]:
@@ -163,8 +164,9 @@ def run_steps(cfg: TrainConfig, desc: str, optimizer, params: list, step_loss) -
         optimizer.step()
         if step == 0:
             timer = time.time()
-        elif step == PROBE_STEPS and cfg.max_minutes is not None:
-            per_step = (time.time() - timer) / PROBE_STEPS
+        elif cfg.max_minutes is not None and (step == PROBE_STEPS or step % REFIT_EVERY == 0):
+            # re-timed as it goes: other jobs on the same GPU can slow the steps down after the probe
+            per_step = (time.time() - timer) / step
             fits = step + 1 + int((cfg.max_minutes * 60 - (time.time() - started)) / per_step)
             if fits < cfg.steps:
                 cfg = replace(cfg, steps=fits)
