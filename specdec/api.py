@@ -23,7 +23,7 @@ from specdec.engine.request import Request, RequestStats
 from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.checkpoint import resolve_checkpoint
-from specdec.presets import resolve, smallest_of_family
+from specdec.presets import eagle3_head_for, resolve, small_draft_for
 
 Prompt = str | Sequence[int]
 
@@ -43,10 +43,11 @@ class Output:
 
 class LLM:
     """A target model, its tokenizer and an optional drafter: None (plain decoding), "ngram", "mtp" (the target's
-    multi-token-prediction layer), "eagle3:PATH" (an EAGLE-3 head), "small" (the smallest model of the target's
-    family) or any alias / hub id /
-    directory of a draft model. On a GPU the decode / verify steps (the target's and the draft model's) replay from
-    CUDA graphs unless cuda_graphs=False."""
+    multi-token-prediction layer), "eagle3:PATH" (an EAGLE-3 head), "eagle3" (the head configs/models.json lists
+    for the target), "small" (the draft paired with the target in configs/models.json, else the smallest model of
+    its family) or any alias / hub id / directory of a draft model. The default target, "qwen3.5", is the small
+    trained Qwen3.5 shipped in specdec/checkpoints. On a GPU the decode / verify steps (the target's and the draft
+    model's) replay from CUDA graphs unless cuda_graphs=False."""
 
     def __init__(self, target: str = "qwen3.5", draft: str | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, flush_length: int = 16, max_batch: int = 8,
@@ -75,9 +76,11 @@ class LLM:
         head_cache = CacheConfig(max_requests=cache.max_requests, max_seq_len=cache.max_seq_len)
         if draft == "mtp":  # the target's own multi-token-prediction layer
             return MtpDrafter(self.model, head_cache)
+        if draft == "eagle3":  # the EAGLE-3 head configs/models.json lists for the target
+            return Eagle3Drafter(self.model, resolve_checkpoint(eagle3_head_for(target)), head_cache)
         if draft.startswith("eagle3:"):  # an EAGLE-3 head (SpecForge format): a directory or hub id
             return Eagle3Drafter(self.model, resolve_checkpoint(draft.removeprefix("eagle3:")), head_cache)
-        draft_path = resolve_checkpoint(smallest_of_family(target) if draft == "small" else resolve(draft))
+        draft_path = resolve_checkpoint(small_draft_for(target) if draft == "small" else resolve(draft))
         draft_model = load_model(draft_path, device=device, dtype=dtype)
         check_same_vocabulary(self.model, self.tokenizer, draft_model, load_tokenizer(draft_path))
         return DraftModelDrafter(draft_model, CacheConfig(max_requests=cache.max_requests,

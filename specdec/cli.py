@@ -1,6 +1,7 @@
 """`specdec run`: speculative generation from the command line (and the training commands of
 specdec/training/cli.py).
 
+    specdec run                      # the shipped Qwen3.5 pair, an example prompt
     specdec run --target qwen3.5 --draft small --prompt "The capital of France is"
 """
 
@@ -17,6 +18,9 @@ from tqdm.auto import tqdm
 from specdec.models.checkpoint import CheckpointError
 from specdec.training import cli as training_cli
 
+DEFAULT_TARGET = "qwen3.5"   # configs/models.json: its default size is the shipped qwen3.5-tiny
+DEFAULT_PROMPT = "Tell me about the history of Rome."
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="KVBuffer speculative decoding for hybrid "
@@ -26,18 +30,20 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Generate with a target model and a drafter; streams a single prompt, "
                               "shows progress for several, and ends with a stats line.")
     models = run.add_argument_group("models")
-    models.add_argument("--target", default="qwen3.5",
-                        help="family alias (qwen3.5, qwen3.5:0.8b, nemotron-3; see configs/models.json), hub id or "
-                        "local directory (default: qwen3.5)")
+    models.add_argument("--target", default=None,
+                        help="family alias (qwen3.5, qwen3.5:9b, nemotron-3; see configs/models.json), hub id or "
+                        f"local directory (default: {DEFAULT_TARGET}, the small trained Qwen3.5 shipped with specdec)")
     models.add_argument("--draft", default=None,
-                        help="'small' (smallest model of the target's family), 'ngram' (prompt lookup), 'mtp' (the "
-                        "target's multi-token-prediction layer), 'eagle3:PATH' (an EAGLE-3 head), an alias, "
-                        "hub id or directory of a draft model; omit for plain decoding")
+                        help="'small' (the draft paired with the target, else the smallest model of its family), "
+                        "'ngram' (prompt lookup), 'mtp' (the target's multi-token-prediction layer), 'eagle3' (the "
+                        "EAGLE-3 head listed for the target) or 'eagle3:PATH', an alias, hub id or directory of a "
+                        "draft model, or 'none' for plain decoding (default: small with the default target, else "
+                        "none)")
     models.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     models.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
     inputs = run.add_argument_group("prompts")
-    source = inputs.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", help="one prompt")
+    source = inputs.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help=f"one prompt (default: {DEFAULT_PROMPT!r} in the chat template)")
     source.add_argument("--prompts-file", type=Path,
                         help="a text file with one prompt per line, or a JSONL file with a 'prompt' field per line")
     inputs.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
@@ -72,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def read_prompts(args) -> list[str]:
+    if args.prompt is None and args.prompts_file is None:
+        args.chat = True
+        print(f"[specdec] no --prompt given: asking {DEFAULT_PROMPT!r}", file=sys.stderr)
+        return [DEFAULT_PROMPT]
     if args.prompt is not None:
         return [args.prompt]
     if not args.prompts_file.is_file():
@@ -86,7 +96,9 @@ def run(args) -> None:
     from specdec.api import LLM
 
     prompts = read_prompts(args)
-    llm = LLM(args.target, args.draft, device=args.device, dtype=args.dtype, flush_length=args.flush_length,
+    draft = args.draft or ("small" if args.target is None else None)
+    llm = LLM(args.target or DEFAULT_TARGET, None if draft == "none" else draft, device=args.device,
+              dtype=args.dtype, flush_length=args.flush_length,
               max_batch=args.max_batch, max_seq_len=args.max_seq_len, state_memory_gb=args.state_memory_gb,
               num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
               dynamic_tree=args.dynamic_tree,

@@ -1,4 +1,10 @@
-"""Model-family aliases from configs/models.json: `qwen3.5`, `qwen3.5:0.8b`, `nemotron-3`, and `small` for a draft."""
+"""Model-family aliases from configs/models.json: `qwen3.5`, `qwen3.5:0.8b`, `nemotron-3`; `small` and `eagle3` for
+a drafter.
+
+A size's entry is a hub id or `shipped:NAME`, one of the small trained models in specdec/checkpoints (the families'
+default size, so that everything runs offline). `small` is the draft paired with the target's size (`drafts`), else
+the family's smallest size; `eagle3` is the EAGLE-3 head trained for the target's size (`eagle3_heads`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from pathlib import Path
 from specdec.models.checkpoint import HUB_ID, read_config
 
 MODELS_FILE = Path(__file__).resolve().parents[1] / "configs" / "models.json"
+SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+SHIPPED = "shipped:"
 
 
 @functools.cache
@@ -19,7 +27,8 @@ def families() -> dict[str, dict]:
 
 
 def resolve(name: str) -> str:
-    """An alias (`family` or `family:size`) -> hub id; anything else (hub id, local path) is returned as given."""
+    """An alias (`family` or `family:size`) -> hub id or shipped directory; anything else (hub id, local path) is
+    returned as given."""
     family, _, size = name.partition(":")
     if family not in families():
         if Path(name).expanduser().exists() or HUB_ID.match(name):
@@ -32,16 +41,50 @@ def resolve(name: str) -> str:
     size = size or spec["default"]
     if size not in spec["sizes"]:
         raise ValueError(f"{family} has no size {size!r}; sizes: {', '.join(spec['sizes'])}")
-    return spec["sizes"][size]
+    return location(spec["sizes"][size])
 
 
-def smallest_of_family(target: str) -> str:
-    """The hub id of the smallest size of the target's family (the target given as alias, hub id or directory)."""
-    family = target.partition(":")[0]
-    if family not in families():
-        family = family_of_checkpoint(target)
+def location(entry: str) -> str:
+    """A size's entry -> hub id, or the directory of a shipped model."""
+    if not entry.startswith(SHIPPED):
+        return entry
+    directory = SHIPPED_DIR / entry.removeprefix(SHIPPED)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"the shipped model {directory} is missing: it comes with a full clone of the "
+                                "repository (or rebuild it with examples/train_shipped_models.sh)")
+    return str(directory)
+
+
+def small_draft_for(target: str) -> str:
+    """`--draft small`: the draft model paired with the target's size, else the family's smallest size (the target
+    given as alias, hub id or directory)."""
+    family, size = family_and_size(target)
     spec = families()[family]
-    return spec["sizes"][spec["smallest"]]
+    return location(spec["sizes"][spec.get("drafts", {}).get(size, spec["smallest"])])
+
+
+def eagle3_head_for(target: str) -> str:
+    """`--draft eagle3`: the EAGLE-3 head trained for the target's size."""
+    family, size = family_and_size(target)
+    heads = families()[family].get("eagle3_heads", {})
+    if size not in heads:
+        known = ", ".join(f"{family}:{s}" for s in heads) or "none"
+        raise ValueError(f"no EAGLE-3 head is listed for {target!r} (listed: {known}); "
+                         "give one as --draft eagle3:PATH")
+    return location(heads[size])
+
+
+def family_and_size(target: str) -> tuple[str, str | None]:
+    """The target's family and size key; the size is None for a hub id or directory that no size names."""
+    family, _, size = target.partition(":")
+    if family in families():
+        return family, size or families()[family]["default"]
+    family = family_of_checkpoint(target)
+    for key, entry in families()[family]["sizes"].items():
+        shipped = SHIPPED_DIR / entry.removeprefix(SHIPPED)
+        if entry.startswith(SHIPPED) and Path(target).resolve() == shipped.resolve():
+            return family, key
+    return family, None
 
 
 def family_of_checkpoint(path: str) -> str:

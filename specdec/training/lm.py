@@ -72,6 +72,10 @@ def build_model(preset: dict, tokenizer: PreTrainedTokenizerBase) -> torch.nn.Mo
                pad_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT),
                bos_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT))
     config = CONFIG_CLASSES[preset["model_type"]](vocab_size=len(tokenizer), **ids, **preset["config"])
+    if preset["model_type"] == "nemotron_h":
+        # transformers' chunked Mamba2 scan, the one training runs, clamps dt at time_step_min whatever
+        # time_step_limit says; writing that clamp into the config makes every runtime compute the trained function
+        config.time_step_limit = (config.time_step_min, float("inf"))
     model = TRANSFORMERS_CLASSES[preset["model_type"]](config)
     use_torch_delta_rule(model)
     return model
