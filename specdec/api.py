@@ -92,7 +92,7 @@ class LLM:
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, chat: bool = False,
                  stop: Sequence[str] = ()) -> list[Output]:
         """Generate for every prompt (text or token ids); all inputs are checked before any work starts."""
-        requests = self._submit(prompts, max_new_tokens, temperature, top_p, top_k, seed, chat)
+        requests = self.submit(prompts, max_new_tokens, temperature, top_p, top_k, seed, chat)
         while not self.engine.scheduler.idle:
             self.engine.step()
             self._apply_stop_strings(requests, stop)
@@ -104,7 +104,7 @@ class LLM:
         Output is in `last_stream`."""
         if self.tokenizer is None:
             raise ValueError("streaming text needs a tokenizer and this checkpoint ships none; use generate()")
-        (request,) = self._submit([prompt], max_new_tokens, temperature, top_p, top_k, seed, chat)
+        (request,) = self.submit([prompt], max_new_tokens, temperature, top_p, top_k, seed, chat)
         shown = ""
         while True:
             if not request.finished:
@@ -121,7 +121,10 @@ class LLM:
             self.engine.step()
         self.last_stream = self._output(request, stop)
 
-    def _submit(self, prompts, max_new_tokens, temperature, top_p, top_k, seed, chat) -> list[Request]:
+    def submit(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,
+               top_p: float = 1.0, top_k: int = 0, seed: int | None = None, chat: bool = False) -> list[Request]:
+        """Queue prompts on the engine without running it (callers drive `self.engine.step()`, which returns the
+        requests that finished); all inputs are checked before any is queued."""
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]

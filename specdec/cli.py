@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from specdec.eval import cli as eval_cli
 from specdec.models.checkpoint import CheckpointError
 from specdec.training import cli as training_cli
 
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "for one rather than fail (default: one state slot per request)")
     engine.add_argument("--disable-cuda-graph", action="store_true",
                         help="run decode / verify steps eagerly on a GPU (default: replay them from CUDA graphs)")
+    eval_cli.add_commands(commands)
     training_cli.add_commands(commands)
     return parser
 
@@ -94,10 +96,10 @@ def read_prompts(args) -> list[str]:
 
 def run(args) -> None:
     from specdec.api import LLM
+    from specdec.presets import drafter_asked
 
     prompts = read_prompts(args)
-    draft = args.draft or ("small" if args.target is None else None)
-    llm = LLM(args.target or DEFAULT_TARGET, None if draft == "none" else draft, device=args.device,
+    llm = LLM(args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft), device=args.device,
               dtype=args.dtype, flush_length=args.flush_length,
               max_batch=args.max_batch, max_seq_len=args.max_seq_len, state_memory_gb=args.state_memory_gb,
               num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
@@ -136,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             run(args)
+        elif args.command == "eval":
+            eval_cli.dispatch(args)
         else:
             training_cli.dispatch(args)
     except (ValueError, CheckpointError, FileNotFoundError) as error:

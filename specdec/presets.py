@@ -99,3 +99,11 @@ def family_of_checkpoint(path: str) -> str:
         if model_type in spec["model_types"]:
             return family
     raise ValueError(f"no model family in configs/models.json has model_type {model_type!r}")
+
+
+def drafter_asked(target: str | None, draft: str | None) -> str | None:
+    """The drafter a command line asks for: --draft as given ('none': plain decoding); without it the paired
+    'small' draft for the default target, and plain decoding for a target the user named."""
+    if draft is None:
+        return "small" if target is None else None
+    return None if draft == "none" else draft

@@ -19,7 +19,8 @@ class RequestStats:
     emitted_per_step: list[int] = field(default_factory=list)
     drafted_per_step: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
-    start: float = field(default_factory=time.perf_counter)
+    start: float = field(default_factory=time.perf_counter)  # submitted
+    admitted: float | None = None                           # joined the batch (after waiting for room)
     end: float | None = None
 
     @property

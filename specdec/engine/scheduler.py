@@ -8,6 +8,7 @@ not fit waits instead of failing mid-generation."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from specdec.cache.model_cache import KVBufferCache
@@ -34,6 +35,7 @@ class Scheduler:
                 break  # keeps arrival order: the head waits for a committed-state slot
             request = self.waiting.popleft()
             request.slot = self.cache.allocate_request()
+            request.stats.admitted = time.perf_counter()
             self.running.append(request)
             admitted.append(request)
         return admitted

@@ -1,0 +1,1 @@
+"""`specdec eval`: prompt sets, the evaluation run, its summary and plots."""

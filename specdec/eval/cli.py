@@ -1,0 +1,66 @@
+"""`specdec eval`: acceptance rate and throughput of a drafter on a prompt set, against plain decoding."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+
+def add_commands(commands) -> None:
+    evaluate = commands.add_parser(
+        "eval", help="acceptance rate and throughput of a drafter on a prompt set",
+        description="Run a prompt set with plain decoding and with speculative decoding on the same engine, at one "
+        "or more batch sizes; write per-request JSONL, a summary table (mean accepted length, acceptance per draft "
+        "position, draft acceptance rate, tokens/s, speedup over plain decoding, peak memory) and PNG plots. "
+        "Re-running on the same --output resumes.")
+    evaluate.add_argument("--target", default=None, help="as for `specdec run` (default: the shipped qwen3.5)")
+    evaluate.add_argument("--draft", default=None,
+                          help="as for `specdec run`: small, ngram, mtp, eagle3, eagle3:PATH, a model, or none "
+                          "(default: small with the default target, else none)")
+    evaluate.add_argument("--dataset", default="mt-bench",
+                          help="mt-bench, humaneval, gsm8k (shipped) or a .jsonl file with a 'prompt' field per line "
+                          "(default: mt-bench)")
+    evaluate.add_argument("--chat", action="store_true", help="apply the chat template to a .jsonl file's prompts")
+    evaluate.add_argument("--num-prompts", type=int, default=None, help="the first N prompts (default: all)")
+    evaluate.add_argument("--batch-size", type=int, nargs="+", default=[1],
+                          help="requests decoded together; several values make a throughput sweep (default: 1)")
+    evaluate.add_argument("--max-new-tokens", type=int, default=128)
+    evaluate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    evaluate.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
+    evaluate.add_argument("--num-steps", "--speculative-num-steps", dest="num_steps", type=int, default=4)
+    evaluate.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1)
+    evaluate.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
+                          default=None)
+    evaluate.add_argument("--dynamic-tree", action="store_true")
+    evaluate.add_argument("--flush-length", type=int, default=16)
+    evaluate.add_argument("--no-baseline", action="store_true",
+                          help="skip the plain-decoding runs (no speedup column)")
+    evaluate.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    evaluate.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
+    evaluate.add_argument("--output", type=Path, default=None,
+                          help="results folder (default: eval-results/TARGET_DRAFT_DATASET)")
+
+
+def dispatch(args: argparse.Namespace) -> None:
+    from specdec.cli import DEFAULT_TARGET
+    from specdec.eval.datasets import load_prompts
+    from specdec.eval.run import EvalSettings, run_eval
+    from specdec.eval.summary import markdown_table
+    from specdec.presets import drafter_asked
+
+    settings = EvalSettings(
+        target=args.target or DEFAULT_TARGET, draft=drafter_asked(args.target, args.draft), dataset=args.dataset,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, num_steps=args.num_steps,
+        topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
+        flush_length=args.flush_length, device=args.device, dtype=args.dtype)
+    prompts = load_prompts(args.dataset, args.num_prompts, chat=args.chat)
+    out = args.output or Path("eval-results") / "_".join(
+        _slug(part) for part in (settings.target, settings.draft or "plain", Path(args.dataset).stem))
+    rows = run_eval(settings, prompts, args.batch_size, out, baseline=not args.no_baseline)
+    print(markdown_table(rows))
+    print(f"[specdec] results in {out}")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", Path(text).name if "/" in text else text).strip("-")

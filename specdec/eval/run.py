@@ -1,0 +1,196 @@
+"""`specdec eval`: run a prompt set through plain decoding and speculative decoding on the same engine, at one or
+more batch sizes, and write per-request JSONL, the summary (table + JSON) and plots into one folder.
+
+Folder layout:
+    eval.json                     the settings; a rerun must match them (it may add prompts or batch sizes)
+    requests/<mode>-b<B>.jsonl    one record per finished request (specdec/eval/summary.py: request_record)
+    segments.json                 per run, the timed stretches it ran in (tokens, seconds, peak memory)
+    summary.json, summary.md      the figures per run, computed from the two above
+    *.png                         specdec/eval/plots.py
+
+Re-running on the same folder resumes: requests already recorded are not run again, so an interrupted eval
+continues where it stopped and the summary covers every request in the folder.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import resource
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from specdec.eval.datasets import EvalPrompt
+from specdec.eval.plots import write_plots
+from specdec.eval.summary import (
+    RunSummary,
+    Segment,
+    against_plain,
+    append_record,
+    drop_broken_lines,
+    markdown_table,
+    read_records,
+    request_record,
+    summarize,
+)
+
+MODES = ("plain", "speculative")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What makes two evals comparable; a folder holds the results of one setting."""
+
+    target: str
+    draft: str | None
+    dataset: str
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    seed: int = 0
+    num_steps: int = 4
+    topk: int = 1
+    num_draft_tokens: int | None = None
+    dynamic_tree: bool = False
+    flush_length: int = 16
+    device: str | None = None
+    dtype: str | None = None
+
+
+def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: list[int], out: Path,
+             baseline: bool = True) -> list[RunSummary]:
+    """Run what the folder lacks, then summarise it all. baseline: also run plain decoding (for the speedup)."""
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise ValueError(f"--batch-size needs values >= 1, got {batch_sizes}")
+    batch_sizes = sorted(set(batch_sizes))
+    out = Path(out)
+    (out / "requests").mkdir(parents=True, exist_ok=True)
+    check_settings(out, settings)
+    modes = [mode for mode in MODES if (mode == "plain" and (baseline or settings.draft is None))
+             or (mode == "speculative" and settings.draft is not None)]
+    segments = read_segments(out)
+    for mode in modes:
+        llm = None  # loaded once per mode, and only when a run has work left
+        for batch_size in batch_sizes:
+            key = run_key(mode, batch_size)
+            path = out / "requests" / f"{key}.jsonl"
+            done = {record["id"] for record in drop_broken_lines(path)}
+            todo = [(index, prompt) for index, prompt in enumerate(prompts) if prompt.id not in done]
+            if not todo:
+                continue
+            if llm is None:
+                llm = load_llm(settings, mode, max(batch_sizes))
+            progress = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=key, unit="request")
+            try:
+                run_requests(llm, todo, batch_size, settings, path, progress, segments.setdefault(key, []))
+            finally:
+                progress.close()
+                write_segments(out, segments)
+        del llm
+        gc.collect()
+    return write_summary(out, settings, modes)
+
+
+def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, settings: EvalSettings, path: Path,
+                 progress, segments: list[Segment]) -> None:
+    """Queue the prompts, step the engine until all are done, append each request's record as it finishes. The
+    stretch is timed and appended to `segments` even when interrupted (its finished requests stay recorded)."""
+    engine = llm.engine
+    engine.scheduler.max_batch = batch_size
+    prompt_of = {}
+    for index, prompt in todo:  # seeds follow the prompt's place in the set, so reruns sample alike
+        (request,) = llm.submit(prompt.text, settings.max_new_tokens, settings.temperature,
+                                seed=settings.seed + index, chat=prompt.chat)
+        prompt_of[request.request_id] = prompt.id
+    device = llm.model.device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    start, new_tokens = time.perf_counter(), 0
+    try:
+        while not engine.scheduler.idle:
+            for request in engine.step():
+                append_record(path, request_record(prompt_of[request.request_id], request))
+                new_tokens += len(request.output)
+                progress.update(1)
+    finally:
+        for request_id in list(prompt_of):  # interrupted: leave the engine empty
+            engine.abort(request_id)
+        segments.append(Segment(new_tokens, time.perf_counter() - start, peak_memory_gib(device)))
+
+
+def load_llm(settings: EvalSettings, mode: str, max_batch: int):
+    from specdec.api import LLM
+
+    return LLM(settings.target, settings.draft if mode == "speculative" else None, device=settings.device,
+               dtype=settings.dtype, flush_length=settings.flush_length, max_batch=max_batch,
+               num_steps=settings.num_steps, topk=settings.topk, num_draft_tokens=settings.num_draft_tokens,
+               dynamic_tree=settings.dynamic_tree)
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    """Peak GPU memory allocated since the run's start on CUDA; on a CPU the process's peak resident size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def run_key(mode: str, batch_size: int) -> str:
+    return f"{mode}-b{batch_size}"
+
+
+def check_settings(out: Path, settings: EvalSettings) -> None:
+    """Write the settings into a new folder; in a used one, insist they are the same."""
+    path = out / "eval.json"
+    wanted = asdict(settings)
+    if path.is_file():
+        found = json.loads(path.read_text())
+        changed = {key: (found.get(key), value) for key, value in wanted.items() if found.get(key) != value}
+        if changed:
+            said = ", ".join(f"{key}: {old!r} there, {new!r} now" for key, (old, new) in changed.items())
+            raise ValueError(f"{out} holds an eval with other settings ({said}); pass another --output, or delete "
+                             "the folder to start over")
+    else:
+        path.write_text(json.dumps(wanted, indent=1))
+
+
+def read_segments(out: Path) -> dict[str, list[Segment]]:
+    path = out / "segments.json"
+    if not path.is_file():
+        return {}
+    return {key: [Segment(**segment) for segment in value] for key, value in json.loads(path.read_text()).items()}
+
+
+def write_segments(out: Path, segments: dict[str, list[Segment]]) -> None:
+    (out / "segments.json").write_text(json.dumps({key: [asdict(s) for s in value]
+                                                   for key, value in segments.items()}, indent=1))
+
+
+def write_summary(out: Path, settings: EvalSettings, modes: list[str]) -> list[RunSummary]:
+    """summary.json / summary.md / plots from every run the folder holds."""
+    segments = read_segments(out)
+    rows, emitted, plain = [], [], {}
+    for mode in modes:
+        for path in sorted((out / "requests").glob(f"{mode}-b*.jsonl"), key=lambda p: int(p.stem.split("-b")[1])):
+            records = read_records(path)
+            if not records:
+                continue
+            batch_size = int(path.stem.split("-b")[1])
+            row = summarize(mode, batch_size, records, segments.get(path.stem, []), settings.num_steps)
+            if mode == "plain":
+                plain[batch_size] = (row, records)
+            else:
+                base, base_records = plain.get(batch_size, (None, []))
+                row = against_plain(row, base, records, base_records, greedy=settings.temperature == 0)
+                if not emitted:  # the histogram: the smallest batch size's steps
+                    emitted = [n for record in records for n in record["emitted_per_step"]]
+            rows.append(row)
+    title = f"{settings.target} + {settings.draft or 'plain'} on {settings.dataset}"
+    (out / "summary.json").write_text(json.dumps({"settings": asdict(settings),
+                                                  "runs": [row.as_dict() for row in rows]}, indent=1))
+    (out / "summary.md").write_text(f"{title}\n\n{markdown_table(rows)}\n")
+    write_plots(out, rows, emitted, title)
+    return rows
