@@ -26,6 +26,9 @@ from specdec.models.checkpoint import resolve_checkpoint
 from specdec.presets import eagle3_head_for, resolve, small_draft_for
 
 Prompt = str | Sequence[int]
+# how the target's linear layers decode and verify: the KVBuffer, or the intermediate-state baseline
+# (verify_kernels/intermediate_states.py) that SGLang and vLLM use, to measure against in the same engine
+LINEAR_BACKENDS = ("kvbuffer", "recurrent")
 
 
 @dataclass
@@ -47,28 +50,35 @@ class LLM:
     for the target), "small" (the draft paired with the target in configs/models.json, else the smallest model of
     its family) or any alias / hub id / directory of a draft model. The default target, "qwen3.5", is the small
     trained Qwen3.5 shipped in specdec/checkpoints. On a GPU the decode / verify steps (the target's and the draft
-    model's) replay from CUDA graphs unless cuda_graphs=False."""
+    model's) replay from CUDA graphs unless cuda_graphs=False. linear_backend="recurrent" runs the target's linear
+    layers the way SGLang and vLLM do (no buffer, one state per draft node), as a baseline."""
 
     def __init__(self, target: str = "qwen3.5", draft: str | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, flush_length: int = 16, max_batch: int = 8,
                  max_seq_len: int = 4096, num_state_slots: int | None = None, state_memory_gb: float | None = None,
                  num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None, dynamic_tree: bool = False,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, linear_backend: str = "kvbuffer"):
         shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens, dynamic=dynamic_tree)
+        if linear_backend not in LINEAR_BACKENDS:
+            raise ValueError(f"linear_backend must be one of {LINEAR_BACKENDS}, got {linear_backend!r}")
+        recurrent = linear_backend == "recurrent"
+        # the baseline keeps no buffer: every token writes the target's state, as in SGLang and vLLM
+        target_flush = 1 if recurrent else flush_length
         target_path = resolve_checkpoint(resolve(target))
         self.model = load_model(target_path, device=device, dtype=dtype)
         if state_memory_gb is not None:  # pools sized by memory: as many committed states as fit
+            node_states = (shape.budget + 1 if draft is not None else 1) if recurrent else 0
             cache = cache_for_budget(self.model.cache_spec(), int(state_memory_gb * 2**30), max_batch, max_seq_len,
-                                     flush_length, self.model.dtype)
+                                     target_flush, self.model.dtype, node_states)
         else:
-            cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, flush_length=flush_length,
-                                num_state_slots=num_state_slots)
+            cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, flush_length=target_flush,
+                                num_state_slots=num_state_slots, intermediate_states=recurrent)
         self.tokenizer = load_tokenizer(target_path)
-        self.drafter = self._make_drafter(draft, target, device, dtype, cache, cuda_graphs)
+        self.drafter = self._make_drafter(draft, target, device, dtype, cache, cuda_graphs, flush_length)
         self.engine = Engine(self.model, self.drafter, EngineConfig(cache=cache, shape=shape, cuda_graphs=cuda_graphs))
 
     def _make_drafter(self, draft: str | None, target: str, device, dtype, cache: CacheConfig,
-                      cuda_graphs: bool) -> Drafter | None:
+                      cuda_graphs: bool, flush_length: int) -> Drafter | None:
         if draft is None:
             return None
         if draft == "ngram":
@@ -85,7 +95,7 @@ class LLM:
         check_same_vocabulary(self.model, self.tokenizer, draft_model, load_tokenizer(draft_path))
         return DraftModelDrafter(draft_model, CacheConfig(max_requests=cache.max_requests,
                                                           max_seq_len=cache.max_seq_len,
-                                                          flush_length=cache.flush_length), cuda_graphs)
+                                                          flush_length=flush_length), cuda_graphs)
 
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,

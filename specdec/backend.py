@@ -20,6 +20,7 @@ import torch
 
 import verify_kernels.conv as conv
 import verify_kernels.gdn as gdn
+import verify_kernels.intermediate_states as intermediate
 import verify_kernels.mamba2 as mamba2
 
 BACKENDS = ("reference", "triton")
@@ -34,6 +35,15 @@ class MixerOps:
     commit: Callable
     flush: Callable
     chunk_prefill: Callable
+
+
+@dataclass(frozen=True)
+class IntermediateOps:
+    """The intermediate-state baseline's ops (verify_kernels/intermediate_states.py): a tree walked node by node
+    from the committed state with one state per node, and the commit that copies the accepted node's state."""
+
+    tree: Callable
+    commit: Callable
 
 
 @dataclass(frozen=True)
@@ -99,3 +109,10 @@ def conv_ops(backend: str) -> ConvOps:
     if backend == "reference":
         return ConvOps(conv.causal_conv1d_tree_ref, conv.conv_commit_ref)
     return ConvOps(conv.causal_conv1d_tree, conv.conv_commit)
+
+
+@functools.cache
+def intermediate_ops(mixer: str, backend: str) -> IntermediateOps:
+    """The baseline's ops for a mixer ("gdn" or "mamba2"); the torch references on every backend for now."""
+    tree = {"gdn": intermediate.gdn_intermediate_ref, "mamba2": intermediate.mamba2_intermediate_ref}[mixer]
+    return IntermediateOps(tree, intermediate.commit_node_states_ref)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.backend import backend_for, conv_ops, gdn_ops, mamba2_ops
+from specdec.backend import backend_for, conv_ops, gdn_ops, intermediate_ops, mamba2_ops
 
 from .spec import LinearLayerSpec
 
@@ -20,6 +20,7 @@ class LinearScratch:
     conv_input [B, T, conv_dim]: pre-conv inputs of every node (the conv windows of later tokens).
     key / value / gcum [B, T, ...]: the nodes' buffer entries (tree rows; zeros on chunk rows).
     final_state [B_chunk, *state]: the state after a chunked prefill (chunk rows only).
+    node_states [B_tree, T, *state]: the intermediate-state baseline's state after every node (tree rows only).
     """
 
     conv_input: torch.Tensor
@@ -27,6 +28,7 @@ class LinearScratch:
     value: torch.Tensor | None = None
     gcum: torch.Tensor | None = None
     final_state: torch.Tensor | None = None
+    node_states: torch.Tensor | None = None
 
 
 class LinearLayerPool:
@@ -38,7 +40,7 @@ class LinearLayerPool:
     """
 
     def __init__(self, spec: LinearLayerSpec, max_requests: int, state_slots: int, flush_length: int,
-                 device: torch.device, dtype: torch.dtype):
+                 device: torch.device, dtype: torch.dtype, intermediate_states: bool = False):
         self.spec = spec
         self.flush_length = flush_length
         fp32 = dict(device=device, dtype=torch.float32)
@@ -50,6 +52,8 @@ class LinearLayerPool:
         backend = backend_for(torch.device(device), spec.key_shape[-1], spec.value_shape[-1])
         self._entry_ops = _MIXER_OPS[spec.mixer](backend)  # commit / flush take the same pool arguments
         self._conv_ops = conv_ops(backend)
+        # the baseline's ops when the cache runs linear layers with intermediate states (CacheConfig), else None
+        self.intermediate = intermediate_ops(spec.mixer, backend) if intermediate_states else None
 
     def buffers(self, buf_len: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(buf_key, buf_value, buf_gcum, buf_len): the buffer arguments every reference op takes."""
@@ -72,7 +76,10 @@ class LinearLayerPool:
         entries (tree rows; folded into the state when the buffer fills) or the final state (chunk rows)."""
         self._conv_ops.commit(scratch.conv_input, accepted, num_accepted, self.conv, ctx.req_slots)
         rows = ctx.tree_index
-        if ctx.tree_rows.numel():
+        if ctx.tree_rows.numel() and self.intermediate is not None:
+            self.intermediate.commit(scratch.node_states, accepted[rows], num_accepted[rows], self.state,
+                                     ctx.state_slots[rows])
+        elif ctx.tree_rows.numel():
             self._entry_ops.commit(
                 scratch.key[rows], scratch.value[rows], scratch.gcum[rows], accepted[rows], num_accepted[rows],
                 self.state, ctx.state_slots[rows], *self.buffers(buf_len), ctx.req_slots[rows], self.flush_length,

@@ -28,7 +28,8 @@ class KVBufferCache:
         self.config = config
         self.device = torch.device(device)
         self.linear = [
-            LinearLayerPool(layer, config.max_requests, config.state_slots, config.flush_length, self.device, dtype)
+            LinearLayerPool(layer, config.max_requests, config.state_slots, config.flush_length, self.device, dtype,
+                            config.intermediate_states)
             for layer in spec.linear
         ]
         self.attention = [

@@ -96,8 +96,14 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(out.flatten(-2))
 
     def _tree(self, ops, ctx, pool, buf_len, query, key, value, g, beta, out, scratch) -> None:
-        """KVBuffer decode (one node per row) or tree verify: outputs and entries, no state written."""
+        """KVBuffer decode (one node per row) or tree verify: outputs and entries, no state written (or, for the
+        intermediate-state baseline, outputs and the state after every node)."""
         rows = ctx.tree_index
+        if pool.intermediate is not None:  # the baseline: one state per node, kept for commit
+            out[rows], scratch.node_states = pool.intermediate.tree(
+                query[rows], key[rows], value[rows], g[rows], beta[rows], ctx.parents[rows], ctx.num_nodes[rows],
+                pool.state, ctx.state_slots[rows])
+            return
         pools = (pool.state, ctx.state_slots[rows], *pool.buffers(buf_len), ctx.req_slots[rows])
         if ctx.parents.shape[1] == 1:
             o, u, gcum = ops.decode(query[rows, 0], key[rows, 0], value[rows, 0], g[rows, 0], beta[rows, 0], *pools)

@@ -87,14 +87,20 @@ class Mamba2Mixer(nn.Module):
         if ctx.tree_rows.numel():
             rows = ctx.tree_index
             pools = (pool.state, ctx.state_slots[rows], *pool.buffers(cache.buf_len_device), ctx.req_slots[rows])
-            if width == 1:
-                y, xdt, gcum = ops.decode(x[rows, 0], dt[rows, 0], a_neg, bm[rows, 0], cm[rows, 0], d_skip, *pools)
-                y, xdt, gcum = y[:, None], xdt[:, None], gcum[:, None]
+            if pool.intermediate is not None:  # the baseline: one state per node, kept for commit
+                out[rows], scratch.node_states = pool.intermediate.tree(
+                    x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip, ctx.parents[rows], ctx.num_nodes[rows],
+                    pool.state, ctx.state_slots[rows])
             else:
-                y, xdt, gcum = ops.verify(x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip,
-                                          ctx.parents[rows], ctx.num_nodes[rows], *pools,
-                                          ancestors=ctx.ancestors[rows])
-            out[rows], scratch.value[rows], scratch.gcum[rows] = y, xdt, gcum
+                if width == 1:
+                    y, xdt, gcum = ops.decode(x[rows, 0], dt[rows, 0], a_neg, bm[rows, 0], cm[rows, 0], d_skip,
+                                              *pools)
+                    y, xdt, gcum = y[:, None], xdt[:, None], gcum[:, None]
+                else:
+                    y, xdt, gcum = ops.verify(x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip,
+                                              ctx.parents[rows], ctx.num_nodes[rows], *pools,
+                                              ancestors=ctx.ancestors[rows])
+                out[rows], scratch.value[rows], scratch.gcum[rows] = y, xdt, gcum
         if ctx.chunk_rows.numel():
             # Right padding gets dt = 0: no decay, no input, so the final state is the one at each row's end.
             rows = ctx.chunk_rows
