@@ -26,9 +26,9 @@ def gdn_intermediate_ref(
     """Gated DeltaNet over a token tree per row, one state per node.
 
     q, k: [B, T, H, K]; v: [B, T, HV, V]; g, beta: [B, T, HV]; parents: [B, T] (-1: the root's parent is the
-    committed state; a parent comes before its children); num_nodes: [B]; state_pool [S, HV, K, V] with
-    state_slots [B] (-1: zero state). Returns o [B, T, HV, V] and the node states [B, T, HV, K, V], float32
-    (padding nodes copy their parent's state and output zeros).
+    committed state; a parent comes before its children; entries past num_nodes [B] are ignored); state_pool
+    [S, HV, K, V] with state_slots [B] (-1: zero state). Returns o [B, T, HV, V] and the node states
+    [B, T, HV, K, V], float32 (padding nodes output zeros and hold the committed state).
     """
     B, T, HV, V = v.shape
     q, k, v, g, beta = zero_padding_nodes(num_nodes, q, k, v, g, beta)
@@ -38,8 +38,7 @@ def gdn_intermediate_ref(
     o = torch.zeros_like(v)
     rows = torch.arange(B, device=v.device)
     for t in range(T):
-        parent = parents[:, t]
-        S = torch.where((parent >= 0)[:, None, None, None], states[rows, parent.clamp(min=0)], start)
+        S = torch.where(_from_parent(parents, num_nodes, t), states[rows, parents[:, t].clamp(0, T - 1)], start)
         S = g[:, t, :, None, None].exp() * S
         u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t]))
         S = S + k[:, t, :, :, None] * u[:, :, None, :]
@@ -75,8 +74,7 @@ def mamba2_intermediate_ref(
     rows = torch.arange(B, device=x.device)
     a = dt * A.float()
     for t in range(T):
-        parent = parents[:, t]
-        h = torch.where((parent >= 0)[:, None, None, None], states[rows, parent.clamp(min=0)], start)
+        h = torch.where(_from_parent(parents, num_nodes, t), states[rows, parents[:, t].clamp(0, T - 1)], start)
         h = a[:, t, :, None, None].exp() * h + (dt[:, t, :, None] * x[:, t])[..., None] * Bm[:, t, :, None, :]
         states[:, t] = h
         y[:, t] = torch.einsum("bhpn,bhn->bhp", h, C[:, t])
@@ -109,3 +107,8 @@ def committed_states(state_pool: torch.Tensor, state_slots: torch.Tensor) -> tor
     has_state = state_slots >= 0
     start[has_state] = state_pool[state_slots[has_state]].float()
     return start
+
+
+def _from_parent(parents: torch.Tensor, num_nodes: torch.Tensor, t: int) -> torch.Tensor:
+    """[B, 1, 1, 1] bool: node t of each row starts from its parent's state (else from the committed one)."""
+    return ((parents[:, t] >= 0) & (t < num_nodes))[:, None, None, None]

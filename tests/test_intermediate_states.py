@@ -1,0 +1,108 @@
+"""The intermediate-state baseline (verify_kernels/intermediate_states.py): every node's output and state equal the
+plain recurrence along its root path, commit keeps the last accepted node's state, and the engine running the
+target this way emits the KVBuffer engine's tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.api import LLM
+from specdec.cache.spec import CacheConfig
+from tests.reference_checks import PADDING_PARENT, assert_close, root_path
+from verify_kernels.gdn import gdn_recurrent_ref
+from verify_kernels.intermediate_states import (
+    commit_node_states_ref,
+    gdn_intermediate_ref,
+    mamba2_intermediate_ref,
+)
+from verify_kernels.mamba2 import mamba2_recurrent_ref
+
+# rows of one batch: a chain, a branching tree, a tree with padding, a single node (decode) and an empty row
+TREES = [[-1, 0, 1, 2, 3], [-1, 0, 0, 1, 2], [-1, 0, 1, PADDING_PARENT, PADDING_PARENT],
+         [-1, PADDING_PARENT, PADDING_PARENT, PADDING_PARENT, PADDING_PARENT], [PADDING_PARENT] * 5]
+NUM_NODES = [5, 5, 3, 1, 0]
+STATE_SLOTS = [2, -1, 0, 3, 1]  # -1: no committed state yet (zeros)
+
+
+def gdn_inputs(gen, B, T, H=2, HV=4, K=8, V=8):
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen), dim=-1) * K**-0.5
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen), dim=-1)
+    v = torch.randn(B, T, HV, V, generator=gen)
+    g = -2 * torch.rand(B, T, HV, generator=gen)
+    beta = torch.rand(B, T, HV, generator=gen)
+    return [q, k, v, g, beta], torch.randn(4, HV, K, V, generator=gen)
+
+
+def mamba2_inputs(gen, B, T, NH=4, P=8, NG=2, N=8):
+    x = torch.randn(B, T, NH, P, generator=gen)
+    dt = torch.rand(B, T, NH, generator=gen) + 0.05
+    bm, c = torch.randn(B, T, NG, N, generator=gen), torch.randn(B, T, NG, N, generator=gen)
+    return [x, dt, bm, c], torch.randn(4, NH, P, N, generator=gen)
+
+
+def along(x: torch.Tensor, row: int, path: list[int]) -> torch.Tensor:
+    return x[row:row + 1, path]
+
+
+@pytest.mark.parametrize("mixer", ["gdn", "mamba2"])
+def test_each_node_equals_the_recurrence_along_its_root_path(mixer):
+    gen = torch.Generator().manual_seed(0)
+    B, T = len(TREES), len(TREES[0])
+    parents, num_nodes, slots = torch.tensor(TREES), torch.tensor(NUM_NODES), torch.tensor(STATE_SLOTS)
+    if mixer == "gdn":
+        tokens, pool = gdn_inputs(gen, B, T)
+        out, states = gdn_intermediate_ref(*tokens, parents, num_nodes, pool, slots)
+    else:
+        (x, dt, bm, c), pool = mamba2_inputs(gen, B, T)
+        A, D = -torch.rand(4, generator=gen) - 0.5, torch.randn(4, generator=gen)
+        out, states = mamba2_intermediate_ref(x, dt, A, bm, c, D, parents, num_nodes, pool, slots)
+    for row in range(B):
+        start = pool[slots[row]][None] if slots[row] >= 0 else torch.zeros_like(pool[:1])
+        for node in range(NUM_NODES[row]):
+            path = root_path(TREES[row], node)
+            if mixer == "gdn":
+                o, final = gdn_recurrent_ref(*(along(t, row, path) for t in tokens), initial_state=start)
+            else:
+                o, final = mamba2_recurrent_ref(along(x, row, path), along(dt, row, path), A, along(bm, row, path),
+                                                along(c, row, path), D, initial_state=start)
+            assert_close(out[row, node], o[0, -1])
+            assert_close(states[row, node], final[0])
+        assert (out[row, NUM_NODES[row]:] == 0).all()  # padding nodes output zeros
+
+
+def test_commit_keeps_the_last_accepted_state():
+    gen = torch.Generator().manual_seed(1)
+    states = torch.randn(3, 5, 2, 4, 4, generator=gen)
+    pool = torch.randn(4, 2, 4, 4, generator=gen)
+    before = pool.clone()
+    accepted = torch.tensor([[0, 2, 4], [0, -1, -1], [-1, -1, -1]])
+    commit_node_states_ref(states, accepted, torch.tensor([3, 1, 0]), pool, torch.tensor([1, 3, -1]))
+    torch.testing.assert_close(pool[1], states[0, 4])
+    torch.testing.assert_close(pool[3], states[1, 0])
+    torch.testing.assert_close(pool[[0, 2]], before[[0, 2]])  # other slots, and the row that accepted nothing
+    with pytest.raises(ValueError, match="need a state slot"):
+        commit_node_states_ref(states, accepted, torch.tensor([3, 1, 0]), pool, torch.tensor([-1, 3, -1]))
+
+
+def test_the_baseline_keeps_no_buffer():
+    with pytest.raises(ValueError, match="flush_length must be 1"):
+        CacheConfig(flush_length=16, intermediate_states=True)
+    with pytest.raises(ValueError, match="linear_backend must be one of"):
+        LLM("qwen3.5", device="cpu", linear_backend="sglang")
+
+
+@pytest.mark.parametrize("target", ["qwen3.5", "nemotron-3"])
+@pytest.mark.parametrize("draft, shape", [(None, {}), ("small", {}),
+                                          ("mtp", dict(topk=4, num_draft_tokens=16, dynamic_tree=True))],
+                         ids=["plain", "draft-model-chain", "mtp-dynamic-tree"])
+def test_the_engine_emits_the_same_tokens_either_way(target, draft, shape):
+    prompts = ["The history of the city", "def parse(text):\n    "]
+    outputs = {}
+    for backend in ("kvbuffer", "recurrent"):
+        llm = LLM(target, draft, device="cpu", max_batch=2, max_seq_len=128, linear_backend=backend, **shape)
+        outputs[backend] = [out.token_ids for out in llm.generate(prompts, max_new_tokens=20)]
+        if backend == "recurrent":
+            assert all(pool.intermediate is not None for pool in llm.engine.runner.cache.linear)
+            assert llm.engine.runner.cache.config.flush_length == 1
+    assert outputs["recurrent"] == outputs["kvbuffer"]
