@@ -113,6 +113,11 @@ def conv_ops(backend: str) -> ConvOps:
 
 @functools.cache
 def intermediate_ops(mixer: str, backend: str) -> IntermediateOps:
-    """The baseline's ops for a mixer ("gdn" or "mamba2"); the torch references on every backend for now."""
-    tree = {"gdn": intermediate.gdn_intermediate_ref, "mamba2": intermediate.mamba2_intermediate_ref}[mixer]
-    return IntermediateOps(tree, intermediate.commit_node_states_ref)
+    """The baseline's ops for a mixer ("gdn" or "mamba2")."""
+    if backend == "reference":
+        tree = {"gdn": intermediate.gdn_intermediate_ref, "mamba2": intermediate.mamba2_intermediate_ref}[mixer]
+        return IntermediateOps(tree, intermediate.commit_node_states_ref)
+    from verify_kernels import intermediate_kernels
+
+    tree = {"gdn": intermediate_kernels.gdn_intermediate, "mamba2": intermediate_kernels.mamba2_intermediate}[mixer]
+    return IntermediateOps(tree, intermediate_kernels.commit_node_states)

@@ -10,6 +10,7 @@ import torch
 from specdec.api import LLM
 from specdec.cache.spec import CacheConfig
 from tests.reference_checks import PADDING_PARENT, assert_close, root_path
+from verify_kernels import intermediate_kernels
 from verify_kernels.gdn import gdn_recurrent_ref
 from verify_kernels.intermediate_states import (
     commit_node_states_ref,
@@ -17,6 +18,14 @@ from verify_kernels.intermediate_states import (
     mamba2_intermediate_ref,
 )
 from verify_kernels.mamba2 import mamba2_recurrent_ref
+
+# the torch references, and the Triton kernels (on a CPU in Triton's interpreter, tests/conftest.py)
+IMPLEMENTATIONS = {
+    "reference": (gdn_intermediate_ref, mamba2_intermediate_ref, commit_node_states_ref),
+    "triton": (intermediate_kernels.gdn_intermediate, intermediate_kernels.mamba2_intermediate,
+               intermediate_kernels.commit_node_states),
+}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # rows of one batch: a chain, a branching tree, a tree with padding, a single node (decode) and an empty row
 TREES = [[-1, 0, 1, 2, 3], [-1, 0, 0, 1, 2], [-1, 0, 1, PADDING_PARENT, PADDING_PARENT],
@@ -45,18 +54,25 @@ def along(x: torch.Tensor, row: int, path: list[int]) -> torch.Tensor:
     return x[row:row + 1, path]
 
 
+def on_device(*xs):
+    return [x.to(DEVICE) for x in xs]
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("mixer", ["gdn", "mamba2"])
-def test_each_node_equals_the_recurrence_along_its_root_path(mixer):
+def test_each_node_equals_the_recurrence_along_its_root_path(mixer, implementation):
+    gdn_tree, mamba2_tree, _ = IMPLEMENTATIONS[implementation]
     gen = torch.Generator().manual_seed(0)
     B, T = len(TREES), len(TREES[0])
     parents, num_nodes, slots = torch.tensor(TREES), torch.tensor(NUM_NODES), torch.tensor(STATE_SLOTS)
     if mixer == "gdn":
         tokens, pool = gdn_inputs(gen, B, T)
-        out, states = gdn_intermediate_ref(*tokens, parents, num_nodes, pool, slots)
+        out, states = gdn_tree(*on_device(*tokens, parents, num_nodes, pool, slots))
     else:
         (x, dt, bm, c), pool = mamba2_inputs(gen, B, T)
         A, D = -torch.rand(4, generator=gen) - 0.5, torch.randn(4, generator=gen)
-        out, states = mamba2_intermediate_ref(x, dt, A, bm, c, D, parents, num_nodes, pool, slots)
+        out, states = mamba2_tree(*on_device(x, dt, A, bm, c, D, parents, num_nodes, pool, slots))
+    out, states = out.cpu(), states.cpu()
     for row in range(B):
         start = pool[slots[row]][None] if slots[row] >= 0 else torch.zeros_like(pool[:1])
         for node in range(NUM_NODES[row]):
@@ -71,18 +87,48 @@ def test_each_node_equals_the_recurrence_along_its_root_path(mixer):
         assert (out[row, NUM_NODES[row]:] == 0).all()  # padding nodes output zeros
 
 
-def test_commit_keeps_the_last_accepted_state():
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_commit_keeps_the_last_accepted_state(implementation):
+    commit = IMPLEMENTATIONS[implementation][2]
     gen = torch.Generator().manual_seed(1)
-    states = torch.randn(3, 5, 2, 4, 4, generator=gen)
-    pool = torch.randn(4, 2, 4, 4, generator=gen)
+    states, pool = on_device(torch.randn(3, 5, 2, 4, 4, generator=gen), torch.randn(4, 2, 4, 4, generator=gen))
     before = pool.clone()
-    accepted = torch.tensor([[0, 2, 4], [0, -1, -1], [-1, -1, -1]])
-    commit_node_states_ref(states, accepted, torch.tensor([3, 1, 0]), pool, torch.tensor([1, 3, -1]))
+    accepted = torch.tensor([[0, 2, 4], [0, -1, -1], [-1, -1, -1]], device=DEVICE)
+    commit(states, accepted, torch.tensor([3, 1, 0], device=DEVICE), pool, torch.tensor([1, 3, -1], device=DEVICE))
     torch.testing.assert_close(pool[1], states[0, 4])
     torch.testing.assert_close(pool[3], states[1, 0])
     torch.testing.assert_close(pool[[0, 2]], before[[0, 2]])  # other slots, and the row that accepted nothing
+
+
+def test_the_reference_commit_refuses_rows_without_a_slot():
+    states, pool = torch.zeros(2, 3, 4), torch.zeros(2, 4)
     with pytest.raises(ValueError, match="need a state slot"):
-        commit_node_states_ref(states, accepted, torch.tensor([3, 1, 0]), pool, torch.tensor([-1, 3, -1]))
+        commit_node_states_ref(states, torch.tensor([[0], [0]]), torch.tensor([1, 1]), pool, torch.tensor([-1, 1]))
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("mixer", ["gdn", "mamba2"])
+def test_decode_in_place_writes_the_slots(mixer, implementation):
+    gdn_tree, mamba2_tree, _ = IMPLEMENTATIONS[implementation]
+    gen = torch.Generator().manual_seed(2)
+    parents, num_nodes, slots = on_device(torch.full((3, 1), -1), torch.tensor([1, 1, 0]), torch.tensor([2, 0, 1]))
+    if mixer == "gdn":
+        tokens, pool = gdn_inputs(gen, 3, 1)
+        tokens, pool = on_device(*tokens), pool.to(DEVICE)
+        run = lambda p, in_place: gdn_tree(*tokens, parents, num_nodes, p, slots, in_place=in_place)  # noqa: E731
+    else:
+        (x, dt, bm, c), pool = mamba2_inputs(gen, 3, 1)
+        args = on_device(x, dt, -torch.rand(4, generator=gen), bm, c, torch.randn(4, generator=gen))
+        pool = pool.to(DEVICE)
+        run = lambda p, in_place: mamba2_tree(*args, parents, num_nodes, p, slots, in_place=in_place)  # noqa: E731
+    out, states = run(pool.clone(), False)
+    in_place_pool = pool.clone()
+    out_in_place, none = run(in_place_pool, True)
+    assert none is None
+    torch.testing.assert_close(out_in_place, out)
+    torch.testing.assert_close(in_place_pool[2], states[0, 0])
+    torch.testing.assert_close(in_place_pool[0], states[1, 0])
+    torch.testing.assert_close(in_place_pool[[1, 3]], pool[[1, 3]])  # the row without nodes keeps its state
 
 
 def test_the_baseline_keeps_no_buffer():

@@ -22,13 +22,15 @@ def gdn_intermediate_ref(
     num_nodes: torch.Tensor,
     state_pool: torch.Tensor,
     state_slots: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    in_place: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gated DeltaNet over a token tree per row, one state per node.
 
     q, k: [B, T, H, K]; v: [B, T, HV, V]; g, beta: [B, T, HV]; parents: [B, T] (-1: the root's parent is the
     committed state; a parent comes before its children; entries past num_nodes [B] are ignored); state_pool
     [S, HV, K, V] with state_slots [B] (-1: zero state). Returns o [B, T, HV, V] and the node states
-    [B, T, HV, K, V], float32 (padding nodes output zeros and hold the committed state).
+    [B, T, HV, K, V], float32 (padding nodes output zeros and hold the committed state). in_place (decode
+    steps, T = 1): write each row's new state into its slot instead, and return None for the states.
     """
     B, T, HV, V = v.shape
     q, k, v, g, beta = zero_padding_nodes(num_nodes, q, k, v, g, beta)
@@ -44,7 +46,7 @@ def gdn_intermediate_ref(
         S = S + k[:, t, :, :, None] * u[:, :, None, :]
         states[:, t] = S
         o[:, t] = torch.einsum("bhkv,bhk->bhv", S, q[:, t])
-    return o, states
+    return o, _kept(states, num_nodes, state_pool, state_slots, in_place)
 
 
 def mamba2_intermediate_ref(
@@ -58,12 +60,13 @@ def mamba2_intermediate_ref(
     num_nodes: torch.Tensor,
     state_pool: torch.Tensor,
     state_slots: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    in_place: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Mamba2 over a token tree per row, one state per node.
 
     x: [B, T, NH, P]; dt: [B, T, NH]; A, D: [NH]; Bm, C: [B, T, NG, N]; parents, num_nodes, state_slots as for
     gdn_intermediate_ref; state_pool [S, NH, P, N]. Returns y [B, T, NH, P] and the node states
-    [B, T, NH, P, N], float32.
+    [B, T, NH, P, N], float32 (or None, in_place, as for gdn_intermediate_ref).
     """
     B, T, NH, P = x.shape
     x, dt, Bm, C = zero_padding_nodes(num_nodes, x, dt, Bm, C)
@@ -78,7 +81,7 @@ def mamba2_intermediate_ref(
         h = a[:, t, :, None, None].exp() * h + (dt[:, t, :, None] * x[:, t])[..., None] * Bm[:, t, :, None, :]
         states[:, t] = h
         y[:, t] = torch.einsum("bhpn,bhn->bhp", h, C[:, t])
-    return y + D.float()[:, None] * x, states
+    return y + D.float()[:, None] * x, _kept(states, num_nodes, state_pool, state_slots, in_place)
 
 
 def commit_node_states_ref(
@@ -99,6 +102,18 @@ def commit_node_states_ref(
     rows = torch.arange(states.shape[0], device=states.device)[keep]
     last = accepted[rows, num_accepted[keep] - 1]
     state_pool[state_slots[keep]] = states[rows, last].to(state_pool.dtype)
+
+
+def _kept(states: torch.Tensor, num_nodes: torch.Tensor, state_pool: torch.Tensor, state_slots: torch.Tensor,
+          in_place: bool) -> torch.Tensor | None:
+    """The node states to return, or (in_place, one node per row) None after writing them into the slots."""
+    if not in_place:
+        return states
+    if states.shape[1] != 1:
+        raise ValueError(f"in-place decoding writes one node's state per row; got {states.shape[1]} nodes")
+    commit_node_states_ref(states, torch.zeros_like(num_nodes)[:, None], num_nodes.clamp(max=1), state_pool,
+                           state_slots)
+    return None
 
 
 def committed_states(state_pool: torch.Tensor, state_slots: torch.Tensor) -> torch.Tensor:

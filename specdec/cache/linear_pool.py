@@ -20,7 +20,8 @@ class LinearScratch:
     conv_input [B, T, conv_dim]: pre-conv inputs of every node (the conv windows of later tokens).
     key / value / gcum [B, T, ...]: the nodes' buffer entries (tree rows; zeros on chunk rows).
     final_state [B_chunk, *state]: the state after a chunked prefill (chunk rows only).
-    node_states [B_tree, T, *state]: the intermediate-state baseline's state after every node (tree rows only).
+    node_states [B_tree, T, *state]: the intermediate-state baseline's state after every node (tree rows only;
+        None after a decode step, which wrote its states into the slots).
     """
 
     conv_input: torch.Tensor
@@ -77,8 +78,9 @@ class LinearLayerPool:
         self._conv_ops.commit(scratch.conv_input, accepted, num_accepted, self.conv, ctx.req_slots)
         rows = ctx.tree_index
         if ctx.tree_rows.numel() and self.intermediate is not None:
-            self.intermediate.commit(scratch.node_states, accepted[rows], num_accepted[rows], self.state,
-                                     ctx.state_slots[rows])
+            if scratch.node_states is not None:  # (None: a decode step wrote its states in place)
+                self.intermediate.commit(scratch.node_states, accepted[rows], num_accepted[rows], self.state,
+                                         ctx.state_slots[rows])
         elif ctx.tree_rows.numel():
             self._entry_ops.commit(
                 scratch.key[rows], scratch.value[rows], scratch.gcum[rows], accepted[rows], num_accepted[rows],
