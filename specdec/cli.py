@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             run(args)
-        elif args.command == "eval":
+        elif args.command in ("eval", "bench"):
             eval_cli.dispatch(args)
         else:
             training_cli.dispatch(args)

@@ -1,4 +1,5 @@
-"""`specdec eval`: acceptance rate and throughput of a drafter on a prompt set, against plain decoding."""
+"""`specdec eval` (acceptance rate and throughput of a drafter on a prompt set, against plain decoding) and
+`specdec bench` (a throughput sweep over batch sizes, KVBuffer against the intermediate-state baseline)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,67 @@ def add_commands(commands) -> None:
                           help="results folder (default: eval-results/TARGET_DRAFT_DATASET)")
 
 
+    bench = commands.add_parser(
+        "bench", help="throughput sweep over batch sizes, KVBuffer against the intermediate-state baseline",
+        description="Time plain and (with --draft) speculative decoding of random prompts at each batch size on the "
+        "KVBuffer and, with --baseline recurrent, on the same engine running the target's linear layers the way "
+        "SGLang and vLLM do (no buffer, one state written per draft token); report tokens/s, the speedup, the "
+        "linear-attention state memory per request and how many requests fit --state-memory-gb.")
+    bench.add_argument("--target", default=None, help="as for `specdec run` (default: the shipped qwen3.5)")
+    bench.add_argument("--draft", default=None,
+                       help="a drafter as for `specdec run` to time speculative decoding too (default: small with "
+                       "the default target, else none)")
+    bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
+    bench.add_argument("--baseline", choices=["recurrent"], default=None,
+                       help="also time the intermediate-state baseline in the same run")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--prompt-tokens", type=int, default=128, help="tokens of the random prompt")
+    bench.add_argument("--num-steps", "--speculative-num-steps", dest="num_steps", type=int, default=4)
+    bench.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1)
+    bench.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
+                       default=None)
+    bench.add_argument("--dynamic-tree", action="store_true")
+    bench.add_argument("--flush-length", type=int, default=16)
+    bench.add_argument("--state-memory-gb", type=float, default=40.0,
+                       help="the budget for the requests-that-fit column (default: 40)")
+    bench.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    bench.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
+    bench.add_argument("--disable-cuda-graph", action="store_true")
+    bench.add_argument("--output", type=Path, default=None, help="write the rows and settings to this JSON file")
+
+
 def dispatch(args: argparse.Namespace) -> None:
+    if args.command == "bench":
+        bench(args)
+    else:
+        evaluate(args)
+
+
+def bench(args: argparse.Namespace) -> None:
+    import json
+    from dataclasses import asdict
+
+    from specdec.cli import DEFAULT_TARGET
+    from specdec.eval.bench import BenchSettings, markdown_table, run_bench
+    from specdec.presets import drafter_asked
+
+    settings = BenchSettings(
+        target=args.target or DEFAULT_TARGET, draft=drafter_asked(args.target, args.draft),
+        batch_sizes=tuple(args.batch_sizes), baseline=args.baseline == "recurrent",
+        max_new_tokens=args.max_new_tokens, prompt_tokens=args.prompt_tokens, num_steps=args.num_steps,
+        topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
+        flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
+        cuda_graphs=not args.disable_cuda_graph)
+    rows = run_bench(settings)
+    print(markdown_table(rows, settings.state_memory_gb))
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps({"settings": asdict(settings), "rows": [asdict(r) for r in rows]},
+                                          indent=1))
+        print(f"[specdec] rows in {args.output}")
+
+
+def evaluate(args: argparse.Namespace) -> None:
     from specdec.cli import DEFAULT_TARGET
     from specdec.eval.datasets import load_prompts
     from specdec.eval.run import EvalSettings, run_eval

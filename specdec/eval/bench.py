@@ -1,0 +1,155 @@
+"""`specdec bench`: a throughput sweep over batch sizes of one target, plain and speculative, on the KVBuffer and
+(with --baseline recurrent) on the intermediate-state baseline of the same engine (LLM(linear_backend="recurrent"):
+linear layers run as SGLang and vLLM run them), so that every comparison is made in one run on the same code.
+
+Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all queued at once; a short warm-up
+round at that batch size first (compilation, CUDA-graph capture), then the timed round. Beside the speed, the
+linear-attention state memory one request holds on each backend, and how many requests fit a state budget.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from specdec.cache.budget import state_bytes
+
+BACKENDS = ("kvbuffer", "recurrent")
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    target: str
+    draft: str | None = None
+    batch_sizes: tuple[int, ...] = (1, 4, 16)
+    baseline: bool = False          # also run the intermediate-state baseline ("recurrent")
+    max_new_tokens: int = 128
+    prompt_tokens: int = 128
+    num_steps: int = 4
+    topk: int = 1
+    num_draft_tokens: int | None = None
+    dynamic_tree: bool = False
+    flush_length: int = 16
+    state_memory_gb: float = 40.0   # the budget the concurrency column divides
+    device: str | None = None
+    dtype: str | None = None
+    cuda_graphs: bool = True
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    backend: str                    # kvbuffer | recurrent
+    mode: str                       # plain | speculative
+    batch_size: int
+    new_tokens: int
+    seconds: float
+    tokens_per_second: float
+    ms_per_step: float              # wall time over the longest request's target steps
+    mean_accepted_length: float
+    state_mib_per_request: float    # linear-attention state memory one request holds on this backend
+    max_concurrent_requests: int    # requests whose state memory fits state_memory_gb
+    speedup_over_recurrent: float | None = None
+
+
+def run_bench(settings: BenchSettings) -> list[BenchRow]:
+    if not settings.batch_sizes or min(settings.batch_sizes) < 1:
+        raise ValueError(f"--batch-sizes needs values >= 1, got {list(settings.batch_sizes)}")
+    backends = BACKENDS if settings.baseline else BACKENDS[:1]
+    modes = ["plain"] + (["speculative"] if settings.draft is not None else [])
+    rows = []
+    for backend in backends:
+        for mode in modes:
+            llm = load_llm(settings, backend, mode)
+            per_request = linear_state_bytes(llm, settings, backend, mode)
+            fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
+            prompt = torch.randint(2, llm.model.hf_config.vocab_size, (settings.prompt_tokens,),
+                                   generator=torch.Generator().manual_seed(0)).tolist()
+            for batch_size in tqdm(sorted(set(settings.batch_sizes)), desc=f"{backend} {mode}", unit="batch"):
+                rows.append(time_batch(llm, prompt, batch_size, settings, backend, mode, per_request, fits))
+            del llm
+            gc.collect()
+    return with_speedups(rows)
+
+
+def load_llm(settings: BenchSettings, backend: str, mode: str):
+    from specdec.api import LLM
+
+    return LLM(settings.target, settings.draft if mode == "speculative" else None, device=settings.device,
+               dtype=settings.dtype, flush_length=settings.flush_length, max_batch=max(settings.batch_sizes),
+               max_seq_len=settings.prompt_tokens + settings.max_new_tokens + 64, num_steps=settings.num_steps,
+               topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
+               cuda_graphs=settings.cuda_graphs, linear_backend=backend)
+
+
+def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings, backend: str, mode: str,
+               per_request: int, fits: int) -> BenchRow:
+    engine = llm.engine
+    engine.scheduler.max_batch = batch_size
+    for _ in range(batch_size):  # warm-up: compilation and graph capture at this batch size
+        llm.submit(prompt, WARMUP_TOKENS)
+    engine.run()
+    requests = [llm.submit(prompt, settings.max_new_tokens)[0] for _ in range(batch_size)]
+    synchronize(llm.model.device)
+    start = time.perf_counter()
+    engine.run()
+    synchronize(llm.model.device)
+    seconds = time.perf_counter() - start
+    new_tokens = sum(len(r.output) for r in requests)
+    emitted = [n for r in requests for n in r.stats.emitted_per_step]
+    return BenchRow(backend=backend, mode=mode, batch_size=batch_size, new_tokens=new_tokens, seconds=seconds,
+                    tokens_per_second=new_tokens / seconds,
+                    ms_per_step=1e3 * seconds / max(max(r.stats.steps for r in requests), 1),
+                    mean_accepted_length=sum(emitted) / max(len(emitted), 1),
+                    state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits)
+
+
+def linear_state_bytes(llm, settings: BenchSettings, backend: str, mode: str) -> int:
+    """The linear-attention memory one request holds: its committed state, plus its KVBuffer entries (kvbuffer)
+    or one state per node of its widest step (the baseline, which must reserve them for every running request;
+    decode steps write in place, so plain decoding needs none)."""
+    spec = llm.model.cache_spec()
+    if backend == "kvbuffer":
+        per_entry = sum(layer_entry_bytes(layer) for layer in spec.linear)
+        return state_bytes(spec) + settings.flush_length * per_entry
+    nodes = llm.engine.config.shape.budget + 1 if mode == "speculative" else 0
+    return state_bytes(spec) * (1 + nodes)
+
+
+def layer_entry_bytes(layer) -> int:
+    """One buffered token of a linear layer: key, value and decay, fp32."""
+    from math import prod
+
+    return (prod(layer.key_shape) + prod(layer.value_shape) + layer.decay_heads) * 4
+
+
+def with_speedups(rows: list[BenchRow]) -> list[BenchRow]:
+    """Each KVBuffer row with its tokens/s over the baseline's at the same mode and batch size."""
+    baseline = {(r.mode, r.batch_size): r.tokens_per_second for r in rows if r.backend == "recurrent"}
+    out = []
+    for row in rows:
+        base = baseline.get((row.mode, row.batch_size))
+        speedup = row.tokens_per_second / base if row.backend == "kvbuffer" and base else None
+        out.append(BenchRow(**{**asdict(row), "speedup_over_recurrent": speedup}))
+    return out
+
+
+def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
+    lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | mean accepted length | "
+             f"state MiB / request | requests in {budget_gb:g} GiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        speedup = f"{r.speedup_over_recurrent:.2f}x" if r.speedup_over_recurrent is not None else ""
+        lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
+                     f"{r.ms_per_step:.2f} | {r.mean_accepted_length:.2f} | {r.state_mib_per_request:.2f} | "
+                     f"{r.max_concurrent_requests} |")
+    return "\n".join(lines)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
