@@ -29,6 +29,7 @@ from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.random_checkpoint import save_random_checkpoint
+from specdec.models.real_shapes import qwen35_9b
 
 START, END = "<!-- engine:start -->", "<!-- engine:end -->"
 PROMPT_TOKENS = 64
@@ -37,20 +38,16 @@ SHAPE = TreeShape(steps=4)
 
 def qwen35_9b_shapes(layers: int, tiny: bool) -> Qwen3_5TextConfig:
     """Qwen3.5-9B's layer shapes (3 Gated DeltaNet : 1 attention), `layers` of them; tiny: a CI-sized stand-in."""
-    if tiny:
-        dims = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
-                    linear_key_head_dim=16, linear_value_head_dim=16)
-        rope = {"partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}  # 8 rotary dims: 4 frequencies
-    else:
-        dims = dict(vocab_size=248320, hidden_size=4096, intermediate_size=12288, num_attention_heads=16,
-                    num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
-                    linear_key_head_dim=128, linear_value_head_dim=128)
-        rope = {"partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10]}  # Qwen3.5's: 64 rotary dims
+    if not tiny:
+        return qwen35_9b(layers)
     layer_types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)]
     return Qwen3_5TextConfig(
-        num_hidden_layers=layers, layer_types=layer_types, max_position_embeddings=4096, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "mrope_interleaved": True, **rope}, **dims,
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, num_hidden_layers=layers, layer_types=layer_types, max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "mrope_interleaved": True,
+                         "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]},  # 8 rotary dims
     )
 
 

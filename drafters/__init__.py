@@ -1,5 +1,6 @@
 """Draft proposers behind one base class and a registry: n-gram (prompt lookup), a draft model of the target's
-family, and heads fed with the target's features: its own MTP layer and EAGLE-3."""
+family, and heads fed with the target's features: its own MTP layer and EAGLE-3; and a synthetic drafter for
+throughput benchmarks on random weights."""
 
 from .base import DRAFTERS, Drafter, DraftRequest, TreeShape, make_drafter, register
 from .draft_model import DraftModelDrafter
@@ -7,6 +8,7 @@ from .eagle3 import Eagle3Drafter
 from .head import HeadDrafter
 from .mtp import MtpDrafter
 from .ngram import NgramDrafter
+from .synthetic import SyntheticDrafter
 
 __all__ = [
     "DRAFTERS",
@@ -17,6 +19,7 @@ __all__ = [
     "HeadDrafter",
     "MtpDrafter",
     "NgramDrafter",
+    "SyntheticDrafter",
     "TreeShape",
     "make_drafter",
     "register",

@@ -84,6 +84,11 @@ class Drafter(ABC):
     def finish(self, request_id: int) -> None:  # noqa: B027
         """The request left; free what it held."""
 
+    def forced_path(self, tree: DraftTree) -> list[int] | None:
+        """Benchmarks only (drafters/synthetic.py): the nodes, root first, that the engine accepts instead of checking
+        the drafts against the target. None, the default, leaves acceptance to the target."""
+        return None
+
 
 DRAFTERS: dict[str, Callable[..., Drafter]] = {}
 

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import torch
 
-from drafters import Drafter, DraftModelDrafter, Eagle3Drafter, MtpDrafter, NgramDrafter, TreeShape
+from drafters import (
+    Drafter,
+    DraftModelDrafter,
+    Eagle3Drafter,
+    MtpDrafter,
+    NgramDrafter,
+    SyntheticDrafter,
+    TreeShape,
+)
 from specdec.cache.budget import cache_for_budget
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
@@ -83,6 +91,13 @@ class LLM:
             return None
         if draft == "ngram":
             return NgramDrafter()
+        if draft.startswith("synthetic:"):  # benchmarks on random weights: random chains, accepted at a set mean
+            mean = draft.removeprefix("synthetic:")
+            try:
+                return SyntheticDrafter(float(mean), self.model.hf_config.vocab_size)
+            except ValueError as error:
+                raise ValueError(f"--draft synthetic:MEAN takes a mean accepted length, e.g. synthetic:2.9; "
+                                 f"{mean!r}: {error}") from None
         head_cache = CacheConfig(max_requests=cache.max_requests, max_seq_len=cache.max_seq_len)
         if draft == "mtp":  # the target's own multi-token-prediction layer
             return MtpDrafter(self.model, head_cache)

@@ -50,3 +50,52 @@ def test_rows_are_consistent(tmp_path, capsys):
 def test_bad_batch_sizes_are_refused():
     with pytest.raises(ValueError, match="--batch-sizes needs values >= 1"):
         run_bench(BenchSettings(target="qwen3.5", batch_sizes=(0,)))
+
+
+def test_synthetic_drafts_are_accepted_at_the_mean_asked_for():
+    from drafters import SyntheticDrafter, TreeShape
+    from specdec.engine.tree import DraftTree
+
+    drafter = SyntheticDrafter(2.9, vocab_size=100, seed=3)
+    drafter.check_shape(TreeShape(steps=4))
+    alpha = drafter.alpha(4)
+    assert sum(alpha**i for i in range(1, 5)) == pytest.approx(1.9)
+    chain = DraftTree([0, 1, 2, 3, 4], [-1, 0, 1, 2, 3])
+    lengths = [len(drafter.forced_path(chain)) for _ in range(20000)]
+    assert sum(lengths) / len(lengths) == pytest.approx(2.9, abs=0.03)
+    assert set(lengths) == {1, 2, 3, 4, 5}
+    with pytest.raises(ValueError, match="raise --num-steps"):
+        drafter.check_shape(TreeShape(steps=1))
+    with pytest.raises(ValueError, match="drafts chains"):
+        drafter.check_shape(TreeShape(steps=4, topk=2))
+
+
+def test_the_engine_accepts_what_the_synthetic_drafter_forces():
+    from specdec.api import LLM
+
+    llm = LLM("qwen3.5", "synthetic:3.0", device="cpu", max_batch=4, max_seq_len=256)
+    outputs = llm.generate(["a", "b", "c", "d"], max_new_tokens=100)
+    steps = [n for out in outputs for n in out.stats.emitted_per_step]
+    assert sum(steps) / len(steps) == pytest.approx(3.0, abs=0.35) and max(steps) == 5
+    with pytest.raises(ValueError, match="e.g. synthetic:2.9"):
+        LLM("qwen3.5", "synthetic:lots", device="cpu")
+
+
+def test_real_shapes():
+    from specdec.models.real_shapes import nemotron3_nano, qwen35_9b
+    from specdec.presets import resolve
+
+    qwen = qwen35_9b()
+    assert qwen.num_hidden_layers == 32 and qwen.layer_types.count("full_attention") == 8
+    assert (qwen.linear_num_value_heads, qwen.linear_key_head_dim, qwen.hidden_size) == (32, 128, 4096)
+    nano = nemotron3_nano()
+    assert len(nano.layers_block_type) == 52 and nano.layers_block_type.count("full_attention") == 6
+    assert nano.layers_block_type.count("moe") == 23 and nano.layers_block_type.count("linear_attention") == 23
+    assert nemotron3_nano(8).layers_block_type[:6] == ["linear_attention", "moe", "linear_attention", "moe",
+                                                       "linear_attention", "full_attention"]
+    with pytest.raises(ValueError, match="known: qwen3.5-9b, nemotron-3-nano"):
+        resolve("random:llama-8b")
+    with pytest.raises(ValueError, match="1 to 32 layers"):
+        resolve("random:qwen3.5-9b:40")
+    with pytest.raises(ValueError, match="layer count"):
+        resolve("random:qwen3.5-9b:many")

@@ -49,8 +49,10 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 buffer.copy_(0.1 * torch.randn(buffer.shape, generator=generator))
 
 
-def save_random_checkpoint(config, directory: str | Path, seed: int = 0, **save_kwargs) -> torch.nn.Module:
-    """Build transformers' model for `config`, randomise it, save_pretrained it into `directory`; return it (eval).
+def save_random_checkpoint(config, directory: str | Path, seed: int = 0, dtype: torch.dtype | None = None,
+                           **save_kwargs) -> torch.nn.Module:
+    """Build transformers' model for `config`, randomise it, save_pretrained it into `directory` (in `dtype` when
+    given); return it (eval).
 
     save_kwargs go to save_pretrained (e.g. max_shard_size="20KB" for a sharded checkpoint)."""
     if config.model_type not in TRANSFORMERS_CLASSES:
@@ -59,8 +61,38 @@ def save_random_checkpoint(config, directory: str | Path, seed: int = 0, **save_
     torch.manual_seed(seed)
     model = TRANSFORMERS_CLASSES[config.model_type](config).eval()
     randomize(model, seed)
+    if dtype is not None:
+        model.to(dtype)
     model.save_pretrained(directory, **save_kwargs)
     return model
+
+
+def random_checkpoint_at_shape(name: str, layers: int | None = None) -> Path:
+    """`random:NAME[:LAYERS]`: a bf16 random-weight checkpoint of a real model's shapes (specdec.models.real_shapes),
+    written once under $SPECDEC_CACHE (default ~/.cache/specdec) and reused."""
+    import os
+    import shutil
+    import tempfile
+
+    from specdec.models.real_shapes import SHAPES
+
+    if name not in SHAPES:
+        raise ValueError(f"no real shapes named {name!r}; known: {', '.join(SHAPES)} (as random:NAME[:LAYERS])")
+    make_config, all_layers = SHAPES[name]
+    layers = all_layers if layers is None else layers
+    if not 1 <= layers <= all_layers:
+        raise ValueError(f"random:{name} has 1 to {all_layers} layers, got {layers}")
+    root = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "random"
+    directory = root / f"{name}-{layers}layers"
+    if not (directory / "config.json").is_file():
+        print(f"[specdec] writing a random-weight {name} checkpoint of {layers} layers to {directory} (once)",
+              flush=True)
+        root.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
+        save_random_checkpoint(make_config(layers), partial, seed=0, dtype=torch.bfloat16)
+        shutil.rmtree(directory, ignore_errors=True)
+        partial.rename(directory)  # whole or not at all: an interrupted write leaves only the hidden folder
+    return directory
 
 
 def save_word_tokenizer(directory: str | Path, vocab_size: int) -> None:
