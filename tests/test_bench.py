@@ -1,5 +1,6 @@
 """`specdec bench` on the shipped Qwen3.5 pair (CPU): every backend, mode and batch size gets a row whose figures
-agree with each other and with the model's state shapes."""
+agree with each other and with the model's state shapes; transformers' generate() as the outside reference;
+synthetic acceptance and the real-shape targets for random-weight benchmarks."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from specdec.presets import resolve
 def test_rows_are_consistent(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert cli_main(["bench", "--batch-sizes", "1", "2", "--baseline", "recurrent", "--max-new-tokens", "12",
-                     "--prompt-tokens", "24", "--state-memory-gb", "1", "--output", str(out)]) == 0
+                     "--prompt-tokens", "24", "--state-memory-gb", "1", "--hf-reference", "--output", str(out)]) == 0
     assert "| recurrent | speculative | 2 |" in capsys.readouterr().out
     rows = json.loads(out.read_text())["rows"]
+    reference = [row for row in rows if row["backend"] == "transformers"]
+    assert [(row["batch_size"], row["new_tokens"]) for row in reference] == [(1, 12), (2, 24)]
+    rows = [row for row in rows if row["backend"] != "transformers"]
     assert {(r["backend"], r["mode"], r["batch_size"]) for r in rows} == {
         (backend, mode, batch) for backend in ("kvbuffer", "recurrent") for mode in ("plain", "speculative")
         for batch in (1, 2)}

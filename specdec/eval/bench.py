@@ -4,7 +4,8 @@ linear layers run as SGLang and vLLM run them), so that every comparison is made
 
 Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all queued at once; a short warm-up
 round at that batch size first (compilation, CUDA-graph capture), then the timed round. Beside the speed, the
-linear-attention state memory one request holds on each backend, and how many requests fit a state budget.
+linear-attention state memory one request holds on each backend, and how many requests fit a state budget. With
+--hf-reference, transformers' generate() on the same checkpoint and batches as the outside reference.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ class BenchSettings:
     device: str | None = None
     dtype: str | None = None
     cuda_graphs: bool = True
+    hf_reference: bool = False      # also time transformers' generate() on the same checkpoint and batches
 
 
 @dataclass(frozen=True)
 class BenchRow:
-    backend: str                    # kvbuffer | recurrent
+    backend: str                    # kvbuffer | recurrent | transformers (generate(), the outside reference)
     mode: str                       # plain | speculative
     batch_size: int
     new_tokens: int
@@ -71,9 +73,43 @@ def run_bench(settings: BenchSettings) -> list[BenchRow]:
                                    generator=torch.Generator().manual_seed(0)).tolist()
             for batch_size in tqdm(sorted(set(settings.batch_sizes)), desc=f"{backend} {mode}", unit="batch"):
                 rows.append(time_batch(llm, prompt, batch_size, settings, backend, mode, per_request, fits))
+            device, dtype = llm.model.device, llm.model.dtype
             del llm
             gc.collect()
+    if settings.hf_reference:
+        rows += time_transformers(settings, prompt, device, dtype)
     return with_speedups(rows)
+
+
+def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.device,
+                      dtype: torch.dtype) -> list[BenchRow]:
+    """transformers' generate() on the same checkpoint, dtype, prompt and batch sizes: greedy, exactly
+    max_new_tokens per request, a warm-up call first."""
+    from transformers import AutoModelForCausalLM
+
+    from specdec.models.checkpoint import resolve_checkpoint
+    from specdec.presets import resolve
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(resolve(settings.target)), dtype=dtype)
+    model = model.to(device).eval()
+    rows = []
+    for batch_size in tqdm(sorted(set(settings.batch_sizes)), desc="transformers plain", unit="batch"):
+        inputs = torch.tensor([prompt] * batch_size, device=device)
+        options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
+        with torch.no_grad():
+            model.generate(inputs, max_new_tokens=WARMUP_TOKENS, min_new_tokens=WARMUP_TOKENS, **options)
+            synchronize(device)
+            start = time.perf_counter()
+            output = model.generate(inputs, max_new_tokens=settings.max_new_tokens,
+                                    min_new_tokens=settings.max_new_tokens, **options)
+            synchronize(device)
+        seconds = time.perf_counter() - start
+        new_tokens = (output.shape[1] - len(prompt)) * batch_size
+        rows.append(BenchRow(backend="transformers", mode="plain", batch_size=batch_size, new_tokens=new_tokens,
+                             seconds=seconds, tokens_per_second=new_tokens / seconds,
+                             ms_per_step=1e3 * seconds / settings.max_new_tokens, mean_accepted_length=1.0,
+                             state_mib_per_request=0.0, max_concurrent_requests=0))
+    return rows
 
 
 def load_llm(settings: BenchSettings, backend: str, mode: str):
@@ -144,9 +180,10 @@ def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         speedup = f"{r.speedup_over_recurrent:.2f}x" if r.speedup_over_recurrent is not None else ""
+        memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests}" if r.backend != "transformers"
+                  else " | ")
         lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
-                     f"{r.ms_per_step:.2f} | {r.mean_accepted_length:.2f} | {r.state_mib_per_request:.2f} | "
-                     f"{r.max_concurrent_requests} |")
+                     f"{r.ms_per_step:.2f} | {r.mean_accepted_length:.2f} | {memory} |")
     return "\n".join(lines)
 
 

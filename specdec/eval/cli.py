@@ -69,6 +69,8 @@ def add_commands(commands) -> None:
     bench.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     bench.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
     bench.add_argument("--disable-cuda-graph", action="store_true")
+    bench.add_argument("--hf-reference", action="store_true",
+                       help="also time transformers' generate() on the same checkpoint and batch sizes")
     bench.add_argument("--output", type=Path, default=None, help="write the rows and settings to this JSON file")
 
 
@@ -93,7 +95,7 @@ def bench(args: argparse.Namespace) -> None:
         max_new_tokens=args.max_new_tokens, prompt_tokens=args.prompt_tokens, num_steps=args.num_steps,
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
         flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
-        cuda_graphs=not args.disable_cuda_graph)
+        cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference)
     rows = run_bench(settings)
     print(markdown_table(rows, settings.state_memory_gb))
     if args.output is not None:
