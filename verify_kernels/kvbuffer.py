@@ -95,18 +95,21 @@ def commit_entries(fold_outer: FoldOuter, key, value, gcum, accepted, num_accept
     node = torch.where(taken, accepted, 0)
     acc_key, acc_value, acc_g = (_zero_padding(_take(x.float(), node), taken) for x in (key, value, gcum))
 
-    # rows that flush: fold the buffer's entries, then the accepted ones, into the state (one write per row)
-    g_last = torch.where(num_accepted[:, None] > 0, _last_gcum(acc_g, num_accepted), c.last_gcum)
-    state = _fold(
-        fold_outer,
-        c.state,
-        torch.cat([c.key, expand_heads(acc_key, c.value.shape[-2])], 1),
-        torch.cat([c.value, acc_value], 1),
-        torch.cat([c.gcum, acc_g], 1),
-        torch.cat([c.in_buffer, taken], 1),
-        g_last,
-    )
-    state_pool[state_slots[flushed]] = state[flushed].to(state_pool.dtype)
+    # rows that flush: fold the buffer's entries, then the accepted ones, into the state (one write per row); most
+    # steps flush no row, and then nothing is folded at all
+    if bool(flushed.any()):
+        f = flushed
+        g_last = torch.where(num_accepted[f, None] > 0, _last_gcum(acc_g[f], num_accepted[f]), c.last_gcum[f])
+        state = _fold(
+            fold_outer,
+            c.state[f],
+            torch.cat([c.key[f], expand_heads(acc_key[f], c.value.shape[-2])], 1),
+            torch.cat([c.value[f], acc_value[f]], 1),
+            torch.cat([c.gcum[f], acc_g[f]], 1),
+            torch.cat([c.in_buffer[f], taken[f]], 1),
+            g_last,
+        )
+        state_pool[state_slots[f]] = state.to(state_pool.dtype)
 
     # rows that keep buffering: write at buf_len .. buf_len + a - 1
     append = taken & ~flushed[:, None]
