@@ -86,8 +86,8 @@ def commit_entries(fold_outer: FoldOuter, key, value, gcum, accepted, num_accept
     """
     B, A = accepted.shape
     _check_flush_length(flush_length, buf_key.shape[1])
-    c = gather_committed(state_pool, state_slots, buf_key, buf_value, buf_gcum, buf_len, req_slots)
-    flushed = c.length + num_accepted >= flush_length                      # [B]
+    length = buf_len[req_slots]
+    flushed = length + num_accepted >= flush_length                         # [B]
     _check_state_slots(state_slots, flushed)
 
     # the accepted entries in path order: [B, A, ...], zero past num_accepted
@@ -99,6 +99,7 @@ def commit_entries(fold_outer: FoldOuter, key, value, gcum, accepted, num_accept
     # steps flush no row, and then nothing is folded at all
     if bool(flushed.any()):
         f = flushed
+        c = gather_committed(state_pool, state_slots, buf_key, buf_value, buf_gcum, buf_len, req_slots)
         g_last = torch.where(num_accepted[f, None] > 0, _last_gcum(acc_g[f], num_accepted[f]), c.last_gcum[f])
         state = _fold(
             fold_outer,
@@ -114,7 +115,7 @@ def commit_entries(fold_outer: FoldOuter, key, value, gcum, accepted, num_accept
     # rows that keep buffering: write at buf_len .. buf_len + a - 1
     append = taken & ~flushed[:, None]
     rows = req_slots[:, None].expand(B, A)[append]
-    pos = (c.length[:, None] + torch.arange(A, device=value.device))[append]
+    pos = (length[:, None] + torch.arange(A, device=value.device))[append]
     for buf, acc in ((buf_key, acc_key), (buf_value, acc_value), (buf_gcum, acc_g)):
         buf[rows, pos] = acc[append].to(buf.dtype)
     return flushed
