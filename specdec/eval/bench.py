@@ -41,6 +41,7 @@ class BenchSettings:
     dtype: str | None = None
     cuda_graphs: bool = True
     hf_reference: bool = False      # also time transformers' generate() on the same checkpoint and batches
+    hf_batch_sizes: tuple[int, ...] | None = None  # ... at these batch sizes only (default: all)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.
     model = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(resolve(settings.target)), dtype=dtype)
     model = model.to(device).eval()
     rows = []
-    for batch_size in tqdm(sorted(set(settings.batch_sizes)), desc="transformers plain", unit="batch"):
+    batch_sizes = settings.hf_batch_sizes or settings.batch_sizes
+    for batch_size in tqdm(sorted(set(batch_sizes)), desc="transformers plain", unit="batch"):
         inputs = torch.tensor([prompt] * batch_size, device=device)
         options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
         with torch.no_grad():

@@ -1,0 +1,17 @@
+"""benchmarks/study.py on the shipped Qwen3.5 (its --tiny smoke run): the JSON it writes turns into the
+BENCHMARKS.md section, one table row per batch size with both backends side by side."""
+
+from __future__ import annotations
+
+from benchmarks.study import END, START, markdown_section, run, table
+
+
+def test_a_smoke_run_makes_the_section():
+    result = run("qwen3.5-9b", layers=8, batches=(1, 2), new_tokens=8, device="cpu", tiny=True)
+    assert {(r["backend"], r["mode"]) for r in result["rows"]} == {
+        ("kvbuffer", "plain"), ("kvbuffer", "speculative"), ("recurrent", "plain"), ("recurrent", "speculative")}
+    assert [r["batch_size"] for r in result["transformers"]] == [1]
+    lines = table(result)
+    assert len(lines) == 2 + 2 and lines[2].startswith("| 1 |") and lines[3].endswith(" |  |")
+    section = markdown_section([result])
+    assert section.startswith(START) and section.endswith(END) and "synthetic" not in section
