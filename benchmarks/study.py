@@ -70,7 +70,29 @@ def table(result: dict) -> list[str]:
     return lines
 
 
-def markdown_section(results: list[dict]) -> str:
+def plot(result: dict, path: Path) -> Path:
+    """Tokens/s against batch size: plain and speculative, KVBuffer and intermediate states."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for backend, label in (("kvbuffer", "KVBuffer"), ("recurrent", "intermediate states")):
+        for mode, style in (("plain", "--"), ("speculative", "-")):
+            points = sorted((r["batch_size"], r["tokens_per_second"]) for r in result["rows"]
+                            if (r["backend"], r["mode"]) == (backend, mode))
+            ax.plot(*zip(*points, strict=True), style, marker="o", label=f"{label}, {mode}")
+    ax.set(xlabel="batch size", ylabel="new tokens / s", xscale="log", yscale="log",
+           title=f"{result['model']} shapes, {result['layers']} layers ({result['device']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def markdown_section(results: list[dict], plots: dict[str, Path] | None = None) -> str:
     parts = [START, "## End to end: KVBuffer against intermediate states", ""]
     for result in results:
         s = result["settings"]
@@ -83,6 +105,8 @@ def markdown_section(results: list[dict]) -> str:
                   "text). \"Recurrent\" is the same engine running linear layers as SGLang and vLLM do (no buffer; "
                   "one state written per draft token). Requests that fit count linear-attention state alone.", "",
                   *table(result), ""]
+        if plots and result["model"] in plots:
+            parts += [f"![tokens/s against batch size]({plots[result['model']].as_posix()})", ""]
     parts.append(END)
     return "\n".join(parts)
 
@@ -101,7 +125,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.report:
         results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("study_*.json"))]
-        replace_section(args.markdown, START, END, markdown_section(results))
+        plots = {r["model"]: plot(r, RESULTS / f"study_{r['model']}.png") for r in results}
+        replace_section(args.markdown, START, END, markdown_section(results, plots))
         return
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu --tiny for a smoke run")

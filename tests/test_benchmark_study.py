@@ -3,15 +3,18 @@ BENCHMARKS.md section, one table row per batch size with both backends side by s
 
 from __future__ import annotations
 
-from benchmarks.study import END, START, markdown_section, run, table
+from benchmarks.study import END, START, markdown_section, plot, run, table
 
 
-def test_a_smoke_run_makes_the_section():
+def test_a_smoke_run_makes_the_section(tmp_path):
     result = run("qwen3.5-9b", layers=8, batches=(1, 2), new_tokens=8, device="cpu", tiny=True)
     assert {(r["backend"], r["mode"]) for r in result["rows"]} == {
         ("kvbuffer", "plain"), ("kvbuffer", "speculative"), ("recurrent", "plain"), ("recurrent", "speculative")}
     assert [r["batch_size"] for r in result["transformers"]] == [1]
     lines = table(result)
     assert len(lines) == 2 + 2 and lines[2].startswith("| 1 |") and lines[3].endswith(" |  |")
-    section = markdown_section([result])
+    figure = plot(result, tmp_path / "study.png")
+    assert figure.read_bytes()[:4] == b"\x89PNG"
+    section = markdown_section([result], {"qwen3.5-9b": figure})
     assert section.startswith(START) and section.endswith(END) and "synthetic" not in section
+    assert f"]({figure.as_posix()})" in section
