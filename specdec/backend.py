@@ -67,21 +67,10 @@ def backend_for(device: torch.device, *head_dims: int) -> str:
     return "triton" if device.type == "cuda" else "reference"
 
 
-def _taking_ancestors(verify_ref: Callable) -> Callable:
-    """A reference verify that accepts the kernels' `ancestors` keyword: the references derive the tree from the
-    parents themselves, and the mask is the same one."""
-
-    @functools.wraps(verify_ref)
-    def verify(*args, ancestors: torch.Tensor | None = None):
-        return verify_ref(*args)
-
-    return verify
-
-
 @functools.cache
 def gdn_ops(backend: str) -> MixerOps:
     if backend == "reference":
-        return MixerOps(gdn.gdn_decode_ref, _taking_ancestors(gdn.gdn_verify_ref), gdn.gdn_commit_ref,
+        return MixerOps(gdn.gdn_decode_ref, gdn.gdn_verify_ref, gdn.gdn_commit_ref,
                         gdn.gdn_flush_ref, gdn.gdn_chunk_prefill_ref)
     return MixerOps(gdn.gdn_decode, gdn.gdn_verify, gdn.gdn_commit, gdn.gdn_flush, gdn.gdn_chunk_prefill_ref)
 
@@ -98,7 +87,7 @@ def gdn_chunk_prefill(backend: str, dtype: torch.dtype) -> Callable:
 @functools.cache
 def mamba2_ops(backend: str) -> MixerOps:
     if backend == "reference":
-        return MixerOps(mamba2.mamba2_decode_ref, _taking_ancestors(mamba2.mamba2_verify_ref), mamba2.mamba2_commit_ref,
+        return MixerOps(mamba2.mamba2_decode_ref, mamba2.mamba2_verify_ref, mamba2.mamba2_commit_ref,
                         mamba2.mamba2_flush_ref, mamba2.mamba2_chunk_prefill_ref)
     return MixerOps(mamba2.mamba2_decode, mamba2.mamba2_verify, mamba2.mamba2_commit, mamba2.mamba2_flush,
                     mamba2.mamba2_chunk_prefill_ref)

@@ -70,9 +70,11 @@ def read_buffer(x: torch.Tensor, gcum: torch.Tensor, c: Committed) -> torch.Tens
     return torch.einsum("btlh,blhv->bthv", scores, c.value)
 
 
-def path_decay(gcum: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:
-    """e^{G_t - G_i} for i an ancestor of t or t itself, 0 elsewhere: [B, T(t), T(i), HV]. gcum: [B, T, HV]."""
-    on_path = ancestor_mask(parents, num_nodes)[..., None]
+def path_decay(gcum: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor,
+               ancestors: torch.Tensor | None = None) -> torch.Tensor:
+    """e^{G_t - G_i} for i an ancestor of t or t itself, 0 elsewhere: [B, T(t), T(i), HV]. gcum: [B, T, HV];
+    ancestors: the trees' ancestor_mask [B, T, T] when the caller has it already (else derived here)."""
+    on_path = (ancestor_mask(parents, num_nodes) if ancestors is None else ancestors)[..., None]
     return torch.where(on_path, gcum[:, :, None] - gcum[:, None], -torch.inf).exp()
 
 

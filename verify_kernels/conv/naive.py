@@ -30,17 +30,24 @@ def tree_conv_windows_ref(
     check_tree(parents, num_nodes)
     B, T, D = x.shape
     W = conv_pool.shape[-1] + 1
-    rows = torch.arange(B, device=x.device)
+    rows = torch.arange(B, device=x.device)[:, None]
     node = torch.arange(T, device=x.device) < num_nodes[:, None]            # [B, T]
+    parent = torch.where(node, parents, -1)                                  # padding parents may be garbage
     x = x.float()
-    committed = conv_pool[req_slots].float()                                 # [B, D, W - 1]
-    windows = x.new_zeros(B, T, D, W)
-    for j in range(T):
-        parent = torch.where(node[:, j], parents[:, j], -1)                  # padding parents may be garbage
-        # the W - 1 inputs before node j on its path: the tail of its parent's window, or the committed ones
-        from_parent = windows[rows, parent.clamp(min=0), :, 1:]               # [B, D, W - 1]
-        history = torch.where((parent >= 0)[:, None, None], from_parent, committed)
-        windows[:, j] = torch.cat([history, x[:, j, :, None]], dim=-1)
+    committed = conv_pool[req_slots].float().transpose(1, 2)                 # [B, W - 1, D], newest last
+    # walk up every node's path W - 1 times at once: the input w steps back is the ancestor w steps up while the
+    # path lasts, then the committed inputs, newest first
+    newest_first = [x]
+    up = parent                                                              # [B, T]: w steps up, -1 past the root
+    past_root = torch.zeros_like(parent)                                     # committed inputs taken so far
+    for _ in range(1, W):
+        on_path = up >= 0
+        past_root = past_root + (~on_path).long()
+        from_path = x[rows, up.clamp(min=0)]                                  # [B, T, D]
+        from_committed = committed[rows, (W - 1 - past_root).clamp(0, W - 2)]  # [B, T, D]
+        newest_first.append(torch.where(on_path[..., None], from_path, from_committed))
+        up = torch.where(on_path, parent[rows, up.clamp(min=0)], -1)
+    windows = torch.stack(newest_first[::-1], dim=-1)                        # [B, T, D, W], oldest first
     return torch.where(node[..., None, None], windows, 0.0)
 
 

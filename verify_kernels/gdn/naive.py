@@ -146,11 +146,13 @@ def gdn_verify_ref(
     buf_gcum: torch.Tensor,
     buf_len: torch.Tensor,
     req_slots: torch.Tensor,
+    ancestors: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A token tree per row on top of its committed S0 + buffer; writes nothing, forms no per-node state.
 
     q, k: [B, T, H, K]; v: [B, T, HV, V]; g, beta: [B, T, HV]; parents: [B, T] int64 and num_nodes: [B] int64
-    (verify_kernels.tree); pools as in the module docstring. Returns o [B, T, HV, V] and the nodes' buffer
+    (verify_kernels.tree); pools as in the module docstring; ancestors: their ancestor_mask [B, T, T] when the caller
+    has it (else derived from parents). Returns o [B, T, HV, V] and the nodes' buffer
     entries u [B, T, HV, V] and gcum [B, T, HV] (gcum = gcum of the parent + g), float32, zeros at padding.
     A node's u depends only on its ancestors, so the entries of any accepted root path can be committed as-is.
     """
@@ -164,14 +166,15 @@ def gdn_verify_ref(
     k_read = _read_committed(k, read_g, c)                                  # [B, T, HV, V]
     q_read = _read_committed(q, read_g, c)
 
-    decay = kvbuffer.path_decay(gcum, parents, num_nodes)                   # [B, T(t), T(i), HV]
+    decay = kvbuffer.path_decay(gcum, parents, num_nodes, ancestors)        # [B, T(t), T(i), HV]
     kk = torch.einsum("bthk,bihk->btih", k, k) * decay
     qk = torch.einsum("bthk,bihk->btih", q, k) * decay
-    # forward substitution in topological order: the ancestors i < t of node t are solved before t
-    u = torch.zeros_like(v)
-    for t in range(T):
-        ancestors = torch.einsum("bih,bihv->bhv", kk[:, t, :t], u[:, :t])
-        u[:, t] = beta[:, t, :, None] * (v[:, t] - k_read[:, t] - ancestors)
+    # u_t + beta_t sum_{i in A(t)} kk[t, i] u_i = beta_t (v_t - k_read_t): a unit lower-triangular system over the
+    # nodes (ancestors come first in topological order), solved per row and head by forward substitution
+    system = beta.permute(0, 2, 1)[..., None] * kk.permute(0, 3, 1, 2).tril(-1)   # [B, HV, T(t), T(i)]
+    system = system + torch.eye(T, device=v.device)
+    rhs = (beta[..., None] * (v - k_read)).transpose(1, 2)                 # [B, HV, T, V]
+    u = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True).transpose(1, 2)
     o = q_read + torch.einsum("btih,bihv->bthv", qk, u)
     return o, u, gcum
 

@@ -141,11 +141,13 @@ def mamba2_verify_ref(
     buf_gcum: torch.Tensor,
     buf_len: torch.Tensor,
     req_slots: torch.Tensor,
+    ancestors: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A token tree per row on top of its committed h0 + buffer; writes nothing, forms no per-node state.
 
     x: [B, T, NH, P]; dt: [B, T, NH]; A: [NH]; Bm, C: [B, T, NG, N]; D: [NH]; parents: [B, T] int64 and
-    num_nodes: [B] int64 (verify_kernels.tree); pools as in the module docstring. Returns y [B, T, NH, P] and
+    num_nodes: [B] int64 (verify_kernels.tree); pools as in the module docstring; ancestors: their ancestor_mask
+    [B, T, T] when the caller has it (else derived from parents). Returns y [B, T, NH, P] and
     the nodes' buffer entries xdt [B, T, NH, P] and gcum [B, T, NH] (gcum = gcum of the parent + dt A),
     float32, zeros at padding.
     """
@@ -157,7 +159,7 @@ def mamba2_verify_ref(
     gcum = tree_cumsum(dt * A.float(), parents, num_nodes, initial=c.last_gcum)   # [B, T, NH]
     xdt = dt[..., None] * x
 
-    decay = kvbuffer.path_decay(gcum, parents, num_nodes)                   # [B, T(t), T(i), NH]
+    decay = kvbuffer.path_decay(gcum, parents, num_nodes, ancestors)        # [B, T(t), T(i), NH]
     scores = torch.einsum("bthn,bihn->btih", C, Bm) * decay
     read_g = kvbuffer.reading_gcum(gcum, num_nodes, c.last_gcum)
     y = _read_committed(C, read_g, c) + torch.einsum("btih,bihp->bthp", scores, xdt)
