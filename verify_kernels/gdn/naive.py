@@ -174,7 +174,7 @@ def gdn_verify_ref(
     system = beta.permute(0, 2, 1)[..., None] * kk.permute(0, 3, 1, 2).tril(-1)   # [B, HV, T(t), T(i)]
     system = system + torch.eye(T, device=v.device)
     rhs = (beta[..., None] * (v - k_read)).transpose(1, 2)                 # [B, HV, T, V]
-    u = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True).transpose(1, 2)
+    u = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True).transpose(1, 2).contiguous()
     o = q_read + torch.einsum("btih,bihv->bthv", qk, u)
     return o, u, gcum
 
