@@ -29,19 +29,13 @@ def add_commands(commands) -> None:
     evaluate.add_argument("--max-new-tokens", type=int, default=128)
     evaluate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     evaluate.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
-    evaluate.add_argument("--num-steps", "--speculative-num-steps", dest="num_steps", type=int, default=4)
-    evaluate.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1)
-    evaluate.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
-                          default=None)
-    evaluate.add_argument("--dynamic-tree", action="store_true")
-    evaluate.add_argument("--flush-length", type=int, default=16)
+    add_speculation_arguments(evaluate)
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="skip the plain-decoding runs (no speedup column)")
     evaluate.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     evaluate.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
     evaluate.add_argument("--output", type=Path, default=None,
                           help="results folder (default: eval-results/TARGET_DRAFT_DATASET)")
-
 
     bench = commands.add_parser(
         "bench", help="throughput sweep over batch sizes, KVBuffer against the intermediate-state baseline",
@@ -58,12 +52,7 @@ def add_commands(commands) -> None:
                        help="also time the intermediate-state baseline in the same run")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--prompt-tokens", type=int, default=128, help="tokens of the random prompt")
-    bench.add_argument("--num-steps", "--speculative-num-steps", dest="num_steps", type=int, default=4)
-    bench.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1)
-    bench.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
-                       default=None)
-    bench.add_argument("--dynamic-tree", action="store_true")
-    bench.add_argument("--flush-length", type=int, default=16)
+    add_speculation_arguments(bench)
     bench.add_argument("--state-memory-gb", type=float, default=40.0,
                        help="the budget for the requests-that-fit column (default: 40)")
     bench.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -72,6 +61,16 @@ def add_commands(commands) -> None:
     bench.add_argument("--hf-reference", action="store_true",
                        help="also time transformers' generate() on the same checkpoint and batch sizes")
     bench.add_argument("--output", type=Path, default=None, help="write the rows and settings to this JSON file")
+
+
+def add_speculation_arguments(parser) -> None:
+    """The draft shape and flush length, as `specdec run` takes them (SGLang's names too)."""
+    parser.add_argument("--num-steps", "--speculative-num-steps", dest="num_steps", type=int, default=4)
+    parser.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1)
+    parser.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
+                        default=None)
+    parser.add_argument("--dynamic-tree", action="store_true")
+    parser.add_argument("--flush-length", type=int, default=16)
 
 
 def dispatch(args: argparse.Namespace) -> None:
