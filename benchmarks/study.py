@@ -7,7 +7,9 @@ Nano shapes (the first --layers of their layers), CUDA graphs on, batch 1 to 512
   and how many requests' linear-attention state fits 40 GiB;
 - transformers' generate() on the same checkpoint at the smaller batches, the outside reference.
 
-One device call per model (each fits the 10 minutes of one call), then the report on any machine:
+One device call per model (each must fit the 10 minutes of one call, writing the random checkpoint included;
+split the batch sizes over two calls with --batches and --out study_MODEL_PART.json if not), then the report on
+any machine, which joins the parts of a model:
     python -m benchmarks.study --model qwen3.5-9b --out benchmarks/results/study_qwen3.5-9b.json
     python -m benchmarks.study --model nemotron-3-nano --out benchmarks/results/study_nemotron-3-nano.json
     python -m benchmarks.study --report      # BENCHMARKS.md from benchmarks/results/study_*.json
@@ -70,6 +72,19 @@ def table(result: dict) -> list[str]:
     return lines
 
 
+def merge(results: list[dict]) -> list[dict]:
+    """One result per model: runs split over device calls (--batches, --out study_MODEL_PART.json) joined."""
+    merged: dict[str, dict] = {}
+    for result in results:
+        if result["model"] not in merged:
+            merged[result["model"]] = {**result, "rows": list(result["rows"]),
+                                       "transformers": list(result["transformers"])}
+        else:
+            merged[result["model"]]["rows"] += result["rows"]
+            merged[result["model"]]["transformers"] += result["transformers"]
+    return list(merged.values())
+
+
 def plot(result: dict, path: Path) -> Path:
     """Tokens/s against batch size: plain and speculative, KVBuffer and intermediate states."""
     import matplotlib
@@ -124,7 +139,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=Path("BENCHMARKS.md"))
     args = parser.parse_args()
     if args.report:
-        results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("study_*.json"))]
+        results = merge([json.loads(p.read_text()) for p in sorted(RESULTS.glob("study_*.json"))])
         plots = {r["model"]: plot(r, RESULTS / f"study_{r['model']}.png") for r in results}
         replace_section(args.markdown, START, END, markdown_section(results, plots))
         return

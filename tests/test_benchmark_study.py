@@ -3,7 +3,7 @@ BENCHMARKS.md section, one table row per batch size with both backends side by s
 
 from __future__ import annotations
 
-from benchmarks.study import END, START, markdown_section, plot, run, table
+from benchmarks.study import END, START, markdown_section, merge, plot, run, table
 
 
 def test_a_smoke_run_makes_the_section(tmp_path):
@@ -18,3 +18,12 @@ def test_a_smoke_run_makes_the_section(tmp_path):
     section = markdown_section([result], {"qwen3.5-9b": figure})
     assert section.startswith(START) and section.endswith(END) and "synthetic" not in section
     assert f"]({figure.as_posix()})" in section
+
+
+def test_parts_of_a_model_are_joined():
+    part = {"model": "m", "rows": [{"batch_size": 1}], "transformers": [{"batch_size": 1}]}
+    other = {"model": "m", "rows": [{"batch_size": 512}], "transformers": []}
+    (joined,) = merge([part, other])
+    assert [r["batch_size"] for r in joined["rows"]] == [1, 512] and len(joined["transformers"]) == 1
+    assert part["rows"] == [{"batch_size": 1}]  # the inputs stay as they were
+
