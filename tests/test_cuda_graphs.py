@@ -92,6 +92,17 @@ def test_key_lengths_come_in_powers_of_two_up_to_the_cache(tmp_path):
     assert [graphed.kv_bucket(n) for n in (1, 256, 257, 600, 1000)] == [256, 256, 512, 1000, 1000]
 
 
+def test_capturing_ahead_builds_every_step_the_batches_will_replay(tmp_path):
+    save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=1)
+    runner = ModelRunner.create(load_model(tmp_path, device="cpu"), CacheConfig(max_requests=40, max_seq_len=1000))
+    graphed = GraphedForward(runner, width=5, max_batch=32, capture=False)
+    # 20 requests: buckets up to 24; rows needing 200 to 600 keys: key lengths 256, 512 and the cache's 1000
+    assert graphed.capture_buckets(rows=20, shortest=200, longest=600) == 6 * 3
+    assert set(graphed._steps) == {(size, kv) for size in (1, 2, 4, 8, 16, 24) for kv in (256, 512, 1000)}
+    assert graphed.capture_buckets(rows=20, shortest=200, longest=600) == 0, "nothing is built twice"
+    assert graphed.capture_buckets(rows=99, shortest=1, longest=1) == 1  # the largest bucket (32), at 256 keys
+
+
 def test_static_step_gives_the_plain_logits(checkpoint):
     """Three rows (one padding row in the bucket of 4) with trees narrower than the static width."""
     model = load_model(checkpoint, device="cpu")

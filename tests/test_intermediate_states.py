@@ -4,6 +4,8 @@ target this way emits the KVBuffer engine's tokens."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -131,6 +133,22 @@ def test_decode_in_place_writes_the_slots(mixer, implementation):
     torch.testing.assert_close(in_place_pool[[1, 3]], pool[[1, 3]])  # the row without nodes keeps its state
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_node_states_land_in_the_buffer_given(implementation):
+    """The engine reserves the node states once (KVBufferCache.reserve_node_states) and hands each step a view."""
+    gdn = IMPLEMENTATIONS[implementation][0]
+    inputs, pool = gdn_inputs(torch.Generator().manual_seed(3), len(TREES), 5)
+    args = on_device(*inputs, torch.tensor(TREES), torch.tensor(NUM_NODES), pool, torch.tensor(STATE_SLOTS))
+    o, states = gdn(*args)
+    buffer = torch.full_like(states, float("nan"))
+    o_given, states_given = gdn(*args, states_out=buffer)
+    assert states_given.data_ptr() == buffer.data_ptr()
+    torch.testing.assert_close(o_given, o)
+    torch.testing.assert_close(buffer, states)
+    with pytest.raises((ValueError, RuntimeError)):
+        gdn(*args, states_out=buffer[:, :4])
+
+
 def test_the_baseline_keeps_no_buffer():
     with pytest.raises(ValueError, match="flush_length must be 1"):
         CacheConfig(flush_length=16, intermediate_states=True)
@@ -151,4 +169,8 @@ def test_the_engine_emits_the_same_tokens_either_way(target, draft, shape):
         if backend == "recurrent":
             assert all(pool.intermediate is not None for pool in llm.engine.runner.cache.linear)
             assert llm.engine.runner.cache.config.flush_length == 1
+            cache, width = llm.engine.runner.cache, llm.engine.config.shape.budget + 1
+            for pool in cache.linear:  # one state per node of the widest step, per request slot, reserved once
+                states = cache.config.max_requests * width * math.prod(pool.spec.state_shape) if draft else 0
+                assert pool.node_states.numel() == states
     assert outputs["recurrent"] == outputs["kvbuffer"]

@@ -165,13 +165,14 @@ def commit_node_states_kernel(
         tl.store(state_pool + slot * E + o_e, b_s, mask=m_e)
 
 
-def gdn_intermediate(q, k, v, g, beta, parents, num_nodes, state_pool, state_slots, in_place: bool = False):
+def gdn_intermediate(q, k, v, g, beta, parents, num_nodes, state_pool, state_slots, in_place: bool = False,
+                     states_out=None):
     """As verify_kernels.intermediate_states.gdn_intermediate_ref."""
     B, T, H, K = q.shape
     HV, V = v.shape[-2:]
     _check_in_place(in_place, T)
     out = torch.empty(B, T, HV, V, device=v.device, dtype=torch.float32)
-    states = None if in_place else torch.empty(B, T, HV, K, V, device=v.device, dtype=torch.float32)
+    states = None if in_place else _node_states(states_out, (B, T, HV, K, V), v.device)
     block_v = min(GDN_BLOCK_V, V)
     gdn_intermediate_kernel[(triton.cdiv(V, block_v), B * HV)](
         q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(), parents.contiguous(),
@@ -180,13 +181,14 @@ def gdn_intermediate(q, k, v, g, beta, parents, num_nodes, state_pool, state_slo
     return out, states
 
 
-def mamba2_intermediate(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_slots, in_place: bool = False):
+def mamba2_intermediate(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_slots, in_place: bool = False,
+                        states_out=None):
     """As verify_kernels.intermediate_states.mamba2_intermediate_ref."""
     B, T, NH, P = x.shape
     NG, N = Bm.shape[-2:]
     _check_in_place(in_place, T)
     out = torch.empty(B, T, NH, P, device=x.device, dtype=torch.float32)
-    states = None if in_place else torch.empty(B, T, NH, P, N, device=x.device, dtype=torch.float32)
+    states = None if in_place else _node_states(states_out, (B, T, NH, P, N), x.device)
     block_p = min(MAMBA2_BLOCK_P, P)
     mamba2_intermediate_kernel[(triton.cdiv(P, block_p), B * NH)](
         x.contiguous(), dt.contiguous(), A.float().contiguous(), Bm.contiguous(), C.contiguous(),
@@ -204,6 +206,16 @@ def commit_node_states(states, accepted, num_accepted, state_pool, state_slots) 
     commit_node_states_kernel[(triton.cdiv(elements, COPY_BLOCK), B)](
         states.contiguous(), accepted.contiguous(), num_accepted, state_pool, state_slots, T, accepted.shape[1],
         elements, BLOCK=COPY_BLOCK)
+
+
+def _node_states(states_out: torch.Tensor | None, shape: tuple[int, ...], device) -> torch.Tensor:
+    """Where the kernels write the node states: states_out (the engine's preallocated buffer) or a new tensor."""
+    if states_out is None:
+        return torch.empty(shape, device=device, dtype=torch.float32)
+    if tuple(states_out.shape) != shape or states_out.dtype != torch.float32 or not states_out.is_contiguous():
+        raise ValueError(f"states_out must be a contiguous float32 tensor of shape {list(shape)}, got "
+                         f"{states_out.dtype} {list(states_out.shape)}")
+    return states_out
 
 
 def _check_in_place(in_place: bool, T: int) -> None:

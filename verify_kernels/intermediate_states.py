@@ -23,6 +23,7 @@ def gdn_intermediate_ref(
     state_pool: torch.Tensor,
     state_slots: torch.Tensor,
     in_place: bool = False,
+    states_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gated DeltaNet over a token tree per row, one state per node.
 
@@ -30,7 +31,8 @@ def gdn_intermediate_ref(
     committed state; a parent comes before its children; entries past num_nodes [B] are ignored); state_pool
     [S, HV, K, V] with state_slots [B] (-1: zero state). Returns o [B, T, HV, V] and the node states
     [B, T, HV, K, V], float32 (padding nodes output zeros and hold the committed state). in_place (decode
-    steps, T = 1): write each row's new state into its slot instead, and return None for the states.
+    steps, T = 1): write each row's new state into its slot instead, and return None for the states. states_out
+    [B, T, HV, K, V] (the engine's preallocated node states): written and returned instead of a new tensor.
     """
     B, T, HV, V = v.shape
     q, k, v, g, beta = zero_padding_nodes(num_nodes, q, k, v, g, beta)
@@ -46,7 +48,7 @@ def gdn_intermediate_ref(
         S = S + k[:, t, :, :, None] * u[:, :, None, :]
         states[:, t] = S
         o[:, t] = torch.einsum("bhkv,bhk->bhv", S, q[:, t])
-    return o, _kept(states, num_nodes, state_pool, state_slots, in_place)
+    return o, _kept(states, num_nodes, state_pool, state_slots, in_place, states_out)
 
 
 def mamba2_intermediate_ref(
@@ -61,12 +63,13 @@ def mamba2_intermediate_ref(
     state_pool: torch.Tensor,
     state_slots: torch.Tensor,
     in_place: bool = False,
+    states_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Mamba2 over a token tree per row, one state per node.
 
     x: [B, T, NH, P]; dt: [B, T, NH]; A, D: [NH]; Bm, C: [B, T, NG, N]; parents, num_nodes, state_slots as for
     gdn_intermediate_ref; state_pool [S, NH, P, N]. Returns y [B, T, NH, P] and the node states
-    [B, T, NH, P, N], float32 (or None, in_place, as for gdn_intermediate_ref).
+    [B, T, NH, P, N], float32 (or None, in_place; states_out as for gdn_intermediate_ref).
     """
     B, T, NH, P = x.shape
     x, dt, Bm, C = zero_padding_nodes(num_nodes, x, dt, Bm, C)
@@ -81,7 +84,7 @@ def mamba2_intermediate_ref(
         h = a[:, t, :, None, None].exp() * h + (dt[:, t, :, None] * x[:, t])[..., None] * Bm[:, t, :, None, :]
         states[:, t] = h
         y[:, t] = torch.einsum("bhpn,bhn->bhp", h, C[:, t])
-    return y + D.float()[:, None] * x, _kept(states, num_nodes, state_pool, state_slots, in_place)
+    return y + D.float()[:, None] * x, _kept(states, num_nodes, state_pool, state_slots, in_place, states_out)
 
 
 def commit_node_states_ref(
@@ -105,10 +108,11 @@ def commit_node_states_ref(
 
 
 def _kept(states: torch.Tensor, num_nodes: torch.Tensor, state_pool: torch.Tensor, state_slots: torch.Tensor,
-          in_place: bool) -> torch.Tensor | None:
-    """The node states to return, or (in_place, one node per row) None after writing them into the slots."""
+          in_place: bool, states_out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The node states to return (in states_out when given), or (in_place, one node per row) None after writing
+    them into the slots."""
     if not in_place:
-        return states
+        return states if states_out is None else states_out.copy_(states)
     if states.shape[1] != 1:
         raise ValueError(f"in-place decoding writes one node's state per row; got {states.shape[1]} nodes")
     commit_node_states_ref(states, torch.zeros_like(num_nodes)[:, None], num_nodes.clamp(max=1), state_pool,

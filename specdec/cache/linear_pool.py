@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,8 @@ class LinearLayerPool:
     state [S, *state_shape] fp32: committed states, one per state slot.
     buf_key [R, L, *key_shape], buf_value [R, L, *value_shape], buf_gcum [R, L, decay_heads] fp32: buffers.
     conv [R, conv_dim, W-1] (model dtype): the last W-1 committed pre-conv inputs, newest last.
+    node_states (the intermediate-state baseline only): one state per node of a verify step, see
+        reserve_node_states.
     """
 
     def __init__(self, spec: LinearLayerSpec, max_requests: int, state_slots: int, flush_length: int,
@@ -55,6 +58,20 @@ class LinearLayerPool:
         self._conv_ops = conv_ops(backend)
         # the baseline's ops when the cache runs linear layers with intermediate states (CacheConfig), else None
         self.intermediate = intermediate_ops(spec.mixer, backend) if intermediate_states else None
+        # the baseline's node states, reserved once for the widest step (reserve_node_states) as SGLang and vLLM
+        # reserve theirs: [max_requests * width * state] fp32, flat, viewed per step; empty until reserved
+        self.node_states = torch.zeros(0, **fp32)
+
+    def reserve_node_states(self, rows: int, width: int) -> None:
+        """Room for `width` node states of `rows` requests (the intermediate-state baseline's verify steps)."""
+        self.node_states = torch.zeros(rows * width * math.prod(self.spec.state_shape), device=self.state.device)
+
+    def node_states_for(self, rows: int, width: int) -> torch.Tensor | None:
+        """[rows, width, *state] in the reserved node states, or None (the op allocates) when they do not fit."""
+        size = rows * width * math.prod(self.spec.state_shape)
+        if width == 1 or size > self.node_states.numel():  # (decode steps write their states in place)
+            return None
+        return self.node_states[:size].view(rows, width, *self.spec.state_shape)
 
     def buffers(self, buf_len: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(buf_key, buf_value, buf_gcum, buf_len): the buffer arguments every reference op takes."""
@@ -91,4 +108,4 @@ class LinearLayerPool:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.state, self.buf_key, self.buf_value, self.buf_gcum,
-                                                            self.conv))
+                                                            self.conv, self.node_states))

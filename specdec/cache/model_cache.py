@@ -45,6 +45,15 @@ class KVBufferCache:
         self._free_states = list(range(config.state_slots - 1, -1, -1))
         self._active: set[int] = set()
 
+    def reserve_node_states(self, width: int) -> None:
+        """The intermediate-state baseline (CacheConfig.intermediate_states): room for `width` node states per
+        request slot in every linear layer, reserved once for the widest verify step rather than per step (and per
+        captured CUDA graph)."""
+        if not self.config.intermediate_states:
+            raise ValueError("node states are the intermediate-state baseline's; this cache keeps a KVBuffer")
+        for layer in self.linear:
+            layer.reserve_node_states(self.config.max_requests, width)
+
     # ---- slots -------------------------------------------------------------------------------------------
     @property
     def free_request_slots(self) -> int:

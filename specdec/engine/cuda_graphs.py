@@ -127,6 +127,26 @@ class GraphedForward:
         """The key length a step reads when its longest row needs `longest` positions."""
         return min(self.cache.config.max_seq_len, max(MIN_KV_LEN, 1 << (longest - 1).bit_length()))
 
+    def capture_buckets(self, rows: int, shortest: int, longest: int) -> int:
+        """Build now every step that batches of up to `rows` requests will replay while their longest row needs
+        `shortest` to `longest` key positions (committed tokens + the step's nodes), as a server does at start-up:
+        later steps, batches shrinking as requests finish included, then never stop to capture. Returns how many
+        steps were built."""
+        top = next((size for size in self.buckets if size >= rows), self.buckets[-1])
+        kv_lens, kv_len = [], self.kv_bucket(shortest)
+        while True:
+            kv_lens.append(kv_len)
+            if kv_len >= self.kv_bucket(longest):
+                break
+            kv_len = min(2 * kv_len, self.cache.config.max_seq_len)
+        built = 0
+        for size in (size for size in self.buckets if size <= top):
+            for kv_len in kv_lens:
+                if (size, kv_len) not in self._steps:
+                    self._steps[(size, kv_len)] = self._build(size, kv_len)
+                    built += 1
+        return built
+
     def _host_rows(self, row: torch.Tensor, bucket: int) -> torch.Tensor:
         """`bucket` copies of a packed row on the host, pinned under capture (the copies to the device are async)."""
         rows = row.expand(bucket, -1).clone()

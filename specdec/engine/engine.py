@@ -58,12 +58,23 @@ class Engine:
         if drafter is not None and drafter.target_features is not None:
             self.runner.feature_layers = drafter.target_features
         width = config.shape.budget + 1 if drafter else 1  # nodes per verify step: the root and its drafts
+        if cache.intermediate_states and width > 1:  # the baseline's one state per node, for every request slot
+            self.runner.cache.reserve_node_states(width)
         self.forward: ModelRunner | GraphedForward = self.runner
         if self.graph_note is None:
             self.forward = GraphedForward(self.runner, width, max_batch=config.cache.max_requests)
         self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0)
         self._ids = itertools.count()
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
+
+    def capture_graphs(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
+        """Capture the CUDA graphs that batches of up to `rows` requests of these lengths will replay, ahead of
+        time (benchmarks, servers that warm up); the steps not captured here are captured when first needed.
+        Returns how many were captured (0 without graphs)."""
+        if not isinstance(self.forward, GraphedForward):
+            return 0
+        width = self.forward.width
+        return self.forward.capture_buckets(rows, prompt_tokens + width, prompt_tokens + max_new_tokens + width)
 
     # ---- requests ----------------------------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: SamplingParams = SamplingParams(), max_new_tokens: int = 64,

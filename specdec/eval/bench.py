@@ -2,9 +2,11 @@
 (with --baseline recurrent) on the intermediate-state baseline of the same engine (LLM(linear_backend="recurrent"):
 linear layers run as SGLang and vLLM run them), so that every comparison is made in one run on the same code.
 
-Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all queued at once; a short warm-up
-round at that batch size first (compilation, CUDA-graph capture), then the timed round. Beside the speed, the
-linear-attention state memory one request holds on each backend, and how many requests fit a state budget. With
+Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all queued at once. First the warm-up:
+every CUDA graph the batch will replay is captured, and a round at that batch size folds each buffer once
+(compilation); then the batch is prefilled and its decoding timed, from the first step to the last request's end.
+Beside the speed, the linear-attention state memory one request holds on each backend, and how many requests fit a
+state budget. With
 --hf-reference, transformers' generate() on the same checkpoint and batches as the outside reference.
 """
 
@@ -77,6 +79,8 @@ def run_bench(settings: BenchSettings) -> list[BenchRow]:
             device, dtype = llm.model.device, llm.model.dtype
             del llm
             gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # the next engine's pools and graphs start from a clean allocator
     if settings.hf_reference:
         rows += time_transformers(settings, prompt, device, dtype)
     return with_speedups(rows)
@@ -85,7 +89,8 @@ def run_bench(settings: BenchSettings) -> list[BenchRow]:
 def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.device,
                       dtype: torch.dtype) -> list[BenchRow]:
     """transformers' generate() on the same checkpoint, dtype, prompt and batch sizes: greedy, exactly
-    max_new_tokens per request, a warm-up call first."""
+    max_new_tokens per request, a warm-up call first. Decode throughput as for our rows: the time of a call that
+    makes one new token (the prefill) is taken off, and so is that token."""
     from transformers import AutoModelForCausalLM
 
     from specdec.models.checkpoint import resolve_checkpoint
@@ -100,18 +105,23 @@ def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.
         options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
         with torch.no_grad():
             model.generate(inputs, max_new_tokens=WARMUP_TOKENS, min_new_tokens=WARMUP_TOKENS, **options)
-            synchronize(device)
-            start = time.perf_counter()
-            output = model.generate(inputs, max_new_tokens=settings.max_new_tokens,
-                                    min_new_tokens=settings.max_new_tokens, **options)
-            synchronize(device)
-        seconds = time.perf_counter() - start
-        new_tokens = (output.shape[1] - len(prompt)) * batch_size
+            prefill, _ = _timed_generate(model, inputs, 1, options)
+            seconds, output = _timed_generate(model, inputs, settings.max_new_tokens, options)
+        seconds = max(seconds - prefill, 1e-9)
+        new_tokens = (output.shape[1] - len(prompt) - 1) * batch_size
         rows.append(BenchRow(backend="transformers", mode="plain", batch_size=batch_size, new_tokens=new_tokens,
                              seconds=seconds, tokens_per_second=new_tokens / seconds,
                              ms_per_step=1e3 * seconds / settings.max_new_tokens, mean_accepted_length=1.0,
                              state_mib_per_request=0.0, max_concurrent_requests=0))
     return rows
+
+
+def _timed_generate(model, inputs: torch.Tensor, new_tokens: int, options: dict) -> tuple[float, torch.Tensor]:
+    synchronize(inputs.device)
+    start = time.perf_counter()
+    output = model.generate(inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **options)
+    synchronize(inputs.device)
+    return time.perf_counter() - start, output
 
 
 def load_llm(settings: BenchSettings, backend: str, mode: str):
@@ -126,18 +136,23 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
 
 def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings, backend: str, mode: str,
                per_request: int, fits: int) -> BenchRow:
+    """Decode throughput: the batch's prefill runs before the clock starts (its first new token per request is
+    not counted), then every step to the last request's end, as the batch shrinks."""
     engine = llm.engine
     engine.scheduler.max_batch = batch_size
-    for _ in range(batch_size):  # warm-up: compilation and graph capture at this batch size
-        llm.submit(prompt, WARMUP_TOKENS)
+    # warm-up: every CUDA graph the shrinking batch will replay, then a round long enough to fold each buffer
+    engine.capture_graphs(batch_size, len(prompt), settings.max_new_tokens)
+    for _ in range(batch_size):
+        llm.submit(prompt, settings.flush_length + WARMUP_TOKENS)
     engine.run()
     requests = [llm.submit(prompt, settings.max_new_tokens)[0] for _ in range(batch_size)]
+    engine.step()  # admits the batch and prefills it
     synchronize(llm.model.device)
     start = time.perf_counter()
     engine.run()
     synchronize(llm.model.device)
     seconds = time.perf_counter() - start
-    new_tokens = sum(len(r.output) for r in requests)
+    new_tokens = sum(len(r.output) - 1 for r in requests)
     emitted = [n for r in requests for n in r.stats.emitted_per_step]
     return BenchRow(backend=backend, mode=mode, batch_size=batch_size, new_tokens=new_tokens, seconds=seconds,
                     tokens_per_second=new_tokens / seconds,

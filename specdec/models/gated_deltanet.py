@@ -102,7 +102,8 @@ class GatedDeltaNet(nn.Module):
         if pool.intermediate is not None:  # the baseline: one state per node, kept for commit
             out[rows], scratch.node_states = pool.intermediate.tree(
                 query[rows], key[rows], value[rows], g[rows], beta[rows], ctx.parents[rows], ctx.num_nodes[rows],
-                pool.state, ctx.state_slots[rows], in_place=ctx.parents.shape[1] == 1)
+                pool.state, ctx.state_slots[rows], in_place=ctx.parents.shape[1] == 1,
+                states_out=pool.node_states_for(*ctx.parents[rows].shape))
             return
         pools = (pool.state, ctx.state_slots[rows], *pool.buffers(buf_len), ctx.req_slots[rows])
         if ctx.parents.shape[1] == 1:

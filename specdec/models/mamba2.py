@@ -90,7 +90,8 @@ class Mamba2Mixer(nn.Module):
             if pool.intermediate is not None:  # the baseline: one state per node, kept for commit
                 out[rows], scratch.node_states = pool.intermediate.tree(
                     x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip, ctx.parents[rows], ctx.num_nodes[rows],
-                    pool.state, ctx.state_slots[rows], in_place=width == 1)
+                    pool.state, ctx.state_slots[rows], in_place=width == 1,
+                    states_out=pool.node_states_for(*ctx.parents[rows].shape))
             else:
                 if width == 1:
                     y, xdt, gcum = ops.decode(x[rows, 0], dt[rows, 0], a_neg, bm[rows, 0], cm[rows, 0], d_skip,
