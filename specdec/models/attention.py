@@ -20,14 +20,16 @@ def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     """
     pool.write_nodes(ctx, key, value)
     keys, values = pool.gather(ctx)  # [B, P, Hkv, D]
-    groups = query.shape[2] // keys.shape[2]
-    keys = keys.repeat_interleave(groups, dim=2).transpose(1, 2)
-    values = values.repeat_interleave(groups, dim=2).transpose(1, 2)
-    out = F.scaled_dot_product_attention(
-        query.transpose(1, 2), keys.to(query.dtype), values.to(query.dtype),
-        attn_mask=ctx.attention_mask[:, None], scale=scale,
-    )
-    return out.transpose(1, 2)
+    B, T, Hq, D = query.shape
+    Hkv = keys.shape[2]
+    groups = Hq // Hkv
+    # grouped-query attention without copying the keys per query head: the query heads that share a KV head
+    # (heads j * groups .. j * groups + groups - 1) become rows of one sequence, [B, Hkv, groups * T, D]
+    query = query.view(B, T, Hkv, groups, D).permute(0, 2, 3, 1, 4).reshape(B, Hkv, groups * T, D)
+    mask = ctx.attention_mask[:, None, None].expand(-1, -1, groups, -1, -1).reshape(B, 1, groups * T, -1)
+    out = F.scaled_dot_product_attention(query, keys.transpose(1, 2).to(query.dtype),
+                                         values.transpose(1, 2).to(query.dtype), attn_mask=mask, scale=scale)
+    return out.view(B, Hkv, groups, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, Hq, D)
 
 
 class GatedAttention(nn.Module):
