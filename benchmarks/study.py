@@ -73,6 +73,30 @@ def table(result: dict) -> list[str]:
     return lines
 
 
+def target_lines(results: list[dict]) -> list[str]:
+    """The issue's targets against the runs: tokens/s ratios at batch >= 128 and requests in the state budget."""
+    def ratios(result, mode):
+        rows = {(r["backend"], r["mode"], r["batch_size"]): r["tokens_per_second"] for r in result["rows"]}
+        batches = sorted(b for (backend, m, b) in rows if backend == "kvbuffer" and m == mode and b >= 128)
+        return ", ".join(f"{rows['kvbuffer', mode, b] / rows['recurrent', mode, b]:.2f}x ({b})" for b in batches)
+
+    def requests(result):
+        row = {r["backend"]: r["max_concurrent_requests"] for r in result["rows"] if r["mode"] == "speculative"}
+        return row["kvbuffer"] / max(row["recurrent"], 1)
+
+    by_model = {r["model"]: r for r in results}
+    lines = ["| target | reached (batch) |", "|---|---|"]
+    if "qwen3.5-9b" in by_model:
+        lines.append("| plain decoding, Qwen3.5-9B shapes, batch >= 128: >= 1.4x the recurrent backend | "
+                     f"{ratios(by_model['qwen3.5-9b'], 'plain')} |")
+    for model, result in by_model.items():
+        lines.append(f"| speculative 4-chains, {model}, batch >= 128: >= 1.5x intermediate states | "
+                     f"{ratios(result, 'speculative')} |")
+        lines.append(f"| speculative requests in the same state budget, {model}: >= 4.5x | "
+                     f"{requests(result):.1f}x |")
+    return lines
+
+
 def merge(results: list[dict]) -> list[dict]:
     """One result per model: runs split over device calls (--batches, --out study_MODEL_PART.json) joined."""
     merged: dict[str, dict] = {}
@@ -109,7 +133,8 @@ def plot(result: dict, path: Path) -> Path:
 
 
 def markdown_section(results: list[dict], plots: dict[str, Path] | None = None) -> str:
-    parts = [START, "## End to end: KVBuffer against intermediate states", ""]
+    parts = [START, "## End to end: KVBuffer against intermediate states", "", "The issue's targets:", "",
+             *target_lines(results), ""]
     for result in results:
         s = result["settings"]
         parts += [f"### {result['model']} ({result['target']})", "",

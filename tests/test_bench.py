@@ -104,3 +104,19 @@ def test_real_shapes():
         resolve("random:qwen3.5-9b:40")
     with pytest.raises(ValueError, match="layer count"):
         resolve("random:qwen3.5-9b:many")
+
+
+@pytest.mark.parametrize("backend", ["kvbuffer", "recurrent"])
+def test_the_memory_column_is_what_the_pools_hold(backend):
+    """State MiB per request (and so requests in the budget) is what the engine's linear-attention pools allocate
+    per request slot: committed state + buffer entries, or committed state + the reserved node states."""
+    from specdec.eval.bench import linear_state_bytes, load_llm
+
+    settings = BenchSettings(target="qwen3.5", draft="synthetic:2.7", batch_sizes=(3,), max_new_tokens=8,
+                             device="cpu")
+    llm = load_llm(settings, backend, "speculative")
+    cache = llm.engine.runner.cache
+    held = sum(t.numel() * t.element_size() for pool in cache.linear
+               for t in (pool.state, pool.buf_key, pool.buf_value, pool.buf_gcum, pool.node_states)
+               if backend == "kvbuffer" or t is pool.state or t is pool.node_states)
+    assert held == cache.config.max_requests * linear_state_bytes(llm, settings, backend, "speculative")

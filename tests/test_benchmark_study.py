@@ -3,7 +3,7 @@ BENCHMARKS.md section, one table row per batch size with both backends side by s
 
 from __future__ import annotations
 
-from benchmarks.study import END, START, markdown_section, merge, plot, run, table
+from benchmarks.study import END, START, markdown_section, merge, plot, run, table, target_lines
 
 
 def test_a_smoke_run_makes_the_section(tmp_path):
@@ -27,3 +27,16 @@ def test_parts_of_a_model_are_joined():
     assert [r["batch_size"] for r in joined["rows"]] == [1, 512] and len(joined["transformers"]) == 1
     assert part["rows"] == [{"batch_size": 1}]  # the inputs stay as they were
 
+
+
+def test_the_targets_are_read_off_the_rows():
+    def row(backend, mode, batch, speed, requests):
+        return {"backend": backend, "mode": mode, "batch_size": batch, "tokens_per_second": speed,
+                "max_concurrent_requests": requests}
+
+    rows = [row("kvbuffer", "plain", 128, 300.0, 90), row("recurrent", "plain", 128, 200.0, 100),
+            row("kvbuffer", "speculative", 128, 450.0, 50), row("recurrent", "speculative", 128, 300.0, 10),
+            row("kvbuffer", "plain", 64, 1.0, 90), row("recurrent", "plain", 64, 9.0, 100)]
+    lines = target_lines([{"model": "qwen3.5-9b", "rows": rows}])
+    assert lines[2].endswith("| 1.50x (128) |"), "plain: batch >= 128 only"
+    assert lines[3].endswith("| 1.50x (128) |") and lines[4].endswith("| 5.0x |")
