@@ -2,9 +2,10 @@
 its buffer, or folds the buffer then the accepted entries into its state. Semantics, shapes and pool layout:
 verify_kernels.gdn.naive (gdn_commit_ref, gdn_flush_ref, the oracle); the math: DESIGN.md section 2.
 
-One program per (row, value head, V block). A row with buf_len + num_accepted < flush_length gathers the accepted
-nodes' entries (u [BV], G; the key [K] once per key head) into buffer positions buf_len .. buf_len + a - 1 and
-touches no state. A row that flushes reads its [K, BV] tile of S0 once and writes it once:
+Two kernels, each of which skips the other's rows. The append kernel, one program per (row, value head): a row with
+buf_len + num_accepted < flush_length gathers the accepted nodes' entries (u [V], G; the key [K] once per key head)
+into buffer positions buf_len .. buf_len + a - 1 and touches no state. The fold kernel, one program per (row, value
+head, V block): a row that flushes reads its [K, BV] tile of S0 once and writes it once:
     S <- e^{G_last} S0 + sum_i e^{G_last - G_i} k_i u_i^T    (buffer entries, then the accepted ones)
 with G_last the G of the last folded entry, the sums as tl.dot over blocks of BLOCK_L entries. A flush is the commit of
 nothing with flush_length 1: rows with entries fold, empty rows do nothing.
@@ -29,6 +30,7 @@ from verify_kernels.gdn.decode import (
 BLOCK_V = 32
 BLOCK_L = 16
 NUM_WARPS = 4
+APPEND_WARPS = 2  # the append kernel moves a [BLOCK_L, V] tile of entries per program
 
 
 @triton.jit
@@ -93,24 +95,55 @@ def gdn_commit_kernel(
                     b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
                     b_s += tl.dot(tl.trans(b_ak), b_decay[:, None] * b_au, input_precision="ieee")
             tl.store(p_s, b_s)
-    else:
-        if HAS_ACCEPTED:
-            # append at buf_len .. buf_len + na - 1; the key once per key head (first value head, V block 0)
-            for i_c in range(0, na, BC):
-                o_c = i_c + tl.arange(0, BC)
-                m_c = o_c < na
-                b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
-                o_pos = i_r * L + n + o_c
-                p_au = u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :]
-                b_au = tl.load(p_au, mask=m_c[:, None], other=0.).to(tl.float32)
-                tl.store(buf_u + (o_pos[:, None] * HV + i_h) * V + o_v[None, :], b_au, mask=m_c[:, None])
-                if i_v == 0:
-                    b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
-                    tl.store(buf_gcum + o_pos * HV + i_h, b_ag, mask=m_c)
-                    if i_h % (HV // H) == 0:
-                        p_ak = k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :]
-                        b_ak = tl.load(p_ak, mask=m_c[:, None], other=0.).to(tl.float32)
-                        tl.store(buf_k + (o_pos[:, None] * H + i_hk) * K + o_k[None, :], b_ak, mask=m_c[:, None])
+
+
+@triton.jit
+def gdn_append_kernel(
+    k,             # [B, T, H, K]
+    u,             # [B, T, HV, V]
+    gcum,          # [B, T, HV]
+    accepted,      # [B, A] node indices, root first
+    num_accepted,  # [B]
+    buf_k,         # [R, L, H, K] fp32
+    buf_u,         # [R, L, HV, V] fp32
+    buf_gcum,      # [R, L, HV] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    flush_length,
+    T,
+    A,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    L: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """The rows that do not fold: their accepted entries go to buffer positions buf_len .. buf_len + a - 1 (the
+    key once per key head, by its first value head). A light program per (row, value head), apart from the fold
+    kernel's: sized for a [K, BV] state tile, that one made a commit step with no fold cost as much as a fold."""
+    i_b, i_h = tl.program_id(0), tl.program_id(1)
+    i_hk = i_h // (HV // H)
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    na = tl.minimum(tl.load(num_accepted + i_b).to(tl.int32), A)
+    if n + na < flush_length:
+        o_k = tl.arange(0, K)
+        o_v = tl.arange(0, V)
+        for i_c in range(0, na, BC):
+            o_c = i_c + tl.arange(0, BC)
+            m_c = o_c < na
+            b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
+            o_pos = i_r * L + n + o_c
+            p_au = u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :]
+            b_au = tl.load(p_au, mask=m_c[:, None], other=0.).to(tl.float32)
+            tl.store(buf_u + (o_pos[:, None] * HV + i_h) * V + o_v[None, :], b_au, mask=m_c[:, None])
+            b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
+            tl.store(buf_gcum + o_pos * HV + i_h, b_ag, mask=m_c)
+            if i_h % (HV // H) == 0:
+                p_ak = k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :]
+                b_ak = tl.load(p_ak, mask=m_c[:, None], other=0.).to(tl.float32)
+                tl.store(buf_k + (o_pos[:, None] * H + i_hk) * K + o_k[None, :], b_ak, mask=m_c[:, None])
 
 
 def gdn_commit_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
@@ -124,6 +157,11 @@ def gdn_commit_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, 
         flush_length,
         T=T, A=A, H=H, HV=HV, K=K, V=V, L=L, BC=BLOCK_L, BV=BV, HAS_ACCEPTED=has_accepted, num_warps=NUM_WARPS,
     )
+    if has_accepted:
+        gdn_append_kernel[(B, HV)](
+            k, u, gcum, accepted, num_accepted, buf_k, buf_u, buf_gcum, buf_len, req_slots, flush_length,
+            T=T, A=A, H=H, HV=HV, K=K, V=V, L=L, BC=BLOCK_L, num_warps=APPEND_WARPS,
+        )
 
 
 def gdn_commit(

@@ -4,7 +4,8 @@ mamba2_commit_ref / mamba2_flush_ref (verify_kernels.mamba2.naive gives the math
 Grid (row b, head h, P block): the program of (b, h, p) owns the state tile h0[p-block, :] of row b and head h, so a
 fold is exactly one read and one write of every state tile, with the buffer's and the accepted entries streamed
 through registers BLOCK_E at a time (fp32, tl.dot in IEEE fp32). Rows that do not fold never touch their state:
-they append the accepted entries at buf_len (B once per group: by the group's first head, first P block).
+a second, light kernel (one program per row and head) appends their accepted entries at buf_len (B once per group,
+by the group's first head).
 A flush is a commit with nothing accepted and flush_length = 1: every row with buffered entries folds.
 
 The launchers check static shapes only and never synchronise with the device (CUDA-graph safe), so the caller's
@@ -21,6 +22,7 @@ import triton.language as tl
 BLOCK_P_MAX = 32
 BLOCK_E = 16
 NUM_WARPS = 4
+APPEND_WARPS = 2  # the append kernel moves a [BLOCK_E, P] tile of entries per program
 
 HEAD_DIMS = (16, 32, 64, 128)           # P and N: powers of two (tl.dot needs >= 16; registers cap at 128)
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
@@ -96,9 +98,25 @@ def mamba2_commit_kernel(
             # every thread's read of the tile happens before any write to it
             tl.debug_barrier()
             tl.store(p_h, b_h)
-    else:
-        # append the accepted entries at buf_len .. buf_len + n_acc - 1 (G by the first P block, B by the first
-        # P block of the group's first head)
+
+
+@triton.jit
+def mamba2_append_kernel(
+    bm, xdt, gcum, accepted, num_accepted, buf_b, buf_xdt, buf_gcum, buf_len, req_slots, flush_length, T, A,
+    NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr, BLOCK_E: tl.constexpr,
+):
+    """The rows that do not fold: the accepted entries go to buf_len .. buf_len + n_acc - 1 (B by the group's first
+    head). One light program per (row, head), apart from the fold kernel's, whose programs are sized for a state
+    tile: with the append inside them a commit step that folds nothing cost almost as much as one that folds."""
+    i_b, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    i_g = i_h // (NH // NG)
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    n_buf = tl.load(buf_len + i_r).to(tl.int32)
+    n_acc = tl.load(num_accepted + i_b).to(tl.int32)
+    if n_buf + n_acc < flush_length:
+        o_p = tl.arange(0, P)
+        o_n = tl.arange(0, N)
+        o_e = tl.arange(0, BLOCK_E)
         for e0 in range(0, n_acc, BLOCK_E):
             o_a = e0 + o_e
             m_a = o_a < n_acc
@@ -106,13 +124,12 @@ def mamba2_commit_kernel(
             pos = i_r * L + n_buf + o_a
             b_v = tl.load(xdt + ((i_b * T + node[:, None]) * NH + i_h) * P + o_p[None, :], mask=m_a[:, None])
             tl.store(buf_xdt + (pos[:, None] * NH + i_h) * P + o_p[None, :], b_v.to(tl.float32), mask=m_a[:, None])
-            if i_p == 0:
-                b_g = tl.load(gcum + (i_b * T + node) * NH + i_h, mask=m_a)
-                tl.store(buf_gcum + pos * NH + i_h, b_g.to(tl.float32), mask=m_a)
-                if i_h % (NH // NG) == 0:
-                    b_k = tl.load(bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_a[:, None])
-                    tl.store(buf_b + (pos[:, None] * NG + i_g) * N + o_n[None, :], b_k.to(tl.float32),
-                             mask=m_a[:, None])
+            b_g = tl.load(gcum + (i_b * T + node) * NH + i_h, mask=m_a)
+            tl.store(buf_gcum + pos * NH + i_h, b_g.to(tl.float32), mask=m_a)
+            if i_h % (NH // NG) == 0:
+                b_k = tl.load(bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_a[:, None])
+                tl.store(buf_b + (pos[:, None] * NG + i_g) * N + o_n[None, :], b_k.to(tl.float32),
+                         mask=m_a[:, None])
 
 
 def check_pools(state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots) -> tuple[int, ...]:
@@ -205,6 +222,11 @@ def mamba2_commit_fwd(bm, xdt, gcum, accepted, num_accepted, state_pool, state_s
         NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_P=BLOCK_P, BLOCK_E=BLOCK_E, HAS_ACCEPTED=has_accepted,
         num_warps=NUM_WARPS,
     )
+    if has_accepted:
+        mamba2_append_kernel[(B, NH)](
+            bm, xdt, gcum, accepted, num_accepted, buf_b, buf_xdt, buf_gcum, buf_len, req_slots, flush_length, T,
+            accepted.shape[-1], NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_E=BLOCK_E, num_warps=APPEND_WARPS,
+        )
     return flushed if has_accepted else None
 
 
