@@ -6,8 +6,8 @@ Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all 
 every CUDA graph the batch will replay is captured, and a round at that batch size folds each buffer once
 (compilation); then the batch is prefilled and its decoding timed, from the first step to the last request's end.
 Beside the speed, the linear-attention state memory one request holds on each backend, and how many requests fit a
-state budget. With
---hf-reference, transformers' generate() on the same checkpoint and batches as the outside reference.
+state budget. With --hf-reference, transformers' generate() on the same checkpoint and batches as the outside
+reference.
 """
 
 from __future__ import annotations
