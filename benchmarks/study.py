@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.report import replace_section
-from specdec.eval.bench import BenchSettings, run_bench
+from specdec.eval.bench import BACKENDS, BenchSettings, run_bench
 
 START, END = "<!-- study:start -->", "<!-- study:end -->"
 RESULTS = Path("benchmarks/results")
@@ -59,15 +59,14 @@ def table(result: dict) -> list[str]:
              f"speculative intermediate-state tok/s | x | requests in {budget:g} GiB, KVBuffer / intermediate "
              "states | transformers generate() tok/s |",
              "|---|---|---|---|---|---|---|---|---|"]
+    requests = requests_in_budget(result)
+    fits = (f"{requests['kvbuffer']} / {requests['recurrent']} "
+            f"({requests['kvbuffer'] / max(requests['recurrent'], 1):.1f}x)")
     for batch in sorted({key[2] for key in rows}):
         cells = []
         for mode in ("plain", "speculative"):
             ours, base = rows[("kvbuffer", mode, batch)], rows[("recurrent", mode, batch)]
-            cells += [f"{ours['tokens_per_second']:.0f}", f"{base['tokens_per_second']:.0f}",
-                      f"{ours['tokens_per_second'] / base['tokens_per_second']:.2f}x"]
-        ours, base = rows[("kvbuffer", "speculative", batch)], rows[("recurrent", "speculative", batch)]
-        fits = (f"{ours['max_concurrent_requests']} / {base['max_concurrent_requests']} "
-                f"({ours['max_concurrent_requests'] / max(base['max_concurrent_requests'], 1):.1f}x)")
+            cells += [speed(ours), speed(base), ratio(ours, base)]
         reference = f"{hf[batch]:.0f}" if batch in hf else ""
         lines.append(f"| {batch} | " + " | ".join(cells) + f" | {fits} | {reference} |")
     return lines
@@ -76,13 +75,13 @@ def table(result: dict) -> list[str]:
 def target_lines(results: list[dict]) -> list[str]:
     """The issue's targets against the runs: tokens/s ratios at batch >= 128 and requests in the state budget."""
     def ratios(result, mode):
-        rows = {(r["backend"], r["mode"], r["batch_size"]): r["tokens_per_second"] for r in result["rows"]}
+        rows = {(r["backend"], r["mode"], r["batch_size"]): r for r in result["rows"]}
         batches = sorted(b for (backend, m, b) in rows if backend == "kvbuffer" and m == mode and b >= 128)
-        return ", ".join(f"{rows['kvbuffer', mode, b] / rows['recurrent', mode, b]:.2f}x ({b})" for b in batches)
+        return ", ".join(f"{ratio(rows['kvbuffer', mode, b], rows['recurrent', mode, b])} ({b})" for b in batches)
 
     def requests(result):
-        row = {r["backend"]: r["max_concurrent_requests"] for r in result["rows"] if r["mode"] == "speculative"}
-        return row["kvbuffer"] / max(row["recurrent"], 1)
+        fits = requests_in_budget(result)
+        return fits["kvbuffer"] / max(fits["recurrent"], 1)
 
     by_model = {r["model"]: r for r in results}
     lines = ["| target | reached (batch) |", "|---|---|"]
@@ -95,6 +94,24 @@ def target_lines(results: list[dict]) -> list[str]:
         lines.append(f"| speculative requests in the same state budget, {model}: >= 4.5x | "
                      f"{requests(result):.1f}x |")
     return lines
+
+
+def speed(row: dict) -> str:
+    return "out of memory" if row.get("out_of_memory") else f"{row['tokens_per_second']:.0f}"
+
+
+def ratio(ours: dict, base: dict) -> str:
+    for row, name in ((ours, "KVBuffer"), (base, "intermediate states")):
+        if row.get("out_of_memory"):
+            return f"{name} out of memory"
+    return f"{ours['tokens_per_second'] / base['tokens_per_second']:.2f}x"
+
+
+def requests_in_budget(result: dict) -> dict[str, int]:
+    """Speculative requests whose linear-attention state fits the budget, per backend: the same at every batch
+    size (an engine that did not fit the device reports none at its batch)."""
+    return {backend: max(r["max_concurrent_requests"] for r in result["rows"]
+                         if (r["backend"], r["mode"]) == (backend, "speculative")) for backend in BACKENDS}
 
 
 def merge(results: list[dict]) -> list[dict]:
@@ -121,7 +138,9 @@ def plot(result: dict, path: Path) -> Path:
     for backend, label in (("kvbuffer", "KVBuffer"), ("recurrent", "intermediate states")):
         for mode, style in (("plain", "--"), ("speculative", "-")):
             points = sorted((r["batch_size"], r["tokens_per_second"]) for r in result["rows"]
-                            if (r["backend"], r["mode"]) == (backend, mode))
+                            if (r["backend"], r["mode"]) == (backend, mode) and not r.get("out_of_memory"))
+            if not points:
+                continue
             ax.plot(*zip(*points, strict=True), style, marker="o", label=f"{label}, {mode}")
     ax.set(xlabel="batch size", ylabel="new tokens / s", xscale="log", yscale="log",
            title=f"{result['model']} shapes, {result['layers']} layers ({result['device']})")

@@ -120,3 +120,36 @@ def test_the_memory_column_is_what_the_pools_hold(backend):
                for t in (pool.state, pool.buf_key, pool.buf_value, pool.buf_gcum, pool.node_states)
                if backend == "kvbuffer" or t is pool.state or t is pool.node_states)
     assert held == cache.config.max_requests * linear_state_bytes(llm, settings, backend, "speculative")
+
+
+def test_what_does_not_fit_the_device_is_a_row_not_a_crash(monkeypatch):
+    """An engine whose pools do not fit (here: the baseline's speculative engine), or a batch that runs out of
+    memory mid-run (the kvbuffer plain batch of 2), gives rows marked out of memory; the rest is measured."""
+    import torch
+
+    from specdec.eval import bench
+
+    load, time_batch = bench.load_llm, bench.time_batch
+
+    def load_or_fail(settings, backend, mode):
+        if (backend, mode) == ("recurrent", "speculative"):
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return load(settings, backend, mode)
+
+    def time_or_fail(llm, prompt, batch_size, settings, backend, mode, *rest):
+        if (backend, mode, batch_size) == ("kvbuffer", "plain", 2):
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return time_batch(llm, prompt, batch_size, settings, backend, mode, *rest)
+
+    monkeypatch.setattr(bench, "load_llm", load_or_fail)
+    monkeypatch.setattr(bench, "time_batch", time_or_fail)
+    rows = run_bench(BenchSettings(target="qwen3.5", draft="synthetic:2.5", batch_sizes=(1, 2, 3), baseline=True,
+                                   max_new_tokens=6, prompt_tokens=8, device="cpu"))
+    failed = {(r.backend, r.mode, r.batch_size) for r in rows if r.out_of_memory}
+    assert failed == {("kvbuffer", "plain", 2), ("kvbuffer", "plain", 3), ("recurrent", "speculative", 1),
+                      ("recurrent", "speculative", 2), ("recurrent", "speculative", 3)}
+    assert all(r.tokens_per_second > 0 for r in rows if not r.out_of_memory) and len(rows) == 12
+    by_key = {(r.backend, r.mode, r.batch_size): r for r in rows}
+    assert by_key["kvbuffer", "speculative", 1].speedup_over_recurrent is None  # nothing to compare with
+    assert by_key["kvbuffer", "plain", 1].speedup_over_recurrent is not None
+    assert "| kvbuffer | plain | 2 | out of memory |" in bench.markdown_table(rows, 40.0)

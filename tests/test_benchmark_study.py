@@ -40,3 +40,20 @@ def test_the_targets_are_read_off_the_rows():
     lines = target_lines([{"model": "qwen3.5-9b", "rows": rows}])
     assert lines[2].endswith("| 1.50x (128) |"), "plain: batch >= 128 only"
     assert lines[3].endswith("| 1.50x (128) |") and lines[4].endswith("| 5.0x |")
+
+
+def test_an_engine_that_did_not_fit_shows_in_the_tables():
+    def row(backend, mode, speed, requests, out_of_memory=False):
+        return {"backend": backend, "mode": mode, "batch_size": 512, "tokens_per_second": speed,
+                "max_concurrent_requests": requests, "out_of_memory": out_of_memory}
+
+    rows = [row("kvbuffer", "plain", 300.0, 90), row("recurrent", "plain", 200.0, 100),
+            row("kvbuffer", "speculative", 450.0, 50), row("recurrent", "speculative", 0.0, 0, out_of_memory=True)]
+    smaller = [dict(r, batch_size=256, tokens_per_second=100.0, out_of_memory=False) for r in rows]
+    smaller[3]["max_concurrent_requests"] = 10  # the baseline's speculative engine loaded at batch 256
+    result = {"model": "qwen3.5-9b", "rows": rows + smaller, "transformers": [],
+              "settings": {"state_memory_gb": 40.0}}
+    lines = table(result)
+    assert lines[-1] == ("| 512 | 300 | 200 | 1.50x | 450 | out of memory | intermediate states out of memory | "
+                         "50 / 10 (5.0x) |  |"), "requests in the budget come from the batch that loaded"
+    assert "intermediate states out of memory (512)" in "\n".join(target_lines([result]))

@@ -249,3 +249,19 @@ def test_model_is_built_on_the_meta_device_before_weights_are_read(qwen_dir, mon
     model = load_model(qwen_dir[0], device="cpu")
     assert seen["meta"] is True
     assert not any(param.is_meta for param in model.parameters())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_random_checkpoint_drawn_on_the_gpu_loads_like_one_drawn_on_the_cpu(tmp_path):
+    """random:NAME targets draw their weights on the GPU when there is one; the files are the same layout."""
+    config = qwen35_text_config()
+    save_tiny(config, tmp_path / "cpu", seed=0)
+    save_tiny(config, tmp_path / "gpu", seed=0, device="cuda")
+    on_cpu, on_gpu = load_model(tmp_path / "cpu", device="cpu"), load_model(tmp_path / "gpu", device="cpu")
+    names = dict(on_cpu.named_parameters())
+    assert names.keys() == dict(on_gpu.named_parameters()).keys()
+    for name, param in on_gpu.named_parameters():
+        assert param.shape == names[name].shape and torch.isfinite(param).all()
+        if param.ndim == 2:  # drawn alike: unit-scale noise over sqrt(fan-in)
+            assert param.std().item() == pytest.approx(names[name].std().item(), rel=0.3)

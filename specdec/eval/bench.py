@@ -59,6 +59,7 @@ class BenchRow:
     state_mib_per_request: float    # linear-attention state memory one request holds on this backend
     max_concurrent_requests: int    # requests whose state memory fits state_memory_gb
     speedup_over_recurrent: float | None = None
+    out_of_memory: bool = False     # the engine or this batch did not fit the device: no speed figures
 
 
 def run_bench(settings: BenchSettings) -> list[BenchRow]:
@@ -67,23 +68,44 @@ def run_bench(settings: BenchSettings) -> list[BenchRow]:
     backends = BACKENDS if settings.baseline else BACKENDS[:1]
     modes = ["plain"] + (["speculative"] if settings.draft is not None else [])
     rows = []
+    batch_sizes = sorted(set(settings.batch_sizes))
+    prompt, device, dtype = None, None, None  # from the first engine that loads: the reference's too
     for backend in backends:
         for mode in modes:
-            llm = load_llm(settings, backend, mode)
+            try:
+                llm = load_llm(settings, backend, mode)
+            except torch.OutOfMemoryError:  # its pools for the largest batch do not fit: a row says so
+                rows += [out_of_memory_row(backend, mode, batch_size) for batch_size in batch_sizes]
+                free_device_memory()
+                continue
             per_request = linear_state_bytes(llm, settings, backend, mode)
             fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
             prompt = torch.randint(2, llm.model.hf_config.vocab_size, (settings.prompt_tokens,),
                                    generator=torch.Generator().manual_seed(0)).tolist()
-            for batch_size in tqdm(sorted(set(settings.batch_sizes)), desc=f"{backend} {mode}", unit="batch"):
-                rows.append(time_batch(llm, prompt, batch_size, settings, backend, mode, per_request, fits))
             device, dtype = llm.model.device, llm.model.dtype
+            for index, batch_size in enumerate(tqdm(batch_sizes, desc=f"{backend} {mode}", unit="batch")):
+                try:
+                    rows.append(time_batch(llm, prompt, batch_size, settings, backend, mode, per_request, fits))
+                except torch.OutOfMemoryError:  # this batch and the larger ones (the engine is left mid-step)
+                    rows += [out_of_memory_row(backend, mode, size, per_request, fits) for size in batch_sizes[index:]]
+                    break
             del llm
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()  # the next engine's pools and graphs start from a clean allocator
-    if settings.hf_reference:
+            free_device_memory()  # the next engine's pools and graphs start from a clean allocator
+    if settings.hf_reference and prompt is not None:
         rows += time_transformers(settings, prompt, device, dtype)
     return with_speedups(rows)
+
+
+def out_of_memory_row(backend: str, mode: str, batch_size: int, per_request: int = 0, fits: int = 0) -> BenchRow:
+    return BenchRow(backend=backend, mode=mode, batch_size=batch_size, new_tokens=0, seconds=0.0,
+                    tokens_per_second=0.0, ms_per_step=0.0, mean_accepted_length=0.0,
+                    state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits, out_of_memory=True)
+
+
+def free_device_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.device,
@@ -186,7 +208,8 @@ def with_speedups(rows: list[BenchRow]) -> list[BenchRow]:
     out = []
     for row in rows:
         base = baseline.get((row.mode, row.batch_size))
-        speedup = row.tokens_per_second / base if row.backend == "kvbuffer" and base else None
+        ours = row.backend == "kvbuffer" and not row.out_of_memory
+        speedup = row.tokens_per_second / base if ours and base else None
         out.append(BenchRow(**{**asdict(row), "speedup_over_recurrent": speedup}))
     return out
 
@@ -199,6 +222,9 @@ def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
         speedup = f"{r.speedup_over_recurrent:.2f}x" if r.speedup_over_recurrent is not None else ""
         memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests}" if r.backend != "transformers"
                   else " | ")
+        if r.out_of_memory:
+            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  | {memory} |")
+            continue
         lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
                      f"{r.ms_per_step:.2f} | {r.mean_accepted_length:.2f} | {memory} |")
     return "\n".join(lines)

@@ -30,12 +30,14 @@ TRANSFORMERS_CLASSES = {
 def randomize(model: torch.nn.Module, seed: int) -> None:
     """Weights giving unit-scale activations, so logits are peaked and greedy decoding has clear winners; norms and
     gates away from their identity initialisation, so a misplaced weight shows; log decays from mild to strong."""
-    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
+            noise = torch.randn(param.shape, generator=generator, device=device)
             if name.endswith("A_log"):  # A in [0.05, 12]
-                param.copy_(torch.empty(param.shape).uniform_(math.log(0.05), math.log(12.0), generator=generator))
+                param.copy_(torch.empty(param.shape, device=device).uniform_(math.log(0.05), math.log(12.0),
+                                                                             generator=generator))
             elif name.endswith(("dt_bias", ".D")):
                 param.copy_(0.5 * noise)
             elif param.ndim == 1:  # norm weights
@@ -46,20 +48,21 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 param.copy_(noise / math.sqrt(param.shape[-1]))
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
-                buffer.copy_(0.1 * torch.randn(buffer.shape, generator=generator))
+                buffer.copy_(0.1 * torch.randn(buffer.shape, generator=generator, device=device))
 
 
 def save_random_checkpoint(config, directory: str | Path, seed: int = 0, dtype: torch.dtype | None = None,
-                           **save_kwargs) -> torch.nn.Module:
-    """Build transformers' model for `config`, randomise it, save_pretrained it into `directory` (in `dtype` when
-    given); return it (eval).
+                           device: str | torch.device = "cpu", **save_kwargs) -> torch.nn.Module:
+    """Build transformers' model for `config` on `device`, randomise it, save_pretrained it into `directory` (in
+    `dtype` when given); return it (eval). The weights depend on the seed and on the device's random generator.
 
     save_kwargs go to save_pretrained (e.g. max_shard_size="20KB" for a sharded checkpoint)."""
     if config.model_type not in TRANSFORMERS_CLASSES:
         raise ValueError(f"no random checkpoint for model_type {config.model_type!r}; "
                          f"supported: {sorted(TRANSFORMERS_CLASSES)}")
     torch.manual_seed(seed)
-    model = TRANSFORMERS_CLASSES[config.model_type](config).eval()
+    with torch.device(device):
+        model = TRANSFORMERS_CLASSES[config.model_type](config).eval()
     randomize(model, seed)
     if dtype is not None:
         model.to(dtype)
@@ -69,7 +72,8 @@ def save_random_checkpoint(config, directory: str | Path, seed: int = 0, dtype: 
 
 def random_checkpoint_at_shape(name: str, layers: int | None = None) -> Path:
     """`random:NAME[:LAYERS]`: a bf16 random-weight checkpoint of a real model's shapes (specdec.models.real_shapes),
-    written once under $SPECDEC_CACHE (default ~/.cache/specdec) and reused."""
+    written once under $SPECDEC_CACHE (default ~/.cache/specdec) and reused. Built on the GPU when there is one
+    (Qwen3.5-9B's 9B parameters take minutes to draw on a CPU)."""
     import os
     import shutil
     import tempfile
@@ -89,7 +93,11 @@ def random_checkpoint_at_shape(name: str, layers: int | None = None) -> Path:
               flush=True)
         root.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
-        save_random_checkpoint(make_config(layers), partial, seed=0, dtype=torch.bfloat16)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = save_random_checkpoint(make_config(layers), partial, seed=0, dtype=torch.bfloat16, device=device)
+        del model  # (on the GPU: its memory is the benchmark's)
+        if device == "cuda":
+            torch.cuda.empty_cache()
         shutil.rmtree(directory, ignore_errors=True)
         partial.rename(directory)  # whole or not at all: an interrupted write leaves only the hidden folder
     return directory
