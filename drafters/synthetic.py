@@ -9,6 +9,8 @@ Use it to time speculative decoding at the accepted length measured on trained m
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from specdec.engine.tree import DraftTree
@@ -24,6 +26,7 @@ class SyntheticDrafter(Drafter):
         self.mean_accepted_length = mean_accepted_length
         self.vocab_size = vocab_size
         self.generator = torch.Generator().manual_seed(seed)
+        self.coins = random.Random(seed)  # acceptance draws, on the host: a step draws up to depth per request
         self._alpha: dict[int, float] = {}  # chain depth -> per-draft acceptance probability
 
     def check_shape(self, shape: TreeShape) -> None:
@@ -43,7 +46,7 @@ class SyntheticDrafter(Drafter):
         depth = len(tree) - 1
         alpha = self.alpha(depth)
         accepted = 0
-        while accepted < depth and torch.rand((), generator=self.generator).item() < alpha:
+        while accepted < depth and self.coins.random() < alpha:
             accepted += 1
         return list(range(accepted + 1))
 
