@@ -13,25 +13,16 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specdec.eval.bench import WARMUP_TOKENS, BenchSettings, load_llm
+from specdec.eval.bench import BenchSettings, bench_prompt, load_llm, warm_up_and_prefill
 
 
 def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int) -> list[str]:
     mode = "speculative" if settings.draft else "plain"
     llm = load_llm(settings, backend, mode)
-    engine = llm.engine
-    prompt = torch.randint(2, llm.model.hf_config.vocab_size, (settings.prompt_tokens,),
-                           generator=torch.Generator().manual_seed(0)).tolist()
-    engine.capture_graphs(batch, len(prompt), settings.max_new_tokens)
-    for _ in range(batch):
-        llm.submit(prompt, settings.flush_length + WARMUP_TOKENS)
-    engine.run()
-    requests = [llm.submit(prompt, settings.max_new_tokens)[0] for _ in range(batch)]
-    engine.step()
-    torch.cuda.synchronize()
+    requests = warm_up_and_prefill(llm, bench_prompt(llm, settings), batch, settings)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
-        engine.run()
+        llm.engine.run()
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
     steps = max(r.stats.steps for r in requests)
@@ -46,7 +37,7 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int)
              "|---|---|---|"]
     for name, (total, calls) in sorted(kernels.items(), key=lambda item: -item[1][0])[:top]:
         lines.append(f"| {name[:90]} | {total / steps:.3f} | {calls / steps:.1f} |")
-    del llm, engine
+    del llm
     torch.cuda.empty_cache()
     return lines
 

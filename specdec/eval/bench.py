@@ -80,8 +80,7 @@ def run_bench(settings: BenchSettings) -> list[BenchRow]:
                 continue
             per_request = linear_state_bytes(llm, settings, backend, mode)
             fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
-            prompt = torch.randint(2, llm.model.hf_config.vocab_size, (settings.prompt_tokens,),
-                                   generator=torch.Generator().manual_seed(0)).tolist()
+            prompt = bench_prompt(llm, settings)
             device, dtype = llm.model.device, llm.model.dtype
             for index, batch_size in enumerate(tqdm(batch_sizes, desc=f"{backend} {mode}", unit="batch")):
                 try:
@@ -160,18 +159,9 @@ def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings,
                per_request: int, fits: int) -> BenchRow:
     """Decode throughput: the batch's prefill runs before the clock starts (its first new token per request is
     not counted), then every step to the last request's end, as the batch shrinks."""
-    engine = llm.engine
-    engine.scheduler.max_batch = batch_size
-    # warm-up: every CUDA graph the shrinking batch will replay, then a round long enough to fold each buffer
-    engine.capture_graphs(batch_size, len(prompt), settings.max_new_tokens)
-    for _ in range(batch_size):
-        llm.submit(prompt, settings.flush_length + WARMUP_TOKENS)
-    engine.run()
-    requests = [llm.submit(prompt, settings.max_new_tokens)[0] for _ in range(batch_size)]
-    engine.step()  # admits the batch and prefills it
-    synchronize(llm.model.device)
+    requests = warm_up_and_prefill(llm, prompt, batch_size, settings)
     start = time.perf_counter()
-    engine.run()
+    llm.engine.run()
     synchronize(llm.model.device)
     seconds = time.perf_counter() - start
     new_tokens = sum(len(r.output) - 1 for r in requests)
@@ -181,6 +171,27 @@ def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings,
                     ms_per_step=1e3 * seconds / max(max(r.stats.steps for r in requests), 1),
                     mean_accepted_length=sum(emitted) / max(len(emitted), 1),
                     state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits)
+
+
+def bench_prompt(llm, settings: BenchSettings) -> list[int]:
+    """The fixed random prompt every request of a run gets."""
+    return torch.randint(2, llm.model.hf_config.vocab_size, (settings.prompt_tokens,),
+                         generator=torch.Generator().manual_seed(0)).tolist()
+
+
+def warm_up_and_prefill(llm, prompt: list[int], batch_size: int, settings: BenchSettings) -> list:
+    """Everything before the clock starts: capture every CUDA graph the shrinking batch will replay, run a round
+    long enough to fold each buffer (compilation), then queue the timed batch and prefill it. -> its requests."""
+    engine = llm.engine
+    engine.scheduler.max_batch = batch_size
+    engine.capture_graphs(batch_size, len(prompt), settings.max_new_tokens)
+    for _ in range(batch_size):
+        llm.submit(prompt, settings.flush_length + WARMUP_TOKENS)
+    engine.run()
+    requests = [llm.submit(prompt, settings.max_new_tokens)[0] for _ in range(batch_size)]
+    engine.step()  # admits the batch and prefills it
+    synchronize(llm.model.device)
+    return requests
 
 
 def linear_state_bytes(llm, settings: BenchSettings, backend: str, mode: str) -> int:
