@@ -23,13 +23,13 @@ import torch
 from transformers import Qwen3_5TextConfig
 
 from benchmarks.report import replace_section
-from drafters import NgramDrafter, TreeShape
+from drafters import NgramDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.random_checkpoint import save_random_checkpoint
 from specdec.models.real_shapes import qwen35_9b
+from specdec.speculation import SamplingParams, TreeShape
 
 START, END = "<!-- engine:start -->", "<!-- engine:end -->"
 PROMPT_TOKENS = 64
@@ -72,7 +72,7 @@ def run_row(model, batch: int, drafter: str, graphs: bool, new_tokens: int) -> d
     seconds = time.perf_counter() - start
     emitted = sum(len(r.output) for r in requests)
     steps = sum(r.stats.steps for r in requests)
-    return {"batch": batch, "drafter": drafter, "cuda_graphs": graphs, "graph_note": engine.graph_note,
+    return {"batch": batch, "drafter": drafter, "cuda_graphs": graphs, "graph_note": engine.runner.graph_note,
             "tokens_per_s": emitted / seconds, "mean_accepted_length": (emitted - batch) / steps,
             "ms_per_step": 1e3 * seconds / max(r.stats.steps for r in requests)}
 

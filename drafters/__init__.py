@@ -1,17 +1,17 @@
-"""Draft proposers behind one base class and a registry: n-gram (prompt lookup), a draft model of the target's
-family, and heads fed with the target's features: its own MTP layer and EAGLE-3; and a synthetic drafter for
-throughput benchmarks on random weights."""
+"""Draft proposers behind one base class (base.py) and a registry by name (registry.py): n-gram (prompt lookup), a
+draft model of the target's family, and heads fed with the target's features: its own MTP layer and EAGLE-3."""
 
-from .base import DRAFTERS, Drafter, DraftRequest, TreeShape, make_drafter, register
+from .base import Drafter, DraftRequest
 from .draft_model import DraftModelDrafter
 from .eagle3 import Eagle3Drafter
 from .head import HeadDrafter
 from .mtp import MtpDrafter
 from .ngram import NgramDrafter
-from .synthetic import SyntheticDrafter
+from .registry import DRAFTERS, DraftContext, make_drafter, parse_draft
 
 __all__ = [
     "DRAFTERS",
+    "DraftContext",
     "DraftModelDrafter",
     "DraftRequest",
     "Drafter",
@@ -19,8 +19,6 @@ __all__ = [
     "HeadDrafter",
     "MtpDrafter",
     "NgramDrafter",
-    "SyntheticDrafter",
-    "TreeShape",
     "make_drafter",
-    "register",
+    "parse_draft",
 ]

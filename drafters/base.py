@@ -1,43 +1,13 @@
-"""What every draft proposer implements, and the registry the CLI and API look names up in."""
+"""What every draft proposer implements, and the part of a request it sees."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from specdec.engine.sampling import SamplingParams
-from specdec.engine.tree import DraftTree
-
-
-@dataclass(frozen=True)
-class TreeShape:
-    """How much to draft per step: a chain of `steps` tokens (topk = 1), or a static tree expanding the `topk`
-    most likely children of each frontier node for `steps` levels, capped at `max_tokens` drafted nodes.
-
-    dynamic (EAGLE-2): each level expands the `topk` nodes of highest cumulative draft log-probability by their
-    `topk` most likely children; the `max_tokens` best nodes of all levels (default steps * topk) are drafted."""
-
-    steps: int = 4
-    topk: int = 1
-    max_tokens: int | None = None
-    dynamic: bool = False
-
-    def __post_init__(self):
-        if self.steps < 1 or self.topk < 1:
-            raise ValueError(f"num_steps and topk must be >= 1, got steps={self.steps}, topk={self.topk}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"num_draft_tokens must be >= 1, got {self.max_tokens}")
-
-    @property
-    def budget(self) -> int:
-        """Drafted nodes at most (not counting the root)."""
-        if self.dynamic:
-            return self.max_tokens if self.max_tokens is not None else self.steps * self.topk
-        full = sum(self.topk**level for level in range(1, self.steps + 1)) if self.topk > 1 else self.steps
-        return full if self.max_tokens is None else min(full, self.max_tokens)
+from specdec.speculation import DraftTree, SamplingParams, TreeShape
 
 
 @dataclass
@@ -83,25 +53,3 @@ class Drafter(ABC):
 
     def finish(self, request_id: int) -> None:  # noqa: B027
         """The request left; free what it held."""
-
-    def forced_path(self, tree: DraftTree) -> list[int] | None:
-        """Benchmarks only (drafters/synthetic.py): the nodes, root first, that the engine accepts instead of checking
-        the drafts against the target. None, the default, leaves acceptance to the target."""
-        return None
-
-
-DRAFTERS: dict[str, Callable[..., Drafter]] = {}
-
-
-def register(name: str):
-    def wrap(factory):
-        DRAFTERS[name] = factory
-        return factory
-    return wrap
-
-
-def make_drafter(name: str, **kwargs) -> Drafter:
-    """A drafter by registry name; a clear error lists the names when it is unknown."""
-    if name not in DRAFTERS:
-        raise ValueError(f"unknown drafter {name!r}; choose one of {sorted(DRAFTERS)}")
-    return DRAFTERS[name](**kwargs)

@@ -8,34 +8,27 @@ model: if the target accepts one, that token waits in `pending` and is scored at
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
-from specdec.engine.cuda_graphs import GraphedForward, capture_blocker
-from specdec.engine.sampling import target_distribution
-from specdec.engine.tree import DraftTree
 from specdec.models.base import HybridCausalLM
 from specdec.runner import ModelRunner
+from specdec.speculation import DraftTree, TreeShape
+from specdec.speculation.sampling import target_distribution
 
-from .base import Drafter, DraftRequest, TreeShape, register
+from .base import Drafter, DraftRequest
 
 
-@register("model")
 class DraftModelDrafter(Drafter):
-    """cuda_graphs: on a GPU, replay the drafting steps from CUDA graphs (built at the first proposal, for its
-    tree shape; `graph_note` says why not otherwise). The cache then holds one request slot more, for padding."""
+    """shape: the trees it will be asked for; on a GPU (cuda_graphs) its drafting steps up to that shape's widest
+    replay from CUDA graphs (runner.graph_note says why not otherwise), wider ones run eagerly."""
 
-    def __init__(self, model: HybridCausalLM, cache: CacheConfig, cuda_graphs: bool = True):
+    def __init__(self, model: HybridCausalLM, cache: CacheConfig, shape: TreeShape = TreeShape(),
+                 cuda_graphs: bool = True):
         self.model = model
-        self.graph_note = capture_blocker(model) if cuda_graphs else "turned off"
-        self.max_batch = cache.max_requests
-        if self.graph_note is None:
-            cache = replace(cache, max_requests=cache.max_requests + 1)  # + the graphs' padding slot
-        self.runner = ModelRunner.create(model, cache)
-        self.forward: ModelRunner | GraphedForward = self.runner
+        # the widest drafting step: an accepted leaf still pending, the root, the whole draft budget
+        self.runner = ModelRunner.create(model, cache, step_width=shape.budget + 2, cuda_graphs=cuda_graphs)
         self.slots: dict[int, int] = {}
         self.pending: dict[int, list[int]] = {}
         self._last: tuple[object, list[int]] | None = None  # (step context, scored tree nodes per row)
@@ -56,9 +49,6 @@ class DraftModelDrafter(Drafter):
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         """Level by level: score every tree so far (pending tokens in front), then give each newest node its
         `topk` most likely children (greedy requests) or `topk` children sampled without replacement."""
-        if self.graph_note is None and self.forward is self.runner:
-            # the widest drafting step: an accepted leaf still pending, the root, the whole draft budget
-            self.forward = GraphedForward(self.runner, shape.budget + 2, self.max_batch)
         trees = [DraftTree([r.tokens[-1]], [-1]) for r in requests]
         frontiers = [[0] for _ in requests]
         for _ in range(shape.steps):
@@ -86,7 +76,7 @@ class DraftModelDrafter(Drafter):
             self.pending[request.request_id] = [trees[row].tokens[j] for j in path if j >= scored[row]]
         width = max(len(r) for r in rows)
         accepted = torch.tensor([r + [-1] * (width - len(r)) for r in rows])
-        self.forward.commit(ctx, accepted, torch.tensor([len(r) for r in rows]))
+        self.runner.commit(ctx, accepted, torch.tensor([len(r) for r in rows]))
         self._last = None
 
     def _score(self, requests: list[DraftRequest], trees: list[DraftTree]):
@@ -100,7 +90,7 @@ class DraftModelDrafter(Drafter):
             tokens.append(pending + tree.tokens)
             parents.append(chain + [root_parent if p < 0 else p + len(pending) for p in tree.parents])
         batch = StepBatch.trees([self.slots[r.request_id] for r in requests], tokens, parents)
-        return self.forward.score_logits(batch)
+        return self.runner.score_logits(batch)
 
 
 def expand_level(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top: list[list[int]], shape: TreeShape,
@@ -146,3 +136,15 @@ def sample_children(logits: torch.Tensor, count: int, request: DraftRequest) -> 
         law = law.clone()
         law[int(token)] = 0
     return children
+
+
+def check_same_vocabulary(target, target_tokenizer, draft, draft_tokenizer) -> None:
+    """A draft must speak the target's tokens: same vocabulary size, and the same tokenizer when both ship one."""
+    if draft.hf_config.vocab_size != target.hf_config.vocab_size:
+        raise ValueError(
+            f"the draft model's vocabulary ({draft.hf_config.vocab_size} tokens) differs from the target's "
+            f"({target.hf_config.vocab_size}); use a draft of the same family (e.g. draft='small') or 'ngram'"
+        )
+    if target_tokenizer is not None and draft_tokenizer is not None and \
+            target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise ValueError("the draft model's tokenizer differs from the target's; use a draft of the same family")

@@ -4,7 +4,7 @@ node's parents (ties go to the earlier node, and parents come before their child
 
 from __future__ import annotations
 
-from specdec.engine.tree import DraftTree
+from specdec.speculation import DraftTree
 
 
 def best_nodes(scores: list[float], budget: int) -> list[int]:

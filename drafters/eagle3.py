@@ -9,11 +9,9 @@ from specdec.cache.spec import CacheConfig
 from specdec.models.base import HybridCausalLM
 from specdec.models.eagle3 import load_eagle3
 
-from .base import register
 from .head import HeadDrafter
 
 
-@register("eagle3")
 class Eagle3Drafter(HeadDrafter):
     def __init__(self, target: HybridCausalLM, path: str | Path, cache: CacheConfig):
         head, layers = load_eagle3(path, target)

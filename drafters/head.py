@@ -16,9 +16,9 @@ import torch
 
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
-from specdec.engine.tree import DraftTree
+from specdec.speculation import DraftTree, TreeShape
 
-from .base import Drafter, DraftRequest, TreeShape
+from .base import Drafter, DraftRequest
 from .draft_model import expand_level
 from .dynamic_tree import best_nodes, prune
 

@@ -10,11 +10,9 @@ from specdec.models.mtp import Qwen35Mtp
 from specdec.models.nemotron_h import NemotronHForCausalLM
 from specdec.models.nemotron_mtp import NemotronHMtp
 
-from .base import register
 from .head import HeadDrafter
 
 
-@register("mtp")
 class MtpDrafter(HeadDrafter):
     def __init__(self, target: HybridCausalLM, cache: CacheConfig):
         head = NemotronHMtp(target) if isinstance(target, NemotronHForCausalLM) else Qwen35Mtp(target)

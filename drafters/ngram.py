@@ -7,9 +7,9 @@ so a lookup costs the matches it examines, not a scan of the whole context (whic
 
 from __future__ import annotations
 
-from specdec.engine.tree import DraftTree
+from specdec.speculation import DraftTree, TreeShape
 
-from .base import Drafter, DraftRequest, TreeShape, register
+from .base import Drafter, DraftRequest
 
 
 class NgramIndex:
@@ -47,7 +47,6 @@ class NgramIndex:
         return []
 
 
-@register("ngram")
 class NgramDrafter(Drafter):
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:

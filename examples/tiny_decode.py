@@ -20,8 +20,8 @@ from transformers import NemotronHConfig, Qwen3_5TextConfig
 
 from specdec import CacheConfig, load_model
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models.random_checkpoint import save_random_checkpoint
+from specdec.speculation import SamplingParams
 
 PROMPT_LENGTHS = (5, 12, 40, 90)
 

@@ -10,33 +10,22 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import torch
 
-from drafters import (
-    Drafter,
-    DraftModelDrafter,
-    Eagle3Drafter,
-    MtpDrafter,
-    NgramDrafter,
-    SyntheticDrafter,
-    TreeShape,
-)
+from drafters import DraftContext, Drafter, make_drafter
 from specdec.cache.budget import cache_for_budget
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.request import Request, RequestStats
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.checkpoint import resolve_checkpoint
-from specdec.presets import eagle3_head_for, resolve, small_draft_for
+from specdec.models.tokenizer import load_tokenizer
+from specdec.presets import resolve
+from specdec.speculation import Acceptance, SamplingParams
 
 Prompt = str | Sequence[int]
-# how the target's linear layers decode and verify: the KVBuffer, or the intermediate-state baseline
-# (verify_kernels/intermediate_states.py) that SGLang and vLLM use, to measure against in the same engine
-LINEAR_BACKENDS = ("kvbuffer", "recurrent")
 
 
 @dataclass
@@ -53,64 +42,39 @@ class Output:
 
 
 class LLM:
-    """A target model, its tokenizer and an optional drafter: None (plain decoding), "ngram", "mtp" (the target's
-    multi-token-prediction layer), "eagle3:PATH" (an EAGLE-3 head), "eagle3" (the head configs/models.json lists
-    for the target), "small" (the draft paired with the target in configs/models.json, else the smallest model of
-    its family) or any alias / hub id / directory of a draft model. The default target, "qwen3.5", is the small
-    trained Qwen3.5 shipped in specdec/checkpoints. On a GPU the decode / verify steps (the target's and the draft
-    model's) replay from CUDA graphs unless cuda_graphs=False. linear_backend="recurrent" runs the target's linear
-    layers the way SGLang and vLLM do (no buffer, one state per draft node), as a baseline."""
+    """A target model, its tokenizer and an optional drafter, loaded once for many calls.
 
-    def __init__(self, target: str = "qwen3.5", draft: str | None = None, *, device: str | None = None,
-                 dtype: str | torch.dtype | None = None, flush_length: int = 16, max_batch: int = 8,
-                 max_seq_len: int = 4096, num_state_slots: int | None = None, state_memory_gb: float | None = None,
-                 num_steps: int = 4, topk: int = 1, num_draft_tokens: int | None = None, dynamic_tree: bool = False,
-                 cuda_graphs: bool = True, linear_backend: str = "kvbuffer"):
-        shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens, dynamic=dynamic_tree)
-        if linear_backend not in LINEAR_BACKENDS:
-            raise ValueError(f"linear_backend must be one of {LINEAR_BACKENDS}, got {linear_backend!r}")
-        recurrent = linear_backend == "recurrent"
-        # the baseline keeps no buffer: every token writes the target's state, as in SGLang and vLLM
-        target_flush = 1 if recurrent else flush_length
+    target: a family alias (configs/models.json; the default "qwen3.5" is the small trained Qwen3.5 shipped in
+        specdec/checkpoints), a hub id or a directory.
+    draft: None (plain decoding), a name drafters/registry.py knows ("ngram", "mtp", "eagle3", "eagle3:PATH",
+        "small", or any alias / hub id / directory of a draft model of the target's family), or a Drafter.
+    config: the target's cache (CacheConfig: request slots, lengths, flush length, state slots, linear state),
+        the tree shape drafters propose (TreeShape) and CUDA graphs (on a GPU the target's and the draft model's
+        decode / verify steps replay from graphs unless cuda_graphs=False). A draft model gets the same request
+        slots and lengths, and the target's flush length (16 when the target keeps intermediate states).
+    state_memory_gb: size the committed-state pool to this budget instead of config.cache.num_state_slots.
+    acceptance: who decides which drafts are kept (default: the target, losslessly).
+    """
+
+    def __init__(self, target: str = "qwen3.5", draft: str | Drafter | None = None, *, device: str | None = None,
+                 dtype: str | torch.dtype | None = None, config: EngineConfig = EngineConfig(),
+                 state_memory_gb: float | None = None, acceptance: Acceptance | None = None):
         target_path = resolve_checkpoint(resolve(target))
         self.model = load_model(target_path, device=device, dtype=dtype)
+        cache = config.cache
         if state_memory_gb is not None:  # pools sized by memory: as many committed states as fit
-            node_states = (shape.budget + 1 if draft is not None else 1) if recurrent else 0
-            cache = cache_for_budget(self.model.cache_spec(), int(state_memory_gb * 2**30), max_batch, max_seq_len,
-                                     target_flush, self.model.dtype, node_states)
-        else:
-            cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, flush_length=target_flush,
-                                num_state_slots=num_state_slots, intermediate_states=recurrent)
+            intermediate = cache.linear_state == "intermediate"
+            node_states = (config.shape.budget + 1 if draft is not None else 1) if intermediate else 0
+            cache = cache_for_budget(self.model.cache_spec(), int(state_memory_gb * 2**30), cache.max_requests,
+                                     cache.max_seq_len, cache.flush_length, self.model.dtype, node_states)
+            config = replace(config, cache=cache)
         self.tokenizer = load_tokenizer(target_path)
-        self.drafter = self._make_drafter(draft, target, device, dtype, cache, cuda_graphs, flush_length)
-        self.engine = Engine(self.model, self.drafter, EngineConfig(cache=cache, shape=shape, cuda_graphs=cuda_graphs))
-
-    def _make_drafter(self, draft: str | None, target: str, device, dtype, cache: CacheConfig,
-                      cuda_graphs: bool, flush_length: int) -> Drafter | None:
-        if draft is None:
-            return None
-        if draft == "ngram":
-            return NgramDrafter()
-        if draft.startswith("synthetic:"):  # benchmarks on random weights: random chains, accepted at a set mean
-            mean = draft.removeprefix("synthetic:")
-            try:
-                return SyntheticDrafter(float(mean), self.model.hf_config.vocab_size)
-            except ValueError as error:
-                raise ValueError(f"--draft synthetic:MEAN takes a mean accepted length, e.g. synthetic:2.9; "
-                                 f"{mean!r}: {error}") from None
-        head_cache = CacheConfig(max_requests=cache.max_requests, max_seq_len=cache.max_seq_len)
-        if draft == "mtp":  # the target's own multi-token-prediction layer
-            return MtpDrafter(self.model, head_cache)
-        if draft == "eagle3":  # the EAGLE-3 head configs/models.json lists for the target
-            return Eagle3Drafter(self.model, resolve_checkpoint(eagle3_head_for(target)), head_cache)
-        if draft.startswith("eagle3:"):  # an EAGLE-3 head (SpecForge format): a directory or hub id
-            return Eagle3Drafter(self.model, resolve_checkpoint(draft.removeprefix("eagle3:")), head_cache)
-        draft_path = resolve_checkpoint(small_draft_for(target) if draft == "small" else resolve(draft))
-        draft_model = load_model(draft_path, device=device, dtype=dtype)
-        check_same_vocabulary(self.model, self.tokenizer, draft_model, load_tokenizer(draft_path))
-        return DraftModelDrafter(draft_model, CacheConfig(max_requests=cache.max_requests,
-                                                          max_seq_len=cache.max_seq_len,
-                                                          flush_length=flush_length), cuda_graphs)
+        if isinstance(draft, str):
+            draft_flush = cache.flush_length if cache.linear_state == "kvbuffer" else CacheConfig().flush_length
+            draft = make_drafter(draft, DraftContext(self.model, target, self.tokenizer, cache, config.shape,
+                                                     draft_flush, device, dtype, config.cuda_graphs))
+        self.drafter = draft
+        self.engine = Engine(self.model, self.drafter, config, acceptance)
 
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,
@@ -205,30 +169,7 @@ class LLM:
 def generate(prompts: Prompt | Sequence[Prompt], target: str = "qwen3.5", draft: str | None = None,
              **kwargs) -> list[Output]:
     """One call: load `target` (and `draft`), generate, return one Output per prompt. Keyword arguments are those
-    of LLM (device, dtype, flush_length, num_steps, ...) and of LLM.generate (max_new_tokens, temperature, ...)."""
+    of LLM (device, dtype, config, ...) and of LLM.generate (max_new_tokens, temperature, ...)."""
     init_keys = set(inspect.signature(LLM.__init__).parameters) - {"self", "target", "draft"}
     init = {key: kwargs.pop(key) for key in list(kwargs) if key in init_keys}
     return LLM(target, draft, **init).generate(prompts, **kwargs)
-
-
-def load_tokenizer(directory: Path):
-    """The checkpoint's tokenizer through transformers, or None when it ships none."""
-    directory = Path(directory)
-    if not any((directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json",
-                                                         "tokenizer.model")):
-        return None
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(directory)
-
-
-def check_same_vocabulary(target, target_tokenizer, draft, draft_tokenizer) -> None:
-    """A draft must speak the target's tokens: same vocabulary size, and the same tokenizer when both ship one."""
-    if draft.hf_config.vocab_size != target.hf_config.vocab_size:
-        raise ValueError(
-            f"the draft model's vocabulary ({draft.hf_config.vocab_size} tokens) differs from the target's "
-            f"({target.hf_config.vocab_size}); use a draft of the same family (e.g. draft='small') or 'ngram'"
-        )
-    if target_tokenizer is not None and draft_tokenizer is not None and \
-            target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-        raise ValueError("the draft model's tokenizer differs from the target's; use a draft of the same family")

@@ -1,5 +1,8 @@
-"""Which implementation of each KVBuffer op the runtime calls: the pure-torch references (CPU, and the oracle) or
-the Triton kernels (CUDA). Both take the same arguments, so the model code is the same on every device.
+"""Which implementation of each op the runtime calls, the kernel backend: the pure-torch references (CPU, and the
+oracle) or the Triton kernels (CUDA). Both take the same arguments, so the model code is the same on every device.
+The cache picks a layer's ops once, when it builds the layer's pool (specdec/cache/linear_pool.py); the mixers call
+what the pool holds. (Whether linear layers keep a KVBuffer or intermediate states is another choice, the linear
+state: specdec/cache/linear_state.py.)
 
 `SPECDEC_BACKEND=reference` forces the references on a GPU (debugging); `SPECDEC_BACKEND=triton` forces the
 kernels on a CPU, where they run in Triton's interpreter (set TRITON_INTERPRET=1 before importing specdec).
@@ -20,7 +23,7 @@ import torch
 
 import verify_kernels.conv as conv
 import verify_kernels.gdn as gdn
-import verify_kernels.intermediate_states as intermediate
+import verify_kernels.intermediate as intermediate
 import verify_kernels.mamba2 as mamba2
 
 BACKENDS = ("reference", "triton")
@@ -39,8 +42,8 @@ class MixerOps:
 
 @dataclass(frozen=True)
 class IntermediateOps:
-    """The intermediate-state baseline's ops (verify_kernels/intermediate_states.py): a tree walked node by node
-    from the committed state with one state per node, and the commit that copies the accepted node's state."""
+    """The intermediate-state baseline's ops (verify_kernels/intermediate): a tree walked node by node from the
+    committed state with one state per node, and the commit that copies the accepted node's state."""
 
     tree: Callable
     commit: Callable
@@ -106,7 +109,5 @@ def intermediate_ops(mixer: str, backend: str) -> IntermediateOps:
     if backend == "reference":
         tree = {"gdn": intermediate.gdn_intermediate_ref, "mamba2": intermediate.mamba2_intermediate_ref}[mixer]
         return IntermediateOps(tree, intermediate.commit_node_states_ref)
-    from verify_kernels import intermediate_kernels
-
-    tree = {"gdn": intermediate_kernels.gdn_intermediate, "mamba2": intermediate_kernels.mamba2_intermediate}[mixer]
-    return IntermediateOps(tree, intermediate_kernels.commit_node_states)
+    tree = {"gdn": intermediate.gdn_intermediate, "mamba2": intermediate.mamba2_intermediate}[mixer]
+    return IntermediateOps(tree, intermediate.commit_node_states)

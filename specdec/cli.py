@@ -17,9 +17,9 @@ from tqdm.auto import tqdm
 
 from specdec.eval import cli as eval_cli
 from specdec.models.checkpoint import CheckpointError
+from specdec.presets import DEFAULT_TARGET
 from specdec.training import cli as training_cli
 
-DEFAULT_TARGET = "qwen3.5"   # configs/models.json: its default size is the shipped qwen3.5-tiny
 DEFAULT_PROMPT = "Tell me about the history of Rome."
 
 
@@ -96,15 +96,16 @@ def read_prompts(args) -> list[str]:
 
 def run(args) -> None:
     from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
     from specdec.presets import drafter_asked
 
     prompts = read_prompts(args)
+    config = EngineConfig.from_flags(
+        max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
+        num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
+        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph)
     llm = LLM(args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft), device=args.device,
-              dtype=args.dtype, flush_length=args.flush_length,
-              max_batch=args.max_batch, max_seq_len=args.max_seq_len, state_memory_gb=args.state_memory_gb,
-              num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
-              dynamic_tree=args.dynamic_tree,
-              cuda_graphs=not args.disable_cuda_graph)
+              dtype=args.dtype, config=config, state_memory_gb=args.state_memory_gb)
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, seed=args.seed, chat=args.chat, stop=args.stop)
     start = time.perf_counter()

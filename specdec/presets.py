@@ -17,6 +17,7 @@ from specdec.models.checkpoint import HUB_ID, read_config
 MODELS_FILE = Path(__file__).resolve().parents[1] / "configs" / "models.json"
 SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
 SHIPPED = "shipped:"
+DEFAULT_TARGET = "qwen3.5"  # its default size is the shipped qwen3.5-tiny
 RANDOM = "random:"
 
 

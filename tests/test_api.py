@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 import specdec
-from specdec import LLM
+from specdec import LLM, EngineConfig
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny, save_tiny_tokenizer
 
 PROMPT = "aa ae ai ao au ay ar aa ae ai"
+SHORT = EngineConfig.from_flags(max_seq_len=128)
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +26,15 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def plain(checkpoints):
-    return LLM(str(checkpoints[0]), max_seq_len=128)
+    return LLM(str(checkpoints[0]), config=SHORT)
 
 
 def test_text_in_text_out_equal_across_drafters(checkpoints, plain):
     target, draft, _ = checkpoints
     reference = plain.generate([PROMPT, "ba be"], max_new_tokens=24)
     assert all(out.text and len(out.token_ids) <= 24 for out in reference)
-    with_draft = LLM(str(target), draft=str(draft), max_seq_len=128).generate([PROMPT, "ba be"], max_new_tokens=24)
-    with_ngram = specdec.generate([PROMPT, "ba be"], target=str(target), draft="ngram", max_seq_len=128,
+    with_draft = LLM(str(target), draft=str(draft), config=SHORT).generate([PROMPT, "ba be"], max_new_tokens=24)
+    with_ngram = specdec.generate([PROMPT, "ba be"], target=str(target), draft="ngram", config=SHORT,
                                   max_new_tokens=24)
     for a, b, c in zip(reference, with_draft, with_ngram, strict=True):
         assert a.token_ids == b.token_ids == c.token_ids and a.text == b.text == c.text
@@ -80,4 +81,4 @@ def test_bad_models(checkpoints):
     with pytest.raises(ValueError, match="unknown model 'llama-9'"):
         LLM("llama-9")
     with pytest.raises(ValueError, match="vocabulary"):
-        LLM(str(target), draft=str(other), max_seq_len=128)
+        LLM(str(target), draft=str(other), config=SHORT)

@@ -58,15 +58,15 @@ def test_bad_batch_sizes_are_refused():
 
 
 def test_synthetic_drafts_are_accepted_at_the_mean_asked_for():
-    from drafters import SyntheticDrafter, TreeShape
-    from specdec.engine.tree import DraftTree
+    from specdec.eval.synthetic import SyntheticAcceptance, SyntheticDrafter
+    from specdec.speculation import DraftTree, TreeShape
 
-    drafter = SyntheticDrafter(2.9, vocab_size=100, seed=3)
+    drafter, acceptance = SyntheticDrafter(2.9, seed=3), SyntheticAcceptance(2.9, seed=3)
     drafter.check_shape(TreeShape(steps=4))
-    alpha = drafter.alpha(4)
+    alpha = acceptance.alpha(4)
     assert sum(alpha**i for i in range(1, 5)) == pytest.approx(1.9)
     chain = DraftTree([0, 1, 2, 3, 4], [-1, 0, 1, 2, 3])
-    lengths = [len(drafter.forced_path(chain)) for _ in range(20000)]
+    lengths = [len(acceptance.forced_path(chain)) for _ in range(20000)]
     assert sum(lengths) / len(lengths) == pytest.approx(2.9, abs=0.03)
     assert set(lengths) == {1, 2, 3, 4, 5}
     with pytest.raises(ValueError, match="raise --num-steps"):
@@ -75,15 +75,19 @@ def test_synthetic_drafts_are_accepted_at_the_mean_asked_for():
         drafter.check_shape(TreeShape(steps=4, topk=2))
 
 
-def test_the_engine_accepts_what_the_synthetic_drafter_forces():
+def test_the_engine_accepts_what_the_synthetic_acceptance_forces():
     from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
+    from specdec.eval.synthetic import synthetic_speculation
 
-    llm = LLM("qwen3.5", "synthetic:3.0", device="cpu", max_batch=4, max_seq_len=256)
+    drafter, acceptance = synthetic_speculation("synthetic:3.0")
+    llm = LLM("qwen3.5", drafter, device="cpu", config=EngineConfig.from_flags(max_batch=4, max_seq_len=256),
+              acceptance=acceptance)
     outputs = llm.generate(["a", "b", "c", "d"], max_new_tokens=100)
     steps = [n for out in outputs for n in out.stats.emitted_per_step]
     assert sum(steps) / len(steps) == pytest.approx(3.0, abs=0.35) and max(steps) == 5
     with pytest.raises(ValueError, match="e.g. synthetic:2.9"):
-        LLM("qwen3.5", "synthetic:lots", device="cpu")
+        synthetic_speculation("synthetic:lots")
 
 
 def test_real_shapes():

@@ -9,8 +9,8 @@ import torch
 from drafters import NgramDrafter
 from specdec.cache.budget import cache_for_budget, request_bytes, state_bytes
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
+from specdec.speculation import SamplingParams
 from tests.tiny_models import qwen35_text_config, save_tiny
 
 

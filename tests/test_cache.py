@@ -8,7 +8,7 @@ import torch
 from specdec import CacheConfig, ModelRunner, StepBatch, load_model
 from specdec.cache import CacheFullError
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
+from specdec.speculation import SamplingParams
 from tests.tiny_models import qwen35_text_config, save_tiny
 
 

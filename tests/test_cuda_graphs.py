@@ -1,22 +1,21 @@
-"""Decode / verify steps through the static, padded step of specdec.engine.cuda_graphs: on the CPU the same
-static step runs eagerly (capture=False) and must give the plain path's logits and generations; on a GPU the
-captured graphs must give the eager engine's tokens exactly."""
+"""Decode / verify steps through the static, padded steps of specdec/runner/cuda_graphs.py: on the CPU the same
+static steps run eagerly (ModelRunner.enable_graphs(capture=False)) and must give the plain path's logits and
+generations; on a GPU the captured graphs must give the eager engine's tokens exactly."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from drafters import DraftModelDrafter, NgramDrafter, TreeShape
+from drafters import DraftModelDrafter, NgramDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
-from specdec.engine import cuda_graphs
-from specdec.engine.cuda_graphs import GraphedForward, batch_buckets, capture_blocker
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.moe import StackedExperts
-from specdec.runner import ModelRunner
+from specdec.runner import ModelRunner, cuda_graphs
+from specdec.runner.cuda_graphs import StepGraphs, batch_buckets, capture_blocker
+from specdec.speculation import SamplingParams, TreeShape
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 
 NEW_TOKENS = 32
@@ -60,7 +59,8 @@ def engine_for(checkpoint, drafter: str | None, flush_length: int, cuda_graphs: 
     """An engine of 3 request slots (4 prompts: one queues) with no drafter, the n-gram one or the draft model."""
     cache = CacheConfig(max_requests=3, max_seq_len=128, flush_length=flush_length)
     if drafter == "model":
-        drafter = DraftModelDrafter(load_model(checkpoint / "draft", device=device, dtype=dtype), cache, cuda_graphs)
+        drafter = DraftModelDrafter(load_model(checkpoint / "draft", device=device, dtype=dtype), cache, SHAPE,
+                                    cuda_graphs)
     elif drafter == "ngram":
         drafter = NgramDrafter()
     target = load_model(checkpoint, device=device, dtype=dtype)
@@ -69,13 +69,11 @@ def engine_for(checkpoint, drafter: str | None, flush_length: int, cuda_graphs: 
 
 def static_steps(engine: Engine) -> Engine:
     """The engine (built without graphs) with its steps, and its draft model's, on the static path, run eagerly.
-    Each GraphedForward takes a request slot of its cache for padding rows: the scheduler sees one slot less."""
+    The static steps take a request slot of their cache for padding rows: the scheduler sees one slot less."""
     width = SHAPE.budget + 1 if engine.drafter else 1
-    engine.forward = GraphedForward(engine.runner, width, max_batch=3, capture=False)
+    engine.runner.enable_graphs(width, max_batch=3, capture=False)
     if isinstance(engine.drafter, DraftModelDrafter):
-        drafter = engine.drafter
-        drafter.max_batch = 2
-        drafter.forward = GraphedForward(drafter.runner, SHAPE.budget + 2, max_batch=2, capture=False)
+        engine.drafter.runner.enable_graphs(SHAPE.budget + 2, max_batch=2, capture=False)
     return engine
 
 
@@ -88,14 +86,14 @@ def test_buckets_cover_every_batch_up_to_the_largest():
 def test_key_lengths_come_in_powers_of_two_up_to_the_cache(tmp_path):
     save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=1)
     runner = ModelRunner.create(load_model(tmp_path, device="cpu"), CacheConfig(max_requests=2, max_seq_len=1000))
-    graphed = GraphedForward(runner, width=5, max_batch=1, capture=False)
+    graphed = StepGraphs(runner, width=5, max_batch=1, capture=False)
     assert [graphed.kv_bucket(n) for n in (1, 256, 257, 600, 1000)] == [256, 256, 512, 1000, 1000]
 
 
 def test_capturing_ahead_builds_every_step_the_batches_will_replay(tmp_path):
     save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=1)
     runner = ModelRunner.create(load_model(tmp_path, device="cpu"), CacheConfig(max_requests=40, max_seq_len=1000))
-    graphed = GraphedForward(runner, width=5, max_batch=32, capture=False)
+    graphed = StepGraphs(runner, width=5, max_batch=32, capture=False)
     # 20 requests: buckets up to 24; rows needing 200 to 600 keys: key lengths 256, 512 and the cache's 1000
     assert graphed.capture_buckets(rows=20, shortest=200, longest=600) == 6 * 3
     assert set(graphed._steps) == {(size, kv) for size in (1, 2, 4, 8, 16, 24) for kv in (256, 512, 1000)}
@@ -107,12 +105,12 @@ def test_static_step_gives_the_plain_logits(checkpoint):
     """Three rows (one padding row in the bucket of 4) with trees narrower than the static width."""
     model = load_model(checkpoint, device="cpu")
     runner = ModelRunner.create(model, CacheConfig(max_requests=4, max_seq_len=64, flush_length=4))
-    graphed = GraphedForward(runner, width=6, max_batch=3, capture=False)
     slots = [runner.cache.allocate_request() for _ in range(3)]
     runner.prefill(slots, [[5, 6, 7, 8, 9], [3], [11, 12, 13]])
     batch = StepBatch.trees(slots, [[1, 2, 3, 4], [5], [6, 7, 8]], [[-1, 0, 0, 1], [-1], [-1, 0, 1]])
     plain, _ = runner.score_logits(batch)
-    static, ctx = graphed.score_logits(batch)
+    runner.enable_graphs(width=6, max_batch=3, capture=False)
+    static, ctx = runner.score_logits(batch)
     assert static.shape[:2] == (3, 6)
     torch.testing.assert_close(static[:, : batch.width], plain, atol=1e-5, rtol=1e-5)
     assert ctx.batch.req_slots == slots and ctx.batch.width == 6
@@ -135,9 +133,9 @@ def test_graphs_are_off_without_a_gpu(tmp_path):
     model = load_model(tmp_path, device="cpu")
     assert "CUDA device" in capture_blocker(model)
     engine = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64)))
-    assert engine.forward is engine.runner and "CUDA device" in engine.graph_note
+    assert engine.runner.graphs is None and "CUDA device" in engine.runner.graph_note
     with pytest.raises(ValueError, match="cannot capture"):
-        GraphedForward(engine.runner, 1, 2)
+        engine.runner.enable_graphs(1, 2)
 
 
 @pytest.mark.gpu
@@ -147,11 +145,11 @@ def test_graphs_are_off_without_a_gpu(tmp_path):
 def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, flush_length):
     eager = engine_for(checkpoint, drafter, flush_length, cuda_graphs=False, device="cuda")
     graphed = engine_for(checkpoint, drafter, flush_length, cuda_graphs=True, device="cuda")
-    assert graphed.graph_note is None and isinstance(graphed.forward, GraphedForward)
+    assert graphed.runner.graph_note is None and graphed.runner.graphs is not None
     assert generate(graphed) == generate(eager)
     assert graphed.runner.cache.free_request_slots == 3, "the padding slot comes on top of max_requests"
     if drafter == "model":
-        assert isinstance(graphed.drafter.forward, GraphedForward), "the draft model's steps are captured too"
+        assert graphed.drafter.runner.graphs is not None, "the draft model's steps are captured too"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

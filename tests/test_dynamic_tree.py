@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drafters import NgramDrafter, TreeShape
+from drafters import NgramDrafter
 from drafters.dynamic_tree import best_nodes, prune
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.tree import DraftTree
 from specdec.models import load_model
+from specdec.speculation import DraftTree, TreeShape
 from tests.tiny_models import qwen35_text_config, save_tiny
 
 

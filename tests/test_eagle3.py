@@ -11,15 +11,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
-from drafters import Eagle3Drafter, MtpDrafter, TreeShape
+from drafters import Eagle3Drafter, MtpDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
 from specdec.cli import main as cli_main
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.checkpoint import CheckpointError
 from specdec.models.eagle3 import load_eagle3
+from specdec.speculation import SamplingParams, TreeShape
 from specdec.training.eagle3 import Eagle3Trainee, head_config, save_eagle3
 from specdec.training.lm import TrainConfig, train_lm
 from tests.test_training import QWEN, write_corpus

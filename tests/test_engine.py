@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drafters import DraftModelDrafter, DraftRequest, NgramDrafter, TreeShape
+from drafters import DraftModelDrafter, DraftRequest, NgramDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
+from specdec.speculation import SamplingParams, TreeShape
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 
 NEW_TOKENS = 64

@@ -11,7 +11,7 @@ import torch
 
 from specdec import CacheConfig, ModelRunner, load_model
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
+from specdec.speculation import SamplingParams
 from tests.tiny_models import VOCAB, nemotron_h_config, qwen35_text_config, save_tiny
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""The intermediate-state baseline (verify_kernels/intermediate_states.py): every node's output and state equal the
+"""The intermediate-state baseline (verify_kernels/intermediate): every node's output and state equal the
 plain recurrence along its root path, commit keeps the last accepted node's state, and the engine running the
 target this way emits the KVBuffer engine's tokens."""
 
@@ -10,22 +10,19 @@ import pytest
 import torch
 
 from specdec.api import LLM
+from specdec.cache.linear_state import IntermediateStates
 from specdec.cache.spec import CacheConfig
+from specdec.engine.engine import EngineConfig
 from tests.reference_checks import PADDING_PARENT, assert_close, root_path
-from verify_kernels import intermediate_kernels
+from verify_kernels import intermediate
 from verify_kernels.gdn import gdn_recurrent_ref
-from verify_kernels.intermediate_states import (
-    commit_node_states_ref,
-    gdn_intermediate_ref,
-    mamba2_intermediate_ref,
-)
 from verify_kernels.mamba2 import mamba2_recurrent_ref
 
 # the torch references, and the Triton kernels (on a CPU in Triton's interpreter, tests/conftest.py)
 IMPLEMENTATIONS = {
-    "reference": (gdn_intermediate_ref, mamba2_intermediate_ref, commit_node_states_ref),
-    "triton": (intermediate_kernels.gdn_intermediate, intermediate_kernels.mamba2_intermediate,
-               intermediate_kernels.commit_node_states),
+    "reference": (intermediate.gdn_intermediate_ref, intermediate.mamba2_intermediate_ref,
+                  intermediate.commit_node_states_ref),
+    "triton": (intermediate.gdn_intermediate, intermediate.mamba2_intermediate, intermediate.commit_node_states),
 }
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -105,7 +102,8 @@ def test_commit_keeps_the_last_accepted_state(implementation):
 def test_the_reference_commit_refuses_rows_without_a_slot():
     states, pool = torch.zeros(2, 3, 4), torch.zeros(2, 4)
     with pytest.raises(ValueError, match="need a state slot"):
-        commit_node_states_ref(states, torch.tensor([[0], [0]]), torch.tensor([1, 1]), pool, torch.tensor([-1, 1]))
+        intermediate.commit_node_states_ref(states, torch.tensor([[0], [0]]), torch.tensor([1, 1]), pool,
+                                            torch.tensor([-1, 1]))
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -135,7 +133,7 @@ def test_decode_in_place_writes_the_slots(mixer, implementation):
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_node_states_land_in_the_buffer_given(implementation):
-    """The engine reserves the node states once (KVBufferCache.reserve_node_states) and hands each step a view."""
+    """The engine reserves the node states once (KVBufferCache.reserve) and hands each step a view."""
     gdn = IMPLEMENTATIONS[implementation][0]
     inputs, pool = gdn_inputs(torch.Generator().manual_seed(3), len(TREES), 5)
     args = on_device(*inputs, torch.tensor(TREES), torch.tensor(NUM_NODES), pool, torch.tensor(STATE_SLOTS))
@@ -151,9 +149,10 @@ def test_node_states_land_in_the_buffer_given(implementation):
 
 def test_the_baseline_keeps_no_buffer():
     with pytest.raises(ValueError, match="flush_length must be 1"):
-        CacheConfig(flush_length=16, intermediate_states=True)
-    with pytest.raises(ValueError, match="linear_backend must be one of"):
-        LLM("qwen3.5", device="cpu", linear_backend="sglang")
+        CacheConfig(flush_length=16, linear_state="intermediate")
+    with pytest.raises(ValueError, match="linear_state must be one of"):
+        CacheConfig(linear_state="sglang")
+    assert EngineConfig.from_flags(flush_length=16, linear_state="intermediate").cache.flush_length == 1
 
 
 @pytest.mark.parametrize("target", ["qwen3.5", "nemotron-3"])
@@ -163,14 +162,15 @@ def test_the_baseline_keeps_no_buffer():
 def test_the_engine_emits_the_same_tokens_either_way(target, draft, shape):
     prompts = ["The history of the city", "def parse(text):\n    "]
     outputs = {}
-    for backend in ("kvbuffer", "recurrent"):
-        llm = LLM(target, draft, device="cpu", max_batch=2, max_seq_len=128, linear_backend=backend, **shape)
-        outputs[backend] = [out.token_ids for out in llm.generate(prompts, max_new_tokens=20)]
-        if backend == "recurrent":
-            assert all(pool.intermediate is not None for pool in llm.engine.runner.cache.linear)
+    for linear_state in ("kvbuffer", "intermediate"):
+        config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, linear_state=linear_state, **shape)
+        llm = LLM(target, draft, device="cpu", config=config)
+        outputs[linear_state] = [out.token_ids for out in llm.generate(prompts, max_new_tokens=20)]
+        if linear_state == "intermediate":
+            assert all(isinstance(pool.linear_state, IntermediateStates) for pool in llm.engine.runner.cache.linear)
             assert llm.engine.runner.cache.config.flush_length == 1
             cache, width = llm.engine.runner.cache, llm.engine.config.shape.budget + 1
             for pool in cache.linear:  # one state per node of the widest step, per request slot, reserved once
                 states = cache.config.max_requests * width * math.prod(pool.spec.state_shape) if draft else 0
-                assert pool.node_states.numel() == states
-    assert outputs["recurrent"] == outputs["kvbuffer"]
+                assert pool.linear_state.node_states.numel() == states
+    assert outputs["intermediate"] == outputs["kvbuffer"]

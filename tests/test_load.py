@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from drafters import NgramDrafter, TreeShape
+from drafters import NgramDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
+from specdec.speculation import SamplingParams, TreeShape
 from tests.tiny_models import qwen35_text_config, save_tiny
 
 REQUESTS = 200

@@ -10,14 +10,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from drafters import MtpDrafter, TreeShape
+from drafters import MtpDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.sampling import SamplingParams
 from specdec.models import load_model
 from specdec.models.mtp import Qwen35Mtp
 from specdec.models.mtp_weights import MissingMtpError
+from specdec.speculation import SamplingParams, TreeShape
 from specdec.training.mtp import mtp_hidden
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny, save_tiny_with_mtp
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.engine.acceptance import accept_batch
-from specdec.engine.sampling import SamplingParams, accept_child, sample, target_distribution
-from specdec.engine.tree import DraftTree, accept_greedy, accept_path
+from specdec.speculation import DraftTree, accept_greedy, accept_path
+from specdec.speculation.acceptance import accept_batch, accept_child
+from specdec.speculation.sampling import SamplingParams, sample, target_distribution
 
 VOCAB = 6
 TRIALS = 20_000

@@ -35,7 +35,8 @@ def cache_for_budget(spec: ModelCacheSpec, budget_bytes: int, max_requests: int,
                      flush_length: int, dtype: torch.dtype, node_states: int = 0) -> CacheConfig:
     """A CacheConfig whose pools fit `budget_bytes`: max_requests request slots, and as many state slots as the
     rest of the budget holds (at most max_requests). node_states > 0 sizes the intermediate-state baseline
-    (CacheConfig.intermediate_states): every request slot also holds that many states for its draft nodes."""
+    (CacheConfig(linear_state="intermediate")): every request slot also holds that many states for its draft
+    nodes."""
     fixed = max_requests * (request_bytes(spec, max_seq_len, flush_length, dtype) + node_states * state_bytes(spec))
     if fixed > budget_bytes:
         raise ValueError(
@@ -46,4 +47,5 @@ def cache_for_budget(spec: ModelCacheSpec, budget_bytes: int, max_requests: int,
     per_state = state_bytes(spec)
     states = min(max_requests, (budget_bytes - fixed) // per_state) if per_state else max_requests
     return CacheConfig(max_requests=max_requests, max_seq_len=max_seq_len, flush_length=flush_length,
-                       num_state_slots=int(states), intermediate_states=node_states > 0)
+                       num_state_slots=int(states),
+                       linear_state="intermediate" if node_states > 0 else "kvbuffer")

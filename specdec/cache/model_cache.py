@@ -29,7 +29,7 @@ class KVBufferCache:
         self.device = torch.device(device)
         self.linear = [
             LinearLayerPool(layer, config.max_requests, config.state_slots, config.flush_length, self.device, dtype,
-                            config.intermediate_states)
+                            config.linear_state)
             for layer in spec.linear
         ]
         self.attention = [
@@ -45,14 +45,11 @@ class KVBufferCache:
         self._free_states = list(range(config.state_slots - 1, -1, -1))
         self._active: set[int] = set()
 
-    def reserve_node_states(self, width: int) -> None:
-        """The intermediate-state baseline (CacheConfig.intermediate_states): room for `width` node states per
-        request slot in every linear layer, reserved once for the widest verify step rather than per step (and per
-        captured CUDA graph)."""
-        if not self.config.intermediate_states:
-            raise ValueError("node states are the intermediate-state baseline's; this cache keeps a KVBuffer")
+    def reserve(self, width: int) -> None:
+        """Whatever the linear state needs for steps of up to `width` nodes in every request slot, reserved once
+        (intermediate states: one state per node; the KVBuffer: nothing)."""
         for layer in self.linear:
-            layer.reserve_node_states(self.config.max_requests, width)
+            layer.linear_state.reserve(self.config.max_requests, width)
 
     # ---- slots -------------------------------------------------------------------------------------------
     @property
@@ -86,6 +83,10 @@ class KVBufferCache:
             self.state_slot[slot] = -1
         self._active.remove(slot)
         self._free_requests.append(slot)
+
+    def committed_rows(self, slots: list[int]) -> tuple[list[int], list[int]]:
+        """Host-side view of these request slots: (committed lengths, state slots, -1 for none)."""
+        return [self.seq_len[s] for s in slots], [self.state_slot[s] for s in slots]
 
     def committed_length(self, slot: int) -> int:
         self._check_active(slot)
@@ -189,12 +190,17 @@ class KVBufferCache:
         folds = self.prepare_commit(slots, counts, [row in tree_rows for row in range(len(slots))])
         ctx.state_slots = torch.tensor([self.state_slot[s] for s in slots], dtype=torch.long, device=self.device)
 
+        self.commit_layers(ctx, accepted, num_accepted)
+        self.finish_commit(slots, counts, folds)
+        ctx.scratch.clear()
+
+    def commit_layers(self, ctx: StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """The device half of a commit, the same eagerly and inside a CUDA graph (no host work, no syncs): every
+        layer keeps each row's accepted path. ctx.state_slots must already hold the slots prepare_commit took."""
         for index, layer in enumerate(self.linear):
             layer.commit(ctx.scratch[index], ctx, accepted, num_accepted, self.buf_len_device)
         for layer in self.attention:
             layer.commit(ctx, accepted, num_accepted)
-        self.finish_commit(slots, counts, folds)
-        ctx.scratch.clear()
 
     def prepare_commit(self, slots: list[int], counts: list[int], tree_rows: list[bool]) -> list[bool]:
         """Host side, before the commit ops: which rows' buffers fold (tree rows whose buffer would reach L

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+LINEAR_STATES = ("kvbuffer", "intermediate")  # specdec/cache/linear_state.py
+
 
 @dataclass(frozen=True)
 class LinearLayerSpec:
@@ -52,23 +54,26 @@ class CacheConfig:
         (L = 1 is plain recurrent decoding: every token writes the state).
     num_state_slots: committed states; a request takes one only when it first flushes, so short requests
         hold none. Defaults to max_requests.
-    intermediate_states: run linear layers the way SGLang and vLLM do, as the baseline to measure against
-        (verify_kernels/intermediate_states.py): token by token from the state, one state written per draft
-        node, the accepted one copied back; it keeps no buffer, so flush_length must be 1.
+    linear_state: how linear layers keep their state across a step (specdec/cache/linear_state.py):
+        "kvbuffer", or "intermediate", the way SGLang and vLLM do it, as the baseline to measure against (token by
+        token from the state, one state written per draft node, the accepted one copied back); it keeps no
+        buffer, so flush_length must be 1.
     """
 
     max_requests: int = 8
     max_seq_len: int = 4096
     flush_length: int = 16
     num_state_slots: int | None = None
-    intermediate_states: bool = False
+    linear_state: str = "kvbuffer"
 
     def __post_init__(self):
         for name in ("max_requests", "max_seq_len", "flush_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"CacheConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.intermediate_states and self.flush_length != 1:
-            raise ValueError("CacheConfig.intermediate_states keeps no buffer: flush_length must be 1, got "
+        if self.linear_state not in LINEAR_STATES:
+            raise ValueError(f"CacheConfig.linear_state must be one of {LINEAR_STATES}, got {self.linear_state!r}")
+        if self.linear_state == "intermediate" and self.flush_length != 1:
+            raise ValueError("intermediate states keep no buffer: CacheConfig.flush_length must be 1, got "
                              f"{self.flush_length}")
         if self.num_state_slots is not None and self.num_state_slots < 0:
             raise ValueError(f"CacheConfig.num_state_slots must be >= 0, got {self.num_state_slots}")

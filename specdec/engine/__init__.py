@@ -1,1 +1,2 @@
-"""The speculative decoding engine: propose -> verify -> accept -> commit over a batch of requests."""
+"""The speculative decoding engine: the step loop (engine.py) over requests (request.py) that a continuous-batching
+scheduler (scheduler.py) admits and retires."""

@@ -1,47 +1,63 @@
 """The speculative decoding loop over a batch of requests, as small named steps:
 
-    admit -> prefill -> propose -> verify -> accept -> commit -> emit -> retire
+    admit -> prefill -> propose -> score -> accept -> commit -> emit -> retire
 
-verify scores every node of every request's tree in one target forward (KVBuffer tree verify in the linear
-layers, a tree mask in the attention layers); commit keeps the accepted path's entries. Nothing is snapshotted
-and nothing is rolled back. Without a drafter every tree is just the root: plain decoding on the same code.
+score runs every node of every request's tree through the target in one forward (the linear layers' tree verify,
+a tree mask in the attention layers), through the runner, which replays it from a CUDA graph where it can;
+accept picks a path per tree (specdec/speculation/acceptance.py); commit keeps that path's entries. Nothing is
+snapshotted and nothing is rolled back. Without a drafter every tree is just the root: plain decoding on the same
+code. docs/design.md section 3 has the data flow.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
-from drafters.base import Drafter, DraftRequest, TreeShape
+from drafters.base import Drafter, DraftRequest
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
 from specdec.models.base import HybridCausalLM
 from specdec.runner import ModelRunner
+from specdec.speculation import Acceptance, DraftTree, SamplingParams, TargetAcceptance, TreeShape, sample
+from specdec.speculation.sampling import target_distribution
 
-from .acceptance import accept_batch
-from .cuda_graphs import GraphedForward, capture_blocker
 from .request import Request
-from .sampling import SamplingParams, sample, target_distribution
 from .scheduler import Scheduler
-from .tree import DraftTree, accept_greedy
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     """cache: the target's pools; shape: what the drafter proposes per step; cuda_graphs: replay the decode /
-    verify steps from CUDA graphs on a GPU where the model allows it (Engine.graph_note says why not otherwise).
-    With graphs on, the target's cache holds one request slot more than cache.max_requests, for padding rows."""
+    verify steps from CUDA graphs on a GPU where the model allows it (runner.graph_note says why not otherwise)."""
 
     cache: CacheConfig = CacheConfig()
     shape: TreeShape = TreeShape()
     cuda_graphs: bool = True
 
+    @classmethod
+    def from_flags(cls, *, max_batch: int = 8, max_seq_len: int = 4096, flush_length: int = 16,
+                   num_state_slots: int | None = None, linear_state: str = "kvbuffer", num_steps: int = 4,
+                   topk: int = 1, num_draft_tokens: int | None = None, dynamic_tree: bool = False,
+                   cuda_graphs: bool = True) -> EngineConfig:
+        """From the flags of `specdec run / eval / bench`, one to one. Intermediate states keep no buffer: their
+        cache runs with flush length 1 whatever flush_length says."""
+        cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, num_state_slots=num_state_slots,
+                            flush_length=1 if linear_state == "intermediate" else flush_length,
+                            linear_state=linear_state)
+        shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens, dynamic=dynamic_tree)
+        return cls(cache, shape, cuda_graphs)
+
 
 class Engine:
-    def __init__(self, target: HybridCausalLM, drafter: Drafter | None = None, config: EngineConfig = EngineConfig()):
+    """acceptance: who decides which drafts are kept (default: the target, losslessly; benchmarks on random
+    weights inject a synthetic one, specdec/eval/synthetic.py)."""
+
+    def __init__(self, target: HybridCausalLM, drafter: Drafter | None = None, config: EngineConfig = EngineConfig(),
+                 acceptance: Acceptance | None = None):
         if config.shape.dynamic and not (drafter is not None and drafter.supports_dynamic_trees):
             raise ValueError("dynamic trees need a drafter that scores its drafts: use --draft mtp or eagle3:PATH, "
                              "or a static tree (leave out --dynamic-tree)")
@@ -50,31 +66,23 @@ class Engine:
         self.target = target
         self.drafter = drafter
         self.config = config
-        self.graph_note = capture_blocker(target) if config.cuda_graphs else "turned off"
-        cache = config.cache
-        if self.graph_note is None:
-            cache = replace(cache, max_requests=cache.max_requests + 1)  # + the graphs' padding slot
-        self.runner = ModelRunner.create(target, cache)
-        if drafter is not None and drafter.target_features is not None:
-            self.runner.feature_layers = drafter.target_features
+        self.acceptance = acceptance or TargetAcceptance()
         width = config.shape.budget + 1 if drafter else 1  # nodes per verify step: the root and its drafts
-        if cache.intermediate_states and width > 1:  # the baseline's one state per node, for every request slot
-            self.runner.cache.reserve_node_states(width)
-        self.forward: ModelRunner | GraphedForward = self.runner
-        if self.graph_note is None:
-            self.forward = GraphedForward(self.runner, width, max_batch=config.cache.max_requests)
-        self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0)
+        features = drafter.target_features if drafter is not None else None
+        self.runner = ModelRunner.create(target, config.cache, step_width=width, cuda_graphs=config.cuda_graphs,
+                                         feature_layers=features or ())
+        self.runner.cache.reserve(width)
+        self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0,
+                                   max_batch=config.cache.max_requests)
         self._ids = itertools.count()
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
 
-    def capture_graphs(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
-        """Capture the CUDA graphs that batches of up to `rows` requests of these lengths will replay, ahead of
-        time (benchmarks, servers that warm up); the steps not captured here are captured when first needed.
-        Returns how many were captured (0 without graphs)."""
-        if not isinstance(self.forward, GraphedForward):
-            return 0
-        width = self.forward.width
-        return self.forward.capture_buckets(rows, prompt_tokens + width, prompt_tokens + max_new_tokens + width)
+    def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
+        """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs
+        on a GPU), as benchmarks and servers that warm up do; the rest is built when first needed. -> how many
+        step graphs were built."""
+        width = self.config.shape.budget + 1 if self.drafter else 1
+        return self.runner.capture(rows, prompt_tokens + width, prompt_tokens + max_new_tokens + width)
 
     # ---- requests ----------------------------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: SamplingParams = SamplingParams(), max_new_tokens: int = 64,
@@ -120,16 +128,18 @@ class Engine:
 
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> list[Request]:
-        """One round: admit and prefill new requests, then one speculative step for the others. Returns the
-        requests that finished in this round."""
+        """One round: admit and prefill new requests, then one speculative step for the others
+        (propose -> score -> accept -> commit -> emit). Returns the requests that finished in this round."""
         admitted = self.scheduler.admit()
         if admitted:
             self.prefill(admitted)
         ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
         if ready:
             trees = self.propose(ready)
-            paths, features = self.verify_accept_commit(ready, trees)
-            self.emit(ready, trees, paths, features)
+            logits, features, scored = self.score(ready, trees)
+            results = self.acceptance.accept(trees, logits, [r.params for r in ready], [r.generator for r in ready])
+            self.commit(scored, results)
+            self.emit(ready, trees, results, features)
         finished = self.scheduler.retire()
         if self.drafter is not None:
             for request in finished:
@@ -162,37 +172,19 @@ class Engine:
                 raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
         return trees
 
-    def verify_accept_commit(self, requests: list[Request], trees: list[DraftTree]):
-        """Score every tree in one target forward, accept a path per request, commit those paths. -> (per request
-        (accepted path, bonus token), the nodes' target features [B, T, F] for a drafter that takes them, else None)."""
+    def score(self, requests: list[Request], trees: list[DraftTree]):
+        """Every node of every tree in one target forward. -> (logits [B, T, V], the nodes' features [B, T, F] for
+        a drafter that takes them (else None), the scored step to commit)."""
         batch = StepBatch.trees([r.slot for r in requests], [t.tokens for t in trees], [t.parents for t in trees])
-        logits, features, ctx = self.forward.score_all(batch)  # [B, T, V], [B, T, F] on the model's device
-        argmax = logits.argmax(-1).tolist()  # greedy requests need only this: [B, T] ints leave the device
-        results = []
-        for row, (request, tree) in enumerate(zip(requests, trees, strict=True)):
-            forced = self.drafter.forced_path(tree) if self.drafter is not None else None
-            if forced is not None:  # a benchmark drafter's synthetic acceptance; the bonus is the target's argmax
-                results.append((forced, argmax[row][forced[-1]]))
-            else:
-                results.append(accept_greedy(tree, argmax[row]) if request.params.greedy else None)
-        sampled = [row for row, result in enumerate(results) if result is None]
-        if sampled:  # all sampled rows walk together on the device (acceptance.py)
-            probs = torch.empty(len(sampled), *logits.shape[1:], device=logits.device)
-            groups: dict[tuple, list[int]] = {}  # rows by (temperature, top_k, top_p): one call per group
-            for index, row in enumerate(sampled):
-                params = requests[row].params
-                groups.setdefault((params.temperature, params.top_k, params.top_p), []).append(index)
-            for group in groups.values():
-                rows = [sampled[index] for index in group]
-                probs[group] = target_distribution(logits[rows], requests[rows[0]].params)
-            walks = accept_batch([trees[row] for row in sampled], probs, [requests[row].generator for row in sampled])
-            for row, walk in zip(sampled, walks, strict=True):
-                results[row] = walk
+        logits, features, scored = self.runner.score_all(batch)
+        wanted = self.drafter is not None and self.drafter.target_features is not None
+        return logits, features.clone() if wanted else None, scored  # graph outputs: overwritten next step
+
+    def commit(self, scored, results: list[tuple[list[int], int]]) -> None:
+        """Keep each row's accepted path (root first) of the scored step."""
         width = max(len(path) for path, _ in results)
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
-        self.forward.commit(ctx, accepted, torch.tensor([len(path) for path, _ in results]))
-        wanted = self.drafter is not None and self.drafter.target_features is not None
-        return results, features.clone() if wanted else None  # graph outputs are overwritten by the next step
+        self.runner.commit(scored, accepted, torch.tensor([len(path) for path, _ in results]))
 
     def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None) -> None:
         for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):

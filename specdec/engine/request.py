@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sampling import SamplingParams
+from specdec.speculation import SamplingParams
 
 
 @dataclass

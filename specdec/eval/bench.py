@@ -1,6 +1,7 @@
 """`specdec bench`: a throughput sweep over batch sizes of one target, plain and speculative, on the KVBuffer and
-(with --baseline recurrent) on the intermediate-state baseline of the same engine (LLM(linear_backend="recurrent"):
-linear layers run as SGLang and vLLM run them), so that every comparison is made in one run on the same code.
+(with --baseline recurrent) on the intermediate-state baseline of the same engine (CacheConfig(linear_state=
+"intermediate"): linear layers run as SGLang and vLLM run them), so that every comparison is made in one run on
+the same code.
 
 Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all queued at once. First the warm-up:
 every CUDA graph the batch will replay is captured, and a round at that batch size folds each buffer once
@@ -20,8 +21,13 @@ import torch
 from tqdm.auto import tqdm
 
 from specdec.cache.budget import state_bytes
+from specdec.eval.synthetic import PREFIX as SYNTHETIC
+from specdec.eval.synthetic import synthetic_speculation
 
 BACKENDS = ("kvbuffer", "recurrent")
+# the linear state each backend's engine runs (specdec/cache/linear_state.py): "recurrent" is the baseline of
+# SGLang and vLLM, intermediate states (in place for plain decoding)
+LINEAR_STATE = {"kvbuffer": "kvbuffer", "recurrent": "intermediate"}
 WARMUP_TOKENS = 8
 
 
@@ -147,12 +153,18 @@ def _timed_generate(model, inputs: torch.Tensor, new_tokens: int, options: dict)
 
 def load_llm(settings: BenchSettings, backend: str, mode: str):
     from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
 
-    return LLM(settings.target, settings.draft if mode == "speculative" else None, device=settings.device,
-               dtype=settings.dtype, flush_length=settings.flush_length, max_batch=max(settings.batch_sizes),
-               max_seq_len=settings.prompt_tokens + settings.max_new_tokens + 64, num_steps=settings.num_steps,
-               topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
-               cuda_graphs=settings.cuda_graphs, linear_backend=backend)
+    config = EngineConfig.from_flags(
+        max_batch=max(settings.batch_sizes), max_seq_len=settings.prompt_tokens + settings.max_new_tokens + 64,
+        flush_length=settings.flush_length, linear_state=LINEAR_STATE[backend], num_steps=settings.num_steps,
+        topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
+        cuda_graphs=settings.cuda_graphs)
+    draft, acceptance = settings.draft if mode == "speculative" else None, None
+    if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
+        draft, acceptance = synthetic_speculation(draft)
+    return LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config,
+               acceptance=acceptance)
 
 
 def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings, backend: str, mode: str,
@@ -184,7 +196,7 @@ def warm_up_and_prefill(llm, prompt: list[int], batch_size: int, settings: Bench
     long enough to fold each buffer (compilation), then queue the timed batch and prefill it. -> its requests."""
     engine = llm.engine
     engine.scheduler.max_batch = batch_size
-    engine.capture_graphs(batch_size, len(prompt), settings.max_new_tokens)
+    engine.prepare_steps(batch_size, len(prompt), settings.max_new_tokens)
     for _ in range(batch_size):
         llm.submit(prompt, settings.flush_length + WARMUP_TOKENS)
     engine.run()

@@ -84,9 +84,8 @@ def bench(args: argparse.Namespace) -> None:
     import json
     from dataclasses import asdict
 
-    from specdec.cli import DEFAULT_TARGET
     from specdec.eval.bench import BenchSettings, markdown_table, run_bench
-    from specdec.presets import drafter_asked
+    from specdec.presets import DEFAULT_TARGET, drafter_asked
 
     settings = BenchSettings(
         target=args.target or DEFAULT_TARGET, draft=drafter_asked(args.target, args.draft),
@@ -105,11 +104,10 @@ def bench(args: argparse.Namespace) -> None:
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    from specdec.cli import DEFAULT_TARGET
     from specdec.eval.datasets import load_prompts
     from specdec.eval.run import EvalSettings, run_eval
     from specdec.eval.summary import markdown_table
-    from specdec.presets import drafter_asked
+    from specdec.presets import DEFAULT_TARGET, drafter_asked
 
     settings = EvalSettings(
         target=args.target or DEFAULT_TARGET, draft=drafter_asked(args.target, args.draft), dataset=args.dataset,

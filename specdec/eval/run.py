@@ -124,11 +124,13 @@ def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, setti
 
 def load_llm(settings: EvalSettings, mode: str, max_batch: int):
     from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
 
+    config = EngineConfig.from_flags(max_batch=max_batch, flush_length=settings.flush_length,
+                                     num_steps=settings.num_steps, topk=settings.topk,
+                                     num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree)
     return LLM(settings.target, settings.draft if mode == "speculative" else None, device=settings.device,
-               dtype=settings.dtype, flush_length=settings.flush_length, max_batch=max_batch,
-               num_steps=settings.num_steps, topk=settings.topk, num_draft_tokens=settings.num_draft_tokens,
-               dynamic_tree=settings.dynamic_tree)
+               dtype=settings.dtype, config=config)
 
 
 def peak_memory_gib(device: torch.device) -> float:

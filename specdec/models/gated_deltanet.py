@@ -6,8 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.backend import backend_for, conv_ops, gdn_chunk_prefill, gdn_ops
-from specdec.cache.linear_pool import LinearScratch
+from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 
 from .layers import GatedRMSNorm
@@ -68,11 +67,9 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
-        batch, width, _ = hidden.shape
         pool = cache.linear[self.linear_index]
-        backend = backend_for(hidden.device, self.head_k_dim, self.head_v_dim)
         mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
-        conv_out = conv_ops(backend).tree(
+        conv_out = pool.conv_ops.tree(
             mixed, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], None, "silu"
         )
         query, key, value = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
@@ -81,47 +78,10 @@ class GatedDeltaNet(nn.Module):
         value = value.unflatten(-1, (self.num_v_heads, self.head_v_dim)).float().contiguous()  # a strided split
         beta = self.in_proj_b(hidden).sigmoid().float()  # [B, T, HV]
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(hidden).float() + self.dt_bias)  # [B, T, HV]
-
-        out = torch.zeros(batch, width, self.num_v_heads, self.head_v_dim, device=hidden.device)
-        scratch = LinearScratch(conv_input=mixed, key=key, value=torch.zeros_like(value), gcum=torch.zeros_like(g))
-        ops = gdn_ops(backend)
-        if ctx.tree_rows.numel():
-            self._tree(ops, ctx, pool, cache.buf_len_device, query, key, value, g, beta, out, scratch)
-        if ctx.chunk_rows.numel():
-            prefill = gdn_chunk_prefill(backend, hidden.dtype)
-            self._chunked_prefill(prefill, ctx, pool, query, key, value, g, beta, out, scratch)
-        ctx.scratch[self.linear_index] = scratch
+        # the delta rule through the layer's linear state (tree rows) or the chunked prefill (chunk rows);
+        # entries keep the key, chunk rows zero g and beta at padding nodes
+        inputs = MixerInputs((query, key, value, g, beta), entry_key=1, padding_masked=(3, 4))
+        out, ctx.scratch[self.linear_index] = pool.score(ctx, inputs, mixed, cache.buf_len_device)
 
         out = self.norm(out.to(hidden.dtype), self.in_proj_z(hidden).unflatten(-1, (self.num_v_heads, self.head_v_dim)))
         return self.out_proj(out.flatten(-2))
-
-    def _tree(self, ops, ctx, pool, buf_len, query, key, value, g, beta, out, scratch) -> None:
-        """KVBuffer decode (one node per row) or tree verify: outputs and entries, no state written (or, for the
-        intermediate-state baseline, outputs and the state after every node)."""
-        rows = ctx.tree_index
-        if pool.intermediate is not None:  # the baseline: one state per node, kept for commit
-            out[rows], scratch.node_states = pool.intermediate.tree(
-                query[rows], key[rows], value[rows], g[rows], beta[rows], ctx.parents[rows], ctx.num_nodes[rows],
-                pool.state, ctx.state_slots[rows], in_place=ctx.parents.shape[1] == 1,
-                states_out=pool.node_states_for(*ctx.parents[rows].shape))
-            return
-        pools = (pool.state, ctx.state_slots[rows], *pool.buffers(buf_len), ctx.req_slots[rows])
-        if ctx.parents.shape[1] == 1:
-            o, u, gcum = ops.decode(query[rows, 0], key[rows, 0], value[rows, 0], g[rows, 0], beta[rows, 0], *pools)
-            o, u, gcum = o[:, None], u[:, None], gcum[:, None]
-        else:
-            o, u, gcum = ops.verify(query[rows], key[rows], value[rows], g[rows], beta[rows],
-                                    ctx.parents[rows], ctx.num_nodes[rows], *pools, ancestors=ctx.ancestors[rows])
-        out[rows], scratch.value[rows], scratch.gcum[rows] = o, u, gcum
-
-    def _chunked_prefill(self, prefill, ctx, pool, query, key, value, g, beta, out, scratch) -> None:
-        """Prompt chains longer than the buffer: chunked delta rule from the committed state; right padding gets
-        g = 0 and beta = 0, which leaves the state untouched, so the final state is the one at each row's end."""
-        rows = ctx.chunk_rows
-        valid = ctx.valid[rows][..., None]  # [Bc, T, 1]
-        o, final_state = prefill(
-            query[rows], key[rows], value[rows], g[rows] * valid, beta[rows] * valid,
-            initial_state=pool.state[ctx.state_slots[rows]],
-        )
-        out[rows] = o
-        scratch.final_state = final_state

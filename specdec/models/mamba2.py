@@ -6,8 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.backend import backend_for, conv_ops, mamba2_ops
-from specdec.cache.linear_pool import LinearScratch
+from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 
 from .layers import GroupGatedRMSNorm
@@ -62,12 +61,9 @@ class Mamba2Mixer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
-        batch, width, _ = hidden.shape
         pool = cache.linear[self.linear_index]
-        backend = backend_for(hidden.device, self.head_dim, self.state_size)
-        ops = mamba2_ops(backend)
         gate, xbc, dt = self.in_proj(hidden).split([self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)
-        conv_out = conv_ops(backend).tree(
+        conv_out = pool.conv_ops.tree(
             xbc, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], self.conv1d.bias,
             "silu",
         )
@@ -79,39 +75,11 @@ class Mamba2Mixer(nn.Module):
         bm = bm.unflatten(-1, (self.n_groups, self.state_size)).float().contiguous()
         cm = cm.unflatten(-1, (self.n_groups, self.state_size)).float().contiguous()
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.time_step_limit)  # [B, T, NH]
-        a_neg = -self.A_log.float().exp()
-        d_skip = self.D.float()
-
-        out = torch.zeros(batch, width, self.num_heads, self.head_dim, device=hidden.device)
-        scratch = LinearScratch(conv_input=xbc, key=bm, value=torch.zeros_like(x), gcum=torch.zeros_like(dt))
-        if ctx.tree_rows.numel():
-            rows = ctx.tree_index
-            pools = (pool.state, ctx.state_slots[rows], *pool.buffers(cache.buf_len_device), ctx.req_slots[rows])
-            if pool.intermediate is not None:  # the baseline: one state per node, kept for commit
-                out[rows], scratch.node_states = pool.intermediate.tree(
-                    x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip, ctx.parents[rows], ctx.num_nodes[rows],
-                    pool.state, ctx.state_slots[rows], in_place=width == 1,
-                    states_out=pool.node_states_for(*ctx.parents[rows].shape))
-            else:
-                if width == 1:
-                    y, xdt, gcum = ops.decode(x[rows, 0], dt[rows, 0], a_neg, bm[rows, 0], cm[rows, 0], d_skip,
-                                              *pools)
-                    y, xdt, gcum = y[:, None], xdt[:, None], gcum[:, None]
-                else:
-                    y, xdt, gcum = ops.verify(x[rows], dt[rows], a_neg, bm[rows], cm[rows], d_skip,
-                                              ctx.parents[rows], ctx.num_nodes[rows], *pools,
-                                              ancestors=ctx.ancestors[rows])
-                out[rows], scratch.value[rows], scratch.gcum[rows] = y, xdt, gcum
-        if ctx.chunk_rows.numel():
-            # Right padding gets dt = 0: no decay, no input, so the final state is the one at each row's end.
-            rows = ctx.chunk_rows
-            y, final_state = ops.chunk_prefill(
-                x[rows], dt[rows] * ctx.valid[rows][..., None], a_neg, bm[rows], cm[rows], d_skip,
-                initial_state=pool.state[ctx.state_slots[rows]],
-            )
-            out[rows] = y
-            scratch.final_state = final_state
-        ctx.scratch[self.linear_index] = scratch
+        # the SSM through the layer's linear state (tree rows) or the chunked prefill (chunk rows): the ops take
+        # (x, dt, A, B, C, D); entries keep B, chunk rows zero dt at padding nodes (no decay, no input)
+        inputs = MixerInputs((x, dt, bm, cm), entry_key=2, padding_masked=(1,),
+                             constants=(-self.A_log.float().exp(), self.D.float()), constant_positions=(2, 5))
+        out, ctx.scratch[self.linear_index] = pool.score(ctx, inputs, xbc, cache.buf_len_device)
 
         out = self.norm(out.flatten(-2).to(hidden.dtype), gate)
         return self.out_proj(out)

@@ -1,5 +1,5 @@
 """Triton kernels of the intermediate-state baseline (the torch references and the semantics:
-verify_kernels/intermediate_states.py): the token tree of each row walked node by node from the committed state,
+verify_kernels/intermediate/naive.py): the token tree of each row walked node by node from the committed state,
 the state after every node written out (or, for one-node decode steps, straight into the request's slot), and the
 commit that copies the last accepted node's state into the slot. This is how SGLang and vLLM run linear layers;
 we measure the KVBuffer against it in one engine.
@@ -167,7 +167,7 @@ def commit_node_states_kernel(
 
 def gdn_intermediate(q, k, v, g, beta, parents, num_nodes, state_pool, state_slots, in_place: bool = False,
                      states_out=None):
-    """As verify_kernels.intermediate_states.gdn_intermediate_ref."""
+    """As verify_kernels.intermediate.naive.gdn_intermediate_ref."""
     B, T, H, K = q.shape
     HV, V = v.shape[-2:]
     _check_in_place(in_place, T)
@@ -183,7 +183,7 @@ def gdn_intermediate(q, k, v, g, beta, parents, num_nodes, state_pool, state_slo
 
 def mamba2_intermediate(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_slots, in_place: bool = False,
                         states_out=None):
-    """As verify_kernels.intermediate_states.mamba2_intermediate_ref."""
+    """As verify_kernels.intermediate.naive.mamba2_intermediate_ref."""
     B, T, NH, P = x.shape
     NG, N = Bm.shape[-2:]
     _check_in_place(in_place, T)
@@ -199,7 +199,7 @@ def mamba2_intermediate(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, stat
 
 
 def commit_node_states(states, accepted, num_accepted, state_pool, state_slots) -> None:
-    """As verify_kernels.intermediate_states.commit_node_states_ref (rows without a slot are skipped: no host
+    """As verify_kernels.intermediate.naive.commit_node_states_ref (rows without a slot are skipped: no host
     check, so that the commit can be captured in a CUDA graph)."""
     B, T = states.shape[:2]
     elements = states[0, 0].numel()

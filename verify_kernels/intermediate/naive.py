@@ -1,5 +1,5 @@
-"""The intermediate-state baseline: linear layers run the way SGLang and vLLM run them, for `--linear-backend
-recurrent` and `specdec bench --baseline recurrent`, so that both ways are measured in one engine.
+"""The intermediate-state baseline: linear layers run the way SGLang and vLLM run them (CacheConfig(linear_state=
+"intermediate"), `specdec bench --baseline`), so that both ways are measured in one engine.
 
 Decoding and verification walk the recurrence token by token from the committed state, writing the state after
 every node of the tree ([B, T, *state] per layer, "intermediate states"); commit copies the last accepted node's

@@ -1,12 +1,4 @@
-"""Sampling parameters, the target distribution they define, and lossless acceptance of drafted tokens.
-
-Acceptance is recursive rejection sampling. At a tree node with target distribution p, its drafted children are
-tried in order; child i was drawn from q_i (a point mass for deterministic drafts such as greedy or n-gram
-candidates). It is accepted with probability min(1, p(x_i) / q_i(x_i)); on rejection p becomes
-norm(max(p - q_i, 0)) and the next child is tried. If no child is accepted the bonus token is drawn from the
-current p. Whatever q_i are (even adapted to the earlier rejections), each step emits exactly p in distribution
-(the speculative sampling lemma), so the output equals sampling from the target: the method is lossless.
-With temperature 0 the target is a point mass at the argmax: a child is accepted iff it is the argmax.
+"""Sampling parameters and the target distribution they define (acceptance.py uses it to accept drafts losslessly).
 """
 
 from __future__ import annotations
@@ -38,6 +30,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def filters(self) -> tuple[float, int, float]:
+        """What target_distribution reads: requests that agree on it share one call."""
+        return self.temperature, self.top_k, self.top_p
+
 
 def target_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits [..., V] -> probabilities [..., V] in fp32: temperature, then top-k, then top-p (nucleus: the
@@ -63,26 +60,3 @@ def target_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.T
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     """One token from probs [V]."""
     return int(torch.multinomial(probs, 1, generator=generator))
-
-
-def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(p - q, 0)): the target conditioned on rejecting a draw from q. If p <= q everywhere (only when
-    p == q, where a rejection cannot happen) p is returned to stay a distribution."""
-    rest = (p - q).clamp_min(0)
-    total = rest.sum()
-    return rest / total if total > 0 else p
-
-
-def accept_child(p: torch.Tensor, token: int, q: torch.Tensor | None, generator: torch.Generator | None) -> bool:
-    """Accept a drafted token x drawn from q (None: a point mass at x) with probability min(1, p(x) / q(x))."""
-    q_x = 1.0 if q is None else float(q[token])
-    p_x = float(p[token])
-    if p_x >= q_x:
-        return True
-    if p_x == 0:
-        return False
-    return float(torch.rand((), generator=generator)) < p_x / q_x
-
-
-def point_mass(token: int, size: int, device) -> torch.Tensor:
-    return torch.nn.functional.one_hot(torch.tensor(token, device=device), size).float()

@@ -1,4 +1,5 @@
-"""CUDA graphs of the engine's decode and verify steps: the target's forward and the commit of the accepted paths.
+"""CUDA graphs of a runner's decode and verify steps: the forward (with the LM head) and the commit of the accepted
+paths. Only the runner (model_runner.py) uses them.
 
 One pair of graphs per (batch bucket, key-length bucket), all at the engine's step width T (1 for plain decoding,
 draft budget + 1 with a drafter), captured the first time a step needs it. A step of B <= bucket requests and
@@ -18,6 +19,7 @@ check the packing, the padding and the static context against the plain path).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,8 +27,10 @@ from specdec.backend import backend_for
 from specdec.cache.step import StepBatch, StepContext, build_attention_mask, positions_for
 from specdec.models.base import HybridCausalLM
 from specdec.models.moe import StackedExperts
-from specdec.runner import ModelRunner
 from verify_kernels.tree import ancestor_mask
+
+if TYPE_CHECKING:  # the runner owns its graphs; only its type is named here
+    from .model_runner import ModelRunner
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
 MIN_KV_LEN = 256  # the smallest key-length bucket
@@ -85,16 +89,15 @@ class _Bucket:
 
 @dataclass
 class GraphStep:
-    """What score_logits hands back for commit when a bucket ran the step."""
+    """What score_all hands back for commit when a bucket ran the step."""
 
     bucket: _Bucket
     batch: StepBatch  # the step's real rows, padded to the bucket's width
 
 
-class GraphedForward:
-    """Scores decode / verify steps of one runner through CUDA graphs, and commits them through their own graph
-    (same interface as ModelRunner: score_logits, commit). Takes one request slot of the runner's cache for the
-    padding rows, for as long as it lives."""
+class StepGraphs:
+    """Scores decode / verify steps of one runner through CUDA graphs, and commits them through their own graph.
+    Takes one request slot of the runner's cache for the padding rows, for as long as it lives."""
 
     def __init__(self, runner: ModelRunner, width: int, max_batch: int, capture: bool = True):
         if capture:
@@ -192,32 +195,20 @@ class GraphedForward:
     def _commit(self, step: _Bucket) -> None:
         """The captured commit: every row keeps its accepted path (padding rows accept nothing)."""
         lay, c = self.layout, step.commit_inputs
-        accepted = c[:, lay.accepted].contiguous()
-        num_accepted = c[:, lay.num_accepted].contiguous()
         ctx = replace(step.ctx, state_slots=c[:, lay.commit_state_slot].contiguous())  # slots taken by folds
-        for index, layer in enumerate(self.cache.linear):
-            layer.commit(step.ctx.scratch[index], ctx, accepted, num_accepted, self.cache.buf_len_device)
-        for layer in self.cache.attention:
-            layer.commit(ctx, accepted, num_accepted)
+        self.cache.commit_layers(ctx, c[:, lay.accepted].contiguous(), c[:, lay.num_accepted].contiguous())
 
     def fits(self, batch: StepBatch) -> bool:
         return not batch.prefill and batch.width <= self.width and len(batch.req_slots) <= self.buckets[-1]
 
-    def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, GraphStep | StepContext]:
-        """-> (logits [B, T, vocab] fp32 of the real rows, T = self.width >= batch.width; what commit takes)."""
-        logits, _, ctx = self.score_all(batch)
-        return logits, ctx
-
     @torch.inference_mode()
-    def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep | StepContext]:
-        """-> (logits [B, T, vocab] fp32 and features [B, T, F] of the real rows, T = self.width >= batch.width;
-        what commit takes). Steps the graphs do not hold run eagerly."""
-        if not self.fits(batch):
-            return self.runner.score_all(batch)
+    def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep]:
+        """A step that fits -> (logits [B, T, vocab] fp32 and features [B, T, F] of the real rows, T = self.width >=
+        batch.width; the step to commit)."""
         batch = batch.padded_to(self.width)
         num_nodes = self.cache.check_step(batch)
         rows, lay = len(batch.req_slots), self.layout
-        seq_lens = [self.cache.seq_len[slot] for slot in batch.req_slots]
+        seq_lens, state_slots = self.cache.committed_rows(batch.req_slots)
         key = (next(size for size in self.buckets if size >= rows), self.kv_bucket(max(seq_lens) + self.width))
         if key not in self._steps:
             self._steps[key] = self._build(*key)
@@ -228,7 +219,7 @@ class GraphedForward:
         host[:rows, lay.ancestors] = ancestor_mask(batch.parents, batch.num_nodes).view(rows, -1)  # validates
         host[:rows, lay.num_nodes] = torch.tensor(num_nodes)
         host[:rows, lay.req_slot] = torch.tensor(batch.req_slots)
-        host[:rows, lay.state_slot] = torch.tensor([self.cache.state_slot[s] for s in batch.req_slots])
+        host[:rows, lay.state_slot] = torch.tensor(state_slots)
         host[:rows, lay.seq_len] = torch.tensor(seq_lens)
         host[rows:] = self._padding_inputs
         step.inputs.copy_(host, non_blocking=True)
@@ -239,25 +230,21 @@ class GraphedForward:
         return step.logits[:rows], step.features[:rows], GraphStep(step, batch)
 
     @torch.inference_mode()
-    def commit(self, ctx: GraphStep | StepContext, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+    def commit(self, graph_step: GraphStep, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """Keep the accepted paths (as KVBufferCache.commit: accepted [B, A] root first, -1 padded; num_accepted
-        [B]) of a step that score_logits ran; eagerly run steps commit eagerly."""
-        if not isinstance(ctx, GraphStep):
-            self.cache.commit(ctx, accepted, num_accepted)
-            return
-        slots, rows, lay = ctx.batch.req_slots, len(ctx.batch.req_slots), self.layout
+        [B]) of a step that score_all ran: the host halves of the cache's commit around the captured device half."""
+        slots, rows, lay = graph_step.batch.req_slots, len(graph_step.batch.req_slots), self.layout
         counts = num_accepted.tolist()
         folds = self.cache.prepare_commit(slots, counts, [True] * rows)
-        host = ctx.bucket.host_commit
+        host = graph_step.bucket.host_commit
         host[:rows, lay.accepted] = -1
         host[:rows, : accepted.shape[1]] = accepted
         host[:rows, lay.num_accepted] = num_accepted
-        host[:rows, lay.commit_state_slot] = torch.tensor([self.cache.state_slot[s] for s in slots])
+        host[:rows, lay.commit_state_slot] = torch.tensor(self.cache.committed_rows(slots)[1])
         host[rows:] = self._padding_commit
-        ctx.bucket.commit_inputs.copy_(host, non_blocking=True)
-        if ctx.bucket.commit_graph is not None:
-            ctx.bucket.commit_graph.replay()
+        graph_step.bucket.commit_inputs.copy_(host, non_blocking=True)
+        if graph_step.bucket.commit_graph is not None:
+            graph_step.bucket.commit_graph.replay()
         else:
-            self._commit(ctx.bucket)
+            self._commit(graph_step.bucket)
         self.cache.finish_commit(slots, counts, folds)
-

@@ -1,0 +1,128 @@
+"""Runs a model on its KVBuffer cache: score a step (nothing committed), commit it, and the prefill / decode steps
+whose nodes are accepted by construction. Decode and verify steps replay from CUDA graphs where the model allows it
+(cuda_graphs.py); callers never know which way a step ran: score_all hands back a step handle and commit takes it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from specdec.cache.model_cache import KVBufferCache
+from specdec.cache.spec import CacheConfig
+from specdec.cache.step import StepBatch, StepContext
+from specdec.models.base import HybridCausalLM
+
+from .cuda_graphs import GraphStep, StepGraphs, capture_blocker
+
+
+class ModelRunner:
+    """Owns a model, its cache and, once enable_graphs ran, the CUDA graphs of its steps.
+
+    feature_layers: what score_all and prefill_with_features hand back as the nodes' features for a drafter: the
+    final hidden states when empty, else the outputs of those decoder layers concatenated (EAGLE-3).
+    graph_note: why the steps do not replay from CUDA graphs (None when they do)."""
+
+    def __init__(self, model: HybridCausalLM, cache: KVBufferCache, feature_layers: tuple[int, ...] = ()):
+        self.model = model
+        self.cache = cache
+        self.feature_layers = feature_layers
+        self.graphs: StepGraphs | None = None
+        self.graph_note: str | None = "not enabled"
+
+    @classmethod
+    def create(cls, model: HybridCausalLM, config: CacheConfig, step_width: int | None = None,
+               cuda_graphs: bool = False, feature_layers: tuple[int, ...] = ()) -> ModelRunner:
+        """A runner with a fresh cache of `config`. cuda_graphs: replay decode / verify steps of up to step_width
+        nodes per row from CUDA graphs where the model allows it; the cache then holds one request slot more than
+        config.max_requests, for the graphs' padding rows."""
+        note = "turned off" if not cuda_graphs else capture_blocker(model)
+        if note is None and step_width is None:
+            raise ValueError("CUDA graphs need the widest step (step_width)")
+        if note is None:
+            config = replace(config, max_requests=config.max_requests + 1)
+        runner = cls(model, model.make_cache(config), feature_layers)
+        runner.graph_note = note
+        if note is None:
+            runner.enable_graphs(step_width, max_batch=config.max_requests - 1)
+        return runner
+
+    def enable_graphs(self, width: int, max_batch: int, capture: bool = True) -> None:
+        """Run decode / verify steps of up to `width` nodes and `max_batch` rows as static, padded steps: captured
+        in CUDA graphs, or (capture=False, the CPU tests) the very same steps run eagerly. Takes a request slot for
+        the padding rows."""
+        self.graphs = StepGraphs(self, width, max_batch, capture)
+        self.graph_note = None if capture else "static steps run eagerly"
+
+    def capture(self, rows: int, shortest: int, longest: int) -> int:
+        """Build now every graph that batches of up to `rows` requests will replay while their longest row needs
+        `shortest` to `longest` key positions (a server's or a benchmark's warm-up). -> graphs built (0 without)."""
+        return 0 if self.graphs is None else self.graphs.capture_buckets(rows, shortest, longest)
+
+    # ---- a step: score, then commit ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, StepContext | GraphStep]:
+        """-> (fp32 logits [B, T, vocab] of every node, features [B, T, F], the step to commit). From a graph the
+        logits and features are its outputs (T its width >= batch.width), valid until the step's next replay."""
+        if self.graphs is not None and self.graphs.fits(batch):
+            return self.graphs.score_all(batch)
+        ctx = self.cache.begin_step(batch)
+        hidden, features = self.forward_step(batch.tokens.to(self.cache.device), ctx)
+        return self.model.compute_logits(hidden), features, ctx
+
+    def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, StepContext | GraphStep]:
+        """-> (fp32 logits [B, T, vocab] of every node, the step to commit)."""
+        logits, _, step = self.score_all(batch)
+        return logits, step
+
+    @torch.inference_mode()
+    def commit(self, step: StepContext | GraphStep, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Keep the accepted paths of a scored step: accepted [B, A] node indices root first (-1 padded),
+        num_accepted [B] (KVBufferCache.commit)."""
+        if isinstance(step, GraphStep):
+            self.graphs.commit(step, accepted, num_accepted)
+        else:
+            self.cache.commit(step, accepted, num_accepted)
+
+    @torch.inference_mode()
+    def score(self, batch: StepBatch) -> tuple[torch.Tensor, StepContext]:
+        """An eager step -> (hidden [B, T, D] after the final norm, the step context to commit)."""
+        ctx = self.cache.begin_step(batch)
+        hidden = self.model(batch.tokens.to(self.cache.device), ctx, self.cache)
+        return hidden, ctx
+
+    def forward_step(self, tokens: torch.Tensor, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model on a begun step -> (hidden [B, T, D], features [B, T, F] per feature_layers)."""
+        hidden, captured = self.model.forward_features(tokens, ctx, self.cache, self.feature_layers)
+        return hidden, hidden if captured is None else captured
+
+    # ---- steps accepted by construction ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, req_slots: Sequence[int], prompts: Sequence[Sequence[int]], all_logits: bool = False):
+        """Commit the prompts; -> logits [B, V] of each prompt's last token (or [B, T, V] for every token)."""
+        if all_logits:
+            batch = StepBatch.chains(req_slots, prompts, prefill=True)
+            hidden, ctx = self.score(batch)
+            self.cache.commit_all(ctx)
+            return self.model.compute_logits(hidden)
+        return self.prefill_with_features(req_slots, prompts)[0]
+
+    @torch.inference_mode()
+    def prefill_with_features(self, req_slots: Sequence[int],
+                              prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Commit the prompts; -> (logits [B, V] of each prompt's last token, features [B, T, F] of every token
+        per feature_layers; rows past a prompt's end are padding)."""
+        batch = StepBatch.chains(req_slots, prompts, prefill=True)
+        ctx = self.cache.begin_step(batch)
+        hidden, features = self.forward_step(batch.tokens.to(self.cache.device), ctx)
+        self.cache.commit_all(ctx)
+        last = (batch.num_nodes - 1).to(hidden.device)
+        return self.model.compute_logits(hidden[torch.arange(hidden.shape[0], device=hidden.device), last]), features
+
+    @torch.inference_mode()
+    def decode(self, req_slots: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
+        """One token per request, committed; -> logits [B, V]."""
+        hidden, ctx = self.score(StepBatch.decode(req_slots, tokens))
+        self.cache.commit_all(ctx)
+        return self.model.compute_logits(hidden[:, 0])

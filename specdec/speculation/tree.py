@@ -1,0 +1,65 @@
+"""Token trees: what a drafter proposes for one request (DraftTree), and what the engine asks a drafter for per step
+(TreeShape)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """Drafted tokens below a root. Node 0 is the root: the request's newest token, emitted but not yet scored by
+    the target. Nodes are topologically ordered (parents[j] < j). draft_probs[j] is the distribution node j's
+    token was drawn from (None for the root and for deterministic candidates: a point mass)."""
+
+    tokens: list[int]
+    parents: list[int]
+    draft_probs: list[torch.Tensor | None] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.draft_probs:
+            self.draft_probs = [None] * len(self.tokens)
+        if not (len(self.tokens) == len(self.parents) == len(self.draft_probs)) or not self.tokens:
+            raise ValueError("a draft tree needs as many tokens, parents and draft distributions, and a root")
+        if self.parents[0] != -1 or any(not 0 <= p < j for j, p in enumerate(self.parents) if j):
+            raise ValueError(f"parents must be -1 for the root and point to earlier nodes, got {self.parents}")
+
+    @classmethod
+    def chain(cls, root: int, drafts: list[int], draft_probs: list[torch.Tensor | None] | None = None) -> DraftTree:
+        return cls([root, *drafts], list(range(-1, len(drafts))), [None, *(draft_probs or [None] * len(drafts))])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def children(self, node: int) -> list[int]:
+        return [j for j, parent in enumerate(self.parents) if parent == node]
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How much to draft per step: a chain of `steps` tokens (topk = 1), or a static tree expanding the `topk`
+    most likely children of each frontier node for `steps` levels, capped at `max_tokens` drafted nodes.
+
+    dynamic (EAGLE-2): each level expands the `topk` nodes of highest cumulative draft log-probability by their
+    `topk` most likely children; the `max_tokens` best nodes of all levels (default steps * topk) are drafted."""
+
+    steps: int = 4
+    topk: int = 1
+    max_tokens: int | None = None
+    dynamic: bool = False
+
+    def __post_init__(self):
+        if self.steps < 1 or self.topk < 1:
+            raise ValueError(f"num_steps and topk must be >= 1, got steps={self.steps}, topk={self.topk}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {self.max_tokens}")
+
+    @property
+    def budget(self) -> int:
+        """Drafted nodes at most (not counting the root)."""
+        if self.dynamic:
+            return self.max_tokens if self.max_tokens is not None else self.steps * self.topk
+        full = sum(self.topk**level for level in range(1, self.steps + 1)) if self.topk > 1 else self.steps
+        return full if self.max_tokens is None else min(full, self.max_tokens)
