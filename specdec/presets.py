@@ -12,9 +12,10 @@ import functools
 import json
 from pathlib import Path
 
+from configs import config_file
 from specdec.models.checkpoint import HUB_ID, read_config
 
-MODELS_FILE = Path(__file__).resolve().parents[1] / "configs" / "models.json"
+MODELS_FILE = config_file("models.json")
 SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
 SHIPPED = "shipped:"
 DEFAULT_TARGET = "qwen3.5"  # its default size is the shipped qwen3.5-tiny
@@ -24,7 +25,7 @@ RANDOM = "random:"
 @functools.cache
 def families() -> dict[str, dict]:
     if not MODELS_FILE.is_file():
-        raise FileNotFoundError(f"{MODELS_FILE} is missing; model aliases need the repository's configs/ folder")
+        raise FileNotFoundError(f"{MODELS_FILE} is missing; reinstall specdec (model aliases live in configs/)")
     return json.loads(MODELS_FILE.read_text())
 
 

@@ -16,11 +16,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import AutoTokenizer, GenerationConfig, NemotronHConfig, PreTrainedTokenizerBase, Qwen3_5TextConfig
 
+from configs import config_file
 from specdec.models.random_checkpoint import TRANSFORMERS_CLASSES
 from specdec.training.corpus import ENDOFTEXT, IM_END, CorpusFile, read_corpus, text_chunks
 from specdec.training.mtp_checkpoint import write_mtp_tensors
 
-PRESETS_FILE = Path(__file__).resolve().parents[2] / "configs" / "shipped_models.json"
+PRESETS_FILE = config_file("shipped_models.json")
 CONFIG_CLASSES = {"qwen3_5_text": Qwen3_5TextConfig, "nemotron_h": NemotronHConfig}
 MAX_SHARD_SIZE = "12MB"  # every shipped file stays under 16 MiB
 
