@@ -120,9 +120,9 @@ def test_the_memory_column_is_what_the_pools_hold(backend):
                              device="cpu")
     llm = load_llm(settings, backend, "speculative")
     cache = llm.engine.runner.cache
-    held = sum(t.numel() * t.element_size() for pool in cache.linear
-               for t in (pool.state, pool.buf_key, pool.buf_value, pool.buf_gcum, pool.node_states)
-               if backend == "kvbuffer" or t is pool.state or t is pool.node_states)
+    held = sum(pool.linear_state.nbytes() + sum(t.numel() * t.element_size()
+                                                for t in (pool.state, pool.buf_key, pool.buf_value, pool.buf_gcum))
+               for pool in cache.linear)
     assert held == cache.config.max_requests * linear_state_bytes(llm, settings, backend, "speculative")
 
 

@@ -29,23 +29,24 @@ def chain_parents(batch: int, length: int, device: torch.device | str | None = N
     return (torch.arange(length, device=device) - 1).expand(batch, length).clone()
 
 
-def ancestor_mask(parents: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:
+def ancestor_mask(parents: torch.Tensor, num_nodes: torch.Tensor, check: bool = True) -> torch.Tensor:
     """Mask [B, T, T] bool: M[b, j, i] is True iff node i is node j or a strict ancestor of j (both valid).
 
-    parents: [B, T] int64, num_nodes: [B] int64 (see the module docstring). Row j of the mask is the row of
-    j's parent plus j itself; topological order means the parent's row is complete when j is reached.
+    parents: [B, T] int64, num_nodes: [B] int64 (see the module docstring). check=False skips the validation
+    (check_tree reads the trees back to the host; a captured CUDA graph cannot): parents of padding nodes are
+    ignored and an out-of-range parent makes its node a root. The reflexive transitive closure of the parent
+    relation by repeated squaring: log2(T) products of [T, T] reachability matrices, no loop over the nodes.
     """
-    check_tree(parents, num_nodes)
+    if check:
+        check_tree(parents, num_nodes)
     B, T = parents.shape
-    rows = torch.arange(B, device=parents.device)
-    eye = torch.eye(T, dtype=torch.bool, device=parents.device)
-    mask = torch.zeros(B, T, T, dtype=torch.bool, device=parents.device)
-    for j in range(T):
-        valid = j < num_nodes                                   # [B]
-        parent = torch.where(valid, parents[:, j], -1)          # [B]; padding parents may be garbage
-        inherited = mask[rows, parent.clamp(min=0)] & (parent >= 0)[:, None]  # [B, T]
-        mask[:, j] = (inherited | eye[j]) & valid[:, None]
-    return mask
+    o_t = torch.arange(T, device=parents.device)
+    node = o_t < num_nodes[:, None]                                        # [B, T]
+    parent = torch.where(node, parents, -1)
+    reach = ((parent[..., None] == o_t) | (o_t[:, None] == o_t)).float()  # self or parent: paths of length <= 1
+    for _ in range((T - 1).bit_length()):                                  # paths of length <= 2^k >= T - 1
+        reach = (reach @ reach).clamp(max=1.0)
+    return (reach > 0) & node[:, :, None] & node[:, None, :]
 
 
 def node_depths(parents: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:

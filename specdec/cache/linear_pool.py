@@ -32,7 +32,8 @@ class LinearLayerPool:
     """Tensors of one linear layer, indexed by slot, and the ops that read and write them.
 
     state [S, *state_shape] fp32: committed states, one per state slot.
-    buf_key [R, L, *key_shape], buf_value [R, L, *value_shape], buf_gcum [R, L, decay_heads] fp32: buffers.
+    buf_key [R, L, *key_shape], buf_value [R, L, *value_shape], buf_gcum [R, L, decay_heads] fp32: buffers (L = 0
+        for intermediate states).
     conv [R, conv_dim, W-1] (model dtype): the last W-1 committed pre-conv inputs, newest last.
     linear_state: KVBufferState or IntermediateStates (specdec/cache/linear_state.py), by `linear_state`.
     conv_ops / chunk_prefill: the kernel backend's ops for this layer (specdec/backend.py), picked once here.
@@ -44,9 +45,10 @@ class LinearLayerPool:
         self.flush_length = flush_length
         fp32 = dict(device=device, dtype=torch.float32)
         self.state = torch.zeros(state_slots, *spec.state_shape, **fp32)
-        self.buf_key = torch.zeros(max_requests, flush_length, *spec.key_shape, **fp32)
-        self.buf_value = torch.zeros(max_requests, flush_length, *spec.value_shape, **fp32)
-        self.buf_gcum = torch.zeros(max_requests, flush_length, spec.decay_heads, **fp32)
+        entries = flush_length if linear_state == "kvbuffer" else 0  # intermediate states buffer nothing
+        self.buf_key = torch.zeros(max_requests, entries, *spec.key_shape, **fp32)
+        self.buf_value = torch.zeros(max_requests, entries, *spec.value_shape, **fp32)
+        self.buf_gcum = torch.zeros(max_requests, entries, spec.decay_heads, **fp32)
         self.conv = torch.zeros(max_requests, spec.conv_dim, spec.conv_width - 1, device=device, dtype=dtype)
         backend = backend_for(torch.device(device), spec.key_shape[-1], spec.value_shape[-1])
         ops = _MIXER_OPS[spec.mixer](backend)

@@ -178,7 +178,7 @@ class Engine:
         batch = StepBatch.trees([r.slot for r in requests], [t.tokens for t in trees], [t.parents for t in trees])
         logits, features, scored = self.runner.score_all(batch)
         wanted = self.drafter is not None and self.drafter.target_features is not None
-        return logits, features.clone() if wanted else None, scored  # graph outputs: overwritten next step
+        return logits, features.clone() if wanted else None, scored  # the runner reuses its outputs next step
 
     def commit(self, scored, results: list[tuple[list[int], int]]) -> None:
         """Keep each row's accepted path (root first) of the scored step."""
