@@ -9,8 +9,8 @@ CUDA graphs on, batch 1 to 512:
   and, per backend, the largest batch that fits the GPU's memory (specdec/eval/device_memory.py);
 - transformers' generate() on the same shapes at the smaller batches, the outside reference.
 
-A run writes one JSON per call; a model's batch sizes can be spread over processes and device calls
-(benchmarks/study_on_device.sh runs one process per batch size), and the report joins the parts:
+A run writes one JSON; a model's batch sizes and engines can be spread over processes and device calls
+(benchmarks/study_on_device.sh runs one process per batch size and engine), and the report joins the parts:
     python -m benchmarks.study --model qwen3.5-9b --batches 128 --out benchmarks/results/study_qwen3.5-9b_b128.json
     python -m benchmarks.study --report      # BENCHMARKS.md's end-to-end section from benchmarks/results/study_*.json
 `--tiny --device cpu` runs the same code on the shipped Qwen3.5 (a smoke run).
@@ -39,13 +39,16 @@ HF_BATCHES = (1, 16)
 
 
 def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: int, device: str, tiny: bool,
-        hf_reference: bool = True) -> dict:
+        hf_reference: bool = True, only: tuple[str, str] | None = None) -> dict:
+    """Every backend and mode at `batches` (or the one engine `only` = (backend, mode)); transformers' reference at
+    the small batches, in the run that has the KVBuffer's plain engine."""
     layers = layers or SHAPES[model][1]
     target = "qwen3.5" if tiny else f"random:{model}:{layers}"
+    hf_reference = hf_reference and only in (None, ("kvbuffer", "plain"))
     hf_batches = tuple(b for b in HF_BATCHES if b in batches) if hf_reference else ()  # only where it is quick
     settings = BenchSettings(target=target, draft=f"synthetic:{ACCEPTED_LENGTH[model]}", batch_sizes=batches,
                              baseline=True, max_new_tokens=new_tokens, prompt_tokens=128, device=device,
-                             hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None)
+                             hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None, only=only)
     peaks = bench_peaks(settings)
     print(f"[study] roofline peaks: {peaks}", flush=True)
     rows = run_bench(settings, peaks)
@@ -116,6 +119,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-hf-reference", action="store_true", help="skip transformers' generate()")
+    parser.add_argument("--only", nargs=2, metavar=("BACKEND", "MODE"), default=None,
+                        help="one engine alone: kvbuffer|recurrent plain|speculative (study_on_device.sh)")
     parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="write BENCHMARKS.md from the results and stop")
@@ -127,7 +132,7 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu --tiny for a smoke run")
     result = run(args.model, args.layers, tuple(args.batches), args.new_tokens, args.device, args.tiny,
-                 hf_reference=not args.no_hf_reference)
+                 hf_reference=not args.no_hf_reference, only=tuple(args.only) if args.only else None)
     out = args.out or RESULTS / f"study_{args.model}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

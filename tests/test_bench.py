@@ -156,13 +156,18 @@ def test_a_random_target_builds_as_its_checkpoint_would_load(tmp_path, family):
     """Drawn where it is built, in the dtype asked (the fp32 parameters stay fp32), with the parameters, shapes,
     dtypes and weight scales of the same config written as a checkpoint and loaded; it decodes finite logits."""
     from specdec.api import LLM
-    from specdec.models.random_checkpoint import random_target
+    from specdec.models.random_checkpoint import random_target, transformers_random_model
     from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 
     config = {"qwen3.5": qwen35_text_config(), "qwen3.5-moe": qwen35_text_config(moe=True),
               "nemotron-h": nemotron_h_config()}[family]
     random_target(config, tmp_path / "random", seed=0)
-    save_tiny(config, tmp_path / "checkpoint", seed=0)
+    written = save_tiny(config, tmp_path / "checkpoint", seed=0)
+    # transformers' model of it too (bench's outside reference), drawn alike
+    reference = transformers_random_model(tmp_path / "random", "cpu", torch.bfloat16)
+    assert {n: p.shape for n, p in reference.named_parameters()} == {n: p.shape for n, p in written.named_parameters()}
+    head = reference.get_output_embeddings().weight
+    assert head.dtype == torch.bfloat16 and torch.isfinite(head).all()
     drawn = load_model(tmp_path / "random", device="cpu", dtype=torch.bfloat16)
     loaded = load_model(tmp_path / "checkpoint", device="cpu", dtype=torch.bfloat16)
     ours, theirs = dict(drawn.state_dict()), dict(loaded.state_dict())

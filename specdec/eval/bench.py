@@ -52,6 +52,7 @@ class BenchSettings:
     hf_batch_sizes: tuple[int, ...] | None = None  # ... at these batch sizes only (default: all)
     peak_copy_gbs: float | None = None     # the roofline's ceilings as given, instead of measured at the start
     peak_gemm_tflops: float | None = None
+    only: tuple[str, str] | None = None    # (backend, mode): that engine alone (the study: one per process)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
     peaks = peaks or bench_peaks(settings)
     backends = BACKENDS if settings.baseline else BACKENDS[:1]
     modes = ["plain"] + (["speculative"] if settings.draft is not None else [])
+    if settings.only is not None:
+        if settings.only[0] not in backends or settings.only[1] not in modes:
+            raise ValueError(f"{settings.only} is not among the runs asked: backends {backends}, modes {modes}")
+        backends, modes = [settings.only[0]], [settings.only[1]]
     rows = []
     batch_sizes = sorted(set(settings.batch_sizes))
     prompt, device, dtype = None, None, None  # from the first engine that loads: the reference's too
@@ -111,6 +116,8 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
             del llm
             free_device_memory()  # the next engine's pools and graphs start from a clean allocator
     if settings.hf_reference and prompt is not None:
+        from specdec.eval.hf_reference import time_transformers
+
         rows += time_transformers(settings, prompt, device, dtype)
     return with_speedups(rows)
 
@@ -138,49 +145,6 @@ def free_device_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.device,
-                      dtype: torch.dtype) -> list[BenchRow]:
-    """transformers' generate() on the same checkpoint, dtype, prompt and batch sizes: greedy, exactly
-    max_new_tokens per request, a warm-up call first. Decode throughput as for our rows: the time of a call that
-    makes one new token (the prefill) is taken off, and so is that token."""
-    from transformers import AutoModelForCausalLM
-
-    from specdec.models.checkpoint import resolve_checkpoint
-    from specdec.models.loading import RANDOM_WEIGHTS
-    from specdec.models.random_checkpoint import transformers_random_model
-    from specdec.presets import resolve
-
-    directory = resolve_checkpoint(resolve(settings.target))
-    if (directory / RANDOM_WEIGHTS).is_file():  # a random:NAME target: transformers' model drawn on the device too
-        model = transformers_random_model(directory, device, dtype)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).to(device).eval()
-    rows = []
-    batch_sizes = settings.hf_batch_sizes or settings.batch_sizes
-    for batch_size in tqdm(sorted(set(batch_sizes)), desc="transformers plain", unit="batch"):
-        inputs = torch.tensor([prompt] * batch_size, device=device)
-        options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
-        with torch.no_grad():
-            model.generate(inputs, max_new_tokens=WARMUP_TOKENS, min_new_tokens=WARMUP_TOKENS, **options)
-            prefill, _ = _timed_generate(model, inputs, 1, options)
-            seconds, output = _timed_generate(model, inputs, settings.max_new_tokens, options)
-        seconds = max(seconds - prefill, 1e-9)
-        new_tokens = (output.shape[1] - len(prompt) - 1) * batch_size
-        rows.append(BenchRow(backend="transformers", mode="plain", batch_size=batch_size, new_tokens=new_tokens,
-                             seconds=seconds, tokens_per_second=new_tokens / seconds,
-                             ms_per_step=1e3 * seconds / settings.max_new_tokens, mean_accepted_length=1.0,
-                             state_mib_per_request=0.0, max_concurrent_requests=0))
-    return rows
-
-
-def _timed_generate(model, inputs: torch.Tensor, new_tokens: int, options: dict) -> tuple[float, torch.Tensor]:
-    synchronize(inputs.device)
-    start = time.perf_counter()
-    output = model.generate(inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **options)
-    synchronize(inputs.device)
-    return time.perf_counter() - start, output
 
 
 def load_llm(settings: BenchSettings, backend: str, mode: str):

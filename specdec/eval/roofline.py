@@ -105,7 +105,11 @@ class Roofline:
         return {part: parts[part] for part in PARTS if part in parts}
 
     def ms_by_op(self) -> dict[str, float]:
-        return {f"{op.part}: {op.name}": 1e3 * op.seconds(self.peaks) for op in self.ops}
+        """"part: op name" -> ms per step, all its layers."""
+        ops: dict[str, float] = defaultdict(float)
+        for op in self.ops:
+            ops[f"{op.part}: {op.name}"] += 1e3 * op.seconds(self.peaks)
+        return dict(ops)
 
 
 def roofline(config, work: Workload, peaks: Peaks) -> Roofline:
