@@ -134,6 +134,14 @@ def test_a_run_is_the_mean_of_its_steps():
     assert ms == pytest.approx(sum(each) / 2) and sum(by_part.values()) == pytest.approx(ms)
 
 
+def test_a_multimodal_config_is_read_for_its_text_model():
+    from tests.tiny_models import qwen35_multimodal_config, qwen35_text_config
+
+    work = Workload(**SPEC)
+    assert roofline(qwen35_multimodal_config(), work, BYTES).ms_by_op() == roofline(qwen35_text_config(), work,
+                                                                                     BYTES).ms_by_op()
+
+
 def test_workloads_are_checked():
     with pytest.raises(ValueError, match="accepted must be in"):
         Workload(batch=1, nodes=2, accepted=3.0)

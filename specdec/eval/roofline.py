@@ -105,7 +105,7 @@ class Roofline:
         return {part: parts[part] for part in PARTS if part in parts}
 
     def ms_by_op(self) -> dict[str, float]:
-        """"part: op name" -> ms per step, all its layers."""
+        """'part: op name' -> ms per step, all its layers."""
         ops: dict[str, float] = defaultdict(float)
         for op in self.ops:
             ops[f"{op.part}: {op.name}"] += 1e3 * op.seconds(self.peaks)
