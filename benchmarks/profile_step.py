@@ -1,7 +1,9 @@
 """Where a decode / verify step's time goes on the GPU: `specdec bench`'s timed round under torch.profiler, per
-backend, as the wall time per step, the GPU's busy time per step (the rest is the host and idle time between
-kernels) and the kernels that take it. A diagnostic (it writes nothing), e.g.
-    python -m benchmarks.profile_step --target random:nemotron-3-nano:8 --draft synthetic:2.58 --batch 256
+backend: the wall time per step, the GPU's busy time per step (the rest, the host gap, is host work and idle time
+between kernels), the kernels that take it, and beside them the roofline of the same steps op by op
+(specdec/eval/roofline.py, peaks measured at the start). Printed, and with --out written as markdown, e.g.
+    python -m benchmarks.profile_step --target random:nemotron-3-nano --draft synthetic:2.58 --batch 128 \\
+        --out benchmarks/results/profile_h200/nemotron-3-nano_spec_b128.md
 """
 
 from __future__ import annotations
@@ -9,17 +11,21 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specdec.eval.bench import BenchSettings, bench_prompt, load_llm, warm_up_and_prefill
+from specdec.eval.bench import BenchSettings, bench_peaks, bench_prompt, load_llm, step_workloads, warm_up_and_prefill
+from specdec.eval.peaks import Peaks
+from specdec.eval.roofline import roofline
 
 
-def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int) -> list[str]:
+def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int, peaks: Peaks) -> list[str]:
     mode = "speculative" if settings.draft else "plain"
     llm = load_llm(settings, backend, mode)
-    requests = warm_up_and_prefill(llm, bench_prompt(llm, settings), batch, settings)
+    prompt = bench_prompt(llm, settings)
+    requests = warm_up_and_prefill(llm, prompt, batch, settings)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         llm.engine.run()
@@ -32,14 +38,28 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int)
             kernels[event.name][0] += event.device_time / 1e3  # ms
             kernels[event.name][1] += 1
     busy = sum(total for total, _ in kernels.values())
-    lines = [f"## {backend} {mode}, batch {batch}: {1e3 * seconds / steps:.2f} ms/step wall, "
-             f"{busy / steps:.2f} ms/step on the GPU, {steps} steps", "", "| kernel | ms/step | calls/step |",
-             "|---|---|---|"]
+    wall = 1e3 * seconds / steps
+    ops = roofline_by_op(llm, requests, settings, backend, len(prompt), peaks, steps)
+    lines = [f"## {backend} {mode}, batch {batch}: {wall:.2f} ms/step wall, {busy / steps:.2f} ms/step on the GPU "
+             f"(host gap {wall - busy / steps:.2f}), roofline {sum(ops.values()):.2f} ms/step, {steps} steps", "",
+             "| kernel | ms/step | calls/step |", "|---|---|---|"]
     for name, (total, calls) in sorted(kernels.items(), key=lambda item: -item[1][0])[:top]:
         lines.append(f"| {name[:90]} | {total / steps:.3f} | {calls / steps:.1f} |")
+    lines += ["", f"The roofline of the same steps, by op ({peaks}):", "", "| op | ms/step |", "|---|---|"]
+    lines += [f"| {name} | {ms:.3f} |" for name, ms in sorted(ops.items(), key=lambda item: -item[1]) if ms >= 0.001]
     del llm
     torch.cuda.empty_cache()
     return lines
+
+
+def roofline_by_op(llm, requests, settings: BenchSettings, backend: str, prompt_tokens: int, peaks: Peaks,
+                   steps: int) -> dict[str, float]:
+    """ms per step of each roofline op (all its layers), over the steps the round ran."""
+    total: dict[str, float] = defaultdict(float)
+    for work in step_workloads(requests, llm, settings, backend, prompt_tokens):
+        for name, ms in roofline(llm.model.hf_config, work, peaks).ms_by_op().items():
+            total[name] += ms / steps
+    return dict(total)
 
 
 def main() -> None:
@@ -50,13 +70,23 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--backends", nargs="+", default=["kvbuffer", "recurrent"])
     parser.add_argument("--top", type=int, default=14)
+    parser.add_argument("--out", type=Path, default=None, help="also write the tables to this markdown file")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("the step profile needs a CUDA GPU")
     settings = BenchSettings(target=args.target, draft=args.draft, batch_sizes=(args.batch,),
                              max_new_tokens=args.new_tokens, device="cuda")
+    peaks = bench_peaks(settings)
+    text = [f"# Step profile: `python -m benchmarks.profile_step --target {args.target}"
+            + (f" --draft {args.draft}" if args.draft else "") + f" --batch {args.batch}` "
+            f"({torch.cuda.get_device_name()}, torch {torch.__version__})", ""]
     for backend in args.backends:
-        print("\n".join(profile_backend(settings, backend, args.batch, args.top)) + "\n", flush=True)
+        lines = profile_backend(settings, backend, args.batch, args.top, peaks)
+        print("\n".join(lines) + "\n", flush=True)
+        text += lines + [""]
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(text))
 
 
 if __name__ == "__main__":

@@ -140,3 +140,157 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---- end to end: the tables of benchmarks/study.py's runs (BENCHMARKS.md, "End to end") -----------------------
+
+STUDY_START, STUDY_END = "<!-- study:start -->", "<!-- study:end -->"
+BASELINE = {"plain": "recurrent", "speculative": "intermediate states"}  # what the baseline does in each mode
+TARGET_POINTS = (("plain", 256), ("speculative", 128))  # issue 14's targets: the step at its roofline there
+
+
+def study_rows(result: dict) -> dict[tuple[str, str, int], dict]:
+    return {(r["backend"], r["mode"], r["batch_size"]): r for r in result["rows"]}
+
+
+def backend_cells(row: dict | None) -> list[str]:
+    """tok/s, ms/step, roofline ms/step, x roofline of one backend's row."""
+    if row is None:
+        return ["", "", "", ""]
+    if row.get("out_of_memory"):
+        return ["out of memory", "", "", ""]
+    return [f"{row['tokens_per_second']:.0f}", f"{row['ms_per_step']:.2f}", _fmt(row.get("roofline_ms_per_step"), 2),
+            _times(row.get("x_roofline"))]
+
+
+def _times(value, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}x"
+
+
+def measured_ratio(ours: dict | None, base: dict | None) -> str:
+    for row, name in ((ours, "KVBuffer"), (base, "baseline")):
+        if row is None or row.get("out_of_memory"):
+            return f"{name} out of memory" if row else "—"
+    return _times(ours["tokens_per_second"] / base["tokens_per_second"])
+
+
+def mode_table(result: dict, mode: str) -> list[str]:
+    """Per batch size: each backend's tokens/s and step time against its roofline, and KVBuffer over the baseline
+    measured beside the same ratio at the roofline (the baseline's roofline over ours on the same steps)."""
+    rows = study_rows(result)
+    base = BASELINE[mode]
+    header = ["batch", "KVBuffer tok/s", "ms/step", "roofline ms/step", "x roofline", f"{base} tok/s", "ms/step",
+              "roofline ms/step", "x roofline", "KVBuffer / baseline", "at the roofline"]
+    body = []
+    for batch in sorted({b for (_, m, b) in rows if m == mode}):
+        ours, theirs = rows.get(("kvbuffer", mode, batch)), rows.get(("recurrent", mode, batch))
+        roofline_ratio = None if ours is None else ours.get("roofline_speedup_over_recurrent")
+        body.append([str(batch), *backend_cells(ours), *backend_cells(theirs), measured_ratio(ours, theirs),
+                     _times(roofline_ratio)])
+    return _table(header, body)
+
+
+def memory_table(result: dict) -> list[str]:
+    """Per backend and mode: linear-attention state per request, requests in the state budget, and the largest
+    batch the engine would fit in the GPU's memory (specdec/eval/device_memory.py), read off its largest batch."""
+    budget = result["settings"]["state_memory_gb"]
+    columns = [(backend, mode) for mode in ("plain", "speculative") for backend in ("kvbuffer", "recurrent")]
+    header = [""] + [f"{'KVBuffer' if b == 'kvbuffer' else BASELINE[m]}, {m}" for b, m in columns]
+    state, fits, largest = ["state MiB / request"], [f"requests in {budget:g} GiB of state"], \
+        ["largest batch in GPU memory (from batch)"]
+    for backend, mode in columns:
+        mine = [r for r in result["rows"] if (r["backend"], r["mode"]) == (backend, mode)]
+        loaded = [r for r in mine if r["max_concurrent_requests"]]  # an engine that did not load reports none
+        state.append(f"{loaded[0]['state_mib_per_request']:.1f}" if loaded else "—")
+        fits.append(str(max(r["max_concurrent_requests"] for r in loaded)) if loaded else "—")
+        ran = [r for r in mine if not r.get("out_of_memory") and r.get("largest_batch_in_memory") is not None]
+        biggest = max(ran, key=lambda r: r["batch_size"], default=None)
+        largest.append(f"{biggest['largest_batch_in_memory']} ({biggest['batch_size']})" if biggest else "—")
+    return _table(header, [state, fits, largest])
+
+
+def roofline_parts_table(result: dict) -> list[str]:
+    """The roofline by part (ms/step) at the target points, each backend: what a profile is held against."""
+    rows = study_rows(result)
+    points = [(backend, mode, batch) for mode, batch in TARGET_POINTS for backend in ("kvbuffer", "recurrent")
+              if rows.get((backend, mode, batch), {}).get("roofline_ms_by_part")]
+    if not points:
+        return []
+    parts = list(dict.fromkeys(part for point in points for part in rows[point]["roofline_ms_by_part"]))
+    header = ["roofline ms/step"] + [f"{'KVBuffer' if b == 'kvbuffer' else BASELINE[m]}, {m} {n}"
+                                     for b, m, n in points]
+    body = [[part] + [_fmt(rows[p]["roofline_ms_by_part"].get(part), 2) for p in points] for part in parts]
+    body.append(["total"] + [_fmt(rows[p]["roofline_ms_per_step"], 2) for p in points])
+    body.append(["measured"] + [_fmt(rows[p]["ms_per_step"], 2) for p in points])
+    return _table(header, body)
+
+
+def study_target_lines(results: list[dict]) -> list[str]:
+    """Issue 14's targets, read off the runs: the KVBuffer step within 1.3x its roofline and KVBuffer / baseline
+    tok/s at >= 0.9x the roofline ratio (plain B=256, speculative B=128); speculative >= plain tok/s at B <= 64."""
+    body = []
+    for result in results:
+        rows, model = study_rows(result), f"{result['model']} ({result['layers']} layers)"
+        for mode, batch in TARGET_POINTS:
+            ours, theirs = rows.get(("kvbuffer", mode, batch)), rows.get(("recurrent", mode, batch))
+            if ours is None or ours.get("out_of_memory"):
+                continue
+            body.append([f"{model}, {mode} B={batch}: KVBuffer step <= 1.3x its roofline",
+                         _times(ours.get("x_roofline"))])
+            if theirs is not None and not theirs.get("out_of_memory") and ours.get("roofline_speedup_over_recurrent"):
+                measured = ours["tokens_per_second"] / theirs["tokens_per_second"]
+                body.append([f"{model}, {mode} B={batch}: KVBuffer / {BASELINE[mode]} >= 0.9x the roofline ratio "
+                             f"({ours['roofline_speedup_over_recurrent']:.2f}x)",
+                             f"{measured:.2f}x = {measured / ours['roofline_speedup_over_recurrent']:.2f} of it"])
+        ran = {key for key, row in rows.items() if not row.get("out_of_memory")}
+        small = sorted(b for (backend, m, b) in ran if backend == "kvbuffer" and m == "plain" and b <= 64
+                       and ("kvbuffer", "speculative", b) in ran)
+        if small:
+            speed = {key: row["tokens_per_second"] for key, row in rows.items()}
+            gains = [speed["kvbuffer", "speculative", b] / speed["kvbuffer", "plain", b] for b in small]
+            body.append([f"{model}: KVBuffer speculative >= plain tok/s at every B <= 64",
+                         ", ".join(f"{gain:.2f}x ({b})" for gain, b in zip(gains, small, strict=True))])
+    return _table(["target", "reached"], body)
+
+
+def study_section(results: list[dict], plots: list[Path] | None = None) -> str:
+    """The section from the joined runs (benchmarks.study.merge), with each result's plot."""
+    parts = [STUDY_START, "## End to end: KVBuffer against intermediate states, at the roofline", "",
+             "The issue's targets, read off the runs below:", "", *study_target_lines(results), ""]
+    for result, plot in zip(results, plots or [None] * len(results), strict=True):
+        parts += study_model_lines(result, plot)
+    parts.append(STUDY_END)
+    return "\n".join(parts)
+
+
+def study_model_lines(result: dict, plot: Path | None) -> list[str]:
+    s, peaks = result["settings"], result.get("peaks")
+    accepted = s["draft"].removeprefix("synthetic:")
+    lines = [f"### {result['model']} ({result['target']})", "",
+             f"Generated by `python -m benchmarks.study --model {result['model']} --layers {result['layers']}` on "
+             f"{result['date']} ({result['device']}; torch {result['torch']}): random weights at the real shapes, "
+             f"{result['layers']} layers, bf16, CUDA graphs, {s['prompt_tokens']}-token prompts, "
+             f"{s['max_new_tokens']} new tokens per request, flush length {s['flush_length']}. Speculative rows: "
+             f"4-token chains accepted at a mean length of {accepted}. The baseline is the same engine running "
+             "linear layers as SGLang and vLLM do: in place for plain decoding (\"recurrent\"), one state written "
+             "per draft node for speculative decoding (\"intermediate states\"). Roofline: the same steps' bytes at "
+             "the copy bandwidth and GEMM FLOPs at the GEMM peak (specdec/eval/roofline.py)"
+             + (f", both measured in the run: {_peaks_text(peaks)}." if peaks else "."), "",
+             "Plain decoding:", "", *mode_table(result, "plain"), "",
+             f"Speculative decoding (4-token chains, accepted at {accepted}):", "",
+             *mode_table(result, "speculative"), "", "Memory:", "", *memory_table(result), ""]
+    parts = roofline_parts_table(result)
+    if parts:
+        lines += ["The roofline by part at the targets' batch sizes (ms/step):", "", *parts, ""]
+    if result.get("transformers"):
+        reference = ", ".join(f"{r['tokens_per_second']:.0f} tok/s at batch {r['batch_size']}"
+                              for r in sorted(result["transformers"], key=lambda r: r["batch_size"]))
+        lines += [f"transformers' generate() on the same weights' shapes, plain: {reference}.", ""]
+    if plot is not None:
+        lines += [f"![tokens/s against batch size]({plot.as_posix()})", ""]
+    return lines
+
+
+def _peaks_text(peaks: dict) -> str:
+    return (f"copy {peaks['copy_bytes_per_second'] / 1e12:.2f} TB/s, GEMM {peaks['gemm_flops_per_second'] / 1e12:.0f} "
+            "TFLOP/s")

@@ -1,18 +1,18 @@
-"""The end-to-end study (BENCHMARKS.md, "End to end"): `specdec bench` on random-weight Qwen3.5-9B and Nemotron 3
-Nano shapes (the first --layers of their layers), CUDA graphs on, batch 1 to 512, all in one run per model:
+"""The end-to-end study (BENCHMARKS.md, "End to end"): `specdec bench` on random-weight models at real shapes, all
+their layers by default (Qwen3.5-9B 32, Qwen3.5-35B-A3B 40, Nemotron-3-Nano 52, built straight in GPU memory),
+CUDA graphs on, batch 1 to 512:
 
-- plain decoding, KVBuffer against the intermediate-state ("recurrent") backend of the same engine;
+- plain decoding, KVBuffer against the in-place recurrent backend of the same engine;
 - speculative decoding with 4-token chains accepted at the mean length measured on the shipped models
-  (`--draft synthetic:MEAN`; random weights accept no real draft), KVBuffer against intermediate states: tokens/s
-  and how many requests' linear-attention state fits 40 GiB;
-- transformers' generate() on the same checkpoint at the smaller batches, the outside reference.
+  (`--draft synthetic:MEAN`; random weights accept no real draft), KVBuffer against intermediate states;
+- beside every measured step its roofline (specdec/eval/roofline.py, both peaks measured at the start of the run)
+  and, per backend, the largest batch that fits the GPU's memory (specdec/eval/device_memory.py);
+- transformers' generate() on the same shapes at the smaller batches, the outside reference.
 
-One device call per model (each must fit the 10 minutes of one call, writing the random checkpoint included;
-split the batch sizes over two calls with --batches and --out study_MODEL_PART.json if not), then the report on
-any machine, which joins the parts of a model:
-    python -m benchmarks.study --model qwen3.5-9b --out benchmarks/results/study_qwen3.5-9b.json
-    python -m benchmarks.study --model nemotron-3-nano --out benchmarks/results/study_nemotron-3-nano.json
-    python -m benchmarks.study --report      # BENCHMARKS.md from benchmarks/results/study_*.json
+A run writes one JSON; a model's batch sizes and engines can be spread over processes and device calls
+(benchmarks/study_on_device.sh runs one process per batch size and engine), and the report joins the parts:
+    python -m benchmarks.study --model qwen3.5-9b --batches 128 --out benchmarks/results/study_qwen3.5-9b_b128.json
+    python -m benchmarks.study --report      # BENCHMARKS.md's end-to-end section from benchmarks/results/study_*.json
 `--tiny --device cpu` runs the same code on the shipped Qwen3.5 (a smoke run).
 """
 
@@ -26,175 +26,116 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.report import replace_section
-from specdec.eval.bench import BACKENDS, BenchSettings, run_bench
+from benchmarks.report import STUDY_END, STUDY_START, replace_section, study_section
+from specdec.eval.bench import BenchSettings, bench_peaks, markdown_table, run_bench
+from specdec.models.real_shapes import SHAPES
 
-START, END = "<!-- study:start -->", "<!-- study:end -->"
 RESULTS = Path("benchmarks/results")
-# mean accepted length (bonus included) of the shipped models' MTP layers, 4-token chains, held-out prompts (README)
-ACCEPTED_LENGTH = {"qwen3.5-9b": 2.72, "nemotron-3-nano": 2.58}
+# mean accepted length (bonus included) of the shipped models' MTP layers, 4-token chains, held-out prompts
+# (README); Qwen3.5-35B-A3B has no shipped counterpart: its dense sibling's figure
+ACCEPTED_LENGTH = {"qwen3.5-9b": 2.72, "qwen3.5-35b-a3b": 2.72, "nemotron-3-nano": 2.58}
 BATCHES = (1, 16, 64, 128, 256, 512)
 HF_BATCHES = (1, 16)
 
 
-def run(model: str, layers: int, batches: tuple[int, ...], new_tokens: int, device: str, tiny: bool) -> dict:
+def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: int, device: str, tiny: bool,
+        hf_reference: bool = True, only: tuple[str, str] | None = None) -> dict:
+    """Every backend and mode at `batches` (or the one engine `only` = (backend, mode)); transformers' reference at
+    the small batches, in the run that has the KVBuffer's plain engine."""
+    layers = layers or SHAPES[model][1]
     target = "qwen3.5" if tiny else f"random:{model}:{layers}"
-    hf_batches = tuple(b for b in HF_BATCHES if b in batches)  # generate() only where it is quick enough
+    hf_reference = hf_reference and only in (None, ("kvbuffer", "plain"))
+    hf_batches = tuple(b for b in HF_BATCHES if b in batches) if hf_reference else ()  # only where it is quick
     settings = BenchSettings(target=target, draft=f"synthetic:{ACCEPTED_LENGTH[model]}", batch_sizes=batches,
                              baseline=True, max_new_tokens=new_tokens, prompt_tokens=128, device=device,
-                             hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None)
-    rows = [asdict(r) for r in run_bench(settings)]
+                             hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None, only=only)
+    peaks = bench_peaks(settings)
+    print(f"[study] roofline peaks: {peaks}", flush=True)
+    rows = run_bench(settings, peaks)
+    print(markdown_table(rows, settings.state_memory_gb), flush=True)
+    rows = [asdict(r) for r in rows]
     return {"model": model, "layers": layers, "target": target, "date": datetime.date.today().isoformat(),
             "device": torch.cuda.get_device_name() if device == "cuda" else "CPU", "torch": torch.__version__,
-            "settings": asdict(settings), "rows": [r for r in rows if r["backend"] != "transformers"],
+            "settings": asdict(settings), "peaks": asdict(peaks),
+            "rows": [r for r in rows if r["backend"] != "transformers"],
             "transformers": [r for r in rows if r["backend"] == "transformers"]}
 
 
-def table(result: dict) -> list[str]:
-    """Per batch size: plain and speculative tokens/s on both backends, requests in the state budget, HF."""
-    rows = {(r["backend"], r["mode"], r["batch_size"]): r for r in result["rows"]}
-    hf = {r["batch_size"]: r["tokens_per_second"] for r in result["transformers"]}
-    budget = result["settings"]["state_memory_gb"]
-    lines = [f"| batch | plain KVBuffer tok/s | plain recurrent tok/s | x | speculative KVBuffer tok/s | "
-             f"speculative intermediate-state tok/s | x | requests in {budget:g} GiB, KVBuffer / intermediate "
-             "states | transformers generate() tok/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    requests = requests_in_budget(result)
-    fits = (f"{requests['kvbuffer']} / {requests['recurrent']} "
-            f"({requests['kvbuffer'] / max(requests['recurrent'], 1):.1f}x)")
-    for batch in sorted({key[2] for key in rows}):
-        cells = []
-        for mode in ("plain", "speculative"):
-            ours, base = rows[("kvbuffer", mode, batch)], rows[("recurrent", mode, batch)]
-            cells += [speed(ours), speed(base), ratio(ours, base)]
-        reference = f"{hf[batch]:.0f}" if batch in hf else ""
-        lines.append(f"| {batch} | " + " | ".join(cells) + f" | {fits} | {reference} |")
-    return lines
-
-
-def target_lines(results: list[dict]) -> list[str]:
-    """The issue's targets against the runs: tokens/s ratios at batch >= 128 and requests in the state budget."""
-    def ratios(result, mode):
-        rows = {(r["backend"], r["mode"], r["batch_size"]): r for r in result["rows"]}
-        batches = sorted(b for (backend, m, b) in rows if backend == "kvbuffer" and m == mode and b >= 128)
-        return ", ".join(f"{ratio(rows['kvbuffer', mode, b], rows['recurrent', mode, b])} ({b})" for b in batches)
-
-    def requests(result):
-        fits = requests_in_budget(result)
-        return fits["kvbuffer"] / max(fits["recurrent"], 1)
-
-    by_model = {r["model"]: r for r in results}
-    lines = ["| target | reached (batch) |", "|---|---|"]
-    if "qwen3.5-9b" in by_model:
-        lines.append("| plain decoding, Qwen3.5-9B shapes, batch >= 128: >= 1.4x the recurrent backend | "
-                     f"{ratios(by_model['qwen3.5-9b'], 'plain')} |")
-    for model, result in by_model.items():
-        lines.append(f"| speculative 4-chains, {model}, batch >= 128: >= 1.5x intermediate states | "
-                     f"{ratios(result, 'speculative')} |")
-        lines.append(f"| speculative requests in the same state budget, {model}: >= 4.5x | "
-                     f"{requests(result):.1f}x |")
-    return lines
-
-
-def speed(row: dict) -> str:
-    return "out of memory" if row.get("out_of_memory") else f"{row['tokens_per_second']:.0f}"
-
-
-def ratio(ours: dict, base: dict) -> str:
-    for row, name in ((ours, "KVBuffer"), (base, "intermediate states")):
-        if row.get("out_of_memory"):
-            return f"{name} out of memory"
-    return f"{ours['tokens_per_second'] / base['tokens_per_second']:.2f}x"
-
-
-def requests_in_budget(result: dict) -> dict[str, int]:
-    """Speculative requests whose linear-attention state fits the budget, per backend: the same at every batch
-    size (an engine that did not fit the device reports none at its batch)."""
-    return {backend: max(r["max_concurrent_requests"] for r in result["rows"]
-                         if (r["backend"], r["mode"]) == (backend, "speculative")) for backend in BACKENDS}
-
-
 def merge(results: list[dict]) -> list[dict]:
-    """One result per model: runs split over device calls (--batches, --out study_MODEL_PART.json) joined."""
-    merged: dict[str, dict] = {}
+    """One result per model and layer count: runs split over processes and device calls joined (the first part's
+    settings and peaks head the section; each row keeps its own roofline)."""
+    merged: dict[tuple[str, int], dict] = {}
     for result in results:
-        if result["model"] not in merged:
-            merged[result["model"]] = {**result, "rows": list(result["rows"]),
-                                       "transformers": list(result["transformers"])}
+        key = (result["model"], result["layers"])
+        if key not in merged:
+            merged[key] = {**result, "rows": list(result["rows"]), "transformers": list(result["transformers"])}
         else:
-            merged[result["model"]]["rows"] += result["rows"]
-            merged[result["model"]]["transformers"] += result["transformers"]
+            merged[key]["rows"] += result["rows"]
+            merged[key]["transformers"] += result["transformers"]
     return list(merged.values())
 
 
 def plot(result: dict, path: Path) -> Path:
-    """Tokens/s against batch size: plain and speculative, KVBuffer and intermediate states."""
+    """Tokens/s against batch size: plain and speculative, KVBuffer and the baseline, measured (solid) and at the
+    roofline (dotted)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for backend, label in (("kvbuffer", "KVBuffer"), ("recurrent", "intermediate states")):
-        for mode, style in (("plain", "--"), ("speculative", "-")):
-            points = sorted((r["batch_size"], r["tokens_per_second"]) for r in result["rows"]
-                            if (r["backend"], r["mode"]) == (backend, mode) and not r.get("out_of_memory"))
-            if not points:
+    for backend, label, color in (("kvbuffer", "KVBuffer", "tab:blue"), ("recurrent", "baseline", "tab:orange")):
+        for mode, marker in (("plain", "s"), ("speculative", "o")):
+            rows = sorted((r for r in result["rows"] if (r["backend"], r["mode"]) == (backend, mode)
+                           and not r.get("out_of_memory")), key=lambda r: r["batch_size"])
+            if not rows:
                 continue
-            ax.plot(*zip(*points, strict=True), style, marker="o", label=f"{label}, {mode}")
+            batches = [r["batch_size"] for r in rows]
+            ax.plot(batches, [r["tokens_per_second"] for r in rows], "-", marker=marker, color=color,
+                    label=f"{label}, {mode}")
+            if all(r.get("x_roofline") for r in rows):  # roofline tok/s: the same tokens in the roofline's time
+                ax.plot(batches, [r["tokens_per_second"] * r["x_roofline"] for r in rows], ":", marker=marker,
+                        color=color, alpha=0.5, label=f"{label}, {mode}, roofline")
     ax.set(xlabel="batch size", ylabel="new tokens / s", xscale="log", yscale="log",
            title=f"{result['model']} shapes, {result['layers']} layers ({result['device']})")
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def markdown_section(results: list[dict], plots: dict[str, Path] | None = None) -> str:
-    parts = [START, "## End to end: KVBuffer against intermediate states", "", "The issue's targets:", "",
-             *target_lines(results), ""]
-    for result in results:
-        s = result["settings"]
-        parts += [f"### {result['model']} ({result['target']})", "",
-                  f"Generated by `python -m benchmarks.study --model {result['model']} --layers {result['layers']}` "
-                  f"on {result['date']} ({result['device']}; torch {result['torch']}): random weights at the real "
-                  f"shapes, {result['layers']} layers, bf16, CUDA graphs, {s['prompt_tokens']}-token prompts, "
-                  f"{s['max_new_tokens']} new tokens per request. Speculative rows: 4-token chains accepted at a mean "
-                  f"length of {s['draft'].removeprefix('synthetic:')} (the shipped model's MTP layer on held-out "
-                  "text). \"Recurrent\" is the same engine running linear layers as SGLang and vLLM do (no buffer; "
-                  "one state written per draft token). Requests that fit count linear-attention state alone.", "",
-                  *table(result), ""]
-        if plots and result["model"] in plots:
-            parts += [f"![tokens/s against batch size]({plots[result['model']].as_posix()})", ""]
-    parts.append(END)
-    return "\n".join(parts)
+def report(markdown: Path) -> None:
+    results = merge([json.loads(p.read_text()) for p in sorted(RESULTS.glob("study_*.json"))])
+    plots = [plot(r, RESULTS / f"study_{r['model']}_{r['layers']}layers.png") for r in results]
+    replace_section(markdown, STUDY_START, STUDY_END, study_section(results, plots))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(ACCEPTED_LENGTH), default="qwen3.5-9b")
-    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=None, help="the first LAYERS of the model (default: all)")
     parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--no-hf-reference", action="store_true", help="skip transformers' generate()")
+    parser.add_argument("--only", nargs=2, metavar=("BACKEND", "MODE"), default=None,
+                        help="one engine alone: kvbuffer|recurrent plain|speculative (study_on_device.sh)")
     parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="write BENCHMARKS.md from the results and stop")
     parser.add_argument("--markdown", type=Path, default=Path("BENCHMARKS.md"))
     args = parser.parse_args()
     if args.report:
-        results = merge([json.loads(p.read_text()) for p in sorted(RESULTS.glob("study_*.json"))])
-        plots = {r["model"]: plot(r, RESULTS / f"study_{r['model']}.png") for r in results}
-        replace_section(args.markdown, START, END, markdown_section(results, plots))
+        report(args.markdown)
         return
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu --tiny for a smoke run")
-    result = run(args.model, args.layers, tuple(args.batches), args.new_tokens, args.device, args.tiny)
+    result = run(args.model, args.layers, tuple(args.batches), args.new_tokens, args.device, args.tiny,
+                 hf_reference=not args.no_hf_reference, only=tuple(args.only) if args.only else None)
     out = args.out or RESULTS / f"study_{args.model}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print("\n".join(table(result)))
 
 
 if __name__ == "__main__":

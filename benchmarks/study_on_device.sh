@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# One device call of the H200 study for one model: each batch size runs in its own process, so that a size that
-# fails or runs out of the call's time loses only its own row. Results go to $OUT/study_MODEL_bBATCH.json (the
-# parts `python -m benchmarks.study --report` joins), logs to $OUT/study_MODEL.log.
-#   usage: benchmarks/study_on_device.sh MODEL SECONDS BATCH... [-- STUDY_ARGS...]
-# e.g.  CUDA_VISIBLE_DEVICES=0 benchmarks/study_on_device.sh qwen3.5-9b 560 128 256 512 1 16 64
+# Device calls of the H200 study for one model (all its layers unless STUDY_ARGS say --layers N). Each batch size and
+# engine (KVBuffer / baseline, plain / speculative) runs in a process of its own, so that one that fails, runs out of
+# memory or out of the call's time loses only its own row; building an engine costs the same either way (random
+# weights are drawn in GPU memory in seconds). Items run in the order given, the target points first:
+# BATCH runs its four engines, BATCH:plain or BATCH:speculative both backends of one mode. Results go to
+# $OUT/study_MODEL_bBATCH_BACKEND_MODE.json (the parts `python -m benchmarks.study --report` joins), logs to
+# $OUT/study_MODEL.log.
+#   usage: benchmarks/study_on_device.sh MODEL SECONDS ITEM... [-- STUDY_ARGS...]
+# e.g.  benchmarks/study_on_device.sh qwen3.5-9b 570 256:plain 128:speculative 1 -- --new-tokens 64
 set -u
 model=$1 seconds=$2
 shift 2
-batches=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do batches+=("$1"); shift; done
+items=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do items+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 out=${OUT:-benchmarks/results}
+log="$out/study_$model.log"
 mkdir -p "$out"
-for batch in "${batches[@]}"; do
-  left=$((seconds - SECONDS))
-  if [ "$left" -lt 30 ]; then echo "[study] $model batch $batch skipped: ${left}s left" | tee -a "$out/study_$model.log"; continue; fi
-  echo "[study] $model batch $batch, ${left}s left" | tee -a "$out/study_$model.log"
-  timeout "$left" python -m benchmarks.study --model "$model" --batches "$batch" \
-    --out "$out/study_${model}_b$batch.json" "$@" >>"$out/study_$model.log" 2>&1 \
-    || echo "[study] $model batch $batch failed or timed out (exit $?)" | tee -a "$out/study_$model.log"
+for item in "${items[@]}"; do
+  batch=${item%%:*}
+  modes="plain speculative"
+  [ "$item" != "$batch" ] && modes=${item#*:}
+  for mode in $modes; do
+    for backend in kvbuffer recurrent; do
+      left=$((seconds - SECONDS))
+      name="$model batch $batch $backend $mode"
+      if [ "$left" -lt 45 ]; then echo "[study] $name skipped: ${left}s left" | tee -a "$log"; continue; fi
+      echo "[study] $name, ${left}s left" | tee -a "$log"
+      timeout "$left" python -m benchmarks.study --model "$model" --batches "$batch" --only "$backend" "$mode" \
+        --out "$out/study_${model}_b${batch}_${backend}_${mode}.json" "$@" >>"$log" 2>&1 \
+        || echo "[study] $name failed or timed out (exit $?)" | tee -a "$log"
+    done
+  done
 done

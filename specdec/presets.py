@@ -30,15 +30,16 @@ def families() -> dict[str, dict]:
 
 
 def resolve(name: str) -> str:
-    """An alias (`family` or `family:size`) -> hub id or shipped directory; `random:SHAPE[:LAYERS]` -> a random-weight
-    checkpoint of a real model's shapes (written once); anything else (hub id, local path) is returned as given."""
+    """An alias (`family` or `family:size`) -> hub id or shipped directory; `random:SHAPE[:LAYERS]` -> the directory of
+    a random-weight model of a real model's shapes (its config; the weights are drawn on the device it loads on);
+    anything else (hub id, local path) is returned as given."""
     if name.startswith(RANDOM):  # random weights at a real model's shapes, for benchmarks
-        from specdec.models.random_checkpoint import random_checkpoint_at_shape
+        from specdec.models.random_checkpoint import random_target_at_shape
 
         shape, _, layers = name.removeprefix(RANDOM).partition(":")
         if layers and not layers.isdigit():
             raise ValueError(f"{name!r}: the part after the shape name is a layer count, e.g. random:{shape}:8")
-        return str(random_checkpoint_at_shape(shape, int(layers) if layers else None))
+        return str(random_target_at_shape(shape, int(layers) if layers else None))
     family, _, size = name.partition(":")
     if family not in families():
         if Path(name).expanduser().exists() or HUB_ID.match(name):

@@ -1,16 +1,21 @@
 """`specdec bench` on the shipped Qwen3.5 pair (CPU): every backend, mode and batch size gets a row whose figures
-agree with each other and with the model's state shapes; transformers' generate() as the outside reference;
-synthetic acceptance and the real-shape targets for random-weight benchmarks."""
+agree with each other, with the model's state shapes and with the roofline of the steps it ran; transformers'
+generate() as the outside reference; synthetic acceptance and the real-shape random targets for benchmarks (drawn
+where they load, nothing on disk but their config)."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
+import torch
 
 from specdec.cli import main as cli_main
 from specdec.eval.bench import BenchSettings, run_bench
+from specdec.eval.peaks import Peaks
+from specdec.eval.roofline import Workload, roofline
 from specdec.models import load_model
 from specdec.presets import resolve
 
@@ -18,9 +23,12 @@ from specdec.presets import resolve
 def test_rows_are_consistent(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert cli_main(["bench", "--batch-sizes", "1", "2", "--baseline", "recurrent", "--max-new-tokens", "12",
-                     "--prompt-tokens", "24", "--state-memory-gb", "1", "--hf-reference", "--output", str(out)]) == 0
+                     "--prompt-tokens", "24", "--state-memory-gb", "1", "--hf-reference", "--output", str(out),
+                     "--peak-copy-gbs", "20", "--peak-gemm-tflops", "0.5"]) == 0
     assert "| recurrent | speculative | 2 |" in capsys.readouterr().out
-    rows = json.loads(out.read_text())["rows"]
+    result = json.loads(out.read_text())
+    assert result["peaks"] == {"copy_bytes_per_second": 20e9, "gemm_flops_per_second": 0.5e12, "source": "given"}
+    rows = result["rows"]
     reference = [row for row in rows if row["backend"] == "transformers"]
     # decode throughput: the token each request's prefill makes is not counted
     assert [(row["batch_size"], row["new_tokens"]) for row in reference] == [(1, 11), (2, 22)]
@@ -46,10 +54,29 @@ def test_rows_are_consistent(tmp_path, capsys):
         else:
             assert row["speedup_over_recurrent"] is None
         assert (row["mean_accepted_length"] == 1.0) == (mode == "plain")
+        check_roofline_columns(row, batch, peaks=Peaks(20e9, 0.5e12, "given"))
     # the same greedy decoding either way: the drafts are accepted alike
     for batch in (1, 2):
         assert by_key["kvbuffer", "speculative", batch]["mean_accepted_length"] == pytest.approx(
             by_key["recurrent", "speculative", batch]["mean_accepted_length"])
+
+
+def check_roofline_columns(row: dict, batch: int, peaks: Peaks) -> None:
+    """The roofline of a row's steps: between that of its batch at the prompt's context and at the longest context
+    (plain rows: the batch runs whole to its end, so every step is that batch), its parts adding up, the measured
+    step over it, and for KVBuffer rows the baseline's roofline over ours on the same steps."""
+    assert sum(row["roofline_ms_by_part"].values()) == pytest.approx(row["roofline_ms_per_step"])
+    assert row["x_roofline"] == pytest.approx(row["ms_per_step"] / row["roofline_ms_per_step"])
+    assert (row["roofline_speedup_over_recurrent"] is not None) == (row["backend"] == "kvbuffer")
+    if row["mode"] != "plain":
+        return
+    config = load_model(resolve("qwen3.5"), device="cpu").hf_config
+    flush = 16 if row["backend"] == "kvbuffer" else 1
+    bounds = [roofline(config, Workload(batch, backend=row["backend"], flush_length=flush, context=context,
+                                        dtype_bytes=4), peaks).ms_per_step for context in (25, 24 + 12)]
+    assert bounds[0] <= row["roofline_ms_per_step"] <= bounds[1]
+    if row["backend"] == "kvbuffer":  # the shipped model's state is small next to its weights: near 1, above it
+        assert 1.0 < row["roofline_speedup_over_recurrent"] < 1.5
 
 
 def test_bad_batch_sizes_are_refused():
@@ -91,23 +118,91 @@ def test_the_engine_accepts_what_the_synthetic_acceptance_forces():
 
 
 def test_real_shapes():
-    from specdec.models.real_shapes import nemotron3_nano, qwen35_9b
-    from specdec.presets import resolve
+    from specdec.models.real_shapes import nemotron3_nano, qwen35_9b, qwen35_35b_a3b
 
     qwen = qwen35_9b()
     assert qwen.num_hidden_layers == 32 and qwen.layer_types.count("full_attention") == 8
     assert (qwen.linear_num_value_heads, qwen.linear_key_head_dim, qwen.hidden_size) == (32, 128, 4096)
+    moe = qwen35_35b_a3b()
+    assert moe.model_type == "qwen3_5_moe_text" and moe.layer_types.count("full_attention") == 10
+    assert (moe.hidden_size, moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size,
+            moe.shared_expert_intermediate_size) == (2048, 256, 8, 512, 512)
+    assert (moe.num_attention_heads, moe.num_key_value_heads, moe.head_dim, moe.linear_num_key_heads,
+            moe.linear_num_value_heads, moe.vocab_size) == (16, 2, 256, 16, 32, 248320)
     nano = nemotron3_nano()
     assert len(nano.layers_block_type) == 52 and nano.layers_block_type.count("full_attention") == 6
     assert nano.layers_block_type.count("moe") == 23 and nano.layers_block_type.count("linear_attention") == 23
     assert nemotron3_nano(8).layers_block_type[:6] == ["linear_attention", "moe", "linear_attention", "moe",
                                                        "linear_attention", "full_attention"]
-    with pytest.raises(ValueError, match="known: qwen3.5-9b, nemotron-3-nano"):
+    with pytest.raises(ValueError, match="known: qwen3.5-9b, qwen3.5-35b-a3b, nemotron-3-nano"):
         resolve("random:llama-8b")
     with pytest.raises(ValueError, match="1 to 32 layers"):
         resolve("random:qwen3.5-9b:40")
     with pytest.raises(ValueError, match="layer count"):
         resolve("random:qwen3.5-9b:many")
+
+
+def test_a_random_target_is_its_config_alone(tmp_path, monkeypatch):
+    """random:NAME writes a config and a seed, no weights: the 35B model costs a few KB of disk."""
+    from transformers import AutoConfig
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    directory = Path(resolve("random:qwen3.5-35b-a3b:4"))
+    assert directory.parent == tmp_path / "random"
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "random_weights.json"]
+    assert sum(p.stat().st_size for p in directory.iterdir()) < 20_000
+    config = AutoConfig.from_pretrained(directory)
+    assert (config.model_type, config.num_hidden_layers, config.num_experts) == ("qwen3_5_moe_text", 4, 256)
+
+
+@pytest.mark.parametrize("family", ["qwen3.5", "qwen3.5-moe", "nemotron-h"])
+def test_a_random_target_builds_as_its_checkpoint_would_load(tmp_path, family):
+    """Drawn where it is built, in the dtype asked (the fp32 parameters stay fp32), with the parameters, shapes,
+    dtypes and weight scales of the same config written as a checkpoint and loaded; it decodes finite logits."""
+    from specdec.api import LLM
+    from specdec.models.random_checkpoint import random_target, transformers_random_model
+    from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
+
+    config = {"qwen3.5": qwen35_text_config(), "qwen3.5-moe": qwen35_text_config(moe=True),
+              "nemotron-h": nemotron_h_config()}[family]
+    random_target(config, tmp_path / "random", seed=0)
+    written = save_tiny(config, tmp_path / "checkpoint", seed=0)
+    # transformers' model of it too (bench's outside reference), drawn alike
+    reference = transformers_random_model(tmp_path / "random", "cpu", torch.bfloat16)
+    assert {n: p.shape for n, p in reference.named_parameters()} == {n: p.shape for n, p in written.named_parameters()}
+    head = reference.get_output_embeddings().weight
+    assert head.dtype == torch.bfloat16 and torch.isfinite(head).all()
+    drawn = load_model(tmp_path / "random", device="cpu", dtype=torch.bfloat16)
+    loaded = load_model(tmp_path / "checkpoint", device="cpu", dtype=torch.bfloat16)
+    ours, theirs = dict(drawn.state_dict()), dict(loaded.state_dict())
+    assert ours.keys() == theirs.keys()
+    for name, tensor in ours.items():
+        assert (tensor.shape, tensor.dtype) == (theirs[name].shape, theirs[name].dtype), name
+        assert torch.isfinite(tensor).all(), name
+        if tensor.ndim >= 2:  # unit-scale noise over sqrt(fan-in), as the checkpoint's
+            assert tensor.float().std().item() == pytest.approx(theirs[name].float().std().item(), rel=0.3), name
+    assert decodes_finite_logits(LLM(str(tmp_path / "random"), device="cpu", max_batch=2, max_seq_len=64))
+
+
+def decodes_finite_logits(llm) -> bool:
+    """Prefill and a few decode steps of two prompts, every LM-head output finite (eager steps: the check reads
+    the logits)."""
+    finite = []
+    hook = llm.model.lm_head.register_forward_hook(lambda _, __, out: finite.append(bool(torch.isfinite(out).all())))
+    out = llm.generate([[3, 4, 5], [6, 7]], max_new_tokens=6)
+    hook.remove()
+    return all(o.token_ids for o in out) and len(finite) > 1 and all(finite)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["qwen3.5-9b", "qwen3.5-35b-a3b", "nemotron-3-nano"])
+def test_real_shape_random_targets_decode_finite_in_bf16(name):
+    """The weight scale keeps bf16 activations finite through the real widths (the first 8 layers of each)."""
+    from specdec.api import LLM
+
+    assert decodes_finite_logits(LLM(f"random:{name}:8", device="cuda", max_batch=2, max_seq_len=64,
+                                     cuda_graphs=False))
 
 
 @pytest.mark.parametrize("backend", ["kvbuffer", "recurrent"])
@@ -129,8 +224,6 @@ def test_the_memory_column_is_what_the_pools_hold(backend):
 def test_what_does_not_fit_the_device_is_a_row_not_a_crash(monkeypatch):
     """An engine whose pools do not fit (here: the baseline's speculative engine), or a batch that runs out of
     memory mid-run (the kvbuffer plain batch of 2), gives rows marked out of memory; the rest is measured."""
-    import torch
-
     from specdec.eval import bench
 
     load, time_batch = bench.load_llm, bench.time_batch
@@ -157,3 +250,14 @@ def test_what_does_not_fit_the_device_is_a_row_not_a_crash(monkeypatch):
     assert by_key["kvbuffer", "speculative", 1].speedup_over_recurrent is None  # nothing to compare with
     assert by_key["kvbuffer", "plain", 1].speedup_over_recurrent is not None
     assert "| kvbuffer | plain | 2 | out of memory |" in bench.markdown_table(rows, 40.0)
+
+
+def test_the_largest_batch_in_memory_is_read_off_one_batch():
+    """80 GiB device, 1 GiB not ours, 20 GiB of weights; pools 0.25 GiB per request slot; the batch of 16 peaked
+    4 GiB above the built engine (activations 0.25 GiB per request): (80 - 1 - 20) / (0.25 + 0.25) = 118."""
+    from specdec.eval.device_memory import EngineMemory, largest_batch
+
+    gib = 2**30
+    memory = EngineMemory(device_total=80 * gib, not_ours=gib, fixed=20 * gib, pools_per_request=gib / 4,
+                          built=28 * gib)
+    assert largest_batch(memory, peak=32 * gib, batch=16) == 118

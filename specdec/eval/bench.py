@@ -6,21 +6,27 @@ the same code.
 Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all queued at once. First the warm-up:
 every CUDA graph the batch will replay is captured, and a round at that batch size folds each buffer once
 (compilation); then the batch is prefilled and its decoding timed, from the first step to the last request's end.
-Beside the speed, the linear-attention state memory one request holds on each backend, and how many requests fit a
-state budget. With --hf-reference, transformers' generate() on the same checkpoint and batches as the outside
-reference.
+Beside the speed: the step's roofline (specdec/eval/roofline.py: the least time the step's bytes and GEMM FLOPs
+allow at the copy bandwidth and GEMM throughput measured at the start of the run, specdec/eval/peaks.py) and how far
+the measured step is from it, with the roofline ratio between the backends beside the measured one; the
+linear-attention state memory one request holds on each backend and how many requests fit a state budget; on a GPU,
+the largest batch the engine would fit in its memory (specdec/eval/device_memory.py). With --hf-reference,
+transformers' generate() on the same checkpoint and batches as the outside reference.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
 
 from specdec.cache.budget import state_bytes
+from specdec.eval import device_memory
+from specdec.eval.peaks import Peaks, measure_peaks
+from specdec.eval.roofline import Workload, run_roofline
 from specdec.eval.synthetic import PREFIX as SYNTHETIC
 from specdec.eval.synthetic import synthetic_speculation
 
@@ -50,6 +56,9 @@ class BenchSettings:
     cuda_graphs: bool = True
     hf_reference: bool = False      # also time transformers' generate() on the same checkpoint and batches
     hf_batch_sizes: tuple[int, ...] | None = None  # ... at these batch sizes only (default: all)
+    peak_copy_gbs: float | None = None     # the roofline's ceilings as given, instead of measured at the start
+    peak_gemm_tflops: float | None = None
+    only: tuple[str, str] | None = None    # (backend, mode): that engine alone (the study: one per process)
 
 
 @dataclass(frozen=True)
@@ -66,13 +75,24 @@ class BenchRow:
     max_concurrent_requests: int    # requests whose state memory fits state_memory_gb
     speedup_over_recurrent: float | None = None
     out_of_memory: bool = False     # the engine or this batch did not fit the device: no speed figures
+    roofline_ms_per_step: float | None = None  # the same steps at the roofline (specdec/eval/roofline.py)
+    x_roofline: float | None = None            # ms_per_step / roofline_ms_per_step
+    roofline_speedup_over_recurrent: float | None = None  # kvbuffer rows: the baseline's roofline / ours, same steps
+    roofline_ms_by_part: dict[str, float] | None = None
+    largest_batch_in_memory: int | None = None  # GPU: the batch this engine would fill the device with
 
 
-def run_bench(settings: BenchSettings) -> list[BenchRow]:
+def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[BenchRow]:
+    """Every row of the sweep; the rooflines against `peaks` (default: bench_peaks(settings))."""
     if not settings.batch_sizes or min(settings.batch_sizes) < 1:
         raise ValueError(f"--batch-sizes needs values >= 1, got {list(settings.batch_sizes)}")
+    peaks = peaks or bench_peaks(settings)
     backends = BACKENDS if settings.baseline else BACKENDS[:1]
     modes = ["plain"] + (["speculative"] if settings.draft is not None else [])
+    if settings.only is not None:
+        if settings.only[0] not in backends or settings.only[1] not in modes:
+            raise ValueError(f"{settings.only} is not among the runs asked: backends {backends}, modes {modes}")
+        backends, modes = [settings.only[0]], [settings.only[1]]
     rows = []
     batch_sizes = sorted(set(settings.batch_sizes))
     prompt, device, dtype = None, None, None  # from the first engine that loads: the reference's too
@@ -88,17 +108,37 @@ def run_bench(settings: BenchSettings) -> list[BenchRow]:
             fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
             prompt = bench_prompt(llm, settings)
             device, dtype = llm.model.device, llm.model.dtype
+            memory = device_memory.engine_memory(llm)
             for index, batch_size in enumerate(tqdm(batch_sizes, desc=f"{backend} {mode}", unit="batch")):
                 try:
-                    rows.append(time_batch(llm, prompt, batch_size, settings, backend, mode, per_request, fits))
+                    row = time_batch(llm, prompt, batch_size, settings, backend, mode, per_request, fits, peaks)
+                    if memory is not None:
+                        largest = device_memory.largest_batch(memory, device_memory.peak_reserved(device), batch_size)
+                        row = BenchRow(**{**asdict(row), "largest_batch_in_memory": largest})
+                    rows.append(row)
                 except torch.OutOfMemoryError:  # this batch and the larger ones (the engine is left mid-step)
                     rows += [out_of_memory_row(backend, mode, size, per_request, fits) for size in batch_sizes[index:]]
                     break
             del llm
             free_device_memory()  # the next engine's pools and graphs start from a clean allocator
     if settings.hf_reference and prompt is not None:
+        from specdec.eval.hf_reference import time_transformers
+
         rows += time_transformers(settings, prompt, device, dtype)
     return with_speedups(rows)
+
+
+def bench_peaks(settings: BenchSettings) -> Peaks:
+    """The roofline's ceilings: as given in the settings, else measured now on the run's device and dtype (before
+    any model takes the memory)."""
+    if settings.peak_copy_gbs is not None and settings.peak_gemm_tflops is not None:
+        return Peaks(settings.peak_copy_gbs * 1e9, settings.peak_gemm_tflops * 1e12, "given")
+    if (settings.peak_copy_gbs is None) != (settings.peak_gemm_tflops is None):
+        raise ValueError("give both --peak-copy-gbs and --peak-gemm-tflops, or neither (both measured)")
+    from specdec.models.loading import _parse_dtype, default_dtype
+
+    device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return measure_peaks(device, _parse_dtype(settings.dtype) if settings.dtype else default_dtype(device))
 
 
 def out_of_memory_row(backend: str, mode: str, batch_size: int, per_request: int = 0, fits: int = 0) -> BenchRow:
@@ -111,44 +151,6 @@ def free_device_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.device,
-                      dtype: torch.dtype) -> list[BenchRow]:
-    """transformers' generate() on the same checkpoint, dtype, prompt and batch sizes: greedy, exactly
-    max_new_tokens per request, a warm-up call first. Decode throughput as for our rows: the time of a call that
-    makes one new token (the prefill) is taken off, and so is that token."""
-    from transformers import AutoModelForCausalLM
-
-    from specdec.models.checkpoint import resolve_checkpoint
-    from specdec.presets import resolve
-
-    model = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(resolve(settings.target)), dtype=dtype)
-    model = model.to(device).eval()
-    rows = []
-    batch_sizes = settings.hf_batch_sizes or settings.batch_sizes
-    for batch_size in tqdm(sorted(set(batch_sizes)), desc="transformers plain", unit="batch"):
-        inputs = torch.tensor([prompt] * batch_size, device=device)
-        options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
-        with torch.no_grad():
-            model.generate(inputs, max_new_tokens=WARMUP_TOKENS, min_new_tokens=WARMUP_TOKENS, **options)
-            prefill, _ = _timed_generate(model, inputs, 1, options)
-            seconds, output = _timed_generate(model, inputs, settings.max_new_tokens, options)
-        seconds = max(seconds - prefill, 1e-9)
-        new_tokens = (output.shape[1] - len(prompt) - 1) * batch_size
-        rows.append(BenchRow(backend="transformers", mode="plain", batch_size=batch_size, new_tokens=new_tokens,
-                             seconds=seconds, tokens_per_second=new_tokens / seconds,
-                             ms_per_step=1e3 * seconds / settings.max_new_tokens, mean_accepted_length=1.0,
-                             state_mib_per_request=0.0, max_concurrent_requests=0))
-    return rows
-
-
-def _timed_generate(model, inputs: torch.Tensor, new_tokens: int, options: dict) -> tuple[float, torch.Tensor]:
-    synchronize(inputs.device)
-    start = time.perf_counter()
-    output = model.generate(inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **options)
-    synchronize(inputs.device)
-    return time.perf_counter() - start, output
 
 
 def load_llm(settings: BenchSettings, backend: str, mode: str):
@@ -168,9 +170,10 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
 
 
 def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings, backend: str, mode: str,
-               per_request: int, fits: int) -> BenchRow:
+               per_request: int, fits: int, peaks: Peaks) -> BenchRow:
     """Decode throughput: the batch's prefill runs before the clock starts (its first new token per request is
-    not counted), then every step to the last request's end, as the batch shrinks."""
+    not counted), then every step to the last request's end, as the batch shrinks. Its roofline: the same steps."""
+    device_memory.start_peak(llm.model.device)
     requests = warm_up_and_prefill(llm, prompt, batch_size, settings)
     start = time.perf_counter()
     llm.engine.run()
@@ -178,11 +181,37 @@ def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings,
     seconds = time.perf_counter() - start
     new_tokens = sum(len(r.output) - 1 for r in requests)
     emitted = [n for r in requests for n in r.stats.emitted_per_step]
+    steps = max(max(r.stats.steps for r in requests), 1)
+    ms_per_step = 1e3 * seconds / steps
+    work = step_workloads(requests, llm, settings, backend, len(prompt))
+    roofline_ms, by_part = run_roofline(llm.model.hf_config, work, peaks, steps)
+    ratio = None
+    if backend == "kvbuffer":  # the baseline's roofline over the very same steps
+        ratio = run_roofline(llm.model.hf_config, [replace(w, backend="recurrent") for w in work], peaks,
+                             steps)[0] / roofline_ms
     return BenchRow(backend=backend, mode=mode, batch_size=batch_size, new_tokens=new_tokens, seconds=seconds,
-                    tokens_per_second=new_tokens / seconds,
-                    ms_per_step=1e3 * seconds / max(max(r.stats.steps for r in requests), 1),
+                    tokens_per_second=new_tokens / seconds, ms_per_step=ms_per_step,
                     mean_accepted_length=sum(emitted) / max(len(emitted), 1),
-                    state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits)
+                    state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits,
+                    roofline_ms_per_step=roofline_ms, x_roofline=ms_per_step / roofline_ms,
+                    roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part)
+
+
+def step_workloads(requests: list, llm, settings: BenchSettings, backend: str, prompt_tokens: int) -> list[Workload]:
+    """The timed steps as the roofline sees them: step s runs the requests with more than s steps, each with the
+    nodes of a step (1, or the root and its drafts), keeping what it emitted at s, attending to its prompt, the
+    prefill's token and what it emitted before s."""
+    nodes = llm.engine.config.shape.budget + 1 if llm.drafter is not None else 1
+    flush_length = 1 if backend == "recurrent" else settings.flush_length
+    dtype_bytes = llm.model.dtype.itemsize
+    work = []
+    for step in range(max(len(r.stats.emitted_per_step) for r in requests)):
+        emitted = [r.stats.emitted_per_step for r in requests if len(r.stats.emitted_per_step) > step]
+        accepted = sum(e[step] for e in emitted) / len(emitted)
+        context = prompt_tokens + 1 + sum(sum(e[:step]) for e in emitted) / len(emitted)
+        work.append(Workload(batch=len(emitted), nodes=nodes, accepted=min(max(accepted, 1.0), nodes),
+                             backend=backend, flush_length=flush_length, context=context, dtype_bytes=dtype_bytes))
+    return work
 
 
 def bench_prompt(llm, settings: BenchSettings) -> list[int]:
@@ -238,19 +267,26 @@ def with_speedups(rows: list[BenchRow]) -> list[BenchRow]:
 
 
 def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
-    lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | mean accepted length | "
-             f"state MiB / request | requests in {budget_gb:g} GiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | roofline ms/step | x roofline | "
+             "roofline x recurrent | mean accepted length | state MiB / request | requests in "
+             f"{budget_gb:g} GiB | largest batch in memory |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        speedup = f"{r.speedup_over_recurrent:.2f}x" if r.speedup_over_recurrent is not None else ""
-        memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests}" if r.backend != "transformers"
-                  else " | ")
+        speedup = _fmt(r.speedup_over_recurrent, "{:.2f}x")
+        memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests} | "
+                  f"{_fmt(r.largest_batch_in_memory, '{}')}" if r.backend != "transformers" else " |  | ")
         if r.out_of_memory:
-            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  | {memory} |")
+            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  |  |  |  | {memory} |")
             continue
         lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
-                     f"{r.ms_per_step:.2f} | {r.mean_accepted_length:.2f} | {memory} |")
+                     f"{r.ms_per_step:.2f} | {_fmt(r.roofline_ms_per_step, '{:.2f}')} | "
+                     f"{_fmt(r.x_roofline, '{:.2f}x')} | {_fmt(r.roofline_speedup_over_recurrent, '{:.2f}x')} | "
+                     f"{r.mean_accepted_length:.2f} | {memory} |")
     return "\n".join(lines)
+
+
+def _fmt(value, pattern: str) -> str:
+    return "" if value is None else pattern.format(value)
 
 
 def synchronize(device: torch.device) -> None:

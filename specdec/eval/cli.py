@@ -42,7 +42,9 @@ def add_commands(commands) -> None:
         description="Time plain and (with --draft) speculative decoding of random prompts at each batch size on the "
         "KVBuffer and, with --baseline recurrent, on the same engine running the target's linear layers the way "
         "SGLang and vLLM do (no buffer, one state written per draft token); report tokens/s, the speedup, the "
-        "linear-attention state memory per request and how many requests fit --state-memory-gb.")
+        "linear-attention state memory per request and how many requests fit --state-memory-gb; beside each step "
+        "time, its roofline (bytes at the device's copy bandwidth, GEMM FLOPs at its GEMM peak, both measured in the "
+        "run) and the roofline ratio between the backends.")
     bench.add_argument("--target", default=None, help="as for `specdec run` (default: the shipped qwen3.5)")
     bench.add_argument("--draft", default=None,
                        help="a drafter as for `specdec run` to time speculative decoding too (default: small with "
@@ -55,6 +57,11 @@ def add_commands(commands) -> None:
     add_speculation_arguments(bench)
     bench.add_argument("--state-memory-gb", type=float, default=40.0,
                        help="the budget for the requests-that-fit column (default: 40)")
+    bench.add_argument("--peak-copy-gbs", type=float, default=None,
+                       help="the roofline's copy bandwidth in GB/s (bytes read + written), with --peak-gemm-tflops; "
+                       "default: both measured on the device at the start of the run (on the CPU: this machine's)")
+    bench.add_argument("--peak-gemm-tflops", type=float, default=None,
+                       help="the roofline's GEMM throughput in TFLOP/s, with --peak-copy-gbs")
     bench.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     bench.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
     bench.add_argument("--disable-cuda-graph", action="store_true")
@@ -84,7 +91,7 @@ def bench(args: argparse.Namespace) -> None:
     import json
     from dataclasses import asdict
 
-    from specdec.eval.bench import BenchSettings, markdown_table, run_bench
+    from specdec.eval.bench import BenchSettings, bench_peaks, markdown_table, run_bench
     from specdec.presets import DEFAULT_TARGET, drafter_asked
 
     settings = BenchSettings(
@@ -93,13 +100,16 @@ def bench(args: argparse.Namespace) -> None:
         max_new_tokens=args.max_new_tokens, prompt_tokens=args.prompt_tokens, num_steps=args.num_steps,
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
         flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
-        cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference)
-    rows = run_bench(settings)
+        cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference, peak_copy_gbs=args.peak_copy_gbs,
+        peak_gemm_tflops=args.peak_gemm_tflops)
+    peaks = bench_peaks(settings)
+    print(f"[specdec] roofline peaks: {peaks}")
+    rows = run_bench(settings, peaks)
     print(markdown_table(rows, settings.state_memory_gb))
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({"settings": asdict(settings), "rows": [asdict(r) for r in rows]},
-                                          indent=1))
+        args.output.write_text(json.dumps({"settings": asdict(settings), "peaks": asdict(peaks),
+                                           "rows": [asdict(r) for r in rows]}, indent=1))
         print(f"[specdec] rows in {args.output}")
 
 

@@ -73,6 +73,8 @@ FAMILIES: dict[str, Family] = {
 }
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 MTP_PREFIX = "mtp."
+# beside config.json instead of weights: a random:NAME target, drawn on the device (random_checkpoint.py)
+RANDOM_WEIGHTS = "random_weights.json"
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
@@ -103,12 +105,37 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
         hf_config = hf_config.get_text_config()
         hf_config.tie_word_embeddings = tied
 
+    if (directory / RANDOM_WEIGHTS).is_file():
+        return random_model(family, hf_config, directory / RANDOM_WEIGHTS, device, dtype)
     with init_empty_weights(include_buffers=False):
         model = family.build(hf_config)
     files = weight_files(directory)
     plan = _plan_loading(model, family, tensor_names(files), directory)
     _load(model, family, plan, files, device, dtype)
     model.to(device)  # buffers built outside the meta device (rotary frequencies)
+    return model.eval()
+
+
+def random_model(family: Family, hf_config, spec: Path, device: torch.device, dtype: torch.dtype) -> HybridCausalLM:
+    """A model whose weights are drawn, not read: built on `device` straight in `dtype` (a 35B model never exists in
+    fp32), then drawn by random_checkpoint.randomize with the seed in `spec`; dtypes and tying as _load leaves them."""
+    import json
+
+    from .random_checkpoint import randomize
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = family.build(hf_config)
+    finally:
+        torch.set_default_dtype(default)
+    randomize(model, json.loads(spec.read_text())["seed"])
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and any(name.endswith(suffix) for suffix in family.keep_fp32):
+            _assign(model, name, tensor.float())
+    if getattr(hf_config, "tie_word_embeddings", False):
+        model.lm_head.weight = (getattr(model.model, "embed_tokens", None) or model.model.embeddings).weight
     return model.eval()
 
 

@@ -1,11 +1,13 @@
-"""Random-weight checkpoints in the real Hugging Face layout, written by transformers' own model classes.
-
-For tests (tiny configs), examples, and benchmarks at real model shapes where no trained checkpoint is at hand:
-the files are what save_pretrained writes for a real model, so they go through the same loader.
+"""Random weights in the real Hugging Face layout: checkpoints written by transformers' own model classes (tests and
+examples at tiny sizes: the files are what save_pretrained writes for a real model, so they go through the same
+loader), and `random:NAME` targets at real model shapes for benchmarks, whose weights are drawn on the device where
+the model is built (loading.random_model) instead of written to disk and read back: the full 52-layer Nemotron-3-Nano
+and the 35B-A3B Qwen3.5 would not fit the benchmark machine's disk.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -70,13 +72,22 @@ def save_random_checkpoint(config, directory: str | Path, seed: int = 0, dtype: 
     return model
 
 
-def random_checkpoint_at_shape(name: str, layers: int | None = None) -> Path:
-    """`random:NAME[:LAYERS]`: a bf16 random-weight checkpoint of a real model's shapes (specdec.models.real_shapes),
-    written once under $SPECDEC_CACHE (default ~/.cache/specdec) and reused. Built on the GPU when there is one
-    (Qwen3.5-9B's 9B parameters take minutes to draw on a CPU)."""
+def random_target(config, directory: str | Path, seed: int = 0) -> Path:
+    """A directory that load_model builds with random weights drawn on the device (loading.random_model): config.json
+    and the seed, no weights, so a model of any size costs nothing on disk and nothing to read."""
+    from .loading import RANDOM_WEIGHTS
+
+    directory = Path(directory)
+    config.save_pretrained(directory)
+    (directory / RANDOM_WEIGHTS).write_text(json.dumps({"seed": seed}) + "\n")
+    return directory
+
+
+def random_target_at_shape(name: str, layers: int | None = None) -> Path:
+    """`random:NAME[:LAYERS]`: a random-weight model of a real model's shapes (specdec.models.real_shapes), all its
+    layers or the first LAYERS: its random_target directory under $SPECDEC_CACHE (default ~/.cache/specdec),
+    written once (a few KB). The weights are drawn where the model is loaded, in the dtype it is loaded in."""
     import os
-    import shutil
-    import tempfile
 
     from specdec.models.real_shapes import SHAPES
 
@@ -87,20 +98,21 @@ def random_checkpoint_at_shape(name: str, layers: int | None = None) -> Path:
     if not 1 <= layers <= all_layers:
         raise ValueError(f"random:{name} has 1 to {all_layers} layers, got {layers}")
     root = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "random"
-    directory = root / f"{name}-{layers}layers"
-    if not (directory / "config.json").is_file():
-        print(f"[specdec] writing a random-weight {name} checkpoint of {layers} layers to {directory} (once)",
-              flush=True)
-        root.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = save_random_checkpoint(make_config(layers), partial, seed=0, dtype=torch.bfloat16, device=device)
-        del model  # (on the GPU: its memory is the benchmark's)
-        if device == "cuda":
-            torch.cuda.empty_cache()
-        shutil.rmtree(directory, ignore_errors=True)
-        partial.rename(directory)  # whole or not at all: an interrupted write leaves only the hidden folder
-    return directory
+    return random_target(make_config(layers), root / f"{name}-{layers}layers")
+
+
+def transformers_random_model(directory: str | Path, device: str | torch.device, dtype: torch.dtype):
+    """transformers' model for a random_target directory, built on `device` in `dtype` and randomised alike (its own
+    draw: the outside reference of `specdec bench --hf-reference` times it, and its outputs are not compared)."""
+    from transformers import AutoConfig
+
+    from .loading import RANDOM_WEIGHTS
+
+    config = AutoConfig.from_pretrained(directory)
+    with torch.device(device):
+        model = TRANSFORMERS_CLASSES[config.model_type]._from_config(config, dtype=dtype).eval()
+    randomize(model, json.loads((Path(directory) / RANDOM_WEIGHTS).read_text())["seed"])
+    return model
 
 
 def save_word_tokenizer(directory: str | Path, vocab_size: int) -> None:

@@ -1,25 +1,44 @@
-"""The layer shapes of real models, for random-weight checkpoints that benchmark at real sizes where the trained
-checkpoints are out of reach (`--target random:qwen3.5-9b[:LAYERS]`, `random:nemotron-3-nano[:LAYERS]`): all the
-layers, or the first LAYERS of the real pattern with per-layer figures scaled by the reader."""
+"""The layer shapes of real models, for random-weight models that benchmark at real sizes where the trained
+checkpoints are out of reach (`--target random:qwen3.5-9b[:LAYERS]`, `random:qwen3.5-35b-a3b[:LAYERS]`,
+`random:nemotron-3-nano[:LAYERS]`): all the layers, or the first LAYERS of the real pattern."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from transformers import NemotronHConfig, Qwen3_5TextConfig
+from transformers import NemotronHConfig, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
+
+# Qwen3.5's rotary: a quarter of each 256-wide head, mRoPE sections interleaved (text: plain 1-D rotary)
+QWEN35_ROPE = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+               "mrope_section": [11, 11, 10], "mrope_interleaved": True}
+
+
+def qwen35_layer_types(layers: int) -> list[str]:
+    """3 Gated DeltaNet layers : 1 gated attention layer (full_attention_interval 4)."""
+    return ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)]
 
 
 def qwen35_9b(layers: int = 32) -> Qwen3_5TextConfig:
     """Qwen3.5-9B: 32 layers, 3 Gated DeltaNet (16 key / 32 value heads of 128) : 1 gated attention (16 heads,
     4 KV heads of 256), hidden 4096, vocabulary 248320."""
-    layer_types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)]
     return Qwen3_5TextConfig(
         vocab_size=248320, hidden_size=4096, intermediate_size=12288, num_hidden_layers=layers,
-        layer_types=layer_types, num_attention_heads=16, num_key_value_heads=4, head_dim=256,
+        layer_types=qwen35_layer_types(layers), num_attention_heads=16, num_key_value_heads=4, head_dim=256,
         linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
-        max_position_embeddings=8192, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
-                         "mrope_section": [11, 11, 10], "mrope_interleaved": True})
+        max_position_embeddings=8192, tie_word_embeddings=False, rope_parameters=dict(QWEN35_ROPE))
+
+
+def qwen35_35b_a3b(layers: int = 40) -> Qwen3_5MoeTextConfig:
+    """Qwen3.5-35B-A3B: 40 layers, 3 Gated DeltaNet (16 key / 32 value heads of 128) : 1 gated attention (16 heads,
+    2 KV heads of 256); every layer a MoE of 256 experts (8 active, 512 wide) plus a gated shared expert of 512;
+    hidden 2048, vocabulary 248320. (transformers' Qwen3_5MoeTextConfig defaults, which its docstring gives as the
+    35B-A3B's; the layer, expert and head counts also as the published model cards give them.)"""
+    return Qwen3_5MoeTextConfig(
+        vocab_size=248320, hidden_size=2048, num_hidden_layers=layers, layer_types=qwen35_layer_types(layers),
+        num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+        linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
+        num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+        max_position_embeddings=8192, tie_word_embeddings=False, rope_parameters=dict(QWEN35_ROPE))
 
 
 # Nemotron 3 Nano 30B-A3B's 52 blocks: M Mamba2, E mixture of experts, * attention
@@ -41,4 +60,5 @@ def nemotron3_nano(layers: int = 52) -> NemotronHConfig:
         max_position_embeddings=8192, tie_word_embeddings=False)
 
 
-SHAPES: dict[str, tuple[Callable, int]] = {"qwen3.5-9b": (qwen35_9b, 32), "nemotron-3-nano": (nemotron3_nano, 52)}
+SHAPES: dict[str, tuple[Callable, int]] = {"qwen3.5-9b": (qwen35_9b, 32), "qwen3.5-35b-a3b": (qwen35_35b_a3b, 40),
+                                           "nemotron-3-nano": (nemotron3_nano, 52)}
