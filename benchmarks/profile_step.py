@@ -26,7 +26,8 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
     llm = load_llm(settings, backend, mode)
     prompt = bench_prompt(llm, settings)
     requests = warm_up_and_prefill(llm, prompt, batch, settings)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities, record_shapes=not settings.cuda_graphs) as prof:
         start = time.perf_counter()
         llm.engine.run()
         torch.cuda.synchronize()
@@ -45,6 +46,13 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
              "| kernel | ms/step | calls/step |", "|---|---|---|"]
     for name, (total, calls) in sorted(kernels.items(), key=lambda item: -item[1][0])[:top]:
         lines.append(f"| {name[:90]} | {total / steps:.3f} | {calls / steps:.1f} |")
+    if not settings.cuda_graphs:  # eager steps: which torch op (and input shapes) launched the GPU time
+        lines += ["", "GPU time by the op that launched it (eager steps):", "",
+                  "| op | input shapes | ms/step | calls/step |", "|---|---|---|---|"]
+        by_op = [e for e in prof.key_averages(group_by_input_shape=True) if e.self_device_time_total > 0]
+        for event in sorted(by_op, key=lambda e: -e.self_device_time_total)[:top]:
+            lines.append(f"| {event.key} | {str(event.input_shapes)[:80]} | "
+                         f"{event.self_device_time_total / 1e3 / steps:.3f} | {event.count / steps:.1f} |")
     lines += ["", f"The roofline of the same steps, by op ({peaks}):", "", "| op | ms/step |", "|---|---|"]
     lines += [f"| {name} | {ms:.3f} |" for name, ms in sorted(ops.items(), key=lambda item: -item[1]) if ms >= 0.001]
     del llm
@@ -71,14 +79,17 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["kvbuffer", "recurrent"])
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this markdown file")
+    parser.add_argument("--eager", action="store_true",
+                        help="run the steps eagerly (no CUDA graphs) and attribute GPU time to the torch ops")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("the step profile needs a CUDA GPU")
     settings = BenchSettings(target=args.target, draft=args.draft, batch_sizes=(args.batch,),
-                             max_new_tokens=args.new_tokens, device="cuda")
+                             max_new_tokens=args.new_tokens, device="cuda", cuda_graphs=not args.eager)
     peaks = bench_peaks(settings)
     text = [f"# Step profile: `python -m benchmarks.profile_step --target {args.target}"
-            + (f" --draft {args.draft}" if args.draft else "") + f" --batch {args.batch}` "
+            + (f" --draft {args.draft}" if args.draft else "") + f" --batch {args.batch}"
+            + (" --eager" if args.eager else "") + "` "
             f"({torch.cuda.get_device_name()}, torch {torch.__version__})", ""]
     for backend in args.backends:
         lines = profile_backend(settings, backend, args.batch, args.top, peaks)
