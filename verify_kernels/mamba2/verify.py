@@ -20,14 +20,13 @@ bytes were in flight. Two passes here:
 1. products pass, one program per (row, group): the scores C_t . B_i of the nodes against the nodes [BT, BT] and
    against the buffer [BT, BL], shared by the group's NH / NG heads (which recomputed them 16 times before), into a
    small fp32 scratch (verify_scratch_bytes; padding and stale entries score 0);
-2. state pass, one program per (row, head, P block of BP) that does the rest in straight-line code, so that every
-   load can be in flight at once: the [BP, N] tile of h0 is the first load issued (evict-first, masked off for rows
-   without a state) and the last value used; the nodes' inputs, ancestor rows, scores and buffer entries load
-   meanwhile; then G, the tree and buffer terms as tl.dots and the state term. The program works on y transposed,
-   [BP, BT], so that h0 is the dots' left operand with BP rows.
-   The state term h0 C_t: up to FMA_MAX_NODES nodes one node at a time on the FMA units (a product and a sum over N
-   per node, unrolled over the nodes so that their C rows load together), beyond that as one tl.dot. In the GDN
-   verify one node at a time was faster for 4 nodes and slower for 16 (its state pass, H200).
+2. state pass, one program per (row, head, P block of BP): the rest, with the loads of h0 issued first. The state
+   term h0 C_t is a loop of tl.dots over N slices of BN columns, which Triton software-pipelines: the [BP, BN] slices
+   of h0 stream into shared memory with cp.async (evict-first, masked off for rows without a state), all in flight
+   at once, while the program goes on to the nodes' inputs, ancestor rows, scores and buffer entries, G and the
+   tree and buffer terms (tl.dots). The program works on y transposed, [BP, BT], so that h0 is the dots' left
+   operand with BP rows. Optionally (FMA_MAX_NODES) the state term runs one node at a time on the FMA units
+   instead: the whole tile loaded first and used last, a product and a sum over N per node.
 Small batches are bound by latency and launches, not bytes: up to FUSED_MAX_BATCH rows every state-pass program
 computes its scores itself and the verify is one launch.
 
@@ -49,25 +48,28 @@ from verify_kernels.mamba2.commit import check_indices, check_pools, check_token
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (5-node
 # chains and 16-node trees, batch 64 and 256) and prints the best; copy its choice here. Register counts below are
-# ptxas's for sm_90 (triton 3.9 compiling ahead of time; the H200 runs 3.6), Nemotron-3-Nano's sizes.
-# BLOCK_P, NUM_WARPS: P rows of h0 per state-pass program (BP x N x 4 bytes: 32 KiB at 64 x 128; larger tiles keep
-# more bytes in flight per program, smaller ones leave more programs) and its warps, by BT (the node count padded to
-# a power of two >= 16): 107 registers at BT 16 (tl.dots) or 168 (FMA, 5 nodes), 126 at BT 32 on 8 warps (247 with
-# 32 rows), 253 at BT 64; FMA_MAX_NODES: up to this many nodes (the tree's T) the state term runs one node at a time
-# on the FMA units, beyond as tl.dots; BLOCK_L: buffer entries per step (>= 16); STATE_BLOCK_N: N columns per tl.dot
-# step (tf32x3 splits both operands in two: over the whole N = 128 one [32, 128] x [128, 16] dot took 213 registers,
-# over 32 columns at a time 90-110).
+# ptxas's for sm_90 at Nemotron-3-Nano's sizes (triton 3.9 compiling ahead of time; the H200 runs 3.6).
+# BLOCK_P, NUM_WARPS by BT (the node count padded to a power of two >= 16): P rows of h0 per state-pass program
+# (BP x N x 4 bytes: 32 KiB at 64 x 128; larger tiles keep more bytes in flight per program, smaller ones leave
+# more programs) and its warps: 84 registers at BT 16, 108 at BT 32 on 8 warps, 247 at BT 64.
+# STATE_BLOCK_N: N columns per tl.dot step. The steps are a loop that Triton pipelines (the h0 slices stream into
+# shared memory with cp.async, all in flight at once); unrolled, each slice's load waited for the previous slice's
+# dot, and tf32x3 over the whole N = 128 at once (each operand split in two, in registers) took 213 registers.
+# FMA_MAX_NODES: up to this many nodes (the tree's T) the state term runs one node at a time on the FMA units
+# instead (the whole tile loaded first; 168 registers at 5 nodes). Each node's sum over N costs 5 warp shuffles per
+# row, ~110 us of shuffles per layer at batch 256 against ~50 us of tensor-core time for the dots, so 0 (never)
+# until the sweep says otherwise. BLOCK_L: buffer entries per step (>= 16).
 BLOCK_P = {16: 64, 32: 64, 64: 64}
 NUM_WARPS = {16: 4, 32: 8, 64: 8}
-FMA_MAX_NODES = 8
-BLOCK_L = 16
 STATE_BLOCK_N = 32
+FMA_MAX_NODES = 0
+BLOCK_L = 16
 # Up to FUSED_MAX_BATCH rows: one launch (scores computed in every program), with SMALL_BATCH_BLOCK_P rows of h0
 # per program so that a single row still spreads over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano).
 FUSED_MAX_BATCH = 4
 SMALL_BATCH_BLOCK_P = 16
-# products pass: N columns per step and warps
-PRODUCTS_BLOCK_N = 64
+# products pass: N columns per step (91 registers at 32, 148 at 64) and warps
+PRODUCTS_BLOCK_N = 32
 PRODUCTS_WARPS = 4
 
 DOT_PRECISION = "tf32x3"
@@ -122,7 +124,7 @@ def mamba2_verify_products_kernel(
     m_l = o_l < n_buf         # valid buffer entries; past buf_len they are stale
     b_st = tl.zeros([BT, BT], dtype=tl.float32)
     b_sb = tl.zeros([BT, BL], dtype=tl.float32)
-    for n0 in tl.static_range(0, N, BN):
+    for n0 in range(0, N, BN):
         o_n = n0 + tl.arange(0, BN)
         p_x = ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :]
         b_c = tl.load(C + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
@@ -186,81 +188,85 @@ def mamba2_verify_kernel(
     p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N
     m_h = o_p[:, None] < tl.where(i_s >= 0, P, 0)            # [BP, 1]: all rows, or none without a state
     p_c = C + ((i_b * T + o_t[None, :]) * NG + i_g) * N      # + n: C_t^T [N, BT]
-
-    # the state first: its loads are issued before everything else and are in flight meanwhile
     if FMA_NODES > 0:
-        # the whole [BP, N] tile in one load, used last (below)
+        # the whole [BP, N] tile in one load, the first one issued, used last (below)
         b_h = tl.load(p_h + tl.arange(0, N)[None, :], mask=m_h, other=0., eviction_policy="evict_first")
-    else:
-        # h0 C^T as tl.dots over N slices (and, inline, the nodes' scores C_t . B_i from the same C slices)
-        b_hc = tl.zeros([BP, BT], dtype=tl.float32)
+
+    # the small loads of the tree and buffer terms, issued before the state's loop below and used after it
+    n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    b_dt = tl.load(dt + (i_b * T + o_t) * NH + i_h, mask=m_t, other=0.).to(tl.float32)
+    b_A = tl.load(A + i_h).to(tl.float32)
+    b_D = tl.load(D + i_h).to(tl.float32)
+    m_it = m_t[:, None] & m_t[None, :]
+    b_anc = tl.load(ancestors + (i_b * T + o_t[None, :]) * T + o_t[:, None], mask=m_it, other=0) != 0  # [i, t]
+    g_last = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.)
+    p_xt = ((i_b * T + o_t[None, :]) * NH + i_h) * P + o_p[:, None]
+    b_x = tl.load(x + p_xt, mask=m_t[None, :], other=0.).to(tl.float32)                   # x^T [BP, BT]
+    if not INLINE_SCORES:
+        # scores^T [i, t] = C_t . B_i from the products pass; the whole buffer as one block masked at buf_len
+        b_st = tl.load(s_tree + ((i_b * NG + i_g) * BT + o_t[None, :]) * BT + o_t[:, None])
+        o_l = tl.arange(0, BL)
+        m_l = o_l < n_buf
+        b_sb = tl.load(s_buf + ((i_b * NG + i_g) * BT + o_t[None, :]) * BL + o_l[:, None], mask=m_l[:, None],
+                       other=0.)                                                            # [BL, BT]
+        b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
+        b_v = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
+                      other=0.)                                                             # [BP, BL]
+
+    # h0 C^T as tl.dots over N slices, a loop (not unrolled) that Triton pipelines: the slices of h0 stream in all
+    # at once; inline, the nodes' scores C_t . B_i from the same slices of C
+    b_hc = tl.zeros([BP, BT], dtype=tl.float32)
+    if INLINE_SCORES:
         b_st = tl.zeros([BT, BT], dtype=tl.float32)
-        for n0 in tl.static_range(0, N, BN):
+    if FMA_NODES == 0 or INLINE_SCORES:
+        for n0 in range(0, N, BN):
             o_n = n0 + tl.arange(0, BN)
-            b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
             b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)
-            b_hc += tl.dot(b_hn, b_cn, input_precision=PRECISION)
+            if FMA_NODES == 0:
+                b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
+                b_hc += tl.dot(b_hn, b_cn, input_precision=PRECISION)
             if INLINE_SCORES:
                 b_kn = tl.load(Bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_t[:, None],
                                other=0.).to(tl.float32)
                 b_st += tl.dot(b_kn, b_cn, input_precision=PRECISION)
-    if INLINE_SCORES and FMA_NODES > 0:
-        b_st = tl.zeros([BT, BT], dtype=tl.float32)
-        for n0 in tl.static_range(0, N, BN):
-            o_n = n0 + tl.arange(0, BN)
-            b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)
-            b_kn = tl.load(Bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_t[:, None],
-                           other=0.).to(tl.float32)
-            b_st += tl.dot(b_kn, b_cn, input_precision=PRECISION)
-    if not INLINE_SCORES:
-        b_st = tl.load(s_tree + ((i_b * NG + i_g) * BT + o_t[None, :]) * BT + o_t[:, None])  # [i, t] = C_t . B_i
 
-    # Gl along root paths: rows i of the transposed ancestor mask are the sources, columns t the nodes
-    n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-    b_dt = tl.load(dt + (i_b * T + o_t) * NH + i_h, mask=m_t, other=0.).to(tl.float32)
-    b_a = b_dt * tl.load(A + i_h).to(tl.float32)
-    m_it = m_t[:, None] & m_t[None, :]
-    b_anc = tl.load(ancestors + (i_b * T + o_t[None, :]) * T + o_t[:, None], mask=m_it, other=0) != 0  # [i, t]
+    # Gl along root paths (rows i of the transposed ancestor mask are the sources, columns t the nodes), G, entries
+    b_a = b_dt * b_A
     b_gl = tl.sum(tl.where(b_anc, b_a[:, None], 0.), 0)                                   # [BT], by t
-    g_last = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.)
     b_G = g_last + b_gl
-
-    # the nodes' inputs, transposed: [BP, BT]
-    p_xt = ((i_b * T + o_t[None, :]) * NH + i_h) * P + o_p[:, None]
-    b_x = tl.load(x + p_xt, mask=m_t[None, :], other=0.).to(tl.float32)
     b_xdt = b_x * b_dt[None, :]
-    b_y = tl.load(D + i_h).to(tl.float32) * b_x
+    b_y = b_D * b_x
     tl.store(xdt_out + p_xt, b_xdt, mask=m_out[None, :])
 
     # tree term: the scores kept for i in anc(t) + {t}
     b_decay = tl.exp(tl.where(b_anc, b_gl[None, :] - b_gl[:, None], float("-inf")))
     b_y += tl.dot(b_xdt, b_st * b_decay, input_precision=PRECISION)
 
-    # buffer term: the valid entries, BLOCK_L at a time (one step for buffers up to BLOCK_L entries)
-    for l0 in range(0, n_buf, BLOCK_L):
-        o_l = l0 + tl.arange(0, BLOCK_L)
-        m_l = o_l < n_buf
-        if INLINE_SCORES:
+    # buffer term: e^{(G_last - G_i) + Gl_t} (C_t . B_i) xdt_i over the valid entries
+    if INLINE_SCORES:
+        # BLOCK_L entries at a time, their scores from buf_b (one step for buffers up to BLOCK_L entries)
+        for l0 in range(0, n_buf, BLOCK_L):
+            o_l = l0 + tl.arange(0, BLOCK_L)
+            m_l = o_l < n_buf
             b_sb = tl.zeros([BLOCK_L, BT], dtype=tl.float32)
-            for n0 in tl.static_range(0, N, BN):
-                o_n = n0 + tl.arange(0, BN)
+            for n1 in range(0, N, BN):
+                o_n = n1 + tl.arange(0, BN)
                 b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)
                 b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None],
                                other=0.)
                 b_sb += tl.dot(b_kb, b_cn, input_precision=PRECISION)                      # [BLOCK_L, BT]
-        else:
-            b_sb = tl.load(s_buf + ((i_b * NG + i_g) * BT + o_t[None, :]) * BL + o_l[:, None], mask=m_l[:, None],
-                           other=0.)
-        b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
+            b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
+            b_decay_buf = tl.exp(tl.where(m_l[:, None], (g_last - b_gi)[:, None] + b_gl[None, :], float("-inf")))
+            b_v = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
+                          other=0.)                                                         # [BP, BLOCK_L]
+            b_y += tl.dot(b_v, b_sb * b_decay_buf, input_precision=PRECISION)
+    else:
         b_decay_buf = tl.exp(tl.where(m_l[:, None], (g_last - b_gi)[:, None] + b_gl[None, :], float("-inf")))
-        b_v = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
-                      other=0.)                                                             # [BP, BLOCK_L]
         b_y += tl.dot(b_v, b_sb * b_decay_buf, input_precision=PRECISION)
 
     # state term on the FMA units, now that the tile has had the whole program to arrive
     if FMA_NODES > 0:
         o_n = tl.arange(0, N)
-        b_hc = tl.zeros([BP, BT], dtype=tl.float32)
         for t in tl.static_range(FMA_NODES):       # unrolled: the C rows load together
             b_c = tl.load(C + ((i_b * T + t) * NG + i_g) * N + o_n, mask=o_n < tl.where(t < nn, N, 0), other=0.)
             b_hct = tl.sum(b_h * b_c.to(tl.float32)[None, :], 1)                            # [BP]
