@@ -8,7 +8,13 @@ import torch
 from benchmarks import gdn, mamba2
 from benchmarks.inputs import Pools, log_decay, tree_parents, unit
 from verify_kernels.gdn import gdn_commit_ref, gdn_decode_commit, gdn_decode_ref, gdn_verify, gdn_verify_ref
-from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_decode_commit, mamba2_decode_ref
+from verify_kernels.mamba2 import (
+    mamba2_commit_ref,
+    mamba2_decode_commit,
+    mamba2_decode_ref,
+    mamba2_verify,
+    mamba2_verify_ref,
+)
 
 BATCH = 4
 TOLERANCE = 1e-4
@@ -81,11 +87,36 @@ def check_mamba2_decode_commit(flush_length: int = 16) -> float:
                relative_error(pools.buf_value, ref_pools.buf_value))
 
 
+def check_mamba2_verify(tree: str) -> float:
+    """Our verify of the benchmark's trees at full size, 8 rows (the products pass) and 1 (the one-launch path):
+    rows with and without a state, empty to full buffers, ragged (rows of 3, 2, 1 and 0 nodes)."""
+    NH, P, N, NG = mamba2.NH, mamba2.P, mamba2.N, mamba2.NG
+    nodes = len(mamba2.VERIFY_TREES[tree])
+    rows = 8
+    num_nodes = torch.tensor([nodes, nodes, 3, 1, nodes, 2, nodes, 0], device="cuda")
+    pools = Pools.make(rows, 16, (NH, P, N), (NG, N), (NH, P), NH)
+    pools.buf_len.copy_(torch.tensor([0, 8, 15, 3, 12, 1, 15, 5], device="cuda"))
+    state_slots = torch.tensor([-1, 1, 2, 3, -1, 5, 6, 7], device="cuda")
+    x = mamba2.TokenInputs(1, rows, nodes)
+    a_neg, d_skip = mamba2.layer_weights()
+    errors = []
+    for batch in (rows, 1):
+        parents = torch.tensor(mamba2.VERIFY_TREES[tree], device="cuda").expand(batch, -1).contiguous()
+        slots = torch.arange(batch, device="cuda")
+        args = (x.x[0, :batch], x.dt[0, :batch], a_neg, x.bm[0, :batch], x.cm[0, :batch], d_skip, parents,
+                num_nodes[:batch], pools.state, state_slots[:batch], *pools.args()[1:], slots)
+        expected, actual = mamba2_verify_ref(*args), mamba2_verify(*args)
+        errors += [relative_error(a, e) for a, e in zip(actual, expected, strict=True)]
+    return max(errors)
+
+
 def run_all() -> dict[str, float]:
     errors = {
         "gdn_decode_commit": check_gdn_decode_commit(),
         "gdn_verify_tree16": check_gdn_verify(),
         "mamba2_decode_commit": check_mamba2_decode_commit(),
+        "mamba2_verify_chain5": check_mamba2_verify("chain5"),
+        "mamba2_verify_tree16": check_mamba2_verify("tree16"),
     }
     failed = {name: error for name, error in errors.items() if not error <= TOLERANCE}
     if failed:
