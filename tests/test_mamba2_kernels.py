@@ -51,7 +51,7 @@ HEADS = {
     "hpg2-P32-N16": Heads(4, 2, 32, 16),
     "hpg2-P64-N16": Heads(2, 1, 64, 16),   # two P blocks per head
 }
-# the launch-parameter cases: 2 P blocks, 2 N slices and 2 buffer steps of 16 with the small configs below
+# the launch-parameter cases: 2 P blocks and 2 N slices with the small configs below (and 2 decode buffer steps)
 SLICED = Heads(4, 2, 32, 32)
 NEMOTRON_NANO = Heads(64, 8, 64, 128)
 L = 20                                      # buffer capacity: L - 1 = 19 entries span two BLOCK_L steps
@@ -61,7 +61,7 @@ ROWS = [(0, False), (L - 1, True), (5, True), (3, False), (0, True)]
 # units; block sizes that split the SLICED heads (the launcher picks by batch size and node count otherwise)
 VERIFY_CONFIGS = {
     f"{'inline' if inline else 'products'}-{'dots' if dots else 'fma'}": VerifyConfig(
-        block_p=16, num_warps=4, state_dot=dots, inline_scores=inline, block_l=16, block_n=16)
+        block_p=16, num_warps=4, state_dot=dots, inline_scores=inline, block_n=16)
     for inline in (False, True) for dots in (True, False)
 }
 SMALL_DECODE = DecodeConfig(block_p=16, block_l=16, num_warps=4, block_n=16)
@@ -309,8 +309,8 @@ def test_verify_matches_reference(heads, T):
                                            if c.state_dot or T <= 8],   # the FMA path is for few nodes
                          ids=[f"{k}-T{T}" for k, c in VERIFY_CONFIGS.items() for T in (5, 17) if c.state_dot or T <= 8])
 def test_verify_launch_configs_match_reference(config, T):
-    """Every path of the verify kernels, on heads their blocks split into 2 P blocks, 2 N slices and 2 buffer
-    steps: a chain, full and ragged random trees (one empty) on empty and full buffers, with and without a state."""
+    """Every path of the verify kernels, on heads their blocks split into 2 P blocks and 2 N slices: a chain, full
+    and ragged random trees (one empty) on empty and full buffers (19 entries), with and without a state."""
     gen = torch.Generator().manual_seed(20 + T)
     A, D = layer(gen, SLICED)
     pools = kv_pools(gen, SLICED, ROWS)
@@ -324,7 +324,7 @@ def test_verify_launch_configs_match_reference(config, T):
 
 
 def test_batch_of_one_matches_reference():
-    """Batch 1, one launch per op: a 5-chain verify and a decode on a buffer of 2 steps, then a decode-commit that
+    """Batch 1, one launch per op: a 5-chain verify and a decode on a buffer of 19 entries, then a decode-commit that
     folds it."""
     gen = torch.Generator().manual_seed(12)
     A, D = layer(gen, SLICED)

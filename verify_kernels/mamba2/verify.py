@@ -20,15 +20,16 @@ bytes were in flight. Two passes here:
 1. products pass, one program per (row, group): the scores C_t . B_i of the nodes against the nodes [BT, BT] and
    against the buffer [BT, BL], shared by the group's NH / NG heads (which recomputed them 16 times before), into a
    small fp32 scratch (verify_scratch_bytes; padding and stale entries score 0);
-2. state pass, one program per (row, head, P block of BP): the rest, with the loads of h0 issued first. The state
-   term h0 C_t is a loop of tl.dots over N slices of BN columns, which Triton software-pipelines: the [BP, BN] slices
-   of h0 stream into shared memory with cp.async (evict-first, masked off for rows without a state), all in flight
-   at once, while the program goes on to the nodes' inputs, ancestor rows, scores and buffer entries, G and the
-   tree and buffer terms (tl.dots). The program works on y transposed, [BP, BT], so that h0 is the dots' left
+2. state pass, one program per (row, head, P block of BP): the rest. The state term h0 C_t is a loop of tl.dots over
+   N slices of BN columns, which Triton software-pipelines: the [BP, BN] slices of h0 stream into shared memory with
+   cp.async (evict-first, masked off for rows without a state), all in flight at once. The small loads of the other
+   terms (the nodes' inputs, ancestor rows and scores, the buffer's entries as one block masked at buf_len) are
+   issued before that loop and used after it, so that they too arrive while h0 streams in; then G, the tree and
+   buffer terms (tl.dots) and the stores. The program works on y transposed, [BP, BT], so that h0 is the dots' left
    operand with BP rows. Optionally (FMA_MAX_NODES) the state term runs one node at a time on the FMA units
    instead: the whole tile loaded first and used last, a product and a sum over N per node.
 Small batches are bound by latency and launches, not bytes: up to FUSED_MAX_BATCH rows every state-pass program
-computes its scores itself and the verify is one launch.
+computes its scores from the same slices of C in its N loop and the verify is one launch.
 
 Every decay exponent is a difference of G along a path (<= 0), taken from the small tree-local sums Gl rather than
 from G itself, and masked pairs are -inf before the exp. Padding nodes load as zeros (their inputs and parents are
@@ -48,22 +49,23 @@ from verify_kernels.mamba2.commit import check_indices, check_pools, check_token
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (5-node
 # chains and 16-node trees, batch 64 and 256) and prints the best; copy its choice here. Register counts below are
-# ptxas's for sm_90 at Nemotron-3-Nano's sizes (triton 3.9 compiling ahead of time; the H200 runs 3.6).
+# ptxas's for sm_90 at Nemotron-3-Nano's sizes and buffers of 16 entries (triton 3.9 compiling ahead of time; the
+# H200 runs 3.6).
 # BLOCK_P, NUM_WARPS by BT (the node count padded to a power of two >= 16): P rows of h0 per state-pass program
 # (BP x N x 4 bytes: 32 KiB at 64 x 128; larger tiles keep more bytes in flight per program, smaller ones leave
-# more programs) and its warps: 84 registers at BT 16, 108 at BT 32 on 8 warps, 247 at BT 64.
+# more programs) and its warps. BT 16: 126 registers (4 programs per SM); BT 32: 167; BT 64 holds [64, 64] score,
+# decay and mask tiles and their tf32x3 operands: 217 registers with 16 rows on 8 warps, 64 rows spilled.
 # STATE_BLOCK_N: N columns per tl.dot step. The steps are a loop that Triton pipelines (the h0 slices stream into
 # shared memory with cp.async, all in flight at once); unrolled, each slice's load waited for the previous slice's
 # dot, and tf32x3 over the whole N = 128 at once (each operand split in two, in registers) took 213 registers.
 # FMA_MAX_NODES: up to this many nodes (the tree's T) the state term runs one node at a time on the FMA units
 # instead (the whole tile loaded first; 168 registers at 5 nodes). Each node's sum over N costs 5 warp shuffles per
 # row, ~110 us of shuffles per layer at batch 256 against ~50 us of tensor-core time for the dots, so 0 (never)
-# until the sweep says otherwise. BLOCK_L: buffer entries per step (>= 16).
-BLOCK_P = {16: 64, 32: 64, 64: 64}
-NUM_WARPS = {16: 4, 32: 8, 64: 8}
+# until the sweep says otherwise.
+BLOCK_P = {16: 64, 32: 64, 64: 16}
+NUM_WARPS = {16: 4, 32: 4, 64: 8}
 STATE_BLOCK_N = 32
 FMA_MAX_NODES = 0
-BLOCK_L = 16
 # Up to FUSED_MAX_BATCH rows: one launch (scores computed in every program), with SMALL_BATCH_BLOCK_P rows of h0
 # per program so that a single row still spreads over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano).
 FUSED_MAX_BATCH = 4
@@ -83,7 +85,6 @@ class VerifyConfig(NamedTuple):
     num_warps: int          # warps of a state-pass program
     state_dot: bool         # the state term as one tl.dot (else one node at a time on the FMA units)
     inline_scores: bool     # scores computed in every state-pass program (one launch) instead of a products pass
-    block_l: int = BLOCK_L  # buffer entries per step
     block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
 
 
@@ -169,7 +170,6 @@ def mamba2_verify_kernel(
     BL: tl.constexpr,
     BP: tl.constexpr,
     BN: tl.constexpr,          # N columns per tl.dot step: whole-N tf32x3 operands spilled registers
-    BLOCK_L: tl.constexpr,
     FMA_NODES: tl.constexpr,   # > 0: the state term one node at a time over this many nodes (T); 0: tl.dots
     INLINE_SCORES: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -202,26 +202,28 @@ def mamba2_verify_kernel(
     g_last = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.)
     p_xt = ((i_b * T + o_t[None, :]) * NH + i_h) * P + o_p[:, None]
     b_x = tl.load(x + p_xt, mask=m_t[None, :], other=0.).to(tl.float32)                   # x^T [BP, BT]
-    if not INLINE_SCORES:
-        # scores^T [i, t] = C_t . B_i from the products pass; the whole buffer as one block masked at buf_len
-        b_st = tl.load(s_tree + ((i_b * NG + i_g) * BT + o_t[None, :]) * BT + o_t[:, None])
-        o_l = tl.arange(0, BL)
-        m_l = o_l < n_buf
-        b_sb = tl.load(s_buf + ((i_b * NG + i_g) * BT + o_t[None, :]) * BL + o_l[:, None], mask=m_l[:, None],
-                       other=0.)                                                            # [BL, BT]
-        b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
-        b_v = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
-                      other=0.)                                                             # [BP, BL]
-
-    # h0 C^T as tl.dots over N slices, a loop (not unrolled) that Triton pipelines: the slices of h0 stream in all
-    # at once; inline, the nodes' scores C_t . B_i from the same slices of C
-    b_hc = tl.zeros([BP, BT], dtype=tl.float32)
+    # the whole buffer as one block masked at buf_len (stale entries past it load as 0)
+    o_l = tl.arange(0, BL)
+    m_l = o_l < n_buf
+    b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
+    b_v = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
+                  other=0.)                                                                 # [BP, BL]
     if INLINE_SCORES:
         b_st = tl.zeros([BT, BT], dtype=tl.float32)
+        b_sb = tl.zeros([BL, BT], dtype=tl.float32)
+    else:
+        # scores^T [i, t] = C_t . B_i from the products pass, against the nodes and the buffer
+        p_s = (i_b * NG + i_g) * BT + o_t[None, :]
+        b_st = tl.load(s_tree + p_s * BT + o_t[:, None])                                   # [BT, BT]
+        b_sb = tl.load(s_buf + p_s * BL + o_l[:, None], mask=m_l[:, None], other=0.)       # [BL, BT]
+
+    # h0 C^T as tl.dots over N slices, a loop (not unrolled) that Triton pipelines: the slices of h0 stream in all
+    # at once; inline, the scores C_t . B_i from the same slices of C
+    b_hc = tl.zeros([BP, BT], dtype=tl.float32)
     if FMA_NODES == 0 or INLINE_SCORES:
         for n0 in range(0, N, BN):
             o_n = n0 + tl.arange(0, BN)
-            b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)
+            b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)      # [BN, BT]
             if FMA_NODES == 0:
                 b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
                 b_hc += tl.dot(b_hn, b_cn, input_precision=PRECISION)
@@ -229,6 +231,9 @@ def mamba2_verify_kernel(
                 b_kn = tl.load(Bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_t[:, None],
                                other=0.).to(tl.float32)
                 b_st += tl.dot(b_kn, b_cn, input_precision=PRECISION)
+                b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None],
+                               other=0.)
+                b_sb += tl.dot(b_kb, b_cn, input_precision=PRECISION)
 
     # Gl along root paths (rows i of the transposed ancestor mask are the sources, columns t the nodes), G, entries
     b_a = b_dt * b_A
@@ -243,26 +248,8 @@ def mamba2_verify_kernel(
     b_y += tl.dot(b_xdt, b_st * b_decay, input_precision=PRECISION)
 
     # buffer term: e^{(G_last - G_i) + Gl_t} (C_t . B_i) xdt_i over the valid entries
-    if INLINE_SCORES:
-        # BLOCK_L entries at a time, their scores from buf_b (one step for buffers up to BLOCK_L entries)
-        for l0 in range(0, n_buf, BLOCK_L):
-            o_l = l0 + tl.arange(0, BLOCK_L)
-            m_l = o_l < n_buf
-            b_sb = tl.zeros([BLOCK_L, BT], dtype=tl.float32)
-            for n1 in range(0, N, BN):
-                o_n = n1 + tl.arange(0, BN)
-                b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)
-                b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None],
-                               other=0.)
-                b_sb += tl.dot(b_kb, b_cn, input_precision=PRECISION)                      # [BLOCK_L, BT]
-            b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
-            b_decay_buf = tl.exp(tl.where(m_l[:, None], (g_last - b_gi)[:, None] + b_gl[None, :], float("-inf")))
-            b_v = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
-                          other=0.)                                                         # [BP, BLOCK_L]
-            b_y += tl.dot(b_v, b_sb * b_decay_buf, input_precision=PRECISION)
-    else:
-        b_decay_buf = tl.exp(tl.where(m_l[:, None], (g_last - b_gi)[:, None] + b_gl[None, :], float("-inf")))
-        b_y += tl.dot(b_v, b_sb * b_decay_buf, input_precision=PRECISION)
+    b_decay_buf = tl.exp(tl.where(m_l[:, None], (g_last - b_gi)[:, None] + b_gl[None, :], float("-inf")))
+    b_y += tl.dot(b_v, b_sb * b_decay_buf, input_precision=PRECISION)
 
     # state term on the FMA units, now that the tile has had the whole program to arrive
     if FMA_NODES > 0:
@@ -343,7 +330,6 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         x, dt, A, Bm, C, D, ancestors.view(torch.uint8), num_nodes, state_pool, state_slots, buf_b, buf_xdt,
         buf_gcum, buf_len, req_slots, s_tree, s_buf, y, xdt, gcum, T,
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
-        BLOCK_L=max(16, min(cfg.block_l, BL)),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores, PRECISION=DOT_PRECISION,
         num_warps=cfg.num_warps,
     )
