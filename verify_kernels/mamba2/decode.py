@@ -9,16 +9,20 @@ One program per (row, head, P block of BP rows), two paths chosen per row at the
   load issued and the last value used (none for rows without a state: h0 = 0), the buffer's entries load meanwhile
   (BLOCK_L at a time, never the stale positions past buf_len) and their scores B_i . C are summed on the FMA units;
   a decode-commit appends the token's entry at buf_len (B once per group). One read of h0, no state written;
-- fold (decode-commit rows with buf_len + 1 >= flush_length): h <- e^G h0 + sum_i e^{G - G_i} xdt_i B_i^T + xdt B^T
-  from the tile already loaded (tl.dots in tf32x3, BLOCK_L entries at a time), y = h C + D x, h written back: one
-  read and one write of h0 per flush_length tokens.
+- fold (decode-commit rows with buf_len + 1 >= flush_length): h <- e^G h0 + sum_i e^{G - G_i} xdt_i B_i^T + xdt B^T,
+  y = h C + D x, h written back: the buffer as one block of BL entries masked at buf_len, the state in N slices of
+  BN columns (one tf32x3 tl.dot each), each slice read again right after the load above (whose tile is dead on
+  this path; the second read finds the lines in the L2, in flight or arrived). One write of h0 per flush_length
+  tokens.
 Unlike the GDN decode (verify_kernels/gdn/decode.py) there is no separate buffer pass: a Mamba2 output adds the
 buffer's share to the state's, with nothing in between that needs both (GDN's u does), so that share costs this
 program a few loads issued next to h0's instead of a launch and a scratch round trip. The fold runs in the same
-launch rather than a third kernel because the step and fold paths are disjoint branches: the kernel's registers are
-the larger of the two paths, not their sum (the old kernel carried the fold accumulator through the buffer loop of
-every row, and ran at half of copy bandwidth on the H200: 254 us per step at batch 256 for a 131 us bound), and the
-fold reuses the tile the program loaded rather than reading h0 a second time.
+launch rather than a third kernel (which would cost every step a launch and a grid of programs that return at
+once) because the two paths are disjoint branches: the kernel's registers are the larger of the two, not their
+sum. The fold is written to need no more than the step (128 registers at BP 64 with either, ptxas for sm_90): the
+old kernel carried a whole-tile fold accumulator through the buffer loop of every row and ran at half of copy
+bandwidth on the H200 (254 us per step at batch 256 for a 138 us bound); a fold of the whole [BP, N] tile at once
+took 229 registers, and so 2 programs per SM instead of 4 on every step.
 Buffer decays e^{G - G_i} = e^{(G_last - G_i) + dt A} are <= 1 and computed from the small differences; masked
 entries get -inf before the exp.
 """
@@ -31,12 +35,12 @@ import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_flush_length, check_pools, check_tokens
 
-# Tunables, none measured yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (a step
+# Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (a step
 # at the mean buffer fill and a fold step, batch 64 and 256) and prints the best; copy its choice here.
-# BLOCK_P: P rows of h0 per program (BP x N x 4 bytes: 32 KiB at 64 x 128; the GDN state pass read S0 fastest in
-# 32 KiB tiles on 4 warps); BLOCK_L: buffer entries per step (>= 16: the fold's tl.dot; the engine's buffers hold
-# fewer than 16); NUM_WARPS: warps per program. Small batches use SMALL_BATCH_BLOCK_P so that one row still spreads
-# over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano's sizes).
+# BLOCK_P, NUM_WARPS: P rows of h0 per program and its warps (BP x N x 4 bytes: 32 KiB at 64 x 128; the GDN state
+# pass read S0 fastest in 32 KiB tiles on 4 warps; 128 registers, 4 programs per SM). BLOCK_L: buffer entries per
+# step of the step path (the engine's buffers hold fewer than 16). Small batches use SMALL_BATCH_BLOCK_P so that
+# one row still spreads over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano's sizes).
 BLOCK_P = 64
 BLOCK_L = 16
 NUM_WARPS = 4
@@ -52,7 +56,7 @@ class DecodeConfig(NamedTuple):
     """Launch parameters of one decode (decode_config gives the tuned ones; benchmarks/sweep_mamba2.py tries others)."""
 
     block_p: int                    # P rows of h0 per program
-    block_l: int                    # buffer entries per step
+    block_l: int                    # buffer entries per step of the step path
     num_warps: int
     block_n: int = FOLD_BLOCK_N     # N columns per fold slice
 
@@ -89,6 +93,7 @@ def mamba2_decode_kernel(
     L: tl.constexpr,
     BP: tl.constexpr,
     BLOCK_L: tl.constexpr,
+    BL: tl.constexpr,          # L padded to a power of two >= 16: the fold's block of entries
     BN: tl.constexpr,
     COMMIT: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -123,26 +128,24 @@ def mamba2_decode_kernel(
         if (i_h == 0) & (i_p == 0):
             tl.store(flushed + i_b, fold)
     if fold:
-        # h0 + buffer + the token into the state, y from the folded state; N slices of BN columns at a time, each
-        # re-read from the L2 (the tile above is dead here): folding the whole [BP, N] tile at once put the kernel's
-        # registers, and so every step's occupancy, at the fold's level
+        # h0 + buffer + the token into the state, y from the folded state; the buffer as one block of BL entries
+        # masked at buf_len, the state N slices of BN columns at a time, each re-read (the tile above is dead here)
+        o_l = tl.arange(0, BL)
+        m_l = o_l < n_buf
+        b_vt = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
+                       other=0.)                                                            # [BP, BL]
+        b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
+        b_vt *= tl.exp(tl.where(m_l, (g_last - b_gi) + b_a, float("-inf")))[None, :]     # e^{G - G_i} <= 1
         b_y = b_dx
-        for n0 in tl.static_range(0, N, BN):
+        for n0 in range(0, N, BN):
             o_m = n0 + tl.arange(0, BN)
             p_hm = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_m[None, :]
             b_hm = tl.load(p_hm, mask=m_h, other=0.)
             b_km = tl.load(Bm + (i_b * NG + i_g) * N + o_m).to(tl.float32)
+            b_ki = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_m[None, :], mask=m_l[:, None],
+                           other=0.)                                                        # [BL, BN]
             b_hm = tl.exp(b_G) * b_hm + b_xdt[:, None] * b_km[None, :]
-            for l0 in range(0, n_buf, BLOCK_L):
-                o_l = l0 + tl.arange(0, BLOCK_L)
-                m_l = o_l < n_buf
-                b_ki = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_m[None, :], mask=m_l[:, None],
-                               other=0.)
-                b_vt = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None],
-                               mask=m_l[None, :], other=0.)                                 # [BP, BLOCK_L]
-                b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
-                b_w = tl.exp(tl.where(m_l, (g_last - b_gi) + b_a, float("-inf")))        # e^{G - G_i} <= 1
-                b_hm += tl.dot(b_vt * b_w[None, :], b_ki, input_precision=PRECISION)
+            b_hm += tl.dot(b_vt, b_ki, input_precision=PRECISION)
             b_cm = tl.load(C + (i_b * NG + i_g) * N + o_m).to(tl.float32)
             b_y += tl.sum(b_hm * b_cm[None, :], 1)
             if i_s >= 0:                      # the caller's contract; never write outside the pool
@@ -203,8 +206,8 @@ def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xd
         mamba2_decode_kernel[(P // BP, NH, B)](
             x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
             y, xdt, gcum, flushed, flush_length,
-            NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BN=min(N, cfg.block_n), COMMIT=commit,
-            PRECISION=FOLD_PRECISION, num_warps=cfg.num_warps,
+            NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BL=max(16, triton.next_power_of_2(L)),
+            BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=FOLD_PRECISION, num_warps=cfg.num_warps,
         )
     return (y, flushed) if commit else (y, xdt, gcum)
 
