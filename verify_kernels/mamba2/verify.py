@@ -172,6 +172,7 @@ def mamba2_verify_kernel(
     BN: tl.constexpr,          # N columns per tl.dot step: whole-N tf32x3 operands spilled registers
     FMA_NODES: tl.constexpr,   # > 0: the state term one node at a time over this many nodes (T); 0: tl.dots
     INLINE_SCORES: tl.constexpr,
+    N_LOOP: tl.constexpr,      # FMA_NODES == 0 or INLINE_SCORES: the loop over N slices has work
     PRECISION: tl.constexpr,
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
@@ -220,7 +221,7 @@ def mamba2_verify_kernel(
     # h0 C^T as tl.dots over N slices, a loop (not unrolled) that Triton pipelines: the slices of h0 stream in all
     # at once; inline, the scores C_t . B_i from the same slices of C
     b_hc = tl.zeros([BP, BT], dtype=tl.float32)
-    if FMA_NODES == 0 or INLINE_SCORES:
+    if N_LOOP:
         for n0 in range(0, N, BN):
             o_n = n0 + tl.arange(0, BN)
             b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)      # [BN, BT]
@@ -330,7 +331,8 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         x, dt, A, Bm, C, D, ancestors.view(torch.uint8), num_nodes, state_pool, state_slots, buf_b, buf_xdt,
         buf_gcum, buf_len, req_slots, s_tree, s_buf, y, xdt, gcum, T,
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
-        FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores, PRECISION=DOT_PRECISION,
+        FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
+        N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=DOT_PRECISION,
         num_warps=cfg.num_warps,
     )
     return y, xdt, gcum
