@@ -31,11 +31,13 @@ FLUSH_LENGTH = 16
 
 
 def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
-    """The state pass's P rows and warps, its N slice, the state term on the FMA units (for few nodes), the scores
-    inline (the small batches' one-launch path) rather than from the products pass."""
+    """The state pass's P rows and warps, its N slice and pipeline depth, the state term on the FMA units (for few
+    nodes), the scores inline (the small batches' one-launch path) rather than from the products pass."""
     candidates = {f"dots bp{bp} w{w}": VerifyConfig(bp, w, state_dot=True, inline_scores=False)
                   for bp, w in ((32, 4), (64, 4), (64, 8), (32, 2))}
     candidates["dots bp64 w4 bn64"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False, block_n=64)
+    candidates |= {f"dots bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, num_stages=s)
+                   for s in (3, 5)}
     candidates["dots bp64 w4 inline"] = VerifyConfig(64, 4, state_dot=True, inline_scores=True)
     if len(mamba2.VERIFY_TREES[tree]) <= 8:
         candidates |= {f"fma bp{bp} w{w}": VerifyConfig(bp, w, state_dot=False, inline_scores=False)
@@ -143,7 +145,8 @@ def report(rows: list[dict], copy_bw: float) -> list[str]:
         lines.append(f"  {op}, batch {batch}: {row['config']} ({row['us']:.1f} us, {row['x_bound']:.2f}x bound)")
     lines += [
         "  verify.py: BLOCK_P[16] / NUM_WARPS[16] from the dots winner; FMA_MAX_NODES = 8 if an fma config wins the",
-        "  5-chain; STATE_BLOCK_N = 64 if 'bn64' wins. decode.py: BLOCK_P / NUM_WARPS, FOLD_BLOCK_N likewise.",
+        "  5-chain; STATE_BLOCK_N = 64 if 'bn64' wins, STATE_STAGES likewise; FUSED_MAX_BATCH >= 256 if 'inline'",
+        "  wins (the products pass is then not worth its launch). decode.py: BLOCK_P / NUM_WARPS, FOLD_BLOCK_N.",
     ]
     return lines
 

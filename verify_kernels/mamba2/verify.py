@@ -58,6 +58,8 @@ from verify_kernels.mamba2.commit import check_indices, check_pools, check_token
 # STATE_BLOCK_N: N columns per tl.dot step. The steps are a loop that Triton pipelines (the h0 slices stream into
 # shared memory with cp.async, all in flight at once); unrolled, each slice's load waited for the previous slice's
 # dot, and tf32x3 over the whole N = 128 at once (each operand split in two, in registers) took 213 registers.
+# STATE_STAGES: the pipeline's depth (Triton's num_stages): with 4, all four 32-column slices of h0 are in flight at
+# once (the default 3 keeps two or three; shared memory 34 KiB per program at BP 64, registers unchanged).
 # FMA_MAX_NODES: up to this many nodes (the tree's T) the state term runs one node at a time on the FMA units
 # instead (the whole tile loaded first; 168 registers at 5 nodes). Each node's sum over N costs 5 warp shuffles per
 # row, ~110 us of shuffles per layer at batch 256 against ~50 us of tensor-core time for the dots, so 0 (never)
@@ -65,6 +67,7 @@ from verify_kernels.mamba2.commit import check_indices, check_pools, check_token
 BLOCK_P = {16: 64, 32: 64, 64: 16}
 NUM_WARPS = {16: 4, 32: 4, 64: 8}
 STATE_BLOCK_N = 32
+STATE_STAGES = 4
 FMA_MAX_NODES = 0
 # Up to FUSED_MAX_BATCH rows: one launch (scores computed in every program), with SMALL_BATCH_BLOCK_P rows of h0
 # per program so that a single row still spreads over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano).
@@ -86,6 +89,7 @@ class VerifyConfig(NamedTuple):
     state_dot: bool         # the state term as one tl.dot (else one node at a time on the FMA units)
     inline_scores: bool     # scores computed in every state-pass program (one launch) instead of a products pass
     block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
+    num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
 
 
 def verify_config(B: int, T: int, P: int) -> VerifyConfig:
@@ -333,7 +337,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
         N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=DOT_PRECISION,
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y, xdt, gcum
 
