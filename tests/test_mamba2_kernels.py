@@ -1,7 +1,9 @@
 """The Mamba2 Triton kernels (verify_kernels/mamba2/decode.py, verify.py, commit.py) against their torch references
 (verify_kernels/mamba2/naive.py): outputs, buffer entries, flushed flags and the pools after the in-place ops.
 Without a GPU the kernels run in Triton's interpreter (tests/conftest.py) on small heads; the `gpu` cases use
-Nemotron-3-Nano's sizes.
+Nemotron-3-Nano's sizes. Besides the launchers' own choices (which depend on the batch size and the node count),
+every launch path is forced once through the *_fwd launchers' config argument: verify's scores from the products
+pass or inline, its state term as tl.dots or on the FMA units, and blocks that split the heads.
 
 Outputs are NaN-poisoned (torch.empty returns NaN here); unowned pool slots, stale buffer positions, padding nodes'
 inputs and the state slot right before the pool (where a read of slot -1 would land) hold NaN."""

@@ -58,8 +58,9 @@ from verify_kernels.mamba2.commit import check_indices, check_pools, check_token
 # STATE_BLOCK_N: N columns per tl.dot step. The steps are a loop that Triton pipelines (the h0 slices stream into
 # shared memory with cp.async, all in flight at once); unrolled, each slice's load waited for the previous slice's
 # dot, and tf32x3 over the whole N = 128 at once (each operand split in two, in registers) took 213 registers.
-# STATE_STAGES: the pipeline's depth (Triton's num_stages): with 4, all four 32-column slices of h0 are in flight at
-# once (the default 3 keeps two or three; shared memory 34 KiB per program at BP 64, registers unchanged).
+# STATE_STAGES: the pipeline's depth (Triton's num_stages): with 4 the loop has requested all four 32-column slices
+# of h0 by its first step (the default 3 keeps two or three in flight; shared memory 34 KiB per program at BP 64,
+# registers unchanged).
 # FMA_MAX_NODES: up to this many nodes (the tree's T) the state term runs one node at a time on the FMA units
 # instead (the whole tile loaded first; 168 registers at 5 nodes). Each node's sum over N costs 5 warp shuffles per
 # row, ~110 us of shuffles per layer at batch 256 against ~50 us of tensor-core time for the dots, so 0 (never)
@@ -86,7 +87,7 @@ class VerifyConfig(NamedTuple):
 
     block_p: int            # P rows of h0 per state-pass program
     num_warps: int          # warps of a state-pass program
-    state_dot: bool         # the state term as one tl.dot (else one node at a time on the FMA units)
+    state_dot: bool         # the state term as tl.dots over N slices (else node by node on the FMA units)
     inline_scores: bool     # scores computed in every state-pass program (one launch) instead of a products pass
     block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
     num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
