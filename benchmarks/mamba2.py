@@ -93,11 +93,10 @@ def _decode_batch(batch: int, flush_lengths, sglang_ssu) -> list[dict]:
     x = TokenInputs(rotations, batch, 1)
     a_neg, d_skip = layer_weights()
 
-    base = {"section": "mamba2_decode", "batch": batch, "rotations": rotations,
-            "baseline_bytes_moved": recurrent_decode_bytes(batch)}
+    base = {"section": "mamba2_decode", "batch": batch, "rotations": rotations}
     if sglang_ssu is not None:
         seconds = _sglang_decode_seconds(sglang_ssu, x, a_neg, d_skip, slots, rotations, batch)
-        base["baseline_us"] = seconds * 1e6
+        base.update(baseline_us=seconds * 1e6, baseline_bytes_moved=recurrent_decode_bytes(batch))
     calls = [(x.x[r, :, 0], x.dt[r, :, 0], a_neg, x.bm[r, :, 0], x.cm[r, :, 0], d_skip, pools.state, slots[r],
               *pools.args()[1:], slots[r]) for r in range(rotations)]
     rows = []
