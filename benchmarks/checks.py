@@ -8,7 +8,9 @@ import torch
 from benchmarks import gdn, mamba2
 from benchmarks.inputs import Pools, log_decay, tree_parents, unit
 from verify_kernels.gdn import gdn_commit_ref, gdn_decode_commit, gdn_decode_ref, gdn_verify, gdn_verify_ref
-from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_decode_commit, mamba2_decode_ref
+from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_decode_ref, mamba2_verify_ref
+from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
+from verify_kernels.mamba2.verify import VerifyConfig, mamba2_verify_fwd
 
 BATCH = 4
 TOLERANCE = 1e-4
@@ -60,25 +62,52 @@ def check_gdn_verify(tree: str = "tree16") -> float:
     return max(relative_error(a, e) for a, e in zip(actual, expected, strict=True))
 
 
-def check_mamba2_decode_commit(flush_length: int = 16) -> float:
+def check_mamba2_decode_commit(flush_length: int = 16, config: DecodeConfig | None = None) -> float:
+    """Our decode-commit at full size, the launcher's blocks (or `config`'s), 8 rows: folds and appends, with and
+    without a state; outputs, states and buffers."""
     NH, P, N, NG = mamba2.NH, mamba2.P, mamba2.N, mamba2.NG
-    pools = Pools.make(BATCH, flush_length, (NH, P, N), (NG, N), (NH, P), NH)
-    pools.buf_len.copy_(torch.tensor([0, 5, flush_length - 1, flush_length - 1], device="cuda"))
-    slots = torch.arange(BATCH, device="cuda")
-    state_slots = torch.tensor([-1, 1, 2, 3], device="cuda")
-    x, dt = torch.randn(BATCH, NH, P, device="cuda"), torch.rand(BATCH, NH, device="cuda") * 0.5
-    bm, cm = torch.randn(BATCH, NG, N, device="cuda") * 0.1, torch.randn(BATCH, NG, N, device="cuda") * 0.1
-    a_neg, d_skip = -torch.rand(NH, device="cuda") * 4, torch.randn(NH, device="cuda")
+    rows, full = 8, flush_length - 1
+    pools = Pools.make(rows, flush_length, (NH, P, N), (NG, N), (NH, P), NH)
+    pools.buf_len.copy_(torch.tensor([0, 5, full, full, 3, full, 0, 7], device="cuda"))
+    slots = torch.arange(rows, device="cuda")
+    state_slots = torch.tensor([-1, 1, 2, 3, -1, 5, 6, 7], device="cuda")  # rows that fold have a state
+    x = mamba2.TokenInputs(1, rows, 1)
+    x, dt, bm, cm = x.x[0, :, 0], x.dt[0, :, 0], x.bm[0, :, 0], x.cm[0, :, 0]
+    a_neg, d_skip = mamba2.layer_weights()
     ref_pools = _clone(pools)
     y_ref, xdt_ref, gcum_ref = mamba2_decode_ref(x, dt, a_neg, bm, cm, d_skip, ref_pools.state, state_slots,
                                                  *ref_pools.args()[1:], slots)
-    accepted = torch.zeros(BATCH, 1, dtype=torch.long, device="cuda")
+    accepted = torch.zeros(rows, 1, dtype=torch.long, device="cuda")
     mamba2_commit_ref(bm[:, None], xdt_ref[:, None], gcum_ref[:, None], accepted, torch.ones_like(slots),
                       ref_pools.state, state_slots, *ref_pools.args()[1:], slots, flush_length)
-    y, _ = mamba2_decode_commit(x, dt, a_neg, bm, cm, d_skip, pools.state, state_slots, *pools.args()[1:], slots,
-                                flush_length)
-    return max(relative_error(y, y_ref), relative_error(pools.state[1:], ref_pools.state[1:]),
-               relative_error(pools.buf_value, ref_pools.buf_value))
+    y, _ = mamba2_decode_fwd(x, dt, a_neg, bm, cm, d_skip, pools.state, state_slots, *pools.args()[1:], slots,
+                             flush_length, config)
+    return max(relative_error(y, y_ref), relative_error(pools.state, ref_pools.state),
+               relative_error(pools.buf_value, ref_pools.buf_value), relative_error(pools.buf_key, ref_pools.buf_key))
+
+
+def check_mamba2_verify(tree: str, config: VerifyConfig | None = None) -> float:
+    """Our verify of the benchmark's trees at full size, the launcher's choice (or `config`) for 8 rows (the
+    products pass) and 1 (the one-launch path): rows with and without a state, empty to full buffers, ragged (rows
+    of 3, 2, 1 and 0 nodes)."""
+    NH, P, N, NG = mamba2.NH, mamba2.P, mamba2.N, mamba2.NG
+    nodes = len(mamba2.VERIFY_TREES[tree])
+    rows = 8
+    num_nodes = torch.tensor([nodes, nodes, 3, 1, nodes, 2, nodes, 0], device="cuda")
+    pools = Pools.make(rows, 16, (NH, P, N), (NG, N), (NH, P), NH)
+    pools.buf_len.copy_(torch.tensor([0, 8, 15, 3, 12, 1, 15, 5], device="cuda"))
+    state_slots = torch.tensor([-1, 1, 2, 3, -1, 5, 6, 7], device="cuda")
+    x = mamba2.TokenInputs(1, rows, nodes)
+    a_neg, d_skip = mamba2.layer_weights()
+    errors = []
+    for batch in (rows, 1):
+        parents = torch.tensor(mamba2.VERIFY_TREES[tree], device="cuda").expand(batch, -1).contiguous()
+        slots = torch.arange(batch, device="cuda")
+        args = (x.x[0, :batch], x.dt[0, :batch], a_neg, x.bm[0, :batch], x.cm[0, :batch], d_skip, parents,
+                num_nodes[:batch], pools.state, state_slots[:batch], *pools.args()[1:], slots)
+        expected, actual = mamba2_verify_ref(*args), mamba2_verify_fwd(*args, None, config)
+        errors += [relative_error(a, e) for a, e in zip(actual, expected, strict=True)]
+    return max(errors)
 
 
 def run_all() -> dict[str, float]:
@@ -86,6 +115,8 @@ def run_all() -> dict[str, float]:
         "gdn_decode_commit": check_gdn_decode_commit(),
         "gdn_verify_tree16": check_gdn_verify(),
         "mamba2_decode_commit": check_mamba2_decode_commit(),
+        "mamba2_verify_chain5": check_mamba2_verify("chain5"),
+        "mamba2_verify_tree16": check_mamba2_verify("tree16"),
     }
     failed = {name: error for name, error in errors.items() if not error <= TOLERANCE}
     if failed:

@@ -1,4 +1,4 @@
-"""Timing on the GPU as DESIGN.md section 4 asks: CUDA-graph replays timed with CUDA events (medians), inputs
+"""Timing on the GPU as docs/design.md section 5 asks: CUDA-graph replays timed with CUDA events (medians), inputs
 rotated over enough distinct buffers that the 60 MB L2 cannot hold them, and a device copy as the bandwidth
 ceiling measured in the same run."""
 

@@ -1,7 +1,9 @@
 """The Mamba2 Triton kernels (verify_kernels/mamba2/decode.py, verify.py, commit.py) against their torch references
 (verify_kernels/mamba2/naive.py): outputs, buffer entries, flushed flags and the pools after the in-place ops.
 Without a GPU the kernels run in Triton's interpreter (tests/conftest.py) on small heads; the `gpu` cases use
-Nemotron-3-Nano's sizes.
+Nemotron-3-Nano's sizes. Besides the launchers' own choices (which depend on the batch size and the node count),
+every launch path is forced once through the *_fwd launchers' config argument: verify's scores from the products
+pass or inline, its state term as tl.dots or on the FMA units, and blocks that split the heads.
 
 Outputs are NaN-poisoned (torch.empty returns NaN here); unowned pool slots, stale buffer positions, padding nodes'
 inputs and the state slot right before the pool (where a read of slot -1 would land) hold NaN."""
@@ -25,6 +27,8 @@ from verify_kernels.mamba2 import (
     mamba2_verify,
     mamba2_verify_ref,
 )
+from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
+from verify_kernels.mamba2.verify import VerifyConfig, mamba2_verify_fwd
 from verify_kernels.tree import ancestor_mask, chain_parents
 
 # every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
@@ -49,10 +53,20 @@ HEADS = {
     "hpg2-P32-N16": Heads(4, 2, 32, 16),
     "hpg2-P64-N16": Heads(2, 1, 64, 16),   # two P blocks per head
 }
+# the launch-parameter cases: 2 P blocks and 2 N slices with the small configs below (and 2 decode buffer steps)
+SLICED = Heads(4, 2, 32, 32)
 NEMOTRON_NANO = Heads(64, 8, 64, 128)
 L = 20                                      # buffer capacity: L - 1 = 19 entries span two BLOCK_L steps
 # (buffered entries, has a state) per row: empty and full (L - 1) buffers, with and without a state
 ROWS = [(0, False), (L - 1, True), (5, True), (3, False), (0, True)]
+# every path of the verify kernels: scores from the products pass or inline, the state term as tl.dots or on the FMA
+# units; block sizes that split the SLICED heads (the launcher picks by batch size and node count otherwise)
+VERIFY_CONFIGS = {
+    f"{'inline' if inline else 'products'}-{'dots' if dots else 'fma'}": VerifyConfig(
+        block_p=16, num_warps=4, state_dot=dots, inline_scores=inline, block_n=16)
+    for inline in (False, True) for dots in (True, False)
+}
+SMALL_DECODE = DecodeConfig(block_p=16, block_l=16, num_warps=4, block_n=16)
 
 
 
@@ -85,13 +99,17 @@ def allocate_fold_slots(pools: Pools, num_accepted: torch.Tensor, flush_length: 
     pools.state_slots[rows] = S + torch.arange(len(rows), device=DEVICE)
 
 
-def decode_commit_both(pools: Pools, x, dt, A, Bm, C, D, flush_length: int):
-    """mamba2_decode_commit, and mamba2_decode_ref then mamba2_commit_ref of the token, on copies of the pools
-    (zeroed slots allocated first). Returns (y, flushed, pools) of the kernel and of the reference."""
+def decode_commit_both(pools: Pools, x, dt, A, Bm, C, D, flush_length: int, config: DecodeConfig | None = None):
+    """mamba2_decode_commit (with launch parameters `config` if given), and mamba2_decode_ref then mamba2_commit_ref
+    of the token, on copies of the pools (zeroed slots allocated first). Returns (y, flushed, pools) of the kernel
+    and of the reference."""
     one = torch.ones(x.shape[0], dtype=torch.long, device=DEVICE)
     allocate_fold_slots(pools, one, flush_length)
     ours, ref = clone(pools), clone(pools)
-    y, flushed = mamba2_decode_commit(x, dt, A, Bm, C, D, *ours.args(), flush_length)
+    if config is None:
+        y, flushed = mamba2_decode_commit(x, dt, A, Bm, C, D, *ours.args(), flush_length)
+    else:
+        y, flushed = mamba2_decode_fwd(x, dt, A, Bm, C, D, *ours.args(), flush_length, config)
     y_ref, xdt, gcum = mamba2_decode_ref(x, dt, A, Bm, C, D, *ref.args())
     flushed_ref = mamba2_commit_ref(Bm[:, None], xdt[:, None], gcum[:, None], torch.zeros_like(one[:, None]), one,
                                     *ref.args(), flush_length)
@@ -249,6 +267,22 @@ def test_decode_commit_steps_track_the_reference():
         assert_pools_match(ours, ref)
 
 
+def test_decode_blocks_that_split_the_heads_match_reference():
+    """Decode and decode-commit with 2 P blocks per head, buffers of 2 steps (19 entries) and folds of 2 N slices."""
+    gen = torch.Generator().manual_seed(11)
+    A, D = layer(gen, SLICED)
+    pools = kv_pools(gen, SLICED, ROWS)
+    x, dt, Bm, C = tokens(gen, SLICED, len(ROWS))
+    out = mamba2_decode_fwd(x, dt, A, Bm, C, D, *pools.args(), None, SMALL_DECODE)
+    ref = mamba2_decode_ref(x, dt, A, Bm, C, D, *pools.args())
+    for o, r in zip(out, ref, strict=True):
+        assert_close(o, r)
+    (y, flushed, ours), (y_ref, flushed_ref, ref) = decode_commit_both(pools, x, dt, A, Bm, C, D, 6, SMALL_DECODE)
+    assert_close(y, y_ref)
+    assert flushed.tolist() == flushed_ref.tolist() == [False, True, True, False, False]
+    assert_pools_match(ours, ref)
+
+
 # ---------------------------------------------------------------------------------------------------- verify
 
 NODES = [1, 3, 17, 33, 64]
@@ -258,10 +292,11 @@ NODES = [1, 3, 17, 33, 64]
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
 def test_verify_matches_reference(heads, T):
     """A chain, full random trees and ragged ones (NaN inputs and out-of-range parents at padding nodes) on mixed
-    buffer fills and states; the ancestor mask passed in or computed by the launcher."""
+    buffer fills and states; the ancestor mask passed in or computed by the launcher. Five rows: the products pass
+    (the small batches of the other tests take the one-launch path)."""
     gen = torch.Generator().manual_seed(T)
     A, D = layer(gen, heads)
-    rows = ROWS[:4]
+    rows = ROWS
     pools = kv_pools(gen, heads, rows)
     parents, num_nodes = trees(gen, len(rows), T)
     x, dt, Bm, C = (pad_nodes(t, num_nodes) for t in tokens(gen, heads, len(rows), T))
@@ -270,6 +305,45 @@ def test_verify_matches_reference(heads, T):
         out = mamba2_verify(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args(), ancestors=ancestors)
         for o, r in zip(out, ref, strict=True):
             assert_close(o, r)
+
+
+@pytest.mark.parametrize(("config", "T"), [(c, T) for c in VERIFY_CONFIGS.values() for T in (5, 17)
+                                           if c.state_dot or T <= 8],   # the FMA path is for few nodes
+                         ids=[f"{k}-T{T}" for k, c in VERIFY_CONFIGS.items() for T in (5, 17) if c.state_dot or T <= 8])
+def test_verify_launch_configs_match_reference(config, T):
+    """Every path of the verify kernels, on heads their blocks split into 2 P blocks and 2 N slices: a chain, full
+    and ragged random trees (one empty) on empty and full buffers (19 entries), with and without a state."""
+    gen = torch.Generator().manual_seed(20 + T)
+    A, D = layer(gen, SLICED)
+    pools = kv_pools(gen, SLICED, ROWS)
+    parents, num_nodes = trees(gen, len(ROWS), T)
+    x, dt, Bm, C = (pad_nodes(t, num_nodes) for t in tokens(gen, SLICED, len(ROWS), T))
+    out = mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args(), ancestor_mask(parents, num_nodes),
+                            config)
+    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    for o, r in zip(out, ref, strict=True):
+        assert_close(o, r)
+
+
+def test_batch_of_one_matches_reference():
+    """Batch 1, one launch per op: a 5-chain verify and a decode on a buffer of 19 entries, then a decode-commit that
+    folds it."""
+    gen = torch.Generator().manual_seed(12)
+    A, D = layer(gen, SLICED)
+    pools = kv_pools(gen, SLICED, [(L - 1, True)])
+    T = 5
+    parents, num_nodes = chain_parents(1, T, DEVICE), torch.full((1,), T, device=DEVICE)
+    x, dt, Bm, C = tokens(gen, SLICED, 1, T)
+    out = mamba2_verify(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    out += mamba2_decode(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
+    ref += mamba2_decode_ref(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
+    for o, r in zip(out, ref, strict=True):
+        assert_close(o, r)
+    (y, flushed, ours), (y_ref, _, ref) = decode_commit_both(pools, *first_node(x, dt), A, *first_node(Bm, C), D, L)
+    assert_close(y, y_ref)
+    assert flushed.tolist() == [True]
+    assert_pools_match(ours, ref)
 
 
 @settings(max_examples=10, deadline=None)
@@ -365,11 +439,12 @@ def test_strong_decay_stays_finite():
     x, dt, Bm, C = tokens(gen, heads, 2, T)
     dt[:, ::7] = 1.0
     parents, num_nodes = chain_parents(2, T, DEVICE), torch.full((2,), T, device=DEVICE)
-    out = mamba2_verify(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
     ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
     tol = max(1e-4, 4 * ref[2].abs().max().item() * 2**-24)
-    for o, r in zip(out, ref, strict=True):
-        assert_close(o, r, tol)
+    for config in (None, VERIFY_CONFIGS["products-dots"]):   # scores inline (2 rows), then from the products pass
+        out = mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args(), None, config)
+        for o, r in zip(out, ref, strict=True):
+            assert_close(o, r, tol)
 
     # the next token folds 63 + 1 entries into the states (a zeroed one for the row without)
     (y, flushed, ours), (y_ref, flushed_ref, ref) = decode_commit_both(pools, *first_node(x, dt), A,
@@ -470,3 +545,43 @@ def test_nemotron_nano_sizes_match_reference(op):
         mamba2_flush(*ours.args())
         mamba2_flush_ref(*ref.args())
         assert_pools_match(ours, ref, tol)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("B", [1, 8], ids=lambda b: f"B{b}")
+@pytest.mark.parametrize("T", [5, 16], ids=lambda t: f"T{t}")
+@pytest.mark.parametrize("config", [None, *VERIFY_CONFIGS.values()], ids=["launcher", *VERIFY_CONFIGS.keys()])
+def test_nemotron_nano_verify_paths_match_reference(config, T, B):
+    """Every path of the verify kernels at full size (the launcher's choice and the small blocks): 5-node and
+    16-node trees (a chain, random and ragged ones) on buffers up to 63 entries, with and without a state."""
+    heads = NEMOTRON_NANO
+    gen = torch.Generator().manual_seed(13)
+    A, D = layer(gen, heads)
+    rows = [(63, True), (0, False), (17, True), (40, False), (0, True), (31, True), (5, False), (62, True)][:B]
+    pools = kv_pools(gen, heads, rows, capacity=64)
+    parents, num_nodes = trees(gen, B, T)
+    x, dt, Bm, C = (pad_nodes(t, num_nodes) for t in tokens(gen, heads, B, T))
+    out = mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args(), ancestor_mask(parents, num_nodes),
+                            config)
+    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    for o, r in zip(out, ref, strict=True):
+        assert_close(o, r, 2e-4)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("config", [None, SMALL_DECODE], ids=["launcher", "small-blocks"])
+def test_nemotron_nano_decode_commit_paths_match_reference(config):
+    """Decode-commit at full size, rows that fold (flush_length 16) and rows that append, with the launcher's blocks
+    and with small ones."""
+    heads = NEMOTRON_NANO
+    gen = torch.Generator().manual_seed(14)
+    A, D = layer(gen, heads)
+    rows = [(15, True), (0, False), (7, True), (15, False), (3, True)]
+    pools = kv_pools(gen, heads, rows, capacity=32)
+    x, dt, Bm, C = tokens(gen, heads, len(rows))
+    (y, flushed, ours), (y_ref, flushed_ref, ref) = decode_commit_both(pools, x, dt, A, Bm, C, D, 16, config)
+    assert_close(y, y_ref, 2e-4)
+    assert flushed.tolist() == flushed_ref.tolist() == [True, False, False, True, False]
+    assert_pools_match(ours, ref, 2e-4)

@@ -1,5 +1,5 @@
 """The KVBuffer's slot-indexed pools in pure torch, shared by the mixers whose state of a head is a decayed sum of
-outer products: gdn S [HV, K, V] += k u^T, mamba2 h [NH, P, N] += xdt B^T (DESIGN.md section 2).
+outer products: gdn S [HV, K, V] += k u^T, mamba2 h [NH, P, N] += xdt B^T (docs/design.md section 2).
 
 A token's buffer entry is (key [H, K], value [HV, V], gcum [HV]): gdn (k, u, G), mamba2 (B, xdt, G). H key
 heads (mamba2: groups), HV value heads (HV % H == 0; value head h reads key head h // (HV // H)), K the key dim

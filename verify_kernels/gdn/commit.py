@@ -1,6 +1,6 @@
 """Triton kernel for the Gated DeltaNet KVBuffer commit and flush: each row appends its accepted path's entries to
 its buffer, or folds the buffer then the accepted entries into its state. Semantics, shapes and pool layout:
-verify_kernels.gdn.naive (gdn_commit_ref, gdn_flush_ref, the oracle); the math: DESIGN.md section 2.
+verify_kernels.gdn.naive (gdn_commit_ref, gdn_flush_ref, the oracle); the math: docs/design.md section 2.
 
 Two kernels, each of which skips the other's rows. The append kernel, one program per (row, value head): a row with
 buf_len + num_accepted < flush_length gathers the accepted nodes' entries (u [V], G; the key [K] once per key head)

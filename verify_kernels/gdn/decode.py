@@ -1,6 +1,6 @@
 """Triton kernels for the Gated DeltaNet KVBuffer decode: one new token per row on top of its committed state S0
 and buffer (gdn_decode), and plain decoding with the commit of that token fused in (gdn_decode_commit). Semantics,
-shapes and pool layout: verify_kernels.gdn.naive (the oracle); the math: DESIGN.md section 2.
+shapes and pool layout: verify_kernels.gdn.naive (the oracle); the math: docs/design.md section 2.
 
 Three small kernels rather than one: on the H200 a single kernel holding the S0 tile, buffer tiles and the fold
 accumulator ran out of registers (spills, 40% occupancy) and took 2x the time of reading S0.

@@ -7,7 +7,7 @@ K ** -0.5; g is the log decay (<= 0), beta in (0, 1). The state of a value head 
 
     S_t = e^{g_t} S_{t-1} + k_t u_t^T,   u_t = beta_t (v_t - e^{g_t} S_{t-1}^T k_t),   o_t = S_t^T q_t
 
-KVBuffer (DESIGN.md section 2): the committed state S0 stays read-only and the tokens since the last flush are
+KVBuffer (docs/design.md section 2): the committed state S0 stays read-only and the tokens since the last flush are
 buffer entries (k_i [H, K], u_i [HV, V], G_i [HV]) with G_i the cumulative log decay from S0 to token i. For a
 new token t with buffered / draft ancestors A(t):
 

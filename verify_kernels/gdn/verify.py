@@ -1,6 +1,6 @@
 """Triton kernels for the Gated DeltaNet KVBuffer tree verify: a token tree per row (up to 64 nodes, ragged) on top
 of its committed state S0 and buffer, one call for the batch, no per-node state. Semantics, shapes and pool
-layout: verify_kernels.gdn.naive.gdn_verify_ref (the oracle); the math: DESIGN.md section 2.
+layout: verify_kernels.gdn.naive.gdn_verify_ref (the oracle); the math: docs/design.md section 2.
 
 Three passes. Reading S0 is bound by memory, the tree math by latency, and one kernel doing both kept too few loads
 in flight (0.9 TB/s of S0 on the H200); the products over K, inside the tree pass, took two thirds of its time

@@ -8,7 +8,7 @@ state of a head is h [P, N]:
 
     h_t = e^{a_t} h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t
 
-KVBuffer (DESIGN.md section 2): the committed state h0 stays read-only and the tokens since the last flush are
+KVBuffer (docs/design.md section 2): the committed state h0 stays read-only and the tokens since the last flush are
 buffer entries (B_i [NG, N], xdt_i = dt_i x_i [NH, P], G_i [NH]) with G_i the cumulative log decay from h0 to
 token i. For a new token t with buffered / draft ancestors A(t) (no triangular solve: the entries are
 independent of each other):

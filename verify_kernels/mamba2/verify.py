@@ -1,138 +1,292 @@
-"""Triton kernel for Mamba2 KVBuffer tree verification, with the same signature and semantics as mamba2_verify_ref:
-a token tree of up to 64 nodes per row (ragged: num_nodes per row) scored on top of the row's committed h0 + buffer
-in one launch, with no per-node state and no triangular solve (Mamba2 entries are independent of each other).
+"""Triton kernels for the Mamba2 KVBuffer tree verify, with the same signature and semantics as mamba2_verify_ref: a
+token tree of up to 64 nodes per row (ragged: num_nodes per row) scored on top of the row's committed h0 + buffer,
+with no per-node state and no triangular solve (Mamba2 entries are independent of each other). The math:
+docs/design.md section 2.
 
-Grid (row b, head h, P block); a program holds all BLOCK_T >= 16 nodes of its row (T padded to a power of two for
-tl.dot) and computes, with G_t = G_last + Gl_t and Gl_t the sum of dt A over t's root path (its ancestor row):
+With G_t = G_last + Gl_t, Gl_t the sum of dt A over t's root path (its ancestor row) and G_last the G of the last
+buffered entry:
 
-    y_t = e^{G_t} h0 C_t                                               (state: h0 tile read once per row and head)
-        + sum_{i < buf_len} e^{(G_last - G_i) + Gl_t} (B_i . C_t) xdt_i  (buffer, BLOCK_L entries at a time)
-        + sum_{i in anc(t) + {t}} e^{Gl_t - Gl_i} (B_i . C_t) xdt_i      (draft nodes)
+    y_t = e^{G_t} h0 C_t                                                 (state term)
+        + sum_{i < buf_len} e^{(G_last - G_i) + Gl_t} (C_t . B_i) xdt_i  (buffer term)
+        + sum_{i in anc(t) + {t}} e^{Gl_t - Gl_i} (C_t . B_i) xdt_i      (tree term)
         + D x_t
 
-The score matrices C B^T are [BLOCK_T, BLOCK_T] and [BLOCK_T, BLOCK_L] tl.dots summed over N in BLOCK_N slices, then
-weighed by the decays and multiplied with xdt [*, BLOCK_P]. Every decay exponent is a difference of G along a path
-(<= 0), taken from the small tree-local sums Gl rather than from G itself, and masked pairs are -inf before the exp.
-Padding nodes load as zeros (their inputs and parents are never read), so they come out as zeros and add nothing.
-The tl.dots run in "tf32x3": each fp32 operand split into a TF32 part and its TF32 residual, three tensor-core
-products, fp32-level accuracy (plain TF32 would not be: 10 mantissa bits). In IEEE fp32 ("ieee") they ran on the
-FMA units instead, which made this kernel the slowest op of a Nemotron verify step on the H200 (2.2 ms per layer at
-batch 256, 4-chains, against 0.7 ms for the intermediate-state baseline's kernel).
+The state term is the one that moves bytes (h0 is 2 MiB per request and layer at Nemotron-3-Nano's sizes, the nodes'
+inputs and outputs ~56 KiB per node); the others are small products. The kernel that did everything in one program
+per (row, head, P block), reading h0 last after a chain of score dots, took 0.70 ms per layer at batch 256 on the
+H200 for 5-node chains, ~5x the time of reading h0 once: each program's loads came one after another and too few
+bytes were in flight. Two passes here:
+
+1. products pass, one program per (row, group): the scores C_t . B_i of the nodes against the nodes [BT, BT] and
+   against the buffer [BT, BL], shared by the group's NH / NG heads (which recomputed them 16 times before), into a
+   small fp32 scratch (verify_scratch_bytes; padding and stale entries score 0);
+2. state pass, one program per (row, head, P block of BP): the rest. The state term h0 C_t is a loop of tl.dots over
+   N slices of BN columns, which Triton software-pipelines: the [BP, BN] slices of h0 stream into shared memory with
+   cp.async (evict-first, masked off for rows without a state), all in flight at once. The small loads of the other
+   terms (the nodes' inputs, ancestor rows and scores, the buffer's entries as one block masked at buf_len) are
+   issued before that loop and used after it, so that they too arrive while h0 streams in; then G, the tree and
+   buffer terms (tl.dots) and the stores. The program works on y transposed, [BP, BT], so that h0 is the dots' left
+   operand with BP rows. Optionally (FMA_MAX_NODES) the state term runs one node at a time on the FMA units
+   instead: the whole tile loaded first and used last, a product and a sum over N per node.
+Small batches are bound by latency and launches, not bytes: up to FUSED_MAX_BATCH rows every state-pass program
+computes its scores from the same slices of C in its N loop and the verify is one launch.
+
+Every decay exponent is a difference of G along a path (<= 0), taken from the small tree-local sums Gl rather than
+from G itself, and masked pairs are -inf before the exp. Padding nodes load as zeros (their inputs and parents are
+never read), so they come out as zeros and add nothing. The dots run in "tf32x3": each fp32 operand split into a
+TF32 part and its TF32 residual, three tensor-core products, fp32-level accuracy (plain TF32 would not be: 10
+mantissa bits); in IEEE fp32 ("ieee") they ran on the FMA units and were slower still (2.2 ms at batch 256).
 """
+
+from functools import partial
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_indices, check_pools, check_tokens
+from verify_kernels.tree import ancestor_mask
 
-# tunables: P block of a program, N slice of the score dots, buffer entries per step (>= 16), warps by BLOCK_T
-# (a 64-node program holds [64, 64] scores, decays and ancestor mask at once)
-BLOCK_P_MAX = 32
-BLOCK_N_MAX = 32
-BLOCK_L = 32
+# Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (5-node
+# chains and 16-node trees, batch 64 and 256) and prints the best; copy its choice here. Register counts below are
+# ptxas's for sm_90 at Nemotron-3-Nano's sizes and buffers of 16 entries (triton 3.9 compiling ahead of time; the
+# H200 runs 3.6).
+# BLOCK_P, NUM_WARPS by BT (the node count padded to a power of two >= 16): P rows of h0 per state-pass program
+# (BP x N x 4 bytes: 32 KiB at 64 x 128; larger tiles keep more bytes in flight per program, smaller ones leave
+# more programs) and its warps. BT 16: 126 registers (4 programs per SM); BT 32: 167; BT 64 holds [64, 64] score,
+# decay and mask tiles and their tf32x3 operands: 217 registers with 16 rows on 8 warps, 64 rows spilled.
+# STATE_BLOCK_N: N columns per tl.dot step. The steps are a loop that Triton pipelines (the h0 slices stream into
+# shared memory with cp.async, all in flight at once); unrolled, each slice's load waited for the previous slice's
+# dot, and tf32x3 over the whole N = 128 at once (each operand split in two, in registers) took 213 registers.
+# STATE_STAGES: the pipeline's depth (Triton's num_stages): with 4 the loop has requested all four 32-column slices
+# of h0 by its first step (the default 3 keeps two or three in flight; shared memory 34 KiB per program at BP 64,
+# registers unchanged).
+# FMA_MAX_NODES: up to this many nodes (the tree's T) the state term runs one node at a time on the FMA units
+# instead (the whole tile loaded first; 168 registers at 5 nodes). Each node's sum over N costs 5 warp shuffles per
+# row, ~110 us of shuffles per layer at batch 256 against ~50 us of tensor-core time for the dots, so 0 (never)
+# until the sweep says otherwise.
+BLOCK_P = {16: 64, 32: 64, 64: 16}
 NUM_WARPS = {16: 4, 32: 4, 64: 8}
+STATE_BLOCK_N = 32
+STATE_STAGES = 4
+FMA_MAX_NODES = 0
+# Up to FUSED_MAX_BATCH rows: one launch (scores computed in every program), with SMALL_BATCH_BLOCK_P rows of h0
+# per program so that a single row still spreads over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano).
+FUSED_MAX_BATCH = 4
+SMALL_BATCH_BLOCK_P = 16
+# products pass: N columns per step (91 registers at 32, 148 at 64) and warps
+PRODUCTS_BLOCK_N = 32
+PRODUCTS_WARPS = 4
+
+DOT_PRECISION = "tf32x3"
 MAX_NODES = 64
+
+
+class VerifyConfig(NamedTuple):
+    """Launch parameters of one verify (verify_config gives the tuned ones; benchmarks/sweep_mamba2.py tries others)."""
+
+    block_p: int            # P rows of h0 per state-pass program
+    num_warps: int          # warps of a state-pass program
+    state_dot: bool         # the state term as tl.dots over N slices (else node by node on the FMA units)
+    inline_scores: bool     # scores computed in every state-pass program (one launch) instead of a products pass
+    block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
+    num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
+
+
+def verify_config(B: int, T: int, P: int) -> VerifyConfig:
+    """The tuned launch parameters for B rows of T-node trees and head dim P."""
+    BT = verify_blocks(T, 1)[0]
+    small = B <= FUSED_MAX_BATCH
+    return VerifyConfig(block_p=min(P, SMALL_BATCH_BLOCK_P if small else BLOCK_P[BT]), num_warps=NUM_WARPS[BT],
+                        state_dot=T > FMA_MAX_NODES, inline_scores=small)
+
+
+@triton.jit
+def mamba2_verify_products_kernel(
+    Bm,            # [B, T, NG, N]
+    C,             # [B, T, NG, N]
+    num_nodes,     # [B]
+    buf_b,         # [R, L, NG, N] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    s_tree,        # [B, NG, BT, BT] fp32 out: [t, i] = C_t . B_i over nodes (0 at padding)
+    s_buf,         # [B, NG, BT, BL] fp32 out: [t, i] = C_t . B_i over buffer entries (0 past buf_len)
+    T,             # not constexpr: tree sizes change every step; only BT picks a compiled kernel
+    NG: tl.constexpr,
+    N: tl.constexpr,
+    L: tl.constexpr,
+    BT: tl.constexpr,
+    BL: tl.constexpr,
+    BN: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    i_g, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
+    o_t = tl.arange(0, BT)
+    o_l = tl.arange(0, BL)
+    m_t = o_t < nn            # valid nodes; padding loads as 0 (inputs there may be NaN)
+    m_l = o_l < n_buf         # valid buffer entries; past buf_len they are stale
+    b_st = tl.zeros([BT, BT], dtype=tl.float32)
+    b_sb = tl.zeros([BT, BL], dtype=tl.float32)
+    for n0 in range(0, N, BN):
+        o_n = n0 + tl.arange(0, BN)
+        p_x = ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :]
+        b_c = tl.load(C + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
+        b_k = tl.load(Bm + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
+        b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None], other=0.)
+        b_st += tl.dot(b_c, tl.trans(b_k), input_precision=PRECISION)
+        b_sb += tl.dot(b_c, tl.trans(b_kb), input_precision=PRECISION)
+    p_s = (i_b * NG + i_g) * BT + o_t[:, None]
+    tl.store(s_tree + p_s * BT + o_t[None, :], b_st)
+    tl.store(s_buf + p_s * BL + o_l[None, :], b_sb)
 
 
 @triton.jit
 def mamba2_verify_kernel(
-    x, dt, A, Bm, C, D, ancestors, num_nodes, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-    y, xdt_out, gcum_out,
-    T: tl.constexpr, NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
+    x,             # [B, T, NH, P]
+    dt,            # [B, T, NH]
+    A,             # [NH]
+    Bm,            # [B, T, NG, N] (read with INLINE_SCORES only)
+    C,             # [B, T, NG, N]
+    D,             # [NH]
+    ancestors,     # [B, T, T] uint8: [b, t, i] = 1 iff i is t or an ancestor of t
+    num_nodes,     # [B]
+    state_pool,    # [S, NH, P, N] fp32
+    state_slots,   # [B]
+    buf_b,         # [R, L, NG, N] fp32 (read with INLINE_SCORES only)
+    buf_xdt,       # [R, L, NH, P] fp32
+    buf_gcum,      # [R, L, NH] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    s_tree,        # [B, NG, BT, BT] fp32 from the products pass (unless INLINE_SCORES)
+    s_buf,         # [B, NG, BT, BL] fp32
+    y,             # [B, T, NH, P] fp32 out
+    xdt_out,       # [B, T, NH, P] fp32 out
+    gcum_out,      # [B, T, NH] fp32 out
+    T,
+    NH: tl.constexpr,
+    NG: tl.constexpr,
+    P: tl.constexpr,
+    N: tl.constexpr,
+    L: tl.constexpr,
+    BT: tl.constexpr,
+    BL: tl.constexpr,
+    BP: tl.constexpr,
+    BN: tl.constexpr,          # N columns per tl.dot step: whole-N tf32x3 operands spilled registers
+    FMA_NODES: tl.constexpr,   # > 0: the state term one node at a time over this many nodes (T); 0: tl.dots
+    INLINE_SCORES: tl.constexpr,
+    N_LOOP: tl.constexpr,      # FMA_NODES == 0 or INLINE_SCORES: the loop over N slices has work
+    PRECISION: tl.constexpr,
 ):
-    i_b, i_h, i_p = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+    i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_g = i_h // (NH // NG)
-    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    o_p = i_p * BP + tl.arange(0, BP)
+    o_t = tl.arange(0, BT)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
-    n_buf = tl.load(buf_len + i_r).to(tl.int32)
-    n_nodes = tl.load(num_nodes + i_b).to(tl.int32)
-    o_t = tl.arange(0, BLOCK_T)
-    m_t = o_t < n_nodes
-    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    # node t's C / B rows for the N slice starting at n0: add n0 + arange(BLOCK_N)
-    p_c = C + ((i_b * T + o_t[:, None]) * NG + i_g) * N
-    p_k = Bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N
-
-    # G along each node's root path: Gl_t = sum over its ancestor row (itself included) of dt A
-    b_dt = tl.load(dt + (i_b * T + o_t) * NH + i_h, mask=m_t, other=0.0).to(tl.float32)
-    b_a = b_dt * tl.load(A + i_h).to(tl.float32)
-    m_anc = m_t[:, None] & m_t[None, :]
-    b_anc = tl.load(ancestors + (i_b * T + o_t[:, None]) * T + o_t[None, :], mask=m_anc, other=0) != 0
-    b_gl = tl.sum(tl.where(b_anc, b_a[None, :], 0.0), 1)                 # [BLOCK_T]
-    g_last = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
-    b_x = tl.load(x + ((i_b * T + o_t[:, None]) * NH + i_h) * P + o_p[None, :], mask=m_t[:, None],
-                  other=0.0).to(tl.float32)
-    b_xdt = b_dt[:, None] * b_x
-    b_y = tl.load(D + i_h).to(tl.float32) * b_x
-    b_g = g_last + b_gl
-    # the entries are final here: store them now rather than hold them in registers to the end
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
+    m_t = o_t < nn            # valid nodes; padding loads as 0 (inputs there may be NaN)
     m_out = o_t < T
-    p_out = ((i_b * T + o_t[:, None]) * NH + i_h) * P + o_p[None, :]
-    tl.store(xdt_out + p_out, b_xdt, mask=m_out[:, None])
+    # h0 rows o_p of the state (no row for state slot -1: h0 = 0, never read); streamed once and not reused, so
+    # evicted first to keep the small inputs in the L2
+    p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N
+    m_h = o_p[:, None] < tl.where(i_s >= 0, P, 0)            # [BP, 1]: all rows, or none without a state
+    p_c = C + ((i_b * T + o_t[None, :]) * NG + i_g) * N      # + n: C_t^T [N, BT]
+    if FMA_NODES > 0:
+        # the whole [BP, N] tile in one load, the first one issued, used last (below)
+        b_h = tl.load(p_h + tl.arange(0, N)[None, :], mask=m_h, other=0., eviction_policy="evict_first")
+
+    # the small loads of the tree and buffer terms, issued before the state's loop below and used after it
+    n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    b_dt = tl.load(dt + (i_b * T + o_t) * NH + i_h, mask=m_t, other=0.).to(tl.float32)
+    b_A = tl.load(A + i_h).to(tl.float32)
+    b_D = tl.load(D + i_h).to(tl.float32)
+    m_it = m_t[:, None] & m_t[None, :]
+    b_anc = tl.load(ancestors + (i_b * T + o_t[None, :]) * T + o_t[:, None], mask=m_it, other=0) != 0  # [i, t]
+    g_last = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.)
+    p_xt = ((i_b * T + o_t[None, :]) * NH + i_h) * P + o_p[:, None]
+    b_x = tl.load(x + p_xt, mask=m_t[None, :], other=0.).to(tl.float32)                   # x^T [BP, BT]
+    # the whole buffer as one block masked at buf_len (stale entries past it load as 0)
+    o_l = tl.arange(0, BL)
+    m_l = o_l < n_buf
+    b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
+    b_v = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :],
+                  other=0.)                                                                 # [BP, BL]
+    if INLINE_SCORES:
+        b_st = tl.zeros([BT, BT], dtype=tl.float32)
+        b_sb = tl.zeros([BL, BT], dtype=tl.float32)
+    else:
+        # scores^T [i, t] = C_t . B_i from the products pass, against the nodes and the buffer
+        p_s = (i_b * NG + i_g) * BT + o_t[None, :]
+        b_st = tl.load(s_tree + p_s * BT + o_t[:, None])                                   # [BT, BT]
+        b_sb = tl.load(s_buf + p_s * BL + o_l[:, None], mask=m_l[:, None], other=0.)       # [BL, BT]
+
+    # h0 C^T as tl.dots over N slices, a loop (not unrolled) that Triton pipelines: the slices of h0 stream in all
+    # at once; inline, the scores C_t . B_i from the same slices of C
+    b_hc = tl.zeros([BP, BT], dtype=tl.float32)
+    if N_LOOP:
+        for n0 in range(0, N, BN):
+            o_n = n0 + tl.arange(0, BN)
+            b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)      # [BN, BT]
+            if FMA_NODES == 0:
+                b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
+                b_hc += tl.dot(b_hn, b_cn, input_precision=PRECISION)
+            if INLINE_SCORES:
+                b_kn = tl.load(Bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_t[:, None],
+                               other=0.).to(tl.float32)
+                b_st += tl.dot(b_kn, b_cn, input_precision=PRECISION)
+                b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None],
+                               other=0.)
+                b_sb += tl.dot(b_kb, b_cn, input_precision=PRECISION)
+
+    # Gl along root paths (rows i of the transposed ancestor mask are the sources, columns t the nodes), G, entries
+    b_a = b_dt * b_A
+    b_gl = tl.sum(tl.where(b_anc, b_a[:, None], 0.), 0)                                   # [BT], by t
+    b_G = g_last + b_gl
+    b_xdt = b_x * b_dt[None, :]
+    b_y = b_D * b_x
+    tl.store(xdt_out + p_xt, b_xdt, mask=m_out[None, :])
+
+    # tree term: the scores kept for i in anc(t) + {t}
+    b_decay = tl.exp(tl.where(b_anc, b_gl[None, :] - b_gl[:, None], float("-inf")))
+    b_y += tl.dot(b_xdt, b_st * b_decay, input_precision=PRECISION)
+
+    # buffer term: e^{(G_last - G_i) + Gl_t} (C_t . B_i) xdt_i over the valid entries
+    b_decay_buf = tl.exp(tl.where(m_l[:, None], (g_last - b_gi)[:, None] + b_gl[None, :], float("-inf")))
+    b_y += tl.dot(b_v, b_sb * b_decay_buf, input_precision=PRECISION)
+
+    # state term on the FMA units, now that the tile has had the whole program to arrive
+    if FMA_NODES > 0:
+        o_n = tl.arange(0, N)
+        for t in tl.static_range(FMA_NODES):       # unrolled: the C rows load together
+            b_c = tl.load(C + ((i_b * T + t) * NG + i_g) * N + o_n, mask=o_n < tl.where(t < nn, N, 0), other=0.)
+            b_hct = tl.sum(b_h * b_c.to(tl.float32)[None, :], 1)                            # [BP]
+            b_hc += tl.where(o_t[None, :] == t, b_hct[:, None], 0.)
+    b_y += tl.exp(b_G)[None, :] * b_hc
+
+    tl.store(y + p_xt, b_y, mask=m_out[None, :])
     if i_p == 0:
-        tl.store(gcum_out + (i_b * T + o_t) * NH + i_h, tl.where(m_t, b_g, 0.0), mask=m_out)
-
-    # draft nodes: scores C_t . B_i, kept for i in anc(t) + {t}
-    b_s = tl.zeros([BLOCK_T, BLOCK_T], dtype=tl.float32)
-    for n0 in tl.static_range(0, N, BLOCK_N):
-        o_n = n0 + tl.arange(0, BLOCK_N)
-        b_c = tl.load(p_c + o_n[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_k = tl.load(p_k + o_n[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_s += tl.dot(b_c, tl.trans(b_k), input_precision="tf32x3")
-    b_decay_tree = tl.exp(tl.where(b_anc, b_gl[:, None] - b_gl[None, :], float("-inf")))
-    b_y += tl.dot(b_s * b_decay_tree, b_xdt, input_precision="tf32x3")
-
-    # the buffer's valid entries, BLOCK_L at a time
-    for l0 in range(0, n_buf, BLOCK_L):
-        o_l = l0 + tl.arange(0, BLOCK_L)
-        m_l = o_l < n_buf
-        b_sl = tl.zeros([BLOCK_T, BLOCK_L], dtype=tl.float32)
-        for n0 in tl.static_range(0, N, BLOCK_N):
-            o_n = n0 + tl.arange(0, BLOCK_N)
-            b_c = tl.load(p_c + o_n[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
-            b_ki = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None],
-                           other=0.0)
-            b_sl += tl.dot(b_c, tl.trans(b_ki), input_precision="tf32x3")
-        b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.0)
-        m_tl = m_t[:, None] & m_l[None, :]
-        b_decay_buf = tl.exp(tl.where(m_tl, (g_last - b_gi)[None, :] + b_gl[:, None], float("-inf")))
-        b_vi = tl.load(buf_xdt + ((i_r * L + o_l[:, None]) * NH + i_h) * P + o_p[None, :], mask=m_l[:, None],
-                       other=0.0)
-        b_y += tl.dot(b_sl * b_decay_buf, b_vi, input_precision="tf32x3")
-
-    # the committed state: one read of the tile h0[p-block, :], none for rows without a state
-    if i_s >= 0:
-        b_hc = tl.zeros([BLOCK_T, BLOCK_P], dtype=tl.float32)
-        for n0 in tl.static_range(0, N, BLOCK_N):
-            o_n = n0 + tl.arange(0, BLOCK_N)
-            b_c = tl.load(p_c + o_n[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
-            b_ht = tl.load(state_pool + ((i_s * NH + i_h) * P + o_p[None, :]) * N + o_n[:, None])   # h0^T slice
-            b_hc += tl.dot(b_c, b_ht, input_precision="tf32x3")
-        b_y += tl.exp(b_g)[:, None] * b_hc
-
-    tl.store(y + p_out, b_y, mask=m_out[:, None])
+        tl.store(gcum_out + (i_b * T + o_t) * NH + i_h, tl.where(m_t, b_G, 0.), mask=m_out)
 
 
-def tree_ancestors(parents: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:
-    """verify_kernels.tree.ancestor_mask without its validation, so without a host synchronisation (CUDA graphs):
-    the reflexive transitive closure of the parent relation by repeated squaring. [B, T, T] bool.
+def verify_blocks(T: int, L: int) -> tuple[int, int]:
+    """BT, BL: the node and buffer counts padded to powers of two >= 16 (tl.dot's smallest)."""
+    return max(16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L))
 
-    parents: [B, T]; num_nodes: [B]. Parents of padding nodes are ignored; an out-of-range one makes its node a root."""
-    B, T = parents.shape
-    o_t = torch.arange(T, device=parents.device)
-    node = o_t < num_nodes[:, None]                                        # [B, T]
-    parent = torch.where(node, parents, -1)
-    reach = ((parent[..., None] == o_t) | (o_t[:, None] == o_t)).float()  # self or parent: paths of length <= 1
-    for _ in range((T - 1).bit_length()):                                  # paths of length <= 2^k >= T - 1
-        reach = (reach @ reach).clamp(max=1.0)
-    return (reach > 0) & node[:, :, None] & node[:, None, :]
+
+def verify_scratch_bytes(T: int, L: int, NG: int) -> int:
+    """Bytes of products-pass scratch one request's verify of T nodes takes in one layer (none for the one-launch
+    small batches): the group's scores against the nodes and the buffer. Not a state: a state is [NH, P, N]."""
+    BT, BL = verify_blocks(T, L)
+    return 4 * NG * BT * (BT + BL)
 
 
 def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_slots, buf_b, buf_xdt, buf_gcum,
-                      buf_len, req_slots, ancestors):
-    """Launcher: checks, ancestor mask, allocation, grid."""
+                      buf_len, req_slots, ancestors, config: VerifyConfig | None = None):
+    """Launcher: checks, ancestor mask, allocation, grids. config: verify_config's unless given (the sweep's)."""
     NH, NG, P, N, L = check_pools(state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots)
     B = req_slots.shape[0]
     if parents.dim() != 2 or parents.shape[0] != B or num_nodes.shape != (B,):
@@ -144,22 +298,34 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
     check_tokens((B, T), NH, NG, P, N, x=x, dt=dt, A=A, Bm=Bm, C=C, D=D)
     check_indices(parents=parents, num_nodes=num_nodes)
     if ancestors is None:
-        ancestors = tree_ancestors(parents, num_nodes)
+        ancestors = ancestor_mask(parents, num_nodes, check=False)  # no host sync (CUDA graphs)
     elif ancestors.shape != (B, T, T) or ancestors.dtype != torch.bool or not ancestors.is_contiguous():
         raise ValueError(f"ancestors must be a contiguous [B, T, T] = {(B, T, T)} bool mask, got "
                          f"{tuple(ancestors.shape)} {ancestors.dtype}")
-    device = x.device
-    y = torch.empty(B, T, NH, P, dtype=torch.float32, device=device)
-    xdt = torch.empty(B, T, NH, P, dtype=torch.float32, device=device)
-    gcum = torch.empty(B, T, NH, dtype=torch.float32, device=device)
-    if B > 0:
-        BLOCK_P, BLOCK_T = min(P, BLOCK_P_MAX), max(16, triton.next_power_of_2(T))
-        mamba2_verify_kernel[(B, NH, P // BLOCK_P)](
-            x, dt, A, Bm, C, D, ancestors, num_nodes, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len,
-            req_slots, y, xdt, gcum,
-            T=T, NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_T=BLOCK_T, BLOCK_P=BLOCK_P, BLOCK_N=min(N, BLOCK_N_MAX),
-            BLOCK_L=BLOCK_L, num_warps=NUM_WARPS[BLOCK_T],
+    new = partial(torch.empty, dtype=torch.float32, device=x.device)
+    y, xdt, gcum = new(B, T, NH, P), new(B, T, NH, P), new(B, T, NH)
+    if B == 0:
+        return y, xdt, gcum
+    cfg = config or verify_config(B, T, P)
+    BT, BL = verify_blocks(T, L)
+    if cfg.inline_scores:
+        s_tree = s_buf = y                                                  # stand-ins, not read
+    else:
+        s_tree, s_buf = new(B, NG, BT, BT), new(B, NG, BT, BL)
+        mamba2_verify_products_kernel[(NG, B)](
+            Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, T,
+            NG=NG, N=N, L=L, BT=BT, BL=BL, BN=min(N, PRODUCTS_BLOCK_N), PRECISION=DOT_PRECISION,
+            num_warps=PRODUCTS_WARPS,
         )
+    BP = min(P, cfg.block_p)
+    mamba2_verify_kernel[(P // BP, NH, B)](
+        x, dt, A, Bm, C, D, ancestors.view(torch.uint8), num_nodes, state_pool, state_slots, buf_b, buf_xdt,
+        buf_gcum, buf_len, req_slots, s_tree, s_buf, y, xdt, gcum, T,
+        NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
+        FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
+        N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=DOT_PRECISION,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
     return y, xdt, gcum
 
 

@@ -1,0 +1,175 @@
+"""Sweep the Mamba2 kernels' launch parameters on the GPU and print the best (the tunables of
+verify_kernels/mamba2/verify.py and decode.py), in about two minutes on the H200:
+
+    python -m benchmarks.sweep_mamba2 [--out benchmarks/results/sweep_mamba2_h200.json]
+
+Every candidate is first checked against the torch references at Nemotron-3-Nano's sizes (benchmarks/checks.py, on
+ragged rows with and without a state); one that disagrees is reported and not timed. Then each is timed as
+benchmarks/kernels.py times (CUDA graphs, medians, inputs rotated over >= 2 GiB) at batch 64 and 256: the verify of
+a 5-chain and of a 16-node tree over 8 buffered entries, and decode-commit amortised over L = 16 steps (15 at the
+mean buffer fill, one that folds). "x bound" is the time over bytes_moved / the device copy bandwidth of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from benchmarks import checks, mamba2
+from benchmarks.inputs import Pools, rotation_slots
+from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
+from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
+from verify_kernels.mamba2.verify import VerifyConfig, mamba2_verify_fwd
+from verify_kernels.tree import ancestor_mask
+
+BATCHES = (64, 256)
+FLUSH_LENGTH = 16
+
+
+def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
+    """The state pass's P rows and warps, its N slice and pipeline depth, the state term on the FMA units (for few
+    nodes), the scores inline (the small batches' one-launch path) rather than from the products pass."""
+    candidates = {f"dots bp{bp} w{w}": VerifyConfig(bp, w, state_dot=True, inline_scores=False)
+                  for bp, w in ((32, 4), (64, 4), (64, 8), (32, 2))}
+    candidates["dots bp64 w4 bn64"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False, block_n=64)
+    candidates |= {f"dots bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, num_stages=s)
+                   for s in (3, 5)}
+    candidates["dots bp64 w4 inline"] = VerifyConfig(64, 4, state_dot=True, inline_scores=True)
+    if len(mamba2.VERIFY_TREES[tree]) <= 8:
+        candidates |= {f"fma bp{bp} w{w}": VerifyConfig(bp, w, state_dot=False, inline_scores=False)
+                       for bp, w in ((32, 4), (64, 4), (64, 8))}
+    return candidates
+
+
+def decode_candidates() -> dict[str, DecodeConfig]:
+    """P rows and warps per program, and the fold's N slice."""
+    candidates = {f"bp{bp} w{w}": DecodeConfig(bp, 16, w) for bp in (16, 32, 64) for w in (2, 4, 8)}
+    candidates["bp64 w4 fold-bn64"] = DecodeConfig(64, 16, 4, block_n=64)
+    return candidates
+
+
+def sweep_verify(tree: str, copy_bw: float) -> list[dict]:
+    rows = []
+    candidates = {}
+    for name, config in verify_candidates(tree).items():
+        error = checks.check_mamba2_verify(tree, config)
+        if error <= checks.TOLERANCE:
+            candidates[name] = config
+        else:
+            rows.append({"op": f"verify {tree}", "config": name, "error": error})
+    for batch in BATCHES:
+        nodes = len(mamba2.VERIFY_TREES[tree])
+        rotations = rotations_for(batch * mamba2.STATE_BYTES)
+        pools = Pools.make(rotations * batch, mamba2.BUFFER_CAPACITY, (mamba2.NH, mamba2.P, mamba2.N),
+                           (mamba2.NG, mamba2.N), (mamba2.NH, mamba2.P), mamba2.NH)
+        pools.buf_len.fill_(mamba2.VERIFY_FILL)
+        slots = [rotation_slots(r, batch) for r in range(rotations)]
+        x = mamba2.TokenInputs(rotations, batch, nodes)
+        a_neg, d_skip = mamba2.layer_weights()
+        parents = torch.tensor(mamba2.VERIFY_TREES[tree], device="cuda").expand(batch, nodes).contiguous()
+        num_nodes = torch.full((batch,), nodes, device="cuda")
+        ancestors = ancestor_mask(parents, num_nodes)
+        bound_us = mamba2.verify_bytes(batch, nodes, mamba2.VERIFY_FILL) / copy_bw * 1e6
+        for name, config in candidates.items():
+            seconds = time_calls([
+                partial(mamba2_verify_fwd, x.x[r], x.dt[r], a_neg, x.bm[r], x.cm[r], d_skip, parents, num_nodes,
+                        pools.state, slots[r], *pools.args()[1:], slots[r], ancestors, config)
+                for r in range(rotations)
+            ])
+            rows.append({"op": f"verify {tree}", "batch": batch, "config": name, "us": seconds * 1e6,
+                         "x_bound": seconds * 1e6 / bound_us})
+        del pools, x
+        torch.cuda.empty_cache()
+    return rows
+
+
+def sweep_decode(copy_bw: float) -> list[dict]:
+    rows = []
+    candidates = {}
+    for name, config in decode_candidates().items():
+        error = checks.check_mamba2_decode_commit(FLUSH_LENGTH, config)
+        if error <= checks.TOLERANCE:
+            candidates[name] = config
+        else:
+            rows.append({"op": "decode", "config": name, "error": error})
+    for batch in BATCHES:
+        rotations = rotations_for(batch * mamba2.STATE_BYTES)
+        pools = Pools.make(rotations * batch, mamba2.BUFFER_CAPACITY, (mamba2.NH, mamba2.P, mamba2.N),
+                           (mamba2.NG, mamba2.N), (mamba2.NH, mamba2.P), mamba2.NH)
+        slots = [rotation_slots(r, batch) for r in range(rotations)]
+        x = mamba2.TokenInputs(rotations, batch, 1)
+        a_neg, d_skip = mamba2.layer_weights()
+        bound_us = mamba2.decode_bytes(batch, FLUSH_LENGTH) / copy_bw * 1e6
+        for name, config in candidates.items():
+            calls = [partial(mamba2_decode_fwd, x.x[r, :, 0], x.dt[r, :, 0], a_neg, x.bm[r, :, 0], x.cm[r, :, 0],
+                             d_skip, pools.state, slots[r], *pools.args()[1:], slots[r], FLUSH_LENGTH, config)
+                     for r in range(rotations)]
+            pools.buf_len.fill_((FLUSH_LENGTH - 2) // 2)
+            step_s = time_calls(calls)
+            pools.buf_len.fill_(FLUSH_LENGTH - 1)
+            fold_s = time_calls(calls)
+            us = ((FLUSH_LENGTH - 1) * step_s + fold_s) / FLUSH_LENGTH * 1e6
+            rows.append({"op": "decode L16", "batch": batch, "config": name, "us": us, "x_bound": us / bound_us,
+                         "step_us": step_s * 1e6, "fold_us": fold_s * 1e6})
+        del pools, x
+        torch.cuda.empty_cache()
+    return rows
+
+
+def best(rows: list[dict]) -> dict[tuple[str, int], dict]:
+    """The fastest timed row per (op, batch)."""
+    winners = {}
+    for row in rows:
+        key = (row["op"], row.get("batch"))
+        if "us" in row and (key not in winners or row["us"] < winners[key]["us"]):
+            winners[key] = row
+    return winners
+
+
+def report(rows: list[dict], copy_bw: float) -> list[str]:
+    lines = [f"copy bandwidth {copy_bw / 1e12:.2f} TB/s", "",
+             "| op | batch | config | us | x bound | step us | fold us |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['op']} | — | {row['config']} | disagrees with the reference: {row['error']:.1e} |")
+            continue
+        step = f"{row['step_us']:.1f} | {row['fold_us']:.1f}" if "step_us" in row else "— | —"
+        lines.append(f"| {row['op']} | {row['batch']} | {row['config']} | {row['us']:.1f} | {row['x_bound']:.2f} | "
+                     f"{step} |")
+    lines += ["", "best (copy the batch-256 choice into the module constants; batch 64 for comparison):"]
+    for (op, batch), row in sorted(best(rows).items()):
+        lines.append(f"  {op}, batch {batch}: {row['config']} ({row['us']:.1f} us, {row['x_bound']:.2f}x bound)")
+    lines += [
+        "  verify.py: BLOCK_P[16] / NUM_WARPS[16] from the dots winner; FMA_MAX_NODES = 8 if an fma config wins the",
+        "  5-chain; STATE_BLOCK_N = 64 if 'bn64' wins, STATE_STAGES likewise; FUSED_MAX_BATCH >= 256 if 'inline'",
+        "  wins (the products pass is then not worth its launch). decode.py: BLOCK_P / NUM_WARPS, FOLD_BLOCK_N.",
+    ]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sweep_mamba2_h200.json"))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("the sweep needs a CUDA GPU")
+    torch.manual_seed(0)
+    copy_bw = copy_bandwidth()
+    rows = []
+    for tree in mamba2.VERIFY_TREES:
+        rows += sweep_verify(tree, copy_bw)
+        print(f"verify {tree}: done", flush=True)
+    rows += sweep_decode(copy_bw)
+    lines = report(rows, copy_bw)
+    print("\n".join(lines))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "copy_tbps": copy_bw / 1e12,
+                                    "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
