@@ -4,9 +4,14 @@ reads the pool in place."""
 
 import importlib.util
 
-from verify_kernels.attention.naive import tree_attention_mask, tree_attention_ref, write_nodes_ref
+from verify_kernels.attention.naive import (
+    masked_attention_ref,
+    tree_attention_mask,
+    tree_attention_ref,
+    write_nodes_ref,
+)
 
-__all__ = ["tree_attention_mask", "tree_attention_ref", "write_nodes_ref"]
+__all__ = ["masked_attention_ref", "tree_attention_mask", "tree_attention_ref", "write_nodes_ref"]
 
 # triton is a Linux-only dependency (pyproject.toml); the reference works everywhere
 if importlib.util.find_spec("triton") is not None:

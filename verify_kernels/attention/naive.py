@@ -67,13 +67,18 @@ def tree_attention_ref(
     """
     write_nodes_ref(key, value, key_pool, value_pool, req_slots, seq_lens)
     keys, values = key_pool[req_slots, :kv_len], value_pool[req_slots, :kv_len]  # [B, P, Hkv, D]
+    return masked_attention_ref(query, keys, values, tree_attention_mask(seq_lens, ancestors, kv_len), scale)
+
+
+def masked_attention_ref(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                         scale: float) -> torch.Tensor:
+    """query [B, T, Hq, D]; keys, values [B, P, Hkv, D]; mask [B, T, P] bool -> [B, T, Hq, D] (SDPA, query's dtype)."""
     B, T, Hq, D = query.shape
     Hkv = keys.shape[2]
     groups = Hq // Hkv
     # grouped-query attention without copying the keys per query head: the query heads that share a KV head
     # (heads j * groups .. j * groups + groups - 1) become rows of one sequence, [B, Hkv, groups * T, D]
     query = query.reshape(B, T, Hkv, groups, D).permute(0, 2, 3, 1, 4).reshape(B, Hkv, groups * T, D)
-    mask = tree_attention_mask(seq_lens, ancestors, kv_len)
     mask = mask[:, None, None].expand(-1, -1, groups, -1, -1).reshape(B, 1, groups * T, -1)
     out = F.scaled_dot_product_attention(query, keys.transpose(1, 2).to(query.dtype),
                                          values.transpose(1, 2).to(query.dtype), attn_mask=mask, scale=scale)

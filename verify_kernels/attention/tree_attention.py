@@ -13,7 +13,7 @@ The program of query block 0 and split 0 writes the nodes' keys / values into th
 that the next steps read); nothing in this launch reads those positions, so the write needs no ordering.
 
 Split-K (flash-decoding): when rows x KV heads x query blocks leave the SMs idle (small batches, long contexts), each
-row's key range is cut into SPLITS equal parts of whole BLOCK_N blocks, one program each, and a second kernel merges
+row's key range is cut into `splits` equal parts of whole BLOCK_N blocks, one program each, and a second kernel merges
 the partial (max, sum, accumulator) triples. The number of splits is chosen on the host from the grid and the key
 length hint kv_len, so a captured CUDA graph has a fixed grid; the loop bounds stay per row and data-dependent.
 """
@@ -62,10 +62,10 @@ def _softmax_step(b_q, b_k, b_v, b_visible, b_m, b_l, b_acc, qk_scale,
 @triton.jit
 def tree_attention_kernel(
     q, k, v, k_pool, v_pool, req_slots, seq_lens, ancestors, o, o_part, ml_part,
-    qk_scale, T,
+    qk_scale, T, splits,
     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_pr, s_pp, s_ph, s_ab, s_at, s_ob, s_ot, s_oh,
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
 ):
     i_m, i_bh, i_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = (i_bh // HKV).to(tl.int64), i_bh % HKV  # int64: prompts make [B, T, ...] offsets large
@@ -83,7 +83,7 @@ def tree_attention_kernel(
     # this program's keys: [lo, hi) of the positions 0 .. seq_len + t_last, in whole BLOCK_N blocks
     t_last = (tl.minimum(i_m * BLOCK_M + BLOCK_M, rows) - 1) // G
     n_keys = n_prefix + t_last + 1
-    per_split = tl.cdiv(tl.cdiv(n_keys, BLOCK_N), SPLITS) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(n_keys, BLOCK_N), splits) * BLOCK_N
     lo = i_s * per_split
     hi = tl.minimum(lo + per_split, n_keys)
     full = (n_prefix // BLOCK_N) * BLOCK_N  # blocks below this hold committed keys only
@@ -119,13 +119,13 @@ def tree_attention_kernel(
         b_m, b_l, b_acc = _softmax_step(b_q, b_k.to(b_q.dtype), b_v.to(b_q.dtype), b_visible, b_m, b_l, b_acc,
                                         qk_scale, MASKED=True, PRECISION=PRECISION, DOT_F32=DOT_F32)
 
-    if SPLITS == 1:
+    if not SPLIT:
         b_o = b_acc / tl.where(b_l > 0, b_l, 1.0)[:, None]
         p_o = o + i_b * s_ob + t_m[:, None] * s_ot + (i_h * G + g_m)[:, None] * s_oh + o_d[None, :]
         tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_m[:, None] & m_d[None, :])
     else:
-        # partials [B * HKV, SPLITS, rows, D] and (max, sum) [B * HKV, SPLITS, 2, rows], fp32; empty splits too
-        base = (i_bh * SPLITS + i_s).to(tl.int64) * rows
+        # partials [B * HKV, splits, rows, D] and (max, sum) [B * HKV, splits, 2, rows], fp32; empty splits too
+        base = (i_bh * splits + i_s).to(tl.int64) * rows
         tl.store(o_part + (base + o_m[:, None]) * D + o_d[None, :], b_acc, mask=m_m[:, None] & m_d[None, :])
         tl.store(ml_part + base * 2 + o_m, b_m, mask=m_m)
         tl.store(ml_part + base * 2 + rows + o_m, b_l, mask=m_m)
@@ -143,9 +143,8 @@ def tree_attention_kernel(
 
 @triton.jit
 def tree_attention_merge_kernel(
-    o_part, ml_part, o, T, s_ob, s_ot, s_oh,
+    o_part, ml_part, o, T, splits, s_ob, s_ot, s_oh,
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-    SPLITS: tl.constexpr,
 ):
     """Merges the splits' partial softmaxes of one block of folded rows: o = sum_s e^{m_s - m} acc_s / sum_s ..."""
     i_m, i_bh = tl.program_id(0), tl.program_id(1)
@@ -158,8 +157,8 @@ def tree_attention_merge_kernel(
     b_m = tl.full([BLOCK_M], -1e30, dtype=tl.float32)
     b_l = tl.zeros([BLOCK_M], dtype=tl.float32)
     b_acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for i_s in range(SPLITS):
-        base = (i_bh * SPLITS + i_s).to(tl.int64) * rows
+    for i_s in range(splits):
+        base = (i_bh * splits + i_s).to(tl.int64) * rows
         b_ms = tl.load(ml_part + base * 2 + o_m, mask=m_m, other=-1e30)
         b_ls = tl.load(ml_part + base * 2 + rows + o_m, mask=m_m, other=0.0)
         b_accs = tl.load(o_part + (base + o_m[:, None]) * D + o_d[None, :], mask=m_md, other=0.0)
@@ -234,16 +233,16 @@ def tree_attention_fwd(query, key, value, key_pool, value_pool, req_slots, seq_l
     precision = "ieee" if query.dtype == torch.float32 or dot_f32 else "tf32"
     tree_attention_kernel[(m_blocks, B * Hkv, splits)](
         query, key, value, key_pool, value_pool, req_slots, seq_lens, anc, out, o_part, ml_part,
-        scale * LOG2E, T,
+        scale * LOG2E, T, splits,
         *query.stride()[:3], *key.stride()[:3], *value.stride()[:3], *key_pool.stride()[:3], *anc.stride()[:2],
         *out.stride()[:3],
-        HKV=Hkv, G=G, D=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, SPLITS=splits, PRECISION=precision,
+        HKV=Hkv, G=G, D=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=precision,
         DOT_F32=dot_f32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     if splits > 1:
         tree_attention_merge_kernel[(m_blocks, B * Hkv)](
-            o_part, ml_part, out, T, *out.stride()[:3],
-            HKV=Hkv, G=G, D=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, SPLITS=splits, num_warps=NUM_WARPS,
+            o_part, ml_part, out, T, splits, *out.stride()[:3],
+            HKV=Hkv, G=G, D=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, num_warps=NUM_WARPS,
         )
     return out
 
