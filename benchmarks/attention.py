@@ -1,5 +1,5 @@
 """Tree attention of one layer on the GPU: the Triton kernel that reads the KV pool in place
-(verify_kernels/attention/tree_attention.py) against the path it replaces, the nodes' write + a gather of
+(verify_kernels/attention/flash_tree.py) against the path it replaces, the nodes' write + a gather of
 pool[req_slots, :kv_len] + SDPA with the step's boolean mask (built once per step, outside the timing).
 
     python -m benchmarks.attention --out benchmarks/results/attention_h200.json

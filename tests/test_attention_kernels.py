@@ -1,4 +1,4 @@
-"""The Triton tree attention (verify_kernels/attention/tree_attention.py) against its torch reference (naive.py): the
+"""The Triton tree attention (verify_kernels/attention/flash_tree.py) against its torch reference (naive.py): the
 outputs of every node, padding nodes included, and the pool after the nodes' keys / values are written. Without a
 GPU the kernel runs in Triton's interpreter (tests/conftest.py) on small heads; the `gpu` cases use Qwen3.5-9B's and
 Nemotron-3-Nano's attention sizes, and one replays the kernel in a CUDA graph on changed rows.
@@ -17,8 +17,8 @@ import torch
 from verify_kernels.attention import tree_attention, tree_attention_ref, write_nodes_ref
 from verify_kernels.tree import ancestor_mask
 
-pytestmark = pytest.mark.usefixtures("nan_empty")
-
+# every output a kernel allocates starts as NaN (tests/conftest.py); not for the engine test at the end
+nan_empty = pytest.mark.usefixtures("nan_empty")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_cuda = pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device")
 PAD = 1000  # a padding node's parent entry: out of range on purpose, ignored
@@ -109,6 +109,7 @@ def check(args, num_splits: int | None, dtype) -> None:
         torch.testing.assert_close(ours, theirs, atol=0, rtol=0, equal_nan=True, msg=lambda m, n=name: f"{n}: {m}")
 
 
+@nan_empty
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_kernel_matches_reference(case, dtype):
@@ -117,6 +118,7 @@ def test_kernel_matches_reference(case, dtype):
     check(make_step(gen, heads, rows, dtype), None, dtype)
 
 
+@nan_empty
 @pytest.mark.parametrize("num_splits", [3, 8])
 def test_key_splits_match_reference(num_splits):
     """Split-K: uneven splits, and 8 splits of rows with fewer key blocks than that (empty splits)."""
@@ -142,6 +144,7 @@ NEMOTRON_NANO = Heads(32, 2, 128)
 GPU_ROWS = [Row(4100, TREE5), Row(0, CHAIN5), Row(1000, [-1, 0, 1, PAD, PAD]), Row(77, FOREST5), Row(2048, CHAIN5)]
 
 
+@nan_empty
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("heads", [QWEN35_9B, NEMOTRON_NANO], ids=["qwen3.5-9b", "nemotron-3-nano"])
@@ -154,6 +157,7 @@ def test_model_sizes_match_reference(heads, rows):
     check(make_step(gen, heads, step, torch.bfloat16, positions=8192), None, torch.bfloat16)
 
 
+@nan_empty
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("num_splits", [1, 4])
@@ -177,3 +181,36 @@ def test_kernel_replays_in_a_cuda_graph(num_splits):
     assert_close(out, expected, *TOL[torch.bfloat16])
     for ours, theirs in zip(static[3:5], expected_pools, strict=True):
         torch.testing.assert_close(ours, theirs, atol=0, rtol=0, equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------------- the engine
+
+
+def test_engine_greedy_tokens_unchanged_on_the_kernel(tmp_path, monkeypatch):
+    """A tiny Qwen3.5 (attention heads of 16; linear heads of 8, which stay on the references, so only attention
+    runs in the interpreter) generates the same greedy tokens with SPECDEC_BACKEND=triton as on the references:
+    prompts, n-gram drafts verified as trees, commits."""
+    from drafters import NgramDrafter, TreeShape
+    from specdec.backend import attention_op
+    from specdec.cache.spec import CacheConfig
+    from specdec.engine.engine import Engine, EngineConfig
+    from specdec.engine.sampling import SamplingParams
+    from specdec.models import load_model
+    from tests.tiny_models import qwen35_text_config, save_tiny
+
+    save_tiny(qwen35_text_config(), tmp_path, seed=21)
+    model = load_model(tmp_path, device=DEVICE)
+
+    def generate(backend: str) -> tuple[list[list[int]], list[int]]:
+        monkeypatch.setenv("SPECDEC_BACKEND", backend)
+        config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64, flush_length=4),
+                              shape=TreeShape(steps=3))
+        engine = Engine(model, NgramDrafter(), config)
+        requests = [engine.add_request(p, SamplingParams(), 10) for p in ([5, 9, 2, 5, 9, 2, 5, 9], [17, 3])]
+        engine.run()
+        return [r.output for r in requests], [r.stats.steps for r in requests]
+
+    expected, steps = generate("reference")
+    assert generate("triton") == (expected, steps)
+    assert attention_op(torch.device(DEVICE), 16) is tree_attention
+    assert min(steps) < 10, "no draft was accepted: the test would not exercise verify steps"

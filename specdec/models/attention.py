@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from specdec.backend import attention_op
 from specdec.cache.spec import AttentionLayerSpec
 
 from .layers import OffsetRMSNorm, apply_rotary
@@ -16,20 +16,11 @@ def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     """query [B, T, Hq, D]; key, value [B, T, Hkv, D] of the step's nodes -> [B, T, Hq, D].
 
     Writes the nodes' keys/values past each row's committed end, then attends every node to the committed
-    prefix, its ancestors and itself (ctx.attention_mask).
+    prefix, its ancestors and itself (verify_kernels/attention: the kernel reads the pool in place, the reference
+    gathers ctx.kv_len positions per row).
     """
-    pool.write_nodes(ctx, key, value)
-    keys, values = pool.gather(ctx)  # [B, P, Hkv, D]
-    B, T, Hq, D = query.shape
-    Hkv = keys.shape[2]
-    groups = Hq // Hkv
-    # grouped-query attention without copying the keys per query head: the query heads that share a KV head
-    # (heads j * groups .. j * groups + groups - 1) become rows of one sequence, [B, Hkv, groups * T, D]
-    query = query.view(B, T, Hkv, groups, D).permute(0, 2, 3, 1, 4).reshape(B, Hkv, groups * T, D)
-    mask = ctx.attention_mask[:, None, None].expand(-1, -1, groups, -1, -1).reshape(B, 1, groups * T, -1)
-    out = F.scaled_dot_product_attention(query, keys.transpose(1, 2).to(query.dtype),
-                                         values.transpose(1, 2).to(query.dtype), attn_mask=mask, scale=scale)
-    return out.view(B, Hkv, groups, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, Hq, D)
+    op = attention_op(query.device, query.shape[-1])
+    return op(query, key, value, pool.key, pool.value, ctx.req_slots, ctx.seq_lens, ctx.ancestors, scale, ctx.kv_len)
 
 
 class GatedAttention(nn.Module):

@@ -1,4 +1,4 @@
-"""Tree attention over a slot-indexed KV pool, in torch: the oracle of the Triton kernel (tree_attention.py) and the
+"""Tree attention over a slot-indexed KV pool, in torch: the oracle of the Triton kernel (flash_tree.py) and the
 CPU path of the engine. The math is docs/design.md section 2 (full-attention layers).
 
 Each row of a step holds T nodes (a draft tree, a chain, a decoded token or a prompt) on top of its request's
