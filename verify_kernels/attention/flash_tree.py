@@ -3,19 +3,19 @@ tree_attention_ref (naive.py): no gather of the pool into a [B, kv_len] copy, no
 
 Grid (query block, row b x KV head, key split). Grouped-query attention without copies: the G = Hq / Hkv query heads
 that share a KV head are folded into the query rows of one program, row m = node t * G + head g, so a block of rows
-spans consecutive nodes. The program streams the keys of its row from position 0 to seq_len + t_last, where t_last is
-the last node of its block (an ancestor comes before its descendants), BLOCK_N at a time, with an fp32 online
-softmax (exp2, scale folded in):
-- positions p < seq_len are the committed prefix, read from pool row req_slots[b]: all visible, no mask;
-- positions seq_len + i are the step's nodes, read from the key / value inputs (not from the pool), visible to
-  node t iff i == t or ancestors[b, t, i].
+spans consecutive nodes. The program streams its row's keys with an fp32 online softmax (exp2, scale folded in):
+- the committed prefix, positions 0 .. seq_len - 1 of pool row req_slots[b], BLOCK_N at a time, all visible;
+- then the step's nodes 0 .. t_last, BLOCK_T at a time, where t_last is the last node of the block (an ancestor
+  comes before its descendants), read from the key / value inputs, not from the pool: node i is visible to node t
+  iff i == t or ancestors[b, t, i].
 The program of query block 0 and split 0 writes the nodes' keys / values into the pool at seq_len + i (the write
 that the next steps read); nothing in this launch reads those positions, so the write needs no ordering.
 
 Split-K (flash-decoding): when rows x KV heads x query blocks leave the SMs idle (small batches, long contexts), each
-row's key range is cut into `splits` equal parts of whole BLOCK_N blocks, one program each, and a second kernel merges
-the partial (max, sum, accumulator) triples. The number of splits is chosen on the host from the grid and the key
-length hint kv_len, so a captured CUDA graph has a fixed grid; the loop bounds stay per row and data-dependent.
+row's committed prefix is cut into `splits` equal parts of whole BLOCK_N blocks, one program each (the last one also
+takes the nodes), and a second kernel merges the partial (max, sum, accumulator) triples. The number of splits is
+chosen on the host from the grid and the key-length hint kv_len, so a captured CUDA graph has a fixed grid; the loop
+bounds stay per row and data-dependent.
 """
 
 import functools
@@ -28,7 +28,9 @@ import triton.language as tl
 # tunables (H200 sizes: 132 SMs). Query rows per program: T * G folded rows, at least 16 (tl.dot's minimum).
 BLOCK_M_MAX = 64
 BLOCK_N = 64  # keys per online-softmax step; K and V tiles of [64, 256] bf16 are 32 KiB each at Qwen3.5's D = 256
+# 4 warps; 8 from BIG_TILE accumulator elements [BLOCK_M, D] (sm_90 ptxas: 4 warps spill at [32, 256], [64, 128])
 NUM_WARPS = 4
+BIG_TILE = 32 * 256
 NUM_STAGES = 2
 MAX_HEAD_DIM = 256  # the accumulator [BLOCK_M, D] fp32 lives in registers
 # split-K: split until the grid holds about SPLIT_PROGRAMS_PER_SM programs per SM, never below MIN_KEYS_PER_SPLIT
@@ -40,17 +42,16 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _softmax_step(b_q, b_k, b_v, b_visible, b_m, b_l, b_acc, qk_scale,
-                  MASKED: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr):
+def _softmax_step(b_q, b_k, b_v, b_visible, b_m, b_l, b_acc, qk_scale, PRECISION: tl.constexpr,
+                  DOT_F32: tl.constexpr):
     """One BLOCK_N step of the online softmax; b_m, b_l [BLOCK_M] and b_acc [BLOCK_M, BLOCK_D] fp32. b_q, b_k, b_v
-    in the query's dtype; DOT_F32: the products in fp32 from the same rounded operands (Triton's interpreter
-    computes bf16 dots wrongly)."""
+    in the query's dtype; b_visible [BLOCK_M, BLOCK_N] bool (or a row of it); DOT_F32: the products in fp32 from
+    the same rounded operands (Triton's interpreter computes bf16 dots wrongly)."""
     b_p_dtype = b_v.dtype  # P is rounded to V's dtype before its product, as in flash attention
     if DOT_F32:
         b_q, b_k, b_v = b_q.to(tl.float32), b_k.to(tl.float32), b_v.to(tl.float32)
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PRECISION) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
-    if MASKED:
-        b_s = tl.where(b_visible, b_s, float("-inf"))
+    b_s = tl.where(b_visible, b_s, float("-inf"))
     b_m_new = tl.maximum(b_m, tl.max(b_s, 1))  # b_m starts finite, so a row with nothing visible stays NaN-free
     b_alpha = tl.exp2(b_m - b_m_new)
     b_p = tl.exp2(b_s - b_m_new[:, None])
@@ -65,7 +66,7 @@ def tree_attention_kernel(
     qk_scale, T, splits,
     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_pr, s_pp, s_ph, s_ab, s_at, s_ob, s_ot, s_oh,
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
 ):
     i_m, i_bh, i_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = (i_bh // HKV).to(tl.int64), i_bh % HKV  # int64: prompts make [B, T, ...] offsets large
@@ -80,44 +81,41 @@ def tree_attention_kernel(
     p_q = q + i_b * s_qb + t_m[:, None] * s_qt + (i_h * G + g_m)[:, None] * s_qh + o_d[None, :]
     b_q = tl.load(p_q, mask=m_m[:, None] & m_d[None, :], other=0.0)
 
-    # this program's keys: [lo, hi) of the positions 0 .. seq_len + t_last, in whole BLOCK_N blocks
-    t_last = (tl.minimum(i_m * BLOCK_M + BLOCK_M, rows) - 1) // G
-    n_keys = n_prefix + t_last + 1
-    per_split = tl.cdiv(tl.cdiv(n_keys, BLOCK_N), splits) * BLOCK_N
-    lo = i_s * per_split
-    hi = tl.minimum(lo + per_split, n_keys)
-    full = (n_prefix // BLOCK_N) * BLOCK_N  # blocks below this hold committed keys only
-
     b_m = tl.full([BLOCK_M], -1e30, dtype=tl.float32)
     b_l = tl.zeros([BLOCK_M], dtype=tl.float32)
     b_acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    # this split's share of the committed keys, whole BLOCK_N blocks read from pool row req_slots[b] in place
     p_kr = k_pool + i_r * s_pr + i_h * s_ph
     p_vr = v_pool + i_r * s_pr + i_h * s_ph
-    # committed blocks: every key visible to every row
-    for start in range(lo, tl.minimum(hi, full), BLOCK_N):
+    per_split = tl.cdiv(tl.cdiv(n_prefix, BLOCK_N), splits) * BLOCK_N
+    lo = i_s * per_split
+    hi = tl.minimum(lo + per_split, n_prefix)
+    for start in range(lo, hi, BLOCK_N):
         o_n = start + tl.arange(0, BLOCK_N)
-        b_k = tl.load(p_kr + o_n[:, None] * s_pp + o_d[None, :], mask=m_d[None, :], other=0.0)
-        b_v = tl.load(p_vr + o_n[:, None] * s_pp + o_d[None, :], mask=m_d[None, :], other=0.0)
-        b_m, b_l, b_acc = _softmax_step(b_q, b_k.to(b_q.dtype), b_v.to(b_q.dtype), None, b_m, b_l, b_acc, qk_scale,
-                                        MASKED=False, PRECISION=PRECISION, DOT_F32=DOT_F32)
-    # the block that straddles the committed end, then the step's nodes (from the inputs, cast as the pool stores)
-    for start in range(tl.maximum(lo, full), hi, BLOCK_N):
-        o_n = start + tl.arange(0, BLOCK_N)
-        m_p = o_n < n_prefix
-        o_i = o_n - n_prefix  # node held at key position o_n
-        m_i = (o_i >= 0) & (o_i < T)
-        m_kp, m_ki = m_p[:, None] & m_d[None, :], m_i[:, None] & m_d[None, :]
-        b_k = tl.load(p_kr + o_n[:, None] * s_pp + o_d[None, :], mask=m_kp, other=0.0)
-        b_v = tl.load(p_vr + o_n[:, None] * s_pp + o_d[None, :], mask=m_kp, other=0.0)
-        b_kn = tl.load(k + i_b * s_kb + o_i[:, None] * s_kt + i_h * s_kh + o_d[None, :], mask=m_ki, other=0.0)
-        b_vn = tl.load(v + i_b * s_vb + o_i[:, None] * s_vt + i_h * s_vh + o_d[None, :], mask=m_ki, other=0.0)
-        b_k = tl.where(m_p[:, None], b_k, b_kn.to(k_pool.dtype.element_ty))
-        b_v = tl.where(m_p[:, None], b_v, b_vn.to(v_pool.dtype.element_ty))
-        p_a = ancestors + i_b * s_ab + t_m[:, None] * s_at + o_i[None, :]
-        b_a = tl.load(p_a, mask=m_m[:, None] & m_i[None, :], other=0)
-        b_visible = m_p[None, :] | (m_i[None, :] & ((b_a != 0) | (t_m[:, None] == o_i[None, :])))
-        b_m, b_l, b_acc = _softmax_step(b_q, b_k.to(b_q.dtype), b_v.to(b_q.dtype), b_visible, b_m, b_l, b_acc,
-                                        qk_scale, MASKED=True, PRECISION=PRECISION, DOT_F32=DOT_F32)
+        m_n = o_n < hi
+        m_nd = m_n[:, None] & m_d[None, :]
+        b_k = tl.load(p_kr + o_n[:, None] * s_pp + o_d[None, :], mask=m_nd, other=0.0)
+        b_v = tl.load(p_vr + o_n[:, None] * s_pp + o_d[None, :], mask=m_nd, other=0.0)
+        b_m, b_l, b_acc = _softmax_step(b_q, b_k.to(b_q.dtype), b_v.to(b_q.dtype), m_n[None, :], b_m, b_l, b_acc,
+                                        qk_scale, PRECISION=PRECISION, DOT_F32=DOT_F32)
+    # the step's nodes 0 .. t_last (an ancestor comes before its descendants), in the last split, read from the
+    # key / value inputs and rounded as the pool stores them: node i is visible to node t iff i == t or
+    # ancestors[b, t, i]
+    if i_s == splits - 1:
+        t_last = (tl.minimum(i_m * BLOCK_M + BLOCK_M, rows) - 1) // G
+        for t0 in range(0, t_last + 1, BLOCK_T):
+            o_i = t0 + tl.arange(0, BLOCK_T)
+            m_i = o_i <= t_last
+            m_id = m_i[:, None] & m_d[None, :]
+            b_k = tl.load(k + i_b * s_kb + o_i[:, None] * s_kt + i_h * s_kh + o_d[None, :], mask=m_id, other=0.0)
+            b_v = tl.load(v + i_b * s_vb + o_i[:, None] * s_vt + i_h * s_vh + o_d[None, :], mask=m_id, other=0.0)
+            b_a = tl.load(ancestors + i_b * s_ab + t_m[:, None] * s_at + o_i[None, :], mask=m_m[:, None] & m_i[None, :],
+                          other=0)
+            b_visible = m_i[None, :] & ((b_a != 0) | (t_m[:, None] == o_i[None, :]))
+            b_k = b_k.to(k_pool.dtype.element_ty).to(b_q.dtype)
+            b_v = b_v.to(v_pool.dtype.element_ty).to(b_q.dtype)
+            b_m, b_l, b_acc = _softmax_step(b_q, b_k, b_v, b_visible, b_m, b_l, b_acc, qk_scale,
+                                            PRECISION=PRECISION, DOT_F32=DOT_F32)
 
     if not SPLIT:
         b_o = b_acc / tl.where(b_l > 0, b_l, 1.0)[:, None]
@@ -132,8 +130,8 @@ def tree_attention_kernel(
 
     # the nodes' keys / values into the pool, once per (row, KV head)
     if (i_m == 0) & (i_s == 0):
-        for t0 in range(0, T, BLOCK_N):
-            o_t = t0 + tl.arange(0, BLOCK_N)
+        for t0 in range(0, T, BLOCK_T):
+            o_t = t0 + tl.arange(0, BLOCK_T)
             m_t = (o_t < T)[:, None] & m_d[None, :]
             b_kn = tl.load(k + i_b * s_kb + o_t[:, None] * s_kt + i_h * s_kh + o_d[None, :], mask=m_t)
             b_vn = tl.load(v + i_b * s_vb + o_t[:, None] * s_vt + i_h * s_vh + o_d[None, :], mask=m_t)
@@ -236,8 +234,10 @@ def tree_attention_fwd(query, key, value, key_pool, value_pool, req_slots, seq_l
         scale * LOG2E, T, splits,
         *query.stride()[:3], *key.stride()[:3], *value.stride()[:3], *key_pool.stride()[:3], *anc.stride()[:2],
         *out.stride()[:3],
-        HKV=Hkv, G=G, D=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=precision,
-        DOT_F32=dot_f32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        HKV=Hkv, G=G, D=D, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+        BLOCK_T=min(BLOCK_N, max(16, triton.next_power_of_2(T))), SPLIT=splits > 1, PRECISION=precision,
+        DOT_F32=dot_f32, num_warps=2 * NUM_WARPS if BLOCK_M * BLOCK_D >= BIG_TILE else NUM_WARPS,
+        num_stages=NUM_STAGES,
     )
     if splits > 1:
         tree_attention_merge_kernel[(m_blocks, B * Hkv)](
