@@ -52,8 +52,8 @@ CASES = {
 
 
 def make_step(gen, heads: Heads, rows: list[Row], dtype, slots: int = 6, positions: int = 256):
-    """-> inputs of the op: query, key, value, key_pool, value_pool, req_slots, seq_lens, ancestors, scale,
-    kv_len; the kernel's pools (NaN wherever nothing committed lives) and the reference's (0 there)."""
+    """-> the op's arguments: query, key, value, key_pool, value_pool (NaN wherever nothing committed lives),
+    req_slots (a random subset of the pool's slots), seq_lens, ancestors, scale, kv_len (exact)."""
     B, T = len(rows), len(rows[0].parents)
     parents = torch.tensor([r.parents for r in rows])
     num_nodes = torch.tensor([sum(p != PAD for p in r.parents) for r in rows])
@@ -76,12 +76,13 @@ def make_step(gen, heads: Heads, rows: list[Row], dtype, slots: int = 6, positio
     return args
 
 
-def reference(args, dtype=torch.float32):
-    """The reference's output in `dtype` and its pools after the write (from the kernel's NaN-poisoned pools)."""
+def reference(args):
+    """The reference's output in fp32 (from zeros where the kernel's pools hold NaN) and the pools the kernel
+    should leave: its own, with the nodes written."""
     query, key, value, key_pool, value_pool, req_slots, seq_lens, ancestors, scale, kv_len = args
-    clean = [torch.nan_to_num(p, nan=0.0).to(dtype) for p in (key_pool, value_pool)]
-    out = tree_attention_ref(query.to(dtype), key.to(dtype), value.to(dtype), *clean, req_slots, seq_lens,
-                             ancestors, scale, kv_len)
+    clean = [torch.nan_to_num(p, nan=0.0).float() for p in (key_pool, value_pool)]
+    out = tree_attention_ref(query.float(), key.float(), value.float(), *clean, req_slots, seq_lens, ancestors,
+                             scale, kv_len)
     pools = [key_pool.clone(), value_pool.clone()]
     write_nodes_ref(key, value, *pools, req_slots, seq_lens)
     return out, pools
