@@ -6,8 +6,9 @@ state: specdec/cache/linear_state.py.)
 
 `SPECDEC_BACKEND=reference` forces the references on a GPU (debugging); `SPECDEC_BACKEND=triton` forces the
 kernels on a CPU, where they run in Triton's interpreter (set TRITON_INTERPRET=1 before importing specdec).
-Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128) run on the references anywhere. MoE
-experts follow the same choice (specdec/models/moe.py: the grouped linear kernel of verify_kernels/moe on Triton).
+Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128; attention any head dim up to 256) run
+on the references anywhere. MoE experts follow the same choice (specdec/models/moe.py: the grouped linear kernel of
+verify_kernels/moe on Triton).
 Chunked prefill: GDN layers of bf16 / fp16 models on the Triton backend use fla-core's chunk kernel when fla is
 installed (gdn_chunk_prefill); fp32 models and Mamba2 layers use the references.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+import verify_kernels.attention as attention
 import verify_kernels.conv as conv
 import verify_kernels.gdn as gdn
 import verify_kernels.intermediate as intermediate
@@ -111,3 +113,14 @@ def intermediate_ops(mixer: str, backend: str) -> IntermediateOps:
         return IntermediateOps(tree, intermediate.commit_node_states_ref)
     tree = {"gdn": intermediate.gdn_intermediate, "mamba2": intermediate.mamba2_intermediate}[mixer]
     return IntermediateOps(tree, intermediate.commit_node_states)
+
+
+ATTENTION_MAX_HEAD_DIM = 256
+
+
+def attention_op(device: torch.device, head_dim: int) -> Callable:
+    """Tree attention over the KV pool (signature of verify_kernels.attention.tree_attention_ref): the Triton kernel,
+    which reads the pool in place, or the reference (write, gather, SDPA)."""
+    if head_dim <= ATTENTION_MAX_HEAD_DIM and backend_for(device) == "triton":
+        return attention.tree_attention
+    return attention.tree_attention_ref

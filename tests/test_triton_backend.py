@@ -48,7 +48,8 @@ def test_triton_backend_matches_reference_backend(family, tmp_path, monkeypatch)
 
 
 def test_head_dims_the_kernels_do_not_take_run_on_the_references(tmp_path, monkeypatch):
-    """Kernels take head dims of 16 to 128; a model with 8 runs (on the references) instead of failing."""
+    """Linear kernels take head dims of 16 to 128; a model with 8 runs them on the references instead of failing
+    (its attention, of head dim 16, runs on the attention kernel, which takes any head dim up to 256)."""
     from specdec.backend import backend_for
 
     save_tiny(qwen35_text_config(), tmp_path, seed=9)  # linear heads of 8
@@ -57,4 +58,4 @@ def test_head_dims_the_kernels_do_not_take_run_on_the_references(tmp_path, monke
     assert backend_for(torch.device("cpu"), 8, 8) == "reference"
     assert backend_for(torch.device("cpu"), 16, 128) == "triton"
     for ours, expected in zip(run(model, monkeypatch, "triton"), run(model, monkeypatch, "reference"), strict=True):
-        torch.testing.assert_close(ours, expected, atol=0, rtol=0)
+        torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)

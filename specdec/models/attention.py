@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specdec.cache.spec import AttentionLayerSpec
 
 from .layers import OffsetRMSNorm, apply_rotary
-
-
-def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ctx, pool,
-                   scale: float) -> torch.Tensor:
-    """query [B, T, Hq, D]; key, value [B, T, Hkv, D] of the step's nodes -> [B, T, Hq, D].
-
-    Writes the nodes' keys/values past each row's committed end, then attends every node to the committed
-    prefix, its ancestors and itself (ctx.attention_mask).
-    """
-    pool.write_nodes(ctx, key, value)
-    keys, values = pool.gather(ctx)  # [B, P, Hkv, D]
-    B, T, Hq, D = query.shape
-    Hkv = keys.shape[2]
-    groups = Hq // Hkv
-    # grouped-query attention without copying the keys per query head: the query heads that share a KV head
-    # (heads j * groups .. j * groups + groups - 1) become rows of one sequence, [B, Hkv, groups * T, D]
-    query = query.view(B, T, Hkv, groups, D).permute(0, 2, 3, 1, 4).reshape(B, Hkv, groups * T, D)
-    mask = ctx.attention_mask[:, None, None].expand(-1, -1, groups, -1, -1).reshape(B, 1, groups * T, -1)
-    out = F.scaled_dot_product_attention(query, keys.transpose(1, 2).to(query.dtype),
-                                         values.transpose(1, 2).to(query.dtype), attn_mask=mask, scale=scale)
-    return out.view(B, Hkv, groups, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, Hq, D)
 
 
 class GatedAttention(nn.Module):
@@ -62,7 +40,7 @@ class GatedAttention(nn.Module):
         value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
         cos, sin = rotary
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
-        out = tree_attention(query, key, value, ctx, cache.attention[self.attention_index], self.head_dim**-0.5)
+        out = cache.attention[self.attention_index].attend(ctx, query, key, value, self.head_dim**-0.5)
         out = out.flatten(-2) * torch.sigmoid(gate.flatten(-2))
         return self.o_proj(out)
 
@@ -90,5 +68,5 @@ class PlainAttention(nn.Module):
         query = self.q_proj(hidden).unflatten(-1, (self.num_heads, self.head_dim))
         key = self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
         value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
-        out = tree_attention(query, key, value, ctx, cache.attention[self.attention_index], self.head_dim**-0.5)
+        out = cache.attention[self.attention_index].attend(ctx, query, key, value, self.head_dim**-0.5)
         return self.o_proj(out.flatten(-2))

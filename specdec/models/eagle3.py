@@ -24,7 +24,6 @@ import torch
 from torch import nn
 from transformers import LlamaConfig
 
-from .attention import tree_attention
 from .base import HybridCausalLM
 from .checkpoint import CheckpointError, iter_tensors, read_config, resolve_checkpoint, weight_files
 from .layers import GatedMLP, RMSNorm, RotaryEmbedding, apply_rotary
@@ -59,7 +58,7 @@ class Eagle3Attention(nn.Module):
         value = self.v_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
         cos, sin = rotary
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
-        out = tree_attention(query, key, value, ctx, cache.attention[0], self.head_dim**-0.5)
+        out = cache.attention[0].attend(ctx, query, key, value, self.head_dim**-0.5)
         return self.o_proj(out.flatten(-2))
 
 
