@@ -14,7 +14,7 @@ from verify_kernels.tree import ancestor_mask
 from .attention_pool import AttentionLayerPool
 from .linear_pool import LinearLayerPool
 from .spec import CacheConfig, ModelCacheSpec
-from .step import StepBatch, StepContext, build_attention_mask, positions_for
+from .step import StepBatch, StepContext, positions_for
 
 
 class CacheFullError(RuntimeError):
@@ -154,7 +154,6 @@ class KVBufferCache:
             num_nodes=node_counts,
             positions=positions_for(seq_lens, tree),
             seq_lens=seq_lens,
-            attention_mask=build_attention_mask(seq_lens, tree, kv_len),
             ancestors=tree,
             kv_len=kv_len,
             chunk_rows=rows[chunk_mask],

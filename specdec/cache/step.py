@@ -92,7 +92,7 @@ class StepBatch:
 class StepContext:
     """Device-side view of a step, shared by every layer of the forward.
 
-    Shapes: B rows, T nodes, P = kv_len (committed tokens + T of the longest row).
+    Shapes: B rows, T nodes; kv_len = committed tokens + T of the longest row (a bucket under CUDA graphs).
     chunk_rows / tree_rows: row indices taking the chunked-prefill path / the KVBuffer tree path.
     """
 
@@ -103,9 +103,8 @@ class StepContext:
     num_nodes: torch.Tensor  # [B]
     positions: torch.Tensor  # [B, T] committed length + depth: rotary positions
     seq_lens: torch.Tensor  # [B] committed tokens per row
-    attention_mask: torch.Tensor  # [B, T, P] bool: committed prefix + ancestors + self
-    ancestors: torch.Tensor  # [B, T, T] bool: verify_kernels.tree.ancestor_mask, shared by the linear layers
-    kv_len: int
+    ancestors: torch.Tensor  # [B, T, T] bool: verify_kernels.tree.ancestor_mask, shared by every layer
+    kv_len: int  # key positions the attention reference gathers per row (the kernel reads each row's own)
     chunk_rows: torch.Tensor  # [B_chunk] int64
     tree_rows: torch.Tensor  # [B_tree] int64
     scratch: dict[int, object] = field(default_factory=dict)  # linear layer index -> what commit needs
@@ -121,22 +120,6 @@ class StepContext:
         """[B, T] bool: real nodes (not padding)."""
         width = self.parents.shape[1]
         return torch.arange(width, device=self.parents.device)[None, :] < self.num_nodes[:, None]
-
-
-def build_attention_mask(seq_lens: torch.Tensor, tree: torch.Tensor, kv_len: int) -> torch.Tensor:
-    """[B, T, P] bool: node j of row b sees key position p if p is committed (p < seq_lens[b]) or p holds an
-    ancestor of j or j itself (p = seq_lens[b] + i); tree = ancestor_mask(parents, num_nodes) [B, T, T]. Padding
-    nodes see only themselves, so no softmax row is empty."""
-    batch, width, _ = tree.shape
-    device = tree.device
-    tree = tree | torch.eye(width, dtype=torch.bool, device=device)[None]
-    key_pos = torch.arange(kv_len, device=device)[None, :]  # [1, P]
-    committed = key_pos < seq_lens[:, None]  # [B, P]
-    node_of_key = key_pos - seq_lens[:, None]  # [B, P]: node index held at key position p
-    in_step = (node_of_key >= 0) & (node_of_key < width)
-    gather_index = node_of_key.clamp(0, width - 1)[:, None, :].expand(batch, width, kv_len)
-    sees_node = torch.gather(tree, 2, gather_index) & in_step[:, None, :]
-    return committed[:, None, :] | sees_node
 
 
 def positions_for(seq_lens: torch.Tensor, tree: torch.Tensor) -> torch.Tensor:

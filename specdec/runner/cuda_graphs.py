@@ -4,11 +4,11 @@ paths. Only the runner (model_runner.py) uses them.
 One pair of graphs per (batch bucket, key-length bucket), all at the engine's step width T (1 for plain decoding,
 draft budget + 1 with a drafter), captured the first time a step needs it. A step of B <= bucket requests and
 width <= T replays the smallest batch bucket that holds it, at the smallest key length (a power of two from
-MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention layers gather that many positions per
-row, masked, so a step never reads more than twice the keys it needs, and no shape depends on the data. The host packs
-each row's inputs into one int64 row (tokens, parents, ancestor mask, node count, request slot, state slot,
-committed length), copies them to the device in one transfer, and the graph builds the rest of the step context
-(positions, attention mask) itself. Rows past B are padding rows: a request slot kept for them, no committed state
+MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention kernel reads each row's own keys in
+place and sizes its key splits from it (the reference gathers that many positions per row, masked), and no shape
+depends on the data. The host packs each row's inputs into one int64 row (tokens, parents, ancestor mask, node
+count, request slot, state slot, committed length), copies them to the device in one transfer, and the graph builds
+the rest of the step context (positions) itself. Rows past B are padding rows: a request slot kept for them, no committed state
 (slot -1: the kernels never read the state pool for them), one node, nothing accepted. Prefill, and steps wider or
 larger than the graphs, run eagerly on the same code.
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.backend import backend_for
-from specdec.cache.step import StepBatch, StepContext, build_attention_mask, positions_for
+from specdec.cache.step import StepBatch, StepContext, positions_for
 from specdec.models.base import HybridCausalLM
 from specdec.models.moe import StackedExperts
 from verify_kernels.tree import ancestor_mask
@@ -184,7 +184,7 @@ class StepGraphs:
             req_slots=x[:, lay.req_slot].contiguous(), state_slots=x[:, lay.state_slot].contiguous(),
             parents=x[:, lay.parents].contiguous(), num_nodes=x[:, lay.num_nodes].contiguous(),
             positions=positions_for(seq_lens, tree), seq_lens=seq_lens,
-            attention_mask=build_attention_mask(seq_lens, tree, step.kv_len), ancestors=tree, kv_len=step.kv_len,
+            ancestors=tree, kv_len=step.kv_len,
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
             tree_rows=torch.arange(bucket, device=x.device),
         )
