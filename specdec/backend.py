@@ -115,12 +115,12 @@ def intermediate_ops(mixer: str, backend: str) -> IntermediateOps:
     return IntermediateOps(tree, intermediate.commit_node_states)
 
 
-ATTENTION_MAX_HEAD_DIM = 256
+ATTENTION_MIN_HEAD_DIM, ATTENTION_MAX_HEAD_DIM = 16, 256  # the kernel's dots need 16; registers cap it at 256
 
 
 def attention_op(device: torch.device, head_dim: int) -> Callable:
     """Tree attention over the KV pool (signature of verify_kernels.attention.tree_attention_ref): the Triton kernel,
     which reads the pool in place, or the reference (write, gather, SDPA)."""
-    if head_dim <= ATTENTION_MAX_HEAD_DIM and backend_for(device) == "triton":
+    if ATTENTION_MIN_HEAD_DIM <= head_dim <= ATTENTION_MAX_HEAD_DIM and backend_for(device) == "triton":
         return attention.tree_attention
     return attention.tree_attention_ref

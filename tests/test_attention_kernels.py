@@ -191,13 +191,12 @@ def test_engine_greedy_tokens_unchanged_on_the_kernel(tmp_path, monkeypatch):
     """A tiny Qwen3.5 (attention heads of 16; linear heads of 8, which stay on the references, so only attention
     runs in the interpreter) generates the same greedy tokens with SPECDEC_BACKEND=triton as on the references:
     prompts, n-gram drafts verified as trees, commits."""
-    from specdec.engine.sampling import SamplingParams
-
-    from drafters import NgramDrafter, TreeShape
+    from drafters import NgramDrafter
     from specdec.backend import attention_op
     from specdec.cache.spec import CacheConfig
     from specdec.engine.engine import Engine, EngineConfig
     from specdec.models import load_model
+    from specdec.speculation import SamplingParams, TreeShape
     from tests.tiny_models import qwen35_text_config, save_tiny
 
     save_tiny(qwen35_text_config(), tmp_path, seed=21)

@@ -59,9 +59,10 @@ from verify_kernels.tree import ancestor_mask
 # STATE_BLOCK_N: N columns per tl.dot step. The steps are a loop that Triton pipelines (the h0 slices stream into
 # shared memory with cp.async, all in flight at once); unrolled, each slice's load waited for the previous slice's
 # dot, and tf32x3 over the whole N = 128 at once (each operand split in two, in registers) took 213 registers.
-# STATE_STAGES: the pipeline's depth (Triton's num_stages): with 4 the loop has requested all four 32-column slices
-# of h0 by its first step (the default 3 keeps two or three in flight; shared memory 34 KiB per program at BP 64,
-# registers unchanged).
+# STATE_STAGES: the pipeline's depth (Triton's num_stages). Swept on the H200 (triton 3.6, benchmarks/sweep_mamba2.py,
+# Nemotron-3-Nano shapes, batch 256): 3 stages 265 us for a 5-chain (1.73x its bound) and 282 us for a 16-node tree
+# (1.48x), against 309 / 322 us with 4 and 306 / 326 us with 5; BP 64 on 4 warps beat BP 32 (2 or 4 warps), 8 warps,
+# 64-column N steps (371 us), the FMA state term (383 us at best) and the one-launch inline scores (720 us).
 # FMA_MAX_NODES: up to this many nodes (the tree's T) the state term runs one node at a time on the FMA units
 # instead (the whole tile loaded first; 168 registers at 5 nodes). Each node's sum over N costs 5 warp shuffles per
 # row, ~110 us of shuffles per layer at batch 256 against ~50 us of tensor-core time for the dots, so 0 (never)
@@ -69,7 +70,7 @@ from verify_kernels.tree import ancestor_mask
 BLOCK_P = {16: 64, 32: 64, 64: 16}
 NUM_WARPS = {16: 4, 32: 4, 64: 8}
 STATE_BLOCK_N = 32
-STATE_STAGES = 4
+STATE_STAGES = 3
 FMA_MAX_NODES = 0
 # Up to FUSED_MAX_BATCH rows: one launch (scores computed in every program), with SMALL_BATCH_BLOCK_P rows of h0
 # per program so that a single row still spreads over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano).
