@@ -8,9 +8,9 @@ MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention kerne
 place and sizes its key splits from it (the reference gathers that many positions per row, masked), and no shape
 depends on the data. The host packs each row's inputs into one int64 row (tokens, parents, ancestor mask, node
 count, request slot, state slot, committed length), copies them to the device in one transfer, and the graph builds
-the rest of the step context (positions) itself. Rows past B are padding rows: a request slot kept for them, no committed state
-(slot -1: the kernels never read the state pool for them), one node, nothing accepted. Prefill, and steps wider or
-larger than the graphs, run eagerly on the same code.
+the rest of the step context (positions) itself. Rows past B are padding rows: a request slot kept for them, no
+committed state (slot -1: the kernels never read the state pool for them), one node, nothing accepted. Prefill, and
+steps wider or larger than the graphs, run eagerly on the same code.
 
 Graphs replay on CUDA; `capture=False` runs the very same static, padded steps eagerly (the CPU tests use it to
 check the packing, the padding and the static context against the plain path).
