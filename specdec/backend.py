@@ -19,6 +19,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -27,6 +28,7 @@ import verify_kernels.conv as conv
 import verify_kernels.gdn as gdn
 import verify_kernels.intermediate as intermediate
 import verify_kernels.mamba2 as mamba2
+from verify_kernels.kvbuffer import decode_then_commit
 
 BACKENDS = ("reference", "triton")
 
@@ -40,6 +42,7 @@ class MixerOps:
     commit: Callable
     flush: Callable
     chunk_prefill: Callable
+    decode_commit: Callable  # plain decoding: decode, then commit of that token, in one op
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,11 @@ def backend_for(device: torch.device, *head_dims: int) -> str:
 @functools.cache
 def gdn_ops(backend: str) -> MixerOps:
     if backend == "reference":
-        return MixerOps(gdn.gdn_decode_ref, gdn.gdn_verify_ref, gdn.gdn_commit_ref,
-                        gdn.gdn_flush_ref, gdn.gdn_chunk_prefill_ref)
-    return MixerOps(gdn.gdn_decode, gdn.gdn_verify, gdn.gdn_commit, gdn.gdn_flush, gdn.gdn_chunk_prefill_ref)
+        return MixerOps(gdn.gdn_decode_ref, gdn.gdn_verify_ref, gdn.gdn_commit_ref, gdn.gdn_flush_ref,
+                        gdn.gdn_chunk_prefill_ref,
+                        partial(decode_then_commit, gdn.gdn_decode_ref, gdn.gdn_commit_ref, 1))
+    return MixerOps(gdn.gdn_decode, gdn.gdn_verify, gdn.gdn_commit, gdn.gdn_flush, gdn.gdn_chunk_prefill_ref,
+                    gdn.gdn_decode_commit)
 
 
 def gdn_chunk_prefill(backend: str, dtype: torch.dtype) -> Callable:
@@ -93,9 +98,10 @@ def gdn_chunk_prefill(backend: str, dtype: torch.dtype) -> Callable:
 def mamba2_ops(backend: str) -> MixerOps:
     if backend == "reference":
         return MixerOps(mamba2.mamba2_decode_ref, mamba2.mamba2_verify_ref, mamba2.mamba2_commit_ref,
-                        mamba2.mamba2_flush_ref, mamba2.mamba2_chunk_prefill_ref)
+                        mamba2.mamba2_flush_ref, mamba2.mamba2_chunk_prefill_ref,
+                        partial(decode_then_commit, mamba2.mamba2_decode_ref, mamba2.mamba2_commit_ref, 3))
     return MixerOps(mamba2.mamba2_decode, mamba2.mamba2_verify, mamba2.mamba2_commit, mamba2.mamba2_flush,
-                    mamba2.mamba2_chunk_prefill_ref)
+                    mamba2.mamba2_chunk_prefill_ref, mamba2.mamba2_decode_commit)
 
 
 @functools.cache

@@ -193,3 +193,20 @@ def _check_flush_length(flush_length: int, L: int) -> None:
 def _check_state_slots(state_slots: torch.Tensor, flushing: torch.Tensor) -> None:
     if (flushing & (state_slots < 0)).any():
         raise ValueError("rows that flush need a state slot (state_slots >= 0): allocate a zeroed one first")
+
+
+def decode_then_commit(decode: Callable, commit: Callable, key_index: int, *args):
+    """Plain decoding in reference form, the oracle of the fused decode-commit kernels: `decode` of one token per row,
+    then `commit` of that token (accepted [[0]]): its entry appended to the buffer, or folded into the state.
+
+    args: decode's arguments (the token inputs, then state_pool, state_slots, buf_key, buf_value, buf_gcum, buf_len,
+    req_slots), then flush_length; key_index: which token input the buffer keeps as the entry's key (GDN: k,
+    Mamba2: B). -> (the decode's output [B, ...], flushed [B] bool)."""
+    *decode_args, flush_length = args
+    out, value, gcum = decode(*decode_args)
+    key, pools = decode_args[key_index], decode_args[-7:]
+    rows = key.shape[0]
+    accepted = torch.zeros(rows, 1, dtype=torch.long, device=key.device)
+    num_accepted = torch.ones(rows, dtype=torch.long, device=key.device)
+    flushed = commit(key[:, None], value[:, None], gcum[:, None], accepted, num_accepted, *pools, flush_length)
+    return out, flushed

@@ -75,12 +75,17 @@ class LinearLayerPool:
         self.linear_state.flush(req_slots, state_slots, buf_len)
 
     def score(self, ctx, inputs: MixerInputs, conv_input: torch.Tensor,
-              buf_len: torch.Tensor) -> tuple[torch.Tensor, LinearScratch]:
-        """Every row of the step -> (outputs [B, T, heads, head_dim] fp32, what commit needs). Tree rows go through
+              buf_len: torch.Tensor) -> tuple[torch.Tensor, LinearScratch | None]:
+        """Every row of the step -> (outputs [B, T, heads, head_dim] fp32, what commit needs; None when the step
+        commits in the forward, ctx.commit_in_forward: plain decoding, conv window and state). Tree rows go through
         the linear state; chunk rows (prompts longer than the buffer) through the chunked prefill, which starts
         from the committed state and ends with the row's new one. Right padding of chunk rows leaves the state
         untouched (zero decay and input), so the final state is the one at each row's end."""
         scratch = LinearScratch(conv_input=conv_input)
+        if ctx.commit_in_forward:  # plain decoding: every row's one node is accepted, commit it now
+            out = self.linear_state.decode_commit(ctx, inputs, buf_len)
+            self.conv_ops.commit(conv_input, ctx.accepted, ctx.num_nodes, self.conv, ctx.req_slots)
+            return out, None
         tree_out = chunk_out = None
         if ctx.tree_rows.numel():
             tree_out, scratch.tree = self.linear_state.score(ctx, inputs, buf_len)

@@ -3,7 +3,8 @@ intermediate states of today's engines that we measure against. One object per l
 built (CacheConfig.linear_state); the mixers hand it their per-token inputs and never ask which one it is.
 
 Both score the tree rows of a step (decode: one node per row; verify: a token tree per row) without changing a
-committed state, and commit the accepted paths afterwards:
+committed state, and commit the accepted paths afterwards; or, for plain decoding, where the one node of every row
+is accepted by construction, score and commit in one op (decode_commit):
 - KVBufferState (docs/design.md section 2): reads the committed state and the buffer, writes nothing; the step's
   entries (key, value, cumulative decay per node) wait in the scratch; commit appends the accepted ones to the buffer
   and folds a full buffer into the state.
@@ -87,6 +88,15 @@ class KVBufferState:
                                                ancestors=ctx.ancestors[rows])
         return out, TreeScratch(key=inputs.tokens[inputs.entry_key][rows], value=value, gcum=gcum)
 
+    def decode_commit(self, ctx, inputs: MixerInputs, buf_len: torch.Tensor) -> torch.Tensor:
+        """A plain decoding step, committed as it is scored (one fused op): each row's token appended to its
+        buffer, or the buffer and the token folded into its state (whose slot the cache took beforehand).
+        -> outputs [B, 1, heads, head_dim] fp32."""
+        pool = self.pool
+        pools = (pool.state, ctx.state_slots, *pool.buffers(buf_len), ctx.req_slots)
+        out, _ = self.ops.decode_commit(*inputs.args(node=0), *pools, pool.flush_length)
+        return out[:, None]
+
     def commit(self, scratch: TreeScratch, ctx, accepted: torch.Tensor, num_accepted: torch.Tensor,
                buf_len: torch.Tensor) -> None:
         """Append the accepted entries to the buffers; fold the buffers that fill into their states."""
@@ -129,6 +139,12 @@ class IntermediateStates:
                                          ctx.state_slots[rows], in_place=parents.shape[1] == 1,
                                          states_out=self._node_states_for(*parents.shape))
         return out, TreeScratch(node_states=node_states)
+
+    def decode_commit(self, ctx, inputs: MixerInputs, buf_len: torch.Tensor) -> torch.Tensor:
+        """A plain decoding step: the recurrence writes each row's state in place (today's engines' decode)."""
+        out, _ = self.ops.tree(*inputs.args(), ctx.parents, ctx.num_nodes, self.pool.state, ctx.state_slots,
+                               in_place=True)
+        return out
 
     def _node_states_for(self, rows: int, width: int) -> torch.Tensor | None:
         """[rows, width, *state] in the reserved node states, or None (the op allocates) when they do not fit."""

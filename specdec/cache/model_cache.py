@@ -160,6 +160,22 @@ class KVBufferCache:
             tree_rows=rows[~chunk_mask],
         )
 
+    def begin_decode(self, batch: StepBatch, kv_len: int | None = None) -> tuple[StepContext, list[bool]]:
+        """A plain decoding step (one node per row, accepted by construction), which commits in its forward: the
+        host half of its commit first (prepare_commit: the state slots of the rows whose buffer fills), then its
+        context. -> (context, which rows fold: finish_decode takes them after the forward)."""
+        if batch.prefill or batch.width != 1:
+            raise ValueError("a decode step has one node per row and is no prefill")
+        self.check_step(batch)
+        folds = self.prepare_commit(batch.req_slots, [1] * len(batch.req_slots), [True] * len(batch.req_slots))
+        ctx = self.begin_step(batch, kv_len)
+        ctx.commit_in_forward = True
+        return ctx, folds
+
+    def finish_decode(self, slots: list[int], folds: list[bool]) -> None:
+        """After a decode step's forward: committed lengths and buffer fills (finish_commit of one node per row)."""
+        self.finish_commit(slots, [1] * len(slots), folds)
+
     def _prepare_chunked_prefill(self, req_slots: list[int]) -> None:
         """Rows about to be prefilled chunkwise start from a committed state with an empty buffer: give them a
         state slot and fold what their buffer holds (this changes no result, only where the past is kept)."""

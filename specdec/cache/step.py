@@ -108,12 +108,20 @@ class StepContext:
     chunk_rows: torch.Tensor  # [B_chunk] int64
     tree_rows: torch.Tensor  # [B_tree] int64
     scratch: dict[int, object] = field(default_factory=dict)  # linear layer index -> what commit needs
+    # plain decoding (one node per row, accepted by construction): the layers commit as they score, and no commit
+    # follows; the cache took the state slots of the rows that fold before the step (KVBufferCache.begin_decode)
+    commit_in_forward: bool = False
 
     @property
     def tree_index(self) -> torch.Tensor | slice:
         """Index of the tree rows: a plain slice when every row is one (decode and verify steps), so that the
         layers take views instead of gathering, and a captured step has no data-dependent shapes."""
         return slice(None) if self.chunk_rows.numel() == 0 else self.tree_rows
+
+    @property
+    def accepted(self) -> torch.Tensor:
+        """[B, 1]: the accepted path of a plain decoding step, every row's node 0."""
+        return torch.zeros_like(self.num_nodes)[:, None]
 
     @property
     def valid(self) -> torch.Tensor:

@@ -129,16 +129,21 @@ class Engine:
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> list[Request]:
         """One round: admit and prefill new requests, then one speculative step for the others
-        (propose -> score -> accept -> commit -> emit). Returns the requests that finished in this round."""
+        (propose -> score -> accept -> commit -> emit; plain decoding: decode -> accept -> emit, the decode
+        committing as it scores). Returns the requests that finished in this round."""
         admitted = self.scheduler.admit()
         if admitted:
             self.prefill(admitted)
         ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
         if ready:
             trees = self.propose(ready)
-            logits, features, scored = self.score(ready, trees)
+            if self.drafter is None:  # plain decoding: every root is accepted, committed as it is scored
+                logits, features, scored = self.decode(ready), None, None
+            else:
+                logits, features, scored = self.score(ready, trees)
             results = self.acceptance.accept(trees, logits, [r.params for r in ready], [r.generator for r in ready])
-            self.commit(scored, results)
+            if scored is not None:
+                self.commit(scored, results)
             self.emit(ready, trees, results, features)
         finished = self.scheduler.retire()
         if self.drafter is not None:
@@ -171,6 +176,11 @@ class Engine:
             if tree.tokens[0] != request.output[-1]:
                 raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
         return trees
+
+    def decode(self, requests: list[Request]) -> torch.Tensor:
+        """Plain decoding: each request's newest token through the target, committed in the same forward.
+        -> logits [B, 1, V] of the one node."""
+        return self.runner.decode([r.slot for r in requests], [r.output[-1] for r in requests])[:, None]
 
     def score(self, requests: list[Request], trees: list[DraftTree]):
         """Every node of every tree in one target forward. -> (logits [B, T, V], the nodes' features [B, T, F] for

@@ -96,8 +96,9 @@ class GraphStep:
 
 
 class StepGraphs:
-    """Scores decode / verify steps of one runner through CUDA graphs, and commits them through their own graph.
-    Takes one request slot of the runner's cache for the padding rows, for as long as it lives."""
+    """Scores verify steps of one runner through CUDA graphs and commits them through their own graph; or, at width
+    1 (plain decoding, `decodes`), runs decode steps that commit in their forward, one graph per bucket. Takes one
+    request slot of the runner's cache for the padding rows, for as long as it lives."""
 
     def __init__(self, runner: ModelRunner, width: int, max_batch: int, capture: bool = True):
         if capture:
@@ -107,6 +108,7 @@ class StepGraphs:
         self.runner = runner
         self.cache = runner.cache
         self.width = width
+        self.decodes = width == 1
         self.capture = capture
         self.layout = _Layout(width)
         self.padding_slot = self.cache.allocate_request()
@@ -163,18 +165,22 @@ class StepGraphs:
         if self.capture:
             # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
             self._forward(step)
-            self._commit(step)
+            if not self.decodes:
+                self._commit(step)
             torch.cuda.synchronize()
-            step.forward_graph, step.commit_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            step.forward_graph = torch.cuda.CUDAGraph()
             with torch.inference_mode(), torch.cuda.graph(step.forward_graph, pool=self._pool):
                 self._forward(step)
-            with torch.inference_mode(), torch.cuda.graph(step.commit_graph, pool=self._pool):
-                self._commit(step)
+            if not self.decodes:
+                step.commit_graph = torch.cuda.CUDAGraph()
+                with torch.inference_mode(), torch.cuda.graph(step.commit_graph, pool=self._pool):
+                    self._commit(step)
         return step
 
     @torch.inference_mode()
     def _forward(self, step: _Bucket) -> None:
-        """The captured forward: unpack the inputs, build the context, run the model and the LM head."""
+        """The captured forward: unpack the inputs, build the context, run the model and the LM head (and, for
+        decode steps, commit their nodes in the layers)."""
         lay, x = self.layout, step.inputs
         bucket, width = x.shape[0], self.width
         seq_lens = x[:, lay.seq_len].contiguous()
@@ -186,7 +192,7 @@ class StepGraphs:
             positions=positions_for(seq_lens, tree), seq_lens=seq_lens,
             ancestors=tree, kv_len=step.kv_len,
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
-            tree_rows=torch.arange(bucket, device=x.device),
+            tree_rows=torch.arange(bucket, device=x.device), commit_in_forward=self.decodes,
         )
         hidden, step.features = self.runner.forward_step(x[:, lay.tokens].contiguous(), step.ctx)
         step.logits = self.runner.model.compute_logits(hidden)
@@ -198,15 +204,33 @@ class StepGraphs:
         ctx = replace(step.ctx, state_slots=c[:, lay.commit_state_slot].contiguous())  # slots taken by folds
         self.cache.commit_layers(ctx, c[:, lay.accepted].contiguous(), c[:, lay.num_accepted].contiguous())
 
-    def fits(self, batch: StepBatch) -> bool:
-        return not batch.prefill and batch.width <= self.width and len(batch.req_slots) <= self.buckets[-1]
+    def fits(self, batch: StepBatch, decode: bool = False) -> bool:
+        """Whether the graphs run this step: a decode step (committed in its forward) or a step to score."""
+        return (decode == self.decodes and not batch.prefill and batch.width <= self.width
+                and len(batch.req_slots) <= self.buckets[-1])
 
     @torch.inference_mode()
     def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep]:
         """A step that fits -> (logits [B, T, vocab] fp32 and features [B, T, F] of the real rows, T = self.width >=
         batch.width; the step to commit)."""
         batch = batch.padded_to(self.width)
-        num_nodes = self.cache.check_step(batch)
+        step = self._replay(batch, self.cache.check_step(batch))
+        rows = len(batch.req_slots)
+        return step.logits[:rows], step.features[:rows], GraphStep(step, batch)
+
+    @torch.inference_mode()
+    def decode(self, batch: StepBatch) -> torch.Tensor:
+        """A decode step that fits, committed in its forward -> fp32 logits [B, vocab]: the host half of the commit
+        first (the state slots of the rows whose buffer fills), then the graph, then the committed lengths."""
+        num_nodes = self.cache.check_step(batch)  # (width 1: nothing to pad)
+        folds = self.cache.prepare_commit(batch.req_slots, num_nodes, [True] * len(batch.req_slots))
+        step = self._replay(batch, num_nodes)
+        self.cache.finish_decode(batch.req_slots, folds)
+        return step.logits[: len(batch.req_slots), 0]
+
+    def _replay(self, batch: StepBatch, num_nodes: list[int]) -> _Bucket:
+        """Pack the step's rows (padded to the graphs' width and checked: num_nodes per row) into its bucket's inputs,
+        copy them over and replay the forward."""
         rows, lay = len(batch.req_slots), self.layout
         seq_lens, state_slots = self.cache.committed_rows(batch.req_slots)
         key = (next(size for size in self.buckets if size >= rows), self.kv_bucket(max(seq_lens) + self.width))
@@ -227,7 +251,7 @@ class StepGraphs:
             step.forward_graph.replay()
         else:
             self._forward(step)
-        return step.logits[:rows], step.features[:rows], GraphStep(step, batch)
+        return step
 
     @torch.inference_mode()
     def commit(self, graph_step: GraphStep, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:

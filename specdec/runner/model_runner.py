@@ -65,7 +65,7 @@ class ModelRunner:
     def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, StepContext | GraphStep]:
         """-> (fp32 logits [B, T, vocab] of every node, features [B, T, F], the step to commit). From a graph the
         logits and features are its outputs (T its width >= batch.width), valid until the step's next replay."""
-        if self.graphs is not None and self.graphs.fits(batch):
+        if self.graphs is not None and self.graphs.fits(batch, decode=False):
             return self.graphs.score_all(batch)
         ctx = self.cache.begin_step(batch)
         hidden, features = self.forward_step(batch.tokens.to(self.cache.device), ctx)
@@ -122,7 +122,12 @@ class ModelRunner:
 
     @torch.inference_mode()
     def decode(self, req_slots: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
-        """One token per request, committed; -> logits [B, V]."""
-        hidden, ctx = self.score(StepBatch.decode(req_slots, tokens))
-        self.cache.commit_all(ctx)
+        """Plain decoding: one token per request, committed in the same forward (the linear layers' fused
+        decode-commit, KVBufferCache.begin_decode); -> fp32 logits [B, V]."""
+        batch = StepBatch.decode(req_slots, tokens)
+        if self.graphs is not None and self.graphs.fits(batch, decode=True):
+            return self.graphs.decode(batch)
+        ctx, folds = self.cache.begin_decode(batch)
+        hidden, _ = self.forward_step(batch.tokens.to(self.cache.device), ctx)
+        self.cache.finish_decode(batch.req_slots, folds)
         return self.model.compute_logits(hidden[:, 0])
