@@ -124,7 +124,7 @@ def _verify_batch(tree: str, batch: int, sglang_gdn, fill: int) -> dict:
     ])
     row = {"section": "gdn_verify", "tree": tree, "nodes": nodes, "batch": batch, "buffer_fill": fill,
            "ours_us": ours_s * 1e6, "ours_state_bytes_per_request": 0,
-           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, BUFFER_CAPACITY, H, HV, V),
+           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, HV, V),
            "baseline_state_bytes_per_request": nodes * STATE_BYTES}
     if sglang_gdn is not None:
         del pools  # room for the baseline's own pool and intermediate states

@@ -26,6 +26,7 @@ from tests.reference_checks import (
 )
 from verify_kernels.gdn import commit as commit_module
 from verify_kernels.gdn import decode as decode_module
+from verify_kernels.gdn import fold as fold_module
 from verify_kernels.gdn import (
     gdn_commit,
     gdn_commit_ref,
@@ -249,10 +250,18 @@ def test_outputs_are_nan_poisoned():
     assert torch.empty(3).isnan().all() and torch.empty_like(torch.zeros(2, 2)).isnan().all()
 
 
-@pytest.fixture(params=["three-pass", "fused"])
+@pytest.fixture(params=["fold-kernel", "fold-in-place"])
 def decode_path(request, monkeypatch):
-    """Decode runs as three kernels, or as one for batches up to FUSED_MAX_BATCH: test both on the same rows."""
-    monkeypatch.setattr(decode_module, "FUSED_MAX_BATCH", 0 if request.param == "three-pass" else len(ROWS))
+    """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs:
+    test both on the same rows."""
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0 if request.param == "fold-kernel" else len(ROWS))
+    return request.param
+
+
+@pytest.fixture(params=["two-kernels", "one-launch"])
+def commit_path(request, monkeypatch):
+    """The commit appends in its own kernel, or for batches up to ONE_LAUNCH_MAX_BATCH in the fold kernel."""
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0 if request.param == "two-kernels" else len(ROWS))
     return request.param
 
 
@@ -320,7 +329,7 @@ COMMITS = {
 
 @pytest.mark.parametrize("case", COMMITS.values(), ids=COMMITS.keys())
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
-def test_commit(d, case):
+def test_commit(d, case, commit_path):
     flush_length, lengths = case
     check_commit(make_batch(d, ROWS, seed=4, T=len(TREE), shape="tree"), lengths, flush_length)
 
@@ -331,23 +340,48 @@ def test_flush(d):
 
 
 def test_small_blocks(monkeypatch):
-    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block)
-    and two steps of verify's products loop over K."""
-    for module in (verify_module, commit_module):
-        monkeypatch.setattr(module, "BLOCK_V", 16)
-    monkeypatch.setattr(decode_module, "STATE_BLOCK_V", 16)
-    monkeypatch.setattr(decode_module, "FOLD_BLOCK_V", 16)
-    monkeypatch.setattr(decode_module, "FUSED_BLOCK_V", 16)
-    monkeypatch.setattr(verify_module, "STATE_BLOCK_V", 16)
-    monkeypatch.setattr(verify_module, "PRODUCTS_BLOCK_K", 16)
+    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block) and
+    verify's S0 products one node at a time for a 12-node tree."""
+    monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
+    monkeypatch.setattr(decode_module, "BLOCK_V", 16)
+    monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
+    monkeypatch.setattr(verify_module, "CONFIGS", {bt: (16, 4) for bt in verify_module.CONFIGS})
+    monkeypatch.setattr(verify_module, "FMA_MAX_NODES", 64)
     d = DIMS["k32-hv2"]
-    for fused_max_batch in (0, len(ROWS)):  # decode's three kernels, then its single kernel
-        monkeypatch.setattr(decode_module, "FUSED_MAX_BATCH", fused_max_batch)
+    for small_batch in (0, len(ROWS)):  # decode + commit with the fold kernel, then folding in place
+        monkeypatch.setattr(decode_module, "SMALL_BATCH", small_batch)
         check_decode(make_batch(d, ROWS, seed=6))
         check_decode_commit(make_batch(d, ROWS, seed=6), 6)
     check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
     check_commit(make_batch(d, ROWS, seed=6, T=len(TREE), shape="tree"), *COMMITS["fold-and-append"][::-1])
     check_flush(make_batch(d, ROWS, seed=6))
+
+
+def test_fold_lanes_and_scan_blocks(monkeypatch):
+    """Fewer fold lanes than folding rows (each lane folds several, in rank order) and the rows' flags scanned two
+    at a time: the fold of the commit, the flush and the decode + commit."""
+    monkeypatch.setattr(fold_module, "FOLD_LANES", 2)
+    monkeypatch.setattr(fold_module, "SCAN_BLOCK", 2)
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    d = DIMS["k16-hv2-bf16"]
+    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
+        check_commit(make_batch(d, ROWS, seed=11, T=len(TREE), shape="tree"), lengths, flush_length)
+    check_flush(make_batch(d, ROWS, seed=11))
+    assert check_decode_commit(make_batch(d, ROWS, seed=11), 1).all()
+
+
+@pytest.mark.parametrize("commit_batch", [0, 1], ids=["two-kernels", "one-launch"])
+def test_batch_one(monkeypatch, commit_batch):
+    """A single row: a 4-chain verify, a decode, a decode + commit that folds and commits that append and fold."""
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", commit_batch)
+    d = DIMS["k32-hv2"]
+    b = make_batch(d, [(5, True)], seed=12, T=4)
+    check_verify(b)
+    check_decode(b)
+    assert check_decode_commit(b, 6).tolist() == [True]
+    assert check_commit(b, [2], L).tolist() == [False]
+    assert check_commit(b, [4], 7).tolist() == [True]
 
 
 @pytest.mark.parametrize("flush_length", [48, 64], ids=["flush48", "flush64"])
