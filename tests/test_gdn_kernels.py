@@ -66,6 +66,7 @@ DIMS = {
     "k16-hv1": Dims(2, 2, 16, 16),
     "k32-hv2": Dims(1, 2, 32, 32),
     "k16-hv2-bf16": Dims(2, 4, 16, 16, torch.bfloat16),
+    "k16-hv3": Dims(1, 3, 16, 16),   # a key head's value heads not a power of two
 }
 # (buffered entries, has a state) per row: empty and full (L - 1) buffers, with and without a state
 L = 8
@@ -258,6 +259,13 @@ def decode_path(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["two-passes", "fused"])
+def verify_path(request, monkeypatch):
+    """Verify runs as the tree pass then the state pass, or for batches up to FUSED_MAX_BATCH as one kernel."""
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0 if request.param == "two-passes" else len(ROWS))
+    return request.param
+
+
 @pytest.fixture(params=["two-kernels", "one-launch"])
 def commit_path(request, monkeypatch):
     """The commit appends in its own kernel, or for batches up to ONE_LAUNCH_MAX_BATCH in the fold kernel."""
@@ -296,7 +304,7 @@ VERIFIES = {
 
 
 @pytest.mark.parametrize("case", VERIFIES.values(), ids=VERIFIES.keys())
-def test_verify_trees(case):
+def test_verify_trees(case, verify_path):
     dims, T, shape, num_nodes = case
     check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
 
@@ -340,19 +348,26 @@ def test_flush(d):
 
 
 def test_small_blocks(monkeypatch):
-    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block) and
-    verify's S0 products one node at a time for a 12-node tree."""
+    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block), two
+    K blocks in verify's products and S0 reads, verify's S0 reads as dots and one node at a time, fused and in two
+    passes."""
     monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
-    monkeypatch.setattr(verify_module, "CONFIGS", {bt: (16, 4) for bt in verify_module.CONFIGS})
-    monkeypatch.setattr(verify_module, "FMA_MAX_NODES", 64)
+    for configs in ("STATE_CONFIGS", "FUSED_CONFIGS"):
+        monkeypatch.setattr(verify_module, configs, {bt: (16, 4) for bt in getattr(verify_module, configs)})
+    monkeypatch.setattr(verify_module, "TREE_BLOCK_V", 16)
+    monkeypatch.setattr(verify_module, "STATE_BLOCK_K", 16)
     d = DIMS["k32-hv2"]
     for small_batch in (0, len(ROWS)):  # decode + commit with the fold kernel, then folding in place
         monkeypatch.setattr(decode_module, "SMALL_BATCH", small_batch)
         check_decode(make_batch(d, ROWS, seed=6))
         check_decode_commit(make_batch(d, ROWS, seed=6), 6)
-    check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
+    for fma_max_nodes in (0, 64):  # verify's S0 reads as dots over two K blocks, then one node at a time
+        monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
+        for fused_max_batch in (0, len(ROWS)):
+            monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
+            check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
     check_commit(make_batch(d, ROWS, seed=6, T=len(TREE), shape="tree"), *COMMITS["fold-and-append"][::-1])
     check_flush(make_batch(d, ROWS, seed=6))
 

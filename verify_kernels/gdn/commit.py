@@ -104,7 +104,7 @@ def gdn_commit(
     if not one_launch and B > 0:
         gdn_append_kernel[(H, B)](
             k, u, gcum, accepted, num_accepted, buf_k, buf_u, buf_gcum, buf_len, req_slots, flush_length,
-            **shapes, BC=BLOCK_L, num_warps=APPEND_WARPS,
+            **shapes, BC=BLOCK_L, num_warps=APPEND_WARPS, num_stages=1,
         )
     gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                  req_slots, flush_length, entries=ENTRIES_ACCEPTED, append=one_launch, **shapes)

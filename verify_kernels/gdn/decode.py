@@ -200,6 +200,7 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
         q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         flush_length if commit else 0,
         **shapes, BV=BV, BC=BLOCK_L, COMMIT=commit, FOLD_HERE=small, num_warps=SMALL_WARPS if small else NUM_WARPS,
+        num_stages=1,
     )
     if commit and not small:
         # the token is each row's one new entry: k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (the accepted

@@ -29,11 +29,14 @@ ENTRIES_TOKEN = 1
 ENTRIES_ACCEPTED = 2
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU): the state tile [K, FOLD_BLOCK_V] of
-# one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row.
+# one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. Triton's
+# compiler for sm_90 gives 127-149 registers per thread at [128, 32] tiles, 4 warps, without software pipelining
+# (num_stages 1: the entry loops run once or twice); with it 212-235, and the earlier fold kernels 213-218, at
+# ~34% of copy bandwidth on the H200.
 FOLD_BLOCK_V = 32
 FOLD_WARPS = 4
 FOLD_LANES = 8
-SCAN_BLOCK = 512
+SCAN_BLOCK = 128
 BLOCK_L = 16
 
 
@@ -130,12 +133,12 @@ def gdn_fold_kernel(
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
     for i_0 in range(0, B, BB):
-        # every row's flags; rank the rows that fold (the order of the ranks does not matter, only that every
-        # program of a (V block, value head) agrees on it)
+        # every row's flags (32-bit: they stay in registers while the rows fold); rank the rows that fold (any
+        # order works as long as every program of a (V block, value head) agrees on it)
         o_b = i_0 + tl.arange(0, BB)
         m_b = o_b < B
-        b_r = tl.load(req_slots + o_b, mask=m_b, other=0).to(tl.int64)
-        b_slot = tl.load(state_slots + o_b, mask=m_b, other=-1).to(tl.int64)
+        b_r = tl.load(req_slots + o_b, mask=m_b, other=0).to(tl.int32)
+        b_slot = tl.load(state_slots + o_b, mask=m_b, other=-1).to(tl.int32)
         b_n = tl.minimum(tl.load(buf_len + b_r, mask=m_b, other=0).to(tl.int32), L)
         if ENTRIES == 2:
             b_na = tl.minimum(tl.load(num_accepted + o_b, mask=m_b, other=0).to(tl.int32), A)
@@ -143,17 +146,14 @@ def gdn_fold_kernel(
             b_na = tl.full([BB], ENTRIES, tl.int32)
         b_due = m_b & (b_n + b_na >= flush_length)
         b_fold = b_due & (b_slot >= 0)
-        b_rank = tl.cumsum(b_fold.to(tl.int32), 0) - 1
+        b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
         for j in range(i_p, tl.sum(b_fold.to(tl.int32), 0), P):
-            b_sel = b_fold & (b_rank == j)
-            i_b = tl.sum(tl.where(b_sel, o_b, 0), 0)
-            i_r = tl.sum(tl.where(b_sel, b_r, 0), 0)
-            i_s = tl.sum(tl.where(b_sel, b_slot, 0), 0)
+            b_sel = b_rank == j
+            i_b = tl.sum(tl.where(b_sel, o_b, 0), 0).to(tl.int64)
+            i_r = tl.sum(tl.where(b_sel, b_r, 0), 0).to(tl.int64)
+            i_s = tl.sum(tl.where(b_sel, b_slot, 0), 0).to(tl.int64)
             n = tl.sum(tl.where(b_sel, b_n, 0), 0)
             na = tl.sum(tl.where(b_sel, b_na, 0), 0)
-            # S0 is streamed once and not reused: evict it first so the entries keep the L2
-            p_s = state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
-            b_s = tl.load(p_s, eviction_policy="evict_first")
             # G_last: of the last new entry, else of the last buffered one
             if ENTRIES == 1:
                 b_G = tl.load(gcum + i_b * T * HV + i_h).to(tl.float32)
@@ -161,14 +161,17 @@ def gdn_fold_kernel(
                 b_G = tl.load(buf_gcum + (i_r * L + tl.maximum(n - 1, 0)) * HV + i_h)
                 if ENTRIES == 2:
                     i_last = tl.maximum(tl.load(accepted + i_b * A + tl.maximum(na - 1, 0)), 0).to(tl.int64)
-                    b_Gnew = tl.load(gcum + (i_b * T + i_last) * HV + i_h).to(tl.float32)
-                    b_G = tl.where(na > 0, b_Gnew, b_G)
-            b_acc = tl.zeros([K, BV], dtype=tl.float32)
-            b_acc = fold_buffer(b_acc, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
+                    b_G = tl.where(na > 0, tl.load(gcum + (i_b * T + i_last) * HV + i_h).to(tl.float32), b_G)
+            # S0 is streamed once and not reused: evict it first so the entries keep the L2. The entries' loads go
+            # out with it (same round trip), so the products accumulate into the decayed tile itself: no second
+            # [K, BV] accumulator
+            p_s = state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :])
+            b_s = tl.exp(b_G) * tl.load(p_s, eviction_policy="evict_first")
+            b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
             if ENTRIES != 0:
-                b_acc = fold_new(b_acc, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V,
-                                 BC, ENTRIES)
-            tl.store(p_s, tl.exp(b_G) * b_s + b_acc)
+                b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V,
+                               BC, ENTRIES)
+            tl.store(p_s, b_s)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
             b_keep = m_b & ~b_due
@@ -176,8 +179,8 @@ def gdn_fold_kernel(
             if i_v == 0:
                 for j in range(i_p, tl.sum(b_keep.to(tl.int32), 0), P):
                     b_sel = b_keep & (b_rank == j)
-                    i_b = tl.sum(tl.where(b_sel, o_b, 0), 0)
-                    i_r = tl.sum(tl.where(b_sel, b_r, 0), 0)
+                    i_b = tl.sum(tl.where(b_sel, o_b, 0), 0).to(tl.int64)
+                    i_r = tl.sum(tl.where(b_sel, b_r, 0), 0).to(tl.int64)
                     n = tl.sum(tl.where(b_sel, b_n, 0), 0)
                     na = tl.sum(tl.where(b_sel, b_na, 0), 0)
                     append_head(k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, T, A, H,
@@ -197,5 +200,5 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=min(SCAN_BLOCK, max(16, triton.next_power_of_2(B))),
-        ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS,
+        ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS, num_stages=1,
     )
