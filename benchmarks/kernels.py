@@ -7,7 +7,9 @@ Checks the kernels against the torch references at full size first, then times (
 medians, inputs rotated over >= 2 GiB, a device copy as the bandwidth ceiling, every baseline in the same run):
 - GDN decode at Qwen3.5-9B shapes, amortised over L steps including the flush, vs fla (and SGLang) recurrent;
 - GDN verify of a 4-chain, an 8-node and a 16-node tree vs SGLang's intermediate-state verify;
+- the GDN fold on its own (a flush) and commits that fold no, some and every row;
 - Mamba2 decode at Nemotron-3-Nano shapes vs SGLang's selective_state_update.
+Every row carries the bytes its op must move, so the report puts each figure against its bound at the copy bandwidth.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def main() -> None:
 
     rows = gdn.decode_rows(decode_batches, FLUSH_LENGTHS, fla, sglang_gdn, copy_bw)
     rows += gdn.verify_rows(verify_batches, TREES, sglang_gdn)
+    rows += gdn.fold_rows(decode_batches)
     rows += mamba2.decode_rows(decode_batches, (16,), sglang_ssu)
     result = {
         "command": "python -m benchmarks.kernels" + (" --quick" if args.quick else "")
