@@ -145,21 +145,25 @@ def _verify_batch(tree: str, batch: int, sglang_gdn, fill: int) -> dict:
                 *pools.args()[1:], slots[r], ancestors=ancestors)
         for r in range(rotations)
     ])
-    # ours: S0 once, the buffer's entries, the nodes' inputs and ancestors, o and the nodes' entries (u, G) out; the
-    # baseline: S0 once, one state written per node, the inputs, o
-    inputs = nodes * TOKEN_BYTES + nodes * nodes
-    outputs = nodes * (OUTPUT_BYTES + NODE_ENTRY_BYTES)
     row = {"section": "gdn_verify", "tree": tree, "nodes": nodes, "batch": batch, "buffer_fill": fill,
            "ours_us": ours_s * 1e6, "ours_state_bytes_per_request": 0,
            "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, HV, V),
            "baseline_state_bytes_per_request": nodes * STATE_BYTES,
-           "bytes_moved": batch * (STATE_BYTES + fill * ENTRY_BYTES + inputs + outputs),
-           "baseline_bytes_moved": batch * ((1 + nodes) * STATE_BYTES + inputs + nodes * OUTPUT_BYTES)}
+           "bytes_moved": batch * verify_bytes(nodes, fill),
+           "baseline_bytes_moved": batch * (nodes * STATE_BYTES + verify_bytes(nodes, 0) - nodes * NODE_ENTRY_BYTES)}
     if sglang_gdn is not None:
         del pools  # room for the baseline's own pool and intermediate states
         base_s = _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, nodes, tree)
         row.update(baseline_us=base_s * 1e6, speedup_vs_baseline=base_s / ours_s)
     return row
+
+
+def verify_bytes(nodes: int, fill: int) -> int:
+    """Bytes one request's verify must move: S0 once, the buffer's fill entries, the nodes' inputs and ancestor
+    mask, o and the nodes' entries (u, G) out. The intermediate-state baseline moves S0 once, the inputs, o, and
+    one state written per node instead of the entries."""
+    inputs = nodes * TOKEN_BYTES + nodes * nodes
+    return STATE_BYTES + fill * ENTRY_BYTES + inputs + nodes * (OUTPUT_BYTES + NODE_ENTRY_BYTES)
 
 
 def _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, nodes, tree) -> float:
@@ -207,7 +211,7 @@ def _fold_batch(batch: int) -> list[dict]:
     flush_s = time_calls([partial(gdn_flush, pools.state, slots[r], *tail[r]) for r in range(rotations)])
     rows = [{"section": "gdn_fold", "case": f"flush of {FOLD_ENTRIES} entries", "batch": batch,
              "rotations": rotations, "folded_rows": batch, "ours_us": flush_s * 1e6,
-             "bytes_moved": batch * (2 * STATE_BYTES + FOLD_ENTRIES * ENTRY_BYTES)}]
+             "bytes_moved": batch * fold_bytes(FOLD_ENTRIES)}]
 
     # the verify outputs of a 4-chain per row: k [B, T, H, K], u [B, T, HV, V], gcum [B, T, HV]
     x = TokenInputs(rotations, batch, ACCEPTED + 1)
@@ -228,8 +232,19 @@ def _fold_batch(batch: int) -> list[dict]:
         ])
         folded = int(folds.sum())
         entries_read = int(fill[folds].sum()) + folded * ACCEPTED
-        appended = (batch - folded) * ACCEPTED
         rows.append({"section": "gdn_fold", "case": case, "batch": batch, "rotations": rotations,
                      "folded_rows": folded, "ours_us": seconds * 1e6,
-                     "bytes_moved": folded * 2 * STATE_BYTES + (entries_read + 2 * appended) * ENTRY_BYTES})
+                     "bytes_moved": folded * 2 * STATE_BYTES + entries_read * ENTRY_BYTES
+                     + (batch - folded) * append_bytes(ACCEPTED)})
     return rows
+
+
+def fold_bytes(entries: int) -> int:
+    """Bytes one request's fold of `entries` buffer entries must move: its state read and written once, the entries
+    read."""
+    return 2 * STATE_BYTES + entries * ENTRY_BYTES
+
+
+def append_bytes(entries: int) -> int:
+    """Bytes one request's commit that folds nothing moves: its accepted entries read and written to the buffer."""
+    return 2 * entries * ENTRY_BYTES

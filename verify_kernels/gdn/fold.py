@@ -199,6 +199,6 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     gdn_fold_kernel[(V // BV, HV, lanes)](
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
-        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=min(SCAN_BLOCK, max(16, triton.next_power_of_2(B))),
+        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=SCAN_BLOCK,
         ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS, num_stages=1,
     )
