@@ -467,9 +467,18 @@ GPU_TOL = 2e-4
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("paths", ["small-batch-kernels", "large-batch-kernels"])
 @pytest.mark.parametrize("shape", ["chain", "random"])
 @pytest.mark.parametrize("d", GPU_DIMS.values(), ids=GPU_DIMS.keys())
-def test_gpu_full_size(d, shape):
+def test_gpu_full_size(d, shape, paths, monkeypatch):
+    """Every op on the rows of GPU_ROWS through the kernels of small batches (decode folding in place, verify in one
+    kernel, commit in one launch) or of large ones (fold kernel with 3 lanes, each folding several rows; verify's
+    two passes; append kernel)."""
+    small = paths == "small-batch-kernels"
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", len(GPU_ROWS) if small else 0)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(GPU_ROWS) if small else 0)
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", len(GPU_ROWS) if small else 0)
+    monkeypatch.setattr(fold_module, "FOLD_LANES", 3)
     num_nodes = [64, 64, 1, 33, 0, 64, 17, 64]
     b = make_batch(d, GPU_ROWS, seed=10, T=64, num_nodes=num_nodes, shape=shape, capacity=64)
     check_verify(b, "cuda", GPU_TOL)
@@ -482,3 +491,18 @@ def test_gpu_full_size(d, shape):
     for flush_length in (1, 48, 64):
         check_commit(b, [3, 1, 1, 20, 0, 2, 17, 64], flush_length, "cuda", GPU_TOL)
     check_flush(b, "cuda", GPU_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("T", [4, 16], ids=["chain4", "tree16"])
+def test_gpu_engine_shapes(T):
+    """Qwen3.5-9B's heads at the engine's buffer (capacity = flush_length = 16) and a batch of 40 rows: verify of
+    4-chains / 16-node trees, decode + commit and commits that fold some rows, with the default launch settings."""
+    d = GPU_DIMS["k128"]
+    rows = [(n % 16, n % 5 != 0) for n in range(40)]
+    num_nodes = [T - (n % 3) for n in range(40)]
+    b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T == 4 else "random", capacity=16)
+    check_verify(b, "cuda", GPU_TOL)
+    assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
+    check_commit(b, [min(3, n) for n in num_nodes], 16, "cuda", GPU_TOL)
