@@ -363,11 +363,11 @@ def test_small_blocks(monkeypatch):
         monkeypatch.setattr(decode_module, "SMALL_BATCH", small_batch)
         check_decode(make_batch(d, ROWS, seed=6))
         check_decode_commit(make_batch(d, ROWS, seed=6), 6)
-    for fma_max_nodes in (0, 64):  # verify's S0 reads as dots over two K blocks, then one node at a time
+    # verify's S0 reads as dots over two K blocks in two passes, then one node at a time in the fused kernel
+    for fma_max_nodes, fused_max_batch in ((0, 0), (64, len(ROWS))):
         monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
-        for fused_max_batch in (0, len(ROWS)):
-            monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
-            check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
+        monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
+        check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
     check_commit(make_batch(d, ROWS, seed=6, T=len(TREE), shape="tree"), *COMMITS["fold-and-append"][::-1])
     check_flush(make_batch(d, ROWS, seed=6))
 
