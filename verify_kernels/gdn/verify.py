@@ -145,13 +145,13 @@ def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, 
 
 
 @triton.jit
-def state_reads(q, k, p_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                BV: tl.constexpr, BK: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
+def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
                 EVICT: tl.constexpr):
     """e.'s reads of S0, whose [K, BV] tile starts at p_s (rows of V): S0^T k_t and S0^T q_t, [BV, BT] each. Up to a
-    few nodes one at a time in fp32 on the FMA units, from the whole tile in one load; else as tensor-core dots
-    (tf32x3) over BK rows of the tile at a time, V columns on the dot's long side (a whole-K operand, or one with
-    the nodes on it, sits in every warp)."""
+    few nodes one at a time in fp32 on the FMA units, from the whole tile b_s (loaded by the caller, as early as it
+    can); else as tensor-core dots (tf32x3) over BK rows of the tile at a time, loaded here, V columns on the dot's
+    long side (a whole-K operand, or one with the nodes on it, sits in every warp)."""
     o_t = tl.arange(0, BT)
     o_v = tl.arange(0, BV)
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
@@ -160,16 +160,14 @@ def state_reads(q, k, p_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V
         m_t = o_t < nn
         for i_k in tl.static_range(0, K, BK):
             o_k = i_k + tl.arange(0, BK)
-            # S0 is streamed once and not reused: evict it first so the nodes keep the L2
-            b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], eviction_policy=EVICT)     # [BK, BV]
+            b_sc = tl.load(p_s + o_k[:, None] * V + o_v[None, :], eviction_policy=EVICT)    # [BK, BV]
             p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
             b_kx = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)              # [BK, BT]
             b_qx = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
-            b_kS += tl.dot(tl.trans(b_s), b_kx, input_precision=PRECISION)
-            b_qS += tl.dot(tl.trans(b_s), b_qx, input_precision=PRECISION)
+            b_kS += tl.dot(tl.trans(b_sc), b_kx, input_precision=PRECISION)
+            b_qS += tl.dot(tl.trans(b_sc), b_qx, input_precision=PRECISION)
     else:
         o_k = tl.arange(0, K)
-        b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], eviction_policy=EVICT)           # [K, BV]
         for t in range(0, nn):
             p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
             b_kt = tl.sum(b_s * tl.load(k + p_xt).to(tl.float32)[:, None], 0)             # [BV]
@@ -177,6 +175,17 @@ def state_reads(q, k, p_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V
             b_kS = tl.where(o_t[None, :] == t, b_kt[:, None], b_kS)
             b_qS = tl.where(o_t[None, :] == t, b_qt[:, None], b_qS)
     return b_kS, b_qS
+
+
+@triton.jit
+def state_tile(p_s, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_DOT: tl.constexpr, EVICT: tl.constexpr):
+    """The whole [K, BV] tile of S0 at p_s for the node-at-a-time reads (USE_DOT: a placeholder, the dots load their
+    own blocks)."""
+    if USE_DOT:
+        b_s = tl.zeros([K, BV], dtype=tl.float32)
+    else:
+        b_s = tl.load(p_s + tl.arange(0, K)[:, None] * V + tl.arange(0, BV)[None, :], eviction_policy=EVICT)
+    return b_s
 
 
 @triton.jit
@@ -276,8 +285,11 @@ def gdn_verify_state_kernel(
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
     b_qS = tl.zeros([BV, BT], dtype=tl.float32)
     if i_s >= 0:
+        # S0 is streamed once and not reused: evict it first so the nodes keep the L2
         p_s = state_pool + (i_s * HV + i_h) * (K * V) + i_v * BV
-        b_kS, b_qS = state_reads(q, k, p_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BK, USE_DOT, PRECISION, "evict_first")
+        b_s = state_tile(p_s, K, V, BV, USE_DOT, "evict_first")
+        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BK, USE_DOT, PRECISION,
+                                 "evict_first")
     p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
     b_w = tl.load(u + p_n, mask=m_T[None, :], other=0.)
     b_qr = tl.load(o + p_n, mask=m_T[None, :], other=0.)
@@ -324,6 +336,11 @@ def gdn_verify_fused_kernel(
     o_t = tl.arange(0, BT)
     o_v = i_v * BV + tl.arange(0, BV)
     m_T = o_t < T
+    # S0 first (its tile when read a node at a time), so that its load is in flight during the tree math
+    p_s = state_pool + tl.maximum(i_s, 0) * HV * (K * V) + i_h * (K * V) + i_v * BV
+    b_s = tl.zeros([K, BV], dtype=tl.float32)
+    if i_s >= 0:
+        b_s = state_tile(p_s, K, V, BV, USE_DOT, "")
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
                                              PRODUCTS_STAGES)
@@ -335,8 +352,7 @@ def gdn_verify_fused_kernel(
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
     b_qS = tl.zeros([BV, BT], dtype=tl.float32)
     if i_s >= 0:
-        p_s = state_pool + (i_s * HV + i_h) * (K * V) + i_v * BV
-        b_kS, b_qS = state_reads(q, k, p_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "")
+        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "")
     b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
     p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
     tl.store(u + p_n, b_u, mask=m_T[None, :])
