@@ -29,10 +29,10 @@ ENTRIES_TOKEN = 1
 ENTRIES_ACCEPTED = 2
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU): the state tile [K, FOLD_BLOCK_V] of
-# one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. Triton's
-# compiler for sm_90 gives 127-149 registers per thread at [128, 32] tiles, 4 warps, without software pipelining
-# (num_stages 1: the entry loops run once or twice); with it 212-235, and the earlier fold kernels 213-218, at
-# ~34% of copy bandwidth on the H200.
+# one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. Triton
+# 3.6 for sm_90 gives 137-166 registers per thread at K = 128, [128, 32] tiles, 4 warps, without software pipelining
+# (num_stages 1: the entry loops run once or twice); with it over 210, like the earlier fold kernels (221-251), which
+# reached ~34% of copy bandwidth on the H200.
 FOLD_BLOCK_V = 32
 FOLD_WARPS = 4
 FOLD_LANES = 8

@@ -35,10 +35,11 @@ import triton.language as tl
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
 from verify_kernels.tree import ancestor_mask
 
-# Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). Registers per thread from Triton's
-# compiler for sm_90 at Qwen3.5-9B shapes, 16-node blocks, 4 warps (no spills): state pass 125 at BV = 64 (72 at 32,
-# nodes one at a time), tree pass 142 at BV = 32 (180 at 64), fused kernel 162 at BV = 32 (210 at 64). By BT: V
-# columns per program and warps of the state pass and the fused kernel. The tree pass: V columns per step, warps.
+# Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). Registers per thread from Triton 3.6
+# for sm_90 at Qwen3.5-9B shapes, 16-node blocks, 4 warps, no spills: state pass 127 at BV = 64 (124 with dots),
+# tree pass 168-210 at BV = 32 (16-32 buffer entries), fused kernel 165 at BV = 32; the earlier verify's products and
+# tree passes spilled at 255. By BT: V columns per program and warps of the state pass and the fused kernel. The
+# tree pass: V columns per step, warps.
 # S0 reads one node at a time up to FMA_MAX_NODES nodes, else as dots over STATE_BLOCK_K rows of S0 at a time;
 # products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight. Never 8 warps for 64-node
 # blocks: with tf32x3 products Triton 3.6 built a kernel that made illegal memory accesses on the H200 (an earlier
