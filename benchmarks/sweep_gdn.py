@@ -68,7 +68,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((32, 4), (64, 8)):
             out.append(Candidate("verify", f"state pass BV {bv}, {warps} warps",
                                  {"verify.STATE_CONFIGS": {**verify.STATE_CONFIGS, 16: (bv, warps)}}))
-        for bv, warps in ((64, 4), (16, 4)):
+        for bv, warps in ((32, 4), (16, 2), (64, 2)):
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))

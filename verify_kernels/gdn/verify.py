@@ -36,10 +36,12 @@ from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, c
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). Registers per thread from Triton 3.6
-# for sm_90 at Qwen3.5-9B shapes, 16-node blocks, 4 warps, no spills: state pass 127 at BV = 64 (124 with dots),
-# tree pass 168-210 at BV = 32 (16-32 buffer entries), fused kernel 165 at BV = 32; the earlier verify's products and
-# tree passes spilled at 255. By BT: V columns per program and warps of the state pass and the fused kernel. The
-# tree pass: V columns per step, warps.
+# for sm_90 at Qwen3.5-9B shapes, 16-node blocks, no spills (python -m benchmarks.gdn_registers): state pass 127 at
+# BV = 64, 4 warps (124 with dots), fused kernel 165 at BV = 32, 4 warps; the tree pass, latency-bound, wants many
+# programs per SM more than warps per program: 192 registers at 2 warps (5 programs per SM; 210 at 4 warps: 2), as
+# the earlier tree pass (2 warps measured faster than 4 on the H200). The earlier verify's products and tree passes
+# spilled at 255. By BT: V columns per program and warps of the state pass and the fused kernel. The tree pass: V
+# columns per step, warps.
 # S0 reads one node at a time up to FMA_MAX_NODES nodes, else as dots over STATE_BLOCK_K rows of S0 at a time;
 # products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight. Never 8 warps for 64-node
 # blocks: with tf32x3 products Triton 3.6 built a kernel that made illegal memory accesses on the H200 (an earlier
@@ -48,7 +50,7 @@ FUSED_MAX_BATCH = 4
 STATE_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 TREE_BLOCK_V = 32
-TREE_WARPS = 4
+TREE_WARPS = 2
 FMA_MAX_NODES = 8
 STATE_BLOCK_K = 32
 PRODUCTS_BLOCK_K = 16
