@@ -50,7 +50,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
     out = []
     if "fold" in ops:
         out.append(Candidate("fold", "defaults"))
-        for bv, warps in ((16, 4), (64, 8)):
+        for bv, warps in ((16, 4), (32, 2), (64, 4)):
             out.append(Candidate("fold", f"BV {bv}, {warps} warps",
                                  {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
         for lanes in (4, 16):
