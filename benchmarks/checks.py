@@ -1,5 +1,6 @@
 """Before timing: the kernels against the torch references at the benchmark's own full shapes, on fresh random
-inputs, outputs and written pools alike (relative L2 error; NaN counts as a failure)."""
+inputs, outputs and written pools alike (relative L2 error; NaN counts as a failure). The GDN ops at a small and a
+larger batch, which take different kernels."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import torch
 
 from benchmarks import gdn, mamba2
 from benchmarks.inputs import Pools, log_decay, tree_parents, unit
-from verify_kernels.gdn import gdn_commit_ref, gdn_decode_commit, gdn_decode_ref, gdn_verify, gdn_verify_ref
+from verify_kernels.gdn import (
+    gdn_commit,
+    gdn_commit_ref,
+    gdn_decode_commit,
+    gdn_decode_ref,
+    gdn_flush,
+    gdn_flush_ref,
+    gdn_verify,
+    gdn_verify_ref,
+)
 from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_decode_ref, mamba2_verify_ref
 from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
 from verify_kernels.mamba2.verify import VerifyConfig, mamba2_verify_fwd
@@ -26,40 +36,79 @@ def _clone(pools: Pools) -> Pools:
     return Pools(*(t.clone() for t in pools.args()))
 
 
-def check_gdn_decode_commit(flush_length: int = 16) -> float:
+def _gdn_rows(batch: int, capacity: int, fills: list[int]) -> tuple[Pools, torch.Tensor, torch.Tensor]:
+    """Pools for `batch` rows at GDN's full shapes whose buffer fills cycle through `fills`, every fourth row without
+    a state (short context, never flushed); req_slots and state_slots."""
     H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
-    pools = Pools.make(BATCH, flush_length, (HV, K, V), (H, K), (HV, V), HV)
-    pools.buf_len.copy_(torch.tensor([0, 5, flush_length - 1, flush_length - 1], device="cuda"))
-    slots = torch.arange(BATCH, device="cuda")
-    state_slots = torch.tensor([-1, 1, 2, 3], device="cuda")  # row 0: short context, never flushed
-    q, k = unit(BATCH, H, K) * K**-0.5, unit(BATCH, H, K)
-    v, g, beta = torch.randn(BATCH, HV, V, device="cuda"), log_decay(BATCH, HV), torch.rand(BATCH, HV, device="cuda")
+    pools = Pools.make(batch, capacity, (HV, K, V), (H, K), (HV, V), HV)
+    pools.buf_len.copy_(torch.tensor([fills[i % len(fills)] for i in range(batch)], device="cuda"))
+    slots = torch.arange(batch, device="cuda")
+    return pools, slots, torch.where(slots % 4 == 0, -1, slots)
+
+
+def check_gdn_decode_commit(batch: int, flush_length: int = 16) -> float:
+    """Decode + commit with rows that append and rows that fold (in the decode kernel at small batches, in the fold
+    kernel at large ones): o, the folded states and the buffers."""
+    H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
+    pools, slots, state_slots = _gdn_rows(batch, flush_length, [0, 5, flush_length - 1, flush_length - 1])
+    state_slots = torch.where(pools.buf_len + 1 >= flush_length, slots, state_slots)  # folding rows need a slot
+    q, k = unit(batch, H, K) * K**-0.5, unit(batch, H, K)
+    v, g, beta = torch.randn(batch, HV, V, device="cuda"), log_decay(batch, HV), torch.rand(batch, HV, device="cuda")
     ref_pools = _clone(pools)
     o_ref, u_ref, gcum_ref = gdn_decode_ref(q, k, v, g, beta, ref_pools.state, state_slots, *ref_pools.args()[1:],
                                             slots)
-    accepted = torch.zeros(BATCH, 1, dtype=torch.long, device="cuda")
+    accepted = torch.zeros(batch, 1, dtype=torch.long, device="cuda")
     gdn_commit_ref(k[:, None], u_ref[:, None], gcum_ref[:, None], accepted, torch.ones_like(slots), ref_pools.state,
                    state_slots, *ref_pools.args()[1:], slots, flush_length)
     o, _ = gdn_decode_commit(q, k, v, g, beta, pools.state, state_slots, *pools.args()[1:], slots, flush_length)
-    return max(relative_error(o, o_ref), relative_error(pools.state[1:], ref_pools.state[1:]),
+    return max(relative_error(o, o_ref), relative_error(pools.state, ref_pools.state),
                relative_error(pools.buf_value, ref_pools.buf_value))
 
 
-def check_gdn_verify(tree: str = "tree16") -> float:
+def _gdn_tree_inputs(batch: int, tree: str):
     H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
-    parents = torch.tensor(tree_parents(tree), device="cuda").expand(BATCH, -1).contiguous()
+    parents = torch.tensor(tree_parents(tree), device="cuda").expand(batch, -1).contiguous()
     nodes = parents.shape[1]
-    num_nodes = torch.tensor([nodes, nodes, 3, 1], device="cuda")
-    pools = Pools.make(BATCH, 16, (HV, K, V), (H, K), (HV, V), HV)
-    pools.buf_len.copy_(torch.tensor([0, 8, 15, 3], device="cuda"))
-    slots = torch.arange(BATCH, device="cuda")
-    state_slots = torch.tensor([-1, 1, 2, 3], device="cuda")
-    q, k = unit(BATCH, nodes, H, K) * K**-0.5, unit(BATCH, nodes, H, K)
-    v, g = torch.randn(BATCH, nodes, HV, V, device="cuda"), log_decay(BATCH, nodes, HV)
-    beta = torch.rand(BATCH, nodes, HV, device="cuda")
+    num_nodes = torch.tensor([[nodes, nodes, min(3, nodes), 1][i % 4] for i in range(batch)], device="cuda")
+    q, k = unit(batch, nodes, H, K) * K**-0.5, unit(batch, nodes, H, K)
+    v, g = torch.randn(batch, nodes, HV, V, device="cuda"), log_decay(batch, nodes, HV)
+    beta = torch.rand(batch, nodes, HV, device="cuda")
+    return q, k, v, g, beta, parents, num_nodes
+
+
+def check_gdn_verify(batch: int, tree: str) -> float:
+    """Verify of ragged trees on buffers from empty to full (one kernel at small batches, two passes at large)."""
+    q, k, v, g, beta, parents, num_nodes = _gdn_tree_inputs(batch, tree)
+    pools, slots, state_slots = _gdn_rows(batch, 16, [0, 8, 15, 3])
     args = (q, k, v, g, beta, parents, num_nodes, pools.state, state_slots, *pools.args()[1:], slots)
     expected, actual = gdn_verify_ref(*args), gdn_verify(*args)
     return max(relative_error(a, e) for a, e in zip(actual, expected, strict=True))
+
+
+def check_gdn_commit(batch: int, flush_length: int = 16) -> float:
+    """Commit of 0-4 accepted nodes of a 4-chain per row, some rows folding (one launch at small batches, the append
+    and fold kernels at large), then a flush of what is left: the states and buffers."""
+    q, k, v, g, beta, parents, num_nodes = _gdn_tree_inputs(batch, "chain4")
+    pools, slots, state_slots = _gdn_rows(batch, flush_length, [0, 13, 15, 2, 12])
+    _, u, gcum = gdn_verify_ref(q, k, v, g, beta, parents, num_nodes, pools.state, state_slots, *pools.args()[1:],
+                                slots)
+    num_accepted = torch.minimum(torch.arange(batch, device="cuda") % 5, num_nodes)
+    accepted = torch.where(torch.arange(4, device="cuda") < num_accepted[:, None], torch.arange(4, device="cuda"), -1)
+    state_slots = torch.where(pools.buf_len + num_accepted >= flush_length, slots, state_slots)
+    ref_pools = _clone(pools)
+    commit = (k, u, gcum, accepted, num_accepted)
+    flushed_ref = gdn_commit_ref(*commit, ref_pools.state, state_slots, *ref_pools.args()[1:], slots, flush_length)
+    flushed = gdn_commit(*commit, pools.state, state_slots, *pools.args()[1:], slots, flush_length)
+    if not torch.equal(flushed, flushed_ref):
+        return float("inf")
+    errors = [relative_error(pools.state, ref_pools.state), relative_error(pools.buf_value, ref_pools.buf_value)]
+    # then flush every row that kept entries (the caller's bookkeeping: buf_len 0 where flushed, else + accepted)
+    for p in (pools, ref_pools):
+        p.buf_len.copy_(torch.where(flushed, 0, p.buf_len + num_accepted))
+    state_slots = slots
+    gdn_flush_ref(ref_pools.state, state_slots, *ref_pools.args()[1:], slots)
+    gdn_flush(pools.state, state_slots, *pools.args()[1:], slots)
+    return max(errors + [relative_error(pools.state, ref_pools.state)])
 
 
 def check_mamba2_decode_commit(flush_length: int = 16, config: DecodeConfig | None = None) -> float:
@@ -112,8 +161,15 @@ def check_mamba2_verify(tree: str, config: VerifyConfig | None = None) -> float:
 
 def run_all() -> dict[str, float]:
     errors = {
-        "gdn_decode_commit": check_gdn_decode_commit(),
-        "gdn_verify_tree16": check_gdn_verify(),
+        # batch 4: the small-batch kernels (decode folding in place, verify fused, commit in one launch); 24: the rest
+        "gdn_decode_commit_b4": check_gdn_decode_commit(4),
+        "gdn_decode_commit_b24": check_gdn_decode_commit(24),
+        "gdn_verify_chain4_b4": check_gdn_verify(4, "chain4"),
+        "gdn_verify_chain4_b24": check_gdn_verify(24, "chain4"),
+        "gdn_verify_tree16_b4": check_gdn_verify(4, "tree16"),
+        "gdn_verify_tree16_b24": check_gdn_verify(24, "tree16"),
+        "gdn_commit_flush_b4": check_gdn_commit(4),
+        "gdn_commit_flush_b24": check_gdn_commit(24),
         "mamba2_decode_commit": check_mamba2_decode_commit(),
         "mamba2_verify_chain5": check_mamba2_verify("chain5"),
         "mamba2_verify_tree16": check_mamba2_verify("tree16"),

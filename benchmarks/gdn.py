@@ -1,4 +1,9 @@
-"""Gated DeltaNet at Qwen3.5-9B shapes (H=16, HV=32, K=V=128, fp32 state): decode and tree verify."""
+"""Gated DeltaNet at Qwen3.5-9B shapes (H=16, HV=32, K=V=128, fp32 state): decode, tree verify, fold and commit.
+
+Every timed row carries "bytes_moved": the least our op must move (each state read once, and written once where it
+folds; the inputs it reads, the outputs and buffer entries it writes, the buffer entries it reads), and where there
+is a baseline "baseline_bytes_moved", the same for the baseline's op (which reads and writes every state it
+updates). benchmarks/report.py turns them into bounds at the run's copy bandwidth."""
 
 from __future__ import annotations
 
@@ -8,13 +13,20 @@ import torch
 
 from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents, unit
 from benchmarks.timing import rotations_for, time_calls
-from verify_kernels.gdn import gdn_decode, gdn_decode_commit, gdn_verify
+from verify_kernels.gdn import gdn_commit, gdn_decode, gdn_decode_commit, gdn_flush, gdn_verify
 from verify_kernels.gdn.verify import verify_scratch_bytes
 from verify_kernels.tree import ancestor_mask
 
 H, HV, K, V = 16, 32, 128, 128
 STATE_BYTES = HV * K * V * 4  # one request, one layer
 BUFFER_CAPACITY = 32
+# one request, one layer, fp32: a token's buffer entry (its key once per key head, u and G per value head), its
+# inputs (q, k, v, g, beta), its output o
+ENTRY_BYTES = (H * K + HV * V + HV) * 4
+TOKEN_BYTES = (2 * H * K + HV * V + 2 * HV) * 4
+OUTPUT_BYTES = HV * V * 4
+NODE_ENTRY_BYTES = (HV * V + HV) * 4  # what verify writes per node besides o: u and G (the key is its input)
+FOLD_ENTRIES = 16  # a flush of L = 16 entries
 
 
 class TokenInputs:
@@ -69,11 +81,22 @@ def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list
         flush_s = time_calls(ours(gdn_decode_commit, flush_length))
         amortised = ((flush_length - 1) * step_s + flush_s) / flush_length
         row = dict(base, flush_length=flush_length, ours_step_us=step_s * 1e6, ours_flush_us=flush_s * 1e6,
-                   ours_us=amortised * 1e6)
+                   ours_us=amortised * 1e6, bytes_moved=batch * decode_bytes(flush_length),
+                   baseline_bytes_moved=batch * (2 * STATE_BYTES + TOKEN_BYTES + OUTPUT_BYTES))
         if "fla_us" in base:
             row["speedup_vs_fla"] = base["fla_us"] / row["ours_us"]
         rows.append(row)
     return rows
+
+
+def decode_bytes(flush_length: int) -> float:
+    """Bytes one request's decode + commit must move per step, amortised as the benchmark times it: L - 1 steps at
+    the mean buffer fill that read S0 and the buffer and append an entry, then one that reads S0 and the L - 1
+    entries and writes the folded state."""
+    fill = (flush_length - 2) // 2
+    step = STATE_BYTES + fill * ENTRY_BYTES + TOKEN_BYTES + OUTPUT_BYTES + ENTRY_BYTES
+    flush = 2 * STATE_BYTES + (flush_length - 1) * ENTRY_BYTES + TOKEN_BYTES + OUTPUT_BYTES
+    return ((flush_length - 1) * step + flush) / flush_length
 
 
 def _fla_decode_seconds(fla, x: TokenInputs, rotations: int, batch: int) -> float:
@@ -124,13 +147,23 @@ def _verify_batch(tree: str, batch: int, sglang_gdn, fill: int) -> dict:
     ])
     row = {"section": "gdn_verify", "tree": tree, "nodes": nodes, "batch": batch, "buffer_fill": fill,
            "ours_us": ours_s * 1e6, "ours_state_bytes_per_request": 0,
-           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, BUFFER_CAPACITY, H, HV, V),
-           "baseline_state_bytes_per_request": nodes * STATE_BYTES}
+           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, HV, V),
+           "baseline_state_bytes_per_request": nodes * STATE_BYTES,
+           "bytes_moved": batch * verify_bytes(nodes, fill),
+           "baseline_bytes_moved": batch * (nodes * STATE_BYTES + verify_bytes(nodes, 0) - nodes * NODE_ENTRY_BYTES)}
     if sglang_gdn is not None:
         del pools  # room for the baseline's own pool and intermediate states
         base_s = _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, nodes, tree)
         row.update(baseline_us=base_s * 1e6, speedup_vs_baseline=base_s / ours_s)
     return row
+
+
+def verify_bytes(nodes: int, fill: int) -> int:
+    """Bytes one request's verify must move: S0 once, the buffer's fill entries, the nodes' inputs and ancestor
+    mask, o and the nodes' entries (u, G) out. The intermediate-state baseline moves S0 once, the inputs, o, and
+    one state written per node instead of the entries."""
+    inputs = nodes * TOKEN_BYTES + nodes * nodes
+    return STATE_BYTES + fill * ENTRY_BYTES + inputs + nodes * (OUTPUT_BYTES + NODE_ENTRY_BYTES)
 
 
 def _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, nodes, tree) -> float:
@@ -148,3 +181,70 @@ def _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, node
                 cache_steps=nodes, retrieve_parent_token=retrieve)
         for r in range(rotations)
     ])
+
+
+# the commits timed per batch: (case, buffered entries of a folding row, of the others, rows that fold: every n-th)
+COMMITS = (
+    ("commit, no row folds", None, 4, 0),
+    ("commit, 1 row in 8 folds", FOLD_ENTRIES - 3, 4, 8),
+    ("commit, every row folds", FOLD_ENTRIES - 3, None, 1),
+)
+ACCEPTED = 3  # of a 4-chain
+
+
+def fold_rows(batches) -> list[dict]:
+    """The fold on its own (a flush of FOLD_ENTRIES entries per row) and the commit of 3 accepted nodes of a 4-chain
+    per row with no, some and every row folding: an append-only commit must cost an append, not a fold."""
+    rows = []
+    for batch in batches:
+        rows += _fold_batch(batch)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _fold_batch(batch: int) -> list[dict]:
+    rotations = rotations_for(2 * batch * STATE_BYTES)
+    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
+    slots = [rotation_slots(r, batch) for r in range(rotations)]
+    tail = [(*pools.args()[1:], slots[r]) for r in range(rotations)]
+    pools.buf_len.fill_(FOLD_ENTRIES)
+    flush_s = time_calls([partial(gdn_flush, pools.state, slots[r], *tail[r]) for r in range(rotations)])
+    rows = [{"section": "gdn_fold", "case": f"flush of {FOLD_ENTRIES} entries", "batch": batch,
+             "rotations": rotations, "folded_rows": batch, "ours_us": flush_s * 1e6,
+             "bytes_moved": batch * fold_bytes(FOLD_ENTRIES)}]
+
+    # the verify outputs of a 4-chain per row: k [B, T, H, K], u [B, T, HV, V], gcum [B, T, HV]
+    x = TokenInputs(rotations, batch, ACCEPTED + 1)
+    u = torch.randn(rotations, batch, ACCEPTED + 1, HV, V, device="cuda") * 0.1
+    gcum = log_decay(rotations, batch, ACCEPTED + 1, HV).cumsum(2) - FOLD_ENTRIES
+    accepted = torch.arange(ACCEPTED, device="cuda").expand(batch, ACCEPTED).contiguous()
+    num_accepted = torch.full((batch,), ACCEPTED, device="cuda")
+    for case, folding_fill, other_fill, every in COMMITS:
+        folds = torch.zeros(batch, dtype=torch.bool, device="cuda")
+        if every:
+            folds[::every] = True
+        fill = torch.where(folds, folding_fill or 0, other_fill or 0)
+        pools.buf_len.copy_(fill.repeat(rotations))
+        seconds = time_calls([
+            partial(gdn_commit, x.k[r], u[r], gcum[r], accepted, num_accepted, pools.state, slots[r], *tail[r],
+                    FOLD_ENTRIES)
+            for r in range(rotations)
+        ])
+        folded = int(folds.sum())
+        entries_read = int(fill[folds].sum()) + folded * ACCEPTED
+        rows.append({"section": "gdn_fold", "case": case, "batch": batch, "rotations": rotations,
+                     "folded_rows": folded, "ours_us": seconds * 1e6,
+                     "bytes_moved": folded * 2 * STATE_BYTES + entries_read * ENTRY_BYTES
+                     + (batch - folded) * append_bytes(ACCEPTED)})
+    return rows
+
+
+def fold_bytes(entries: int) -> int:
+    """Bytes one request's fold of `entries` buffer entries must move: its state read and written once, the entries
+    read."""
+    return 2 * STATE_BYTES + entries * ENTRY_BYTES
+
+
+def append_bytes(entries: int) -> int:
+    """Bytes one request's commit that folds nothing moves: its accepted entries read and written to the buffer."""
+    return 2 * entries * ENTRY_BYTES

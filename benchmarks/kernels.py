@@ -8,7 +8,9 @@ medians, inputs rotated over >= 2 GiB, a device copy as the bandwidth ceiling, e
 - GDN decode at Qwen3.5-9B shapes, amortised over L steps including the flush, vs fla (and SGLang) recurrent;
 - GDN verify of a 4-chain, an 8-node and a 16-node tree vs SGLang's intermediate-state verify;
 - Mamba2 decode at Nemotron-3-Nano shapes vs SGLang's selective_state_update;
-- Mamba2 verify of a 5-chain and a 16-node tree vs the intermediate-state kernel (and SGLang's, when the wheel has it).
+- Mamba2 verify of a 5-chain and a 16-node tree vs the intermediate-state kernel (and SGLang's, when the wheel has it);
+- the GDN fold on its own (a flush) and commits that fold no, some and every row.
+Every row carries the bytes its op must move, so the report puts each figure against its bound at the copy bandwidth.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def main() -> None:
 
     rows = gdn.decode_rows(decode_batches, FLUSH_LENGTHS, fla, sglang_gdn, copy_bw)
     rows += gdn.verify_rows(verify_batches, TREES, sglang_gdn)
+    rows += gdn.fold_rows(decode_batches)
     rows += mamba2.decode_rows(decode_batches, (16,), sglang_ssu)
     rows += mamba2.verify_rows(decode_batches, sglang_ssu)
     result = {

@@ -1,42 +1,86 @@
-"""The benchmark report: tables generated from a run's JSON, and the BENCHMARKS.md section replaced in place."""
+"""The benchmark report: tables generated from a run's JSON, the bound columns computed by hand on small cases, and
+the BENCHMARKS.md section replaced in place."""
 
 from __future__ import annotations
+
+import pytest
 
 from benchmarks.report import (
     END,
     START,
     STUDY_END,
     STUDY_START,
+    bound_us,
     markdown_section,
     memory_table,
     mode_table,
+    of_bound,
     replace_section,
     roofline_parts_table,
     study_section,
     study_target_lines,
+    summary_lines,
     write_markdown,
 )
 
+MB = 10**6
+
 
 def sample_result() -> dict:
+    """A run at a copy bandwidth of 4 TB/s: 4 MB move in 1 us."""
     decode = {"section": "gdn_decode", "batch": 128, "flush_length": 16, "ours_step_us": 60.0, "ours_flush_us": 130.0,
-              "ours_us": 64.4, "fla_us": 180.0, "speedup_vs_fla": 2.8, "state_read_tbps": 3.7}
+              "ours_us": 64.4, "fla_us": 180.0, "speedup_vs_fla": 2.8, "state_read_tbps": 3.6,
+              "bytes_moved": 200 * MB, "baseline_bytes_moved": 576 * MB}
     verify = {"section": "gdn_verify", "tree": "chain4", "batch": 64, "ours_us": 40.0, "baseline_us": 200.0,
               "speedup_vs_baseline": 5.0, "ours_scratch_bytes_per_request": 4 * 16512,
-              "baseline_state_bytes_per_request": 4 * 2**21}
+              "baseline_state_bytes_per_request": 4 * 2**21, "bytes_moved": 140 * MB, "baseline_bytes_moved": 680 * MB}
+    tree = dict(verify, tree="tree16", ours_us=56.0, baseline_us=800.0, speedup_vs_baseline=14.3)
+    batch_one = dict(verify, batch=1, ours_us=9.5, baseline_us=6.0, speedup_vs_baseline=0.63)
+    flush = {"section": "gdn_fold", "case": "flush of 16 entries", "batch": 256, "folded_rows": 256, "ours_us": 320.0,
+             "bytes_moved": 1024 * MB}
+    append = {"section": "gdn_fold", "case": "commit, no row folds", "batch": 256, "folded_rows": 0,
+              "ours_us": 12.5, "bytes_moved": 40 * MB}
     mamba = {"section": "mamba2_decode", "batch": 128, "flush_length": 16, "ours_step_us": 50.0,
              "ours_flush_us": 100.0, "ours_us": 53.1, "baseline_us": 120.0, "speedup_vs_baseline": 2.26}
+    mamba_verify = {"section": "mamba2_verify", "tree": "chain5", "batch": 256, "ours_us": 150.0,
+                    "baseline_us": 700.0, "speedup_vs_baseline": 4.67, "bytes_moved": 540 * MB,
+                    "baseline_bytes_moved": 2700 * MB}
     return {"command": "python -m benchmarks.kernels", "date": "2026-11-29", "device": "NVIDIA H200",
             "software": {"torch": "2.11", "triton": "3.6", "fla": "fla-core", "sglang": "sglang.whl"},
-            "copy_tbps": 4.27, "checks": {"gdn_decode_commit": 1e-7}, "rows": [decode, verify, mamba]}
+            "copy_tbps": 4.0, "checks": {"gdn_decode_commit": 1e-7},
+            "rows": [decode, verify, tree, batch_one, flush, append, mamba, mamba_verify]}
 
 
-def test_markdown_tables_carry_every_row():
+def test_bound_is_bytes_at_copy_bandwidth():
+    assert bound_us(400 * MB, 4.0) == pytest.approx(100.0)
+    row = {"ours_us": 125.0, "bytes_moved": 400 * MB}
+    assert of_bound(row, 4.0, "ours_us", "bytes_moved") == pytest.approx(0.8)
+    assert of_bound({"ours_us": 1.0}, 4.0, "ours_us", "bytes_moved") is None  # older runs carry no bytes
+
+
+def test_markdown_tables_carry_every_row_and_its_bound():
     text = markdown_section(sample_result())
-    assert "| 128 | 16 | 60.0 | 130.0 | 64.4 | 180.0 | 2.80 |" in text
-    assert "| chain4 | 64 | 40.0 | 200.0 | 5.00 | 0 | 64 KiB | 8 MiB |" in text
-    assert "| 128 | 16 | 50.0 | 100.0 | 53.1 | 120.0 | 2.26 |" in text
-    assert "87%" in text  # 3.7 of 4.27 TB/s
+    # decode: 200 MB -> 50 us of 64.4 (78%); fla 576 MB -> 144 us of 180 (80%); S0 read 3.6 of 4 TB/s (90%)
+    assert "| 128 | 16 | 60.0 | 130.0 | 64.4 | 180.0 | 2.80 | — | 3.60 | 90% | 190.7 MiB | 50.0 | 78% | 80% |" in text
+    # verify: 140 MB -> 35 us of 40 (88%); the baseline 680 MB -> 170 us of 200 (85%)
+    assert "| chain4 | 64 | 40.0 | 200.0 | 5.00 | 0 | 64 KiB | 8 MiB | 133.5 MiB | 35.0 | 88% | 85% |" in text
+    # fold: 1024 MB -> 256 us of 320 (80%); an append-only commit of 40 MB -> 10 us of 12.5 (80%)
+    assert "| flush of 16 entries | 256 | 256 | 320.0 | 976.6 MiB | 256.0 | 80% |" in text
+    assert "| commit, no row folds | 256 | 0 | 12.5 | 38.1 MiB | 10.0 | 80% |" in text
+    # Mamba2 decode without bytes: dashes; Mamba2 verify 540 MB -> 135 us of 150 (90%), baseline 675 of 700 (96%)
+    assert "| 128 | 16 | 50.0 | 100.0 | 53.1 | 120.0 | 2.26 | — | — | — | — |" in text
+    assert "| chain5 | 256 | 150.0 | 700.0 | 4.67 | 515.0 MiB | 135.0 | 90% | 96% |" in text
+
+
+def test_targets_are_read_from_the_rows():
+    text = "\n".join(summary_lines(sample_result()))
+    assert "| GDN fold: >= 80% of copy bandwidth | 80% (256) |" in text
+    assert "| GDN commit that folds no row costs an append, not a fold | 12.5 us (256) |" in text
+    assert "| GDN decode amortised L=16, batch >= 128: >= 1.9x fla fused_recurrent | 2.80x (128) |" in text
+    assert "| GDN verify 4-chain, batch >= 64: >= 3x SGLang's intermediate-state verify | 5.00x (64) |" in text
+    assert "| GDN verify 16-node tree <= 1.5x the 4-chain | 1.40x (64) |" in text  # 56 / 40
+    assert "| GDN verify 4-chain, batch 1: <= 10 us | 9.5 us (1) |" in text
+    assert "| Mamba2 verify, batch 64-512: <= 1.5x its bound (>= 67% of bound) | 90% (256) |" in text
 
 
 def test_section_is_replaced_not_appended(tmp_path):

@@ -26,6 +26,7 @@ from tests.reference_checks import (
 )
 from verify_kernels.gdn import commit as commit_module
 from verify_kernels.gdn import decode as decode_module
+from verify_kernels.gdn import fold as fold_module
 from verify_kernels.gdn import (
     gdn_commit,
     gdn_commit_ref,
@@ -65,6 +66,7 @@ DIMS = {
     "k16-hv1": Dims(2, 2, 16, 16),
     "k32-hv2": Dims(1, 2, 32, 32),
     "k16-hv2-bf16": Dims(2, 4, 16, 16, torch.bfloat16),
+    "k16-hv3": Dims(1, 3, 16, 16),   # a key head's value heads not a power of two
 }
 # (buffered entries, has a state) per row: empty and full (L - 1) buffers, with and without a state
 L = 8
@@ -249,10 +251,25 @@ def test_outputs_are_nan_poisoned():
     assert torch.empty(3).isnan().all() and torch.empty_like(torch.zeros(2, 2)).isnan().all()
 
 
-@pytest.fixture(params=["three-pass", "fused"])
+@pytest.fixture(params=["fold-kernel", "fold-in-place"])
 def decode_path(request, monkeypatch):
-    """Decode runs as three kernels, or as one for batches up to FUSED_MAX_BATCH: test both on the same rows."""
-    monkeypatch.setattr(decode_module, "FUSED_MAX_BATCH", 0 if request.param == "three-pass" else len(ROWS))
+    """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs:
+    test both on the same rows."""
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0 if request.param == "fold-kernel" else len(ROWS))
+    return request.param
+
+
+@pytest.fixture(params=["two-passes", "fused"])
+def verify_path(request, monkeypatch):
+    """Verify runs as the tree pass then the state pass, or for batches up to FUSED_MAX_BATCH as one kernel."""
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0 if request.param == "two-passes" else len(ROWS))
+    return request.param
+
+
+@pytest.fixture(params=["two-kernels", "one-launch"])
+def commit_path(request, monkeypatch):
+    """The commit appends in its own kernel, or for batches up to ONE_LAUNCH_MAX_BATCH in the fold kernel."""
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0 if request.param == "two-kernels" else len(ROWS))
     return request.param
 
 
@@ -287,7 +304,7 @@ VERIFIES = {
 
 
 @pytest.mark.parametrize("case", VERIFIES.values(), ids=VERIFIES.keys())
-def test_verify_trees(case):
+def test_verify_trees(case, verify_path):
     dims, T, shape, num_nodes = case
     check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
 
@@ -320,7 +337,7 @@ COMMITS = {
 
 @pytest.mark.parametrize("case", COMMITS.values(), ids=COMMITS.keys())
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
-def test_commit(d, case):
+def test_commit(d, case, commit_path):
     flush_length, lengths = case
     check_commit(make_batch(d, ROWS, seed=4, T=len(TREE), shape="tree"), lengths, flush_length)
 
@@ -331,23 +348,55 @@ def test_flush(d):
 
 
 def test_small_blocks(monkeypatch):
-    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block)
-    and two steps of verify's products loop over K."""
-    for module in (verify_module, commit_module):
-        monkeypatch.setattr(module, "BLOCK_V", 16)
-    monkeypatch.setattr(decode_module, "STATE_BLOCK_V", 16)
-    monkeypatch.setattr(decode_module, "FOLD_BLOCK_V", 16)
-    monkeypatch.setattr(decode_module, "FUSED_BLOCK_V", 16)
-    monkeypatch.setattr(verify_module, "STATE_BLOCK_V", 16)
-    monkeypatch.setattr(verify_module, "PRODUCTS_BLOCK_K", 16)
+    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block), two
+    K blocks in verify's products and S0 reads, verify's S0 reads as dots and one node at a time, fused and in two
+    passes."""
+    monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
+    monkeypatch.setattr(decode_module, "BLOCK_V", 16)
+    monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
+    for configs in ("STATE_CONFIGS", "FUSED_CONFIGS"):
+        monkeypatch.setattr(verify_module, configs, {bt: (16, 4) for bt in getattr(verify_module, configs)})
+    monkeypatch.setattr(verify_module, "TREE_BLOCK_V", 16)
+    monkeypatch.setattr(verify_module, "STATE_BLOCK_K", 16)
     d = DIMS["k32-hv2"]
-    for fused_max_batch in (0, len(ROWS)):  # decode's three kernels, then its single kernel
-        monkeypatch.setattr(decode_module, "FUSED_MAX_BATCH", fused_max_batch)
+    for small_batch in (0, len(ROWS)):  # decode + commit with the fold kernel, then folding in place
+        monkeypatch.setattr(decode_module, "SMALL_BATCH", small_batch)
         check_decode(make_batch(d, ROWS, seed=6))
         check_decode_commit(make_batch(d, ROWS, seed=6), 6)
-    check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
+    # verify's S0 reads as dots over two K blocks in two passes, then one node at a time in the fused kernel
+    for fma_max_nodes, fused_max_batch in ((0, 0), (64, len(ROWS))):
+        monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
+        monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
+        check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
     check_commit(make_batch(d, ROWS, seed=6, T=len(TREE), shape="tree"), *COMMITS["fold-and-append"][::-1])
     check_flush(make_batch(d, ROWS, seed=6))
+
+
+def test_fold_lanes_and_scan_blocks(monkeypatch):
+    """Fewer fold lanes than folding rows (each lane folds several, in rank order) and the rows' flags scanned two
+    at a time: the fold of the commit, the flush and the decode + commit."""
+    monkeypatch.setattr(fold_module, "FOLD_LANES", 2)
+    monkeypatch.setattr(fold_module, "SCAN_BLOCK", 2)
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    d = DIMS["k16-hv2-bf16"]
+    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
+        check_commit(make_batch(d, ROWS, seed=11, T=len(TREE), shape="tree"), lengths, flush_length)
+    check_flush(make_batch(d, ROWS, seed=11))
+    assert check_decode_commit(make_batch(d, ROWS, seed=11), 1).all()
+
+
+@pytest.mark.parametrize("commit_batch", [0, 1], ids=["two-kernels", "one-launch"])
+def test_batch_one(monkeypatch, commit_batch):
+    """A single row: a 4-chain verify, a decode, a decode + commit that folds and commits that append and fold."""
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", commit_batch)
+    d = DIMS["k32-hv2"]
+    b = make_batch(d, [(5, True)], seed=12, T=4)
+    check_verify(b)
+    check_decode(b)
+    assert check_decode_commit(b, 6).tolist() == [True]
+    assert check_commit(b, [2], L).tolist() == [False]
+    assert check_commit(b, [4], 7).tolist() == [True]
 
 
 @pytest.mark.parametrize("flush_length", [48, 64], ids=["flush48", "flush64"])
@@ -418,9 +467,18 @@ GPU_TOL = 2e-4
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("paths", ["small-batch-kernels", "large-batch-kernels"])
 @pytest.mark.parametrize("shape", ["chain", "random"])
 @pytest.mark.parametrize("d", GPU_DIMS.values(), ids=GPU_DIMS.keys())
-def test_gpu_full_size(d, shape):
+def test_gpu_full_size(d, shape, paths, monkeypatch):
+    """Every op on the rows of GPU_ROWS through the kernels of small batches (decode folding in place, verify in one
+    kernel, commit in one launch) or of large ones (fold kernel with 3 lanes, each folding several rows; verify's
+    two passes; append kernel)."""
+    small = paths == "small-batch-kernels"
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", len(GPU_ROWS) if small else 0)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(GPU_ROWS) if small else 0)
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", len(GPU_ROWS) if small else 0)
+    monkeypatch.setattr(fold_module, "FOLD_LANES", 3)
     num_nodes = [64, 64, 1, 33, 0, 64, 17, 64]
     b = make_batch(d, GPU_ROWS, seed=10, T=64, num_nodes=num_nodes, shape=shape, capacity=64)
     check_verify(b, "cuda", GPU_TOL)
@@ -433,3 +491,18 @@ def test_gpu_full_size(d, shape):
     for flush_length in (1, 48, 64):
         check_commit(b, [3, 1, 1, 20, 0, 2, 17, 64], flush_length, "cuda", GPU_TOL)
     check_flush(b, "cuda", GPU_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("T", [4, 16], ids=["chain4", "tree16"])
+def test_gpu_engine_shapes(T):
+    """Qwen3.5-9B's heads at the engine's buffer (capacity = flush_length = 16) and a batch of 40 rows: verify of
+    4-chains / 16-node trees, decode + commit and commits that fold some rows, with the default launch settings."""
+    d = GPU_DIMS["k128"]
+    rows = [(n % 16, n % 5 != 0) for n in range(40)]
+    num_nodes = [T - (n % 3) for n in range(40)]
+    b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T == 4 else "random", capacity=16)
+    check_verify(b, "cuda", GPU_TOL)
+    assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
+    check_commit(b, [min(3, n) for n in num_nodes], 16, "cuda", GPU_TOL)

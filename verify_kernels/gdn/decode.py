@@ -2,33 +2,31 @@
 and buffer (gdn_decode), and plain decoding with the commit of that token fused in (gdn_decode_commit). Semantics,
 shapes and pool layout: verify_kernels.gdn.naive (the oracle); the math: docs/design.md section 2.
 
-Three small kernels rather than one: on the H200 a single kernel holding the S0 tile, buffer tiles and the fold
-accumulator ran out of registers (spills, 40% occupancy) and took 2x the time of reading S0.
-1. buffer pass, one program per (row, value head): the buffer's share of S_c^T k and S_c^T q (entries in blocks of
-   BLOCK_L, never the stale positions past buf_len) and the token's G;
-2. state pass, one program per (row, value head, V block): the [K, BV] tile of S0 read once (not at all for rows
-   whose state slot is -1: S0 = 0) gives S0^T k and S0^T q; o and u; with the commit, the token's entry appended
-   at buf_len for rows that do not flush. This pass is the one bound by memory: S0 at ~4 TB/s on the H200;
-3. fold (commit only), one program per (row, value head): rows whose buffer is full fold S0 + buffer + the token
-   into the state, one read and one write of S0 per flush_length tokens; the other rows return at once.
-Small batches are bound by launches, not bytes: up to FUSED_MAX_BATCH rows one kernel does all three (its S0 tile
-and the first BLOCK_L buffer entries loaded together), which a prototype timed at ~5 us per layer at batch 1 on
-the H200, against ~14 us for the three launches.
+One program per (row, value head, V block) reads the [K, BV] tile of S0 once (not at all for rows whose state slot is
+-1: S0 = 0) and, while that load is in flight, the buffer's share of the committed state's reads,
+sum_i e^{G - G_i} (k_i . x) u_i for x = k, q. Its first BLOCK_L entries are loaded before buf_len is known (then
+those past buf_len zeroed), so the buffer costs the program no round trip more than S0 does. A separate buffer pass
+(one program per row and head, then the state pass) was latency-bound on the H200: ~54 us per layer at batch 256
+for a few MiB, a quarter of the step. Then o and u; with the commit, the token's entry appended at buf_len by the
+rows that do not flush. The rows that flush fold S0, the buffer and the token into the state in
+verify_kernels.gdn.fold's kernel (one read and one write of S0 per flush_length tokens), whose grid does not grow
+with the batch; up to SMALL_BATCH rows the decode's own programs fold their tile in place, one launch in all.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-# Launch parameters, measured on the H200 at Qwen3.5-9B shapes (K = V = 128, HV = 32; .scratch notes in the PR):
-# state pass BV = 64 at 4 warps read S0 at 3.9-4.0 TB/s (BV = 32: 3.4, BV = 128 at 8 warps: 2.1); the buffer
-# pass is latency-bound and does best with the whole V row per program; the fold does best on [K, 32] tiles.
-STATE_BLOCK_V = 64
-FOLD_BLOCK_V = 32
-BLOCK_L = 16
+from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
+
+# Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
+# read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
+# at 110 registers per thread (Triton 3.6, sm_90); with the buffer's reads in it, 128-161 (fp32 / bf16 inputs).
+BLOCK_V = 64
 NUM_WARPS = 4
-FUSED_MAX_BATCH = 4
-FUSED_BLOCK_V = 32
+SMALL_BATCH = 4
+SMALL_BLOCK_V = 32
+SMALL_WARPS = 4
 
 MAX_BUFFER = 64
 HEAD_DIMS = (16, 32, 64, 128)
@@ -37,198 +35,50 @@ INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H: tl.constexpr, HV: tl.constexpr,
-                K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr):
-    """b_s [K, BV] plus the fold of the first n entries of buffer row i_r: sum_i e^{G - G_i} k_i u_i^T."""
-    for i_c in range(0, n, BC):
+def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H: tl.constexpr,
+                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr):
+    """Buffer row i_r's share of reading the committed state at a new token with key b_k, query b_q [K] and log
+    decay b_g: returns the row's n = buf_len, the token's G (the last entry's G, 0 for an empty buffer, plus g) and
+    sum_i e^{G - G_i} (k_i . x) u_i over columns o_v for x = k, q ([BV] each), never reading past n."""
+    o_c = tl.arange(0, BC)
+    # the first block is loaded in the bounds of the row, before n arrives; the entries past n are dropped below
+    m_in = o_c < L
+    b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_in[:, None], other=0.)
+    b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_in[:, None], other=0.)
+    b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_in, other=0.)
+    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    b_G = b_g + tl.sum(tl.where(o_c == n - 1, b_bg, 0.), 0)
+    if n > BC:
+        b_G = b_g + tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
+    m_c = o_c < n
+    # stale entries may hold anything, NaN included: select them away, never multiply them by 0
+    b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))                            # [BC], e^{G - G_i} <= 1
+    b_bu = tl.where(m_c[:, None], b_bu, 0.)
+    b_wk = tl.where(m_c, tl.sum(b_bk * b_k[None, :], 1) * b_decay, 0.)
+    b_wq = tl.where(m_c, tl.sum(b_bk * b_q[None, :], 1) * b_decay, 0.)
+    b_kr = tl.sum(b_wk[:, None] * b_bu, 0)
+    b_qr = tl.sum(b_wq[:, None] * b_bu, 0)
+    for i_c in range(BC, n, BC):
         o_c = i_c + tl.arange(0, BC)
         m_c = o_c < n
-        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
         b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
         b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
+        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
         b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
-        # three TF32 passes on the tensor cores: fp32-level error, and 1.3x faster than "ieee" FMA products here
-        b_s += tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="tf32x3")
-    return b_s
-
-
-@triton.jit
-def buffer_reads(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, b_k, b_q, o_k, o_v, H: tl.constexpr,
-                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BV: tl.constexpr,
-                 BC: tl.constexpr):
-    """The buffer's share of S_c^T k and S_c^T q over columns o_v [BV]: sum_i e^{G - G_i} (k_i . x) u_i for the
-    first n entries of buffer row i_r, BC at a time (never the stale positions past n)."""
-    b_kr = tl.zeros([BV], dtype=tl.float32)
-    b_qr = tl.zeros([BV], dtype=tl.float32)
-    for i_c in range(0, n, BC):
-        o_c = i_c + tl.arange(0, BC)
-        m_c = o_c < n
-        b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
-        b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
-        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
-        b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))                      # [BC], e^{G - G_i} <= 1
         b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
         b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
-    return b_kr, b_qr
+    return n, b_G, b_kr, b_qr
 
 
 @triton.jit
-def append_entry(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, i_v, n, b_k, b_u, b_G, o_k, o_v, H: tl.constexpr,
-                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr):
-    """The token's entry at buffer position n: u for this V block, G once per head (V block 0), the key once per
-    key head (the first value head of its group, V block 0)."""
-    tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
-    if i_v == 0:
-        tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
-        if i_h % (HV // H) == 0:
-            tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
-
-
-@triton.jit
-def gdn_decode_buffer_kernel(
-    q,             # [B, H, K]
-    k,             # [B, H, K]
-    g,             # [B, HV]
-    buf_k,         # [R, L, H, K] fp32
-    buf_u,         # [R, L, HV, V] fp32
-    buf_gcum,      # [R, L, HV] fp32
-    buf_len,       # [R]
-    req_slots,     # [B]
-    kr,            # [B, HV, V] fp32: sum_i e^{G - G_i} (k_i . k) u_i
-    qr,            # [B, HV, V] fp32: the same with q
-    gcum,          # [B, HV] fp32: the token's G
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    L: tl.constexpr,
-    BC: tl.constexpr,
-):
-    i_h, i_b = tl.program_id(0), tl.program_id(1)
-    i_hk = i_h // (HV // H)
-    i_r = tl.load(req_slots + i_b).to(tl.int64)
-    n = tl.load(buf_len + i_r).to(tl.int32)
-    o_k = tl.arange(0, K)
-    o_v = tl.arange(0, V)
-    # the token's G: the last entry's G (0 for an empty buffer) plus its own g
-    b_G = tl.load(g + i_b * HV + i_h).to(tl.float32)
-    if n > 0:
-        b_G += tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
-    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, b_k, b_q, o_k, o_v, H, HV, K, V, L,
-                              V, BC)
-    tl.store(kr + (i_b * HV + i_h) * V + o_v, b_kr)
-    tl.store(qr + (i_b * HV + i_h) * V + o_v, b_qr)
-    tl.store(gcum + i_b * HV + i_h, b_G)
-
-
-@triton.jit
-def gdn_decode_state_kernel(
-    q,             # [B, H, K]
-    k,             # [B, H, K]
-    v,             # [B, HV, V]
-    beta,          # [B, HV]
-    state_pool,    # [S, HV, K, V] fp32
-    state_slots,   # [B]
-    kr,            # [B, HV, V] fp32, from the buffer pass
-    qr,            # [B, HV, V] fp32
-    gcum,          # [B, HV] fp32
-    buf_k,         # [R, L, H, K] fp32 (COMMIT: the entry is appended here)
-    buf_u,         # [R, L, HV, V] fp32
-    buf_gcum,      # [R, L, HV] fp32
-    buf_len,       # [R]
-    req_slots,     # [B]
-    o,             # [B, HV, V] fp32
-    u,             # [B, HV, V] fp32
-    flush_length,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    L: tl.constexpr,
-    BV: tl.constexpr,
-    COMMIT: tl.constexpr,
-):
-    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_hk = i_h // (HV // H)
-    i_s = tl.load(state_slots + i_b).to(tl.int64)
-    o_k = tl.arange(0, K)
-    o_v = i_v * BV + tl.arange(0, BV)
-    p_x = (i_b * HV + i_h) * V + o_v
-    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_kr = tl.load(kr + p_x)
-    b_qr = tl.load(qr + p_x)
-    b_G = tl.load(gcum + i_b * HV + i_h)
-    if i_s >= 0:
-        # S0 is streamed once and not reused: evict it first so the buffers and inputs keep the L2
-        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
-                      eviction_policy="evict_first")
-        b_eG = tl.exp(b_G)
-        b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
-        b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
-    b_u = tl.load(beta + i_b * HV + i_h).to(tl.float32) * (tl.load(v + p_x).to(tl.float32) - b_kr)
-    tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
-    tl.store(u + p_x, b_u)
-    if COMMIT:
-        i_r = tl.load(req_slots + i_b).to(tl.int64)
-        n = tl.load(buf_len + i_r).to(tl.int32)
-        if n + 1 < flush_length:
-            append_entry(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, i_v, n, b_k, b_u, b_G, o_k, o_v, H, HV, K, V, L)
-
-
-@triton.jit
-def gdn_decode_fold_kernel(
-    k,             # [B, H, K]
-    u,             # [B, HV, V] fp32, the token's entry
-    gcum,          # [B, HV] fp32
-    state_pool,    # [S, HV, K, V] fp32
-    state_slots,   # [B]
-    buf_k,         # [R, L, H, K] fp32
-    buf_u,         # [R, L, HV, V] fp32
-    buf_gcum,      # [R, L, HV] fp32
-    buf_len,       # [R]
-    req_slots,     # [B]
-    flush_length,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    L: tl.constexpr,
-    BV: tl.constexpr,
-    BC: tl.constexpr,
-):
-    """S <- e^G S0 + sum_i e^{G - G_i} k_i u_i^T + k u^T for rows whose buffer is full (the token is the last entry,
-    decay 1). A row that flushes must have a state slot (the caller allocates a zeroed one); without one nothing is
-    written."""
-    i_h, i_b = tl.program_id(0), tl.program_id(1)
-    i_r = tl.load(req_slots + i_b).to(tl.int64)
-    n = tl.load(buf_len + i_r).to(tl.int32)
-    i_s = tl.load(state_slots + i_b).to(tl.int64)
-    if n + 1 >= flush_length:
-        if i_s >= 0:
-            i_hk = i_h // (HV // H)
-            o_k = tl.arange(0, K)
-            b_G = tl.load(gcum + i_b * HV + i_h)
-            b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-            for i_v in range(0, V, BV):
-                o_v = i_v + tl.arange(0, BV)
-                p_s = state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
-                b_s = tl.exp(b_G) * tl.load(p_s) + b_k[:, None] * tl.load(u + (i_b * HV + i_h) * V + o_v)[None, :]
-                b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
-                tl.store(p_s, b_s)
-
-
-@triton.jit
-def gdn_decode_fused_kernel(
+def gdn_decode_kernel(
     q, k, v, g, beta,        # [B, H, K], [B, H, K], [B, HV, V], [B, HV], [B, HV]
     state_pool,              # [S, HV, K, V] fp32
     state_slots,             # [B]
     buf_k, buf_u, buf_gcum,  # [R, L, H, K], [R, L, HV, V], [R, L, HV] fp32
     buf_len,                 # [R]
     req_slots,               # [B]
-    o, u, gcum,              # [B, HV, V], [B, HV, V], [B, HV] fp32 (COMMIT: u and gcum unused)
+    o, u, gcum,              # [B, HV, V], [B, HV, V], [B, HV] fp32 out
     flush_length,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -238,39 +88,46 @@ def gdn_decode_fused_kernel(
     BV: tl.constexpr,
     BC: tl.constexpr,
     COMMIT: tl.constexpr,
+    FOLD_HERE: tl.constexpr,   # COMMIT: the rows that flush fold here, else in the fold kernel launched next
 ):
-    """The three passes in one program per (row, value head, V block), for small batches."""
     i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_hk = i_h // (HV // H)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
-    n = tl.load(buf_len + i_r).to(tl.int32)
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
+    p_x = (i_b * HV + i_h) * V + o_v
     b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
     b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_G = tl.load(g + i_b * HV + i_h).to(tl.float32)
-    if n > 0:
-        b_G += tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
-    b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, b_k, b_q, o_k, o_v, H, HV, K, V, L,
-                              BV, BC)
+    b_v = tl.load(v + p_x).to(tl.float32)
+    b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
+    b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
     b_s = tl.zeros([K, BV], dtype=tl.float32)
     if i_s >= 0:
-        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :])
-        b_kr += tl.exp(b_G) * tl.sum(b_s * b_k[:, None], 0)
-        b_qr += tl.exp(b_G) * tl.sum(b_s * b_q[:, None], 0)
-    b_u = tl.load(beta + i_b * HV + i_h).to(tl.float32) * (tl.load(v + (i_b * HV + i_h) * V + o_v).to(tl.float32)
-                                                          - b_kr)
-    tl.store(o + (i_b * HV + i_h) * V + o_v, b_qr + tl.sum(b_q * b_k, 0) * b_u)
-    if not COMMIT:
-        tl.store(u + (i_b * HV + i_h) * V + o_v, b_u)
-        tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
-    else:
+        # S0 is streamed once and not reused: evict it first so the buffers and inputs keep the L2
+        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
+                      eviction_policy="evict_first")
+    n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H,
+                                      HV, K, V, L, BC)
+    b_eG = tl.exp(b_G)
+    b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
+    b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
+    b_u = b_beta * (b_v - b_kr)
+    tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
+    tl.store(u + p_x, b_u)
+    tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
+    if COMMIT:
         if n + 1 < flush_length:
-            append_entry(buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, i_v, n, b_k, b_u, b_G, o_k, o_v, H, HV, K, V, L)
-        else:
+            # the token's entry at buffer position n: u of this V block, G and the key head's key once
+            tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
+            if i_v == 0:
+                tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
+                if i_h % (HV // H) == 0:
+                    tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+        elif FOLD_HERE:
+            # S <- e^G S0 + sum_i e^{G - G_i} k_i u_i^T + k u^T: the token is the last entry, decay 1
             if i_s >= 0:
-                b_s = tl.exp(b_G) * b_s + b_k[:, None] * b_u[None, :]
+                b_s = b_eG * b_s + b_k[:, None] * b_u[None, :]
                 b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
                 tl.store(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :], b_s)
 
@@ -319,8 +176,8 @@ def check_pools(B, H, HV, K, V, state_pool, state_slots, buf_k, buf_u, buf_gcum,
 
 
 def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
-                   flush_length: int | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Launch the decode (flush_length None) or the fused decode + commit. Returns o, u, gcum (None when fused)."""
+                   flush_length: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the decode (flush_length None) or the fused decode + commit. Returns o, u, gcum."""
     B = q.shape[0]
     H, HV, K, V = check_heads(q, k, v)
     check_shape("q", q, (B, H, K))
@@ -335,28 +192,23 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
 
     f32 = dict(dtype=torch.float32, device=q.device)
     o, u, gcum = torch.empty(B, HV, V, **f32), torch.empty(B, HV, V, **f32), torch.empty(B, HV, **f32)
-    flush = flush_length if commit else 0
+    if B == 0:
+        return o, u, gcum
     shapes = dict(H=H, HV=HV, K=K, V=V, L=L)
-    if B <= FUSED_MAX_BATCH:
-        BV = min(V, FUSED_BLOCK_V)
-        gdn_decode_fused_kernel[(V // BV, HV, B)](
-            q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum, flush,
-            **shapes, BV=BV, BC=BLOCK_L, COMMIT=commit, num_warps=NUM_WARPS,
-        )
-        return o, None if commit else u, None if commit else gcum
-    kr, qr = torch.empty(B, HV, V, **f32), torch.empty(B, HV, V, **f32)
-    gdn_decode_buffer_kernel[(HV, B)](q, k, g, buf_k, buf_u, buf_gcum, buf_len, req_slots, kr, qr, gcum, **shapes,
-                                      BC=BLOCK_L, num_warps=NUM_WARPS)
-    BV = min(V, STATE_BLOCK_V)
-    gdn_decode_state_kernel[(V // BV, HV, B)](
-        q, k, v, beta, state_pool, state_slots, kr, qr, gcum, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, flush,
-        **shapes, BV=BV, COMMIT=commit, num_warps=NUM_WARPS,
+    small = B <= SMALL_BATCH
+    BV = min(V, SMALL_BLOCK_V if small else BLOCK_V)
+    gdn_decode_kernel[(V // BV, HV, B)](
+        q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
+        flush_length if commit else 0,
+        **shapes, BV=BV, BC=BLOCK_L, COMMIT=commit, FOLD_HERE=small, num_warps=SMALL_WARPS if small else NUM_WARPS,
+        num_stages=1,
     )
-    if commit:
-        gdn_decode_fold_kernel[(HV, B)](k, u, gcum, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
-                                        req_slots, flush, **shapes, BV=min(V, FOLD_BLOCK_V), BC=BLOCK_L,
-                                        num_warps=NUM_WARPS)
-    return o, None if commit else u, None if commit else gcum
+    if commit and not small:
+        # the token is each row's one new entry: k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (the accepted
+        # pointers are unused, buf_len stands in for them)
+        gdn_fold_fwd(k, u, gcum, buf_len, buf_len, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+                     req_slots, flush_length, entries=ENTRIES_TOKEN, append=False, T=1, A=1, **shapes)
+    return o, u, gcum
 
 
 def gdn_decode(

@@ -1,29 +1,29 @@
 """Triton kernels for the Gated DeltaNet KVBuffer tree verify: a token tree per row (up to 64 nodes, ragged) on top
-of its committed state S0 and buffer, one call for the batch, no per-node state. Semantics, shapes and pool
-layout: verify_kernels.gdn.naive.gdn_verify_ref (the oracle); the math: docs/design.md section 2.
+of its committed state S0 and buffer, no per-node state. Semantics, shapes and pool layout:
+verify_kernels.gdn.naive.gdn_verify_ref (the oracle); the math: docs/design.md section 2.
 
-Three passes. Reading S0 is bound by memory, the tree math by latency, and one kernel doing both kept too few loads
-in flight (0.9 TB/s of S0 on the H200); the products over K, inside the tree pass, took two thirds of its time
-(registers at the limit left no room to overlap their loads).
-1. state pass, one program per (row, value head, V block of STATE_BLOCK_V): the [K, BV] tile of S0 read once, in
-   one load (not at all for rows without a state), multiplied with all the nodes' k and q: S0^T k_t and S0^T q_t
-   into a small fp32 scratch [B, T, HV, V] each. Up to FMA_MAX_NODES nodes one node at a time on the FMA units,
-   beyond that as one tl.dot (faster for many nodes, slower for few: the tile's conversion for the tensor cores
-   costs more than a few products);
-2. products pass, one program per (row, key head), shared by the key head's value heads: k.k and q.k of the
-   nodes against the buffer keys and against each other, [BT, BL] and [BT, BT] into a scratch, padding zeroed;
-3. tree pass, one program per (row, value head, V block), holding all T nodes (padded to BT, a power of two >= 16
-   for tl.dot):
-   a. node G = G of the last buffered entry + ancestors-incl-self @ g;
-   b. reads of the committed state: e^{G_t} S0^T x_t (from the state pass) + (x_t . k_i) e^{G_t - G_i} @ u_i over
-      the buffer (x = k, q);
-   c. the nodes' u solve (I + diag(beta) A) u = beta (v - k reads), A[t, i] = e^{G_t - G_i} (k_t . k_i) for i a
-      strict ancestor of t: A is strictly lower triangular since parents come first, so forward substitution in
-      node order (column by column: once u_t is final, subtract its share from the later rows) needs
-      num_nodes - 1 steps;
-   d. o = q reads + ((q . k) e^{G_t - G_i} on ancestors-incl-self) @ u.
+The math per row and value head, nodes padded to BT (a power of two >= 16 for tl.dot), buffer entries to BL:
+  a. products over K among the nodes' keys and queries and against the buffer's keys (k.k, q.k), per key head;
+  b. node G = G of the last buffered entry + (ancestors incl. self) @ g; decays e^{G_t - G_i} on root paths;
+  c. M = (I + diag(beta) A)^-1 with A[t, i] = e^{G_t - G_i} (k_t . k_i) for i a strict ancestor of t: A is strictly
+     lower triangular (parents come first), so forward substitution on the identity, num_nodes - 1 column steps;
+     P = (q_t . k_i) e^{G_t - G_i} on ancestors incl. self;
+  d. the buffer's share of the reads (x_t . k_i) e^{G_t - G_i} @ u_i (x = k, q): kr, qr; w = beta (v - kr);
+  e. S0's share, S0^T k_t and S0^T q_t, then u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u.
+Everything but e. is latency-bound and needs no S0; e. streams S0 (bound by memory). Two kernels for large batches:
+  the tree pass, one program per (row, key head): a. once for the key head's value heads, then b.-d. per value head,
+    writing w and qr into u and o (the state pass finishes them there), G, and M and P into a small scratch;
+  the state pass, one program per (row, value head, V block): the [K, BV] tile of S0, read once (not at all for rows
+    without a state), and e.
+Up to FUSED_MAX_BATCH rows, where launches cost more than bytes, one kernel does it all per (row, value head,
+V block) in one launch. Before, three passes (S0 products, products over K, tree math; three launches) left the tree
+math latency-bound at 255 registers with spills: 1.6-1.8x SGLang's intermediate-state verify at batch >= 64 against
+a ~4x bound, 21 us at batch 1; one kernel for all of it took over 240 registers.
+Tiles are [BV, BT], V columns first: with the nodes first, tl.dot's layout for 16-row operands put a copy of every
+tile in each warp. Products over K go BK columns at a time: a whole [BT, K] operand sits in every warp.
 Decays are exponentiated only as G differences <= 0 (or a single G), masked pairs set to -inf first. Padding nodes
-load as zeros (whatever the input holds), so they come out as zeros and add nothing.
+and stale buffer entries are selected away after loading (whatever they hold), so they add nothing and padding
+nodes come out as zeros.
 """
 
 from functools import partial
@@ -35,25 +35,26 @@ import triton.language as tl
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
 from verify_kernels.tree import ancestor_mask
 
-# State pass: V columns per program and warps, swept on the H200 at Qwen3.5-9B shapes, batch 128 (4-chain: one node
-# at a time, 64 columns, 2 warps: 87 us, 3.1 TB/s of S0; tl.dot with tf32x3: 156 us; 16-node tree: tl.dot,
-# 64 columns, 4 warps: 180 us, one node at a time: 250 us; whole verify of an 8-node tree: 280 us one node at a
-# time, 311 us with tl.dot).
-STATE_BLOCK_V = 64
+# Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). Registers per thread from Triton 3.6
+# for sm_90 at Qwen3.5-9B shapes, 16-node blocks, no spills (python -m benchmarks.gdn_registers): state pass 127 at
+# BV = 64, 4 warps (124 with dots), fused kernel 165 at BV = 32, 4 warps; the tree pass, latency-bound, wants many
+# programs per SM more than warps per program: 192 registers at 2 warps (5 programs per SM; 210 at 4 warps: 2), as
+# the earlier tree pass (2 warps measured faster than 4 on the H200). The earlier verify's products and tree passes
+# spilled at 255. By BT: V columns per program and warps of the state pass and the fused kernel. The tree pass: V
+# columns per step, warps.
+# S0 reads one node at a time up to FMA_MAX_NODES nodes, else as dots over STATE_BLOCK_K rows of S0 at a time;
+# products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight. Never 8 warps for 64-node
+# blocks: with tf32x3 products Triton 3.6 built a kernel that made illegal memory accesses on the H200 (an earlier
+# tree pass). 64-node blocks spill registers (rare trees; correct, not tuned).
+FUSED_MAX_BATCH = 4
+STATE_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
+FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
+TREE_BLOCK_V = 32
+TREE_WARPS = 2
 FMA_MAX_NODES = 8
-STATE_WARPS_FMA = 2
-STATE_WARPS_DOT = 4
-# Products pass: K columns per step.
-PRODUCTS_BLOCK_K = 64
-
-# Tree and products passes. BV: V columns per program of the tree pass (each program repeats the solve for its
-# V block, so larger blocks do less repeated work but hold more registers). Swept on the H200 at Qwen3.5-9B shapes,
-# batch 128, 4-chain / 8-node / 16-node tree: BV = 128 with tf32x3 was fastest (ieee took 1.8-2x as long, BV = 64
-# 1.6x); 2 warps gave 212 / 281 / 351 us for the whole verify against 257 / 327 / 401 us with 4; the products pass
-# spilled registers with 128 K columns per step (5x slower than 64). Never 8 warps: with 64-node blocks and tf32x3
-# products, Triton 3.6 built a kernel that made illegal memory accesses on the H200.
-BLOCK_V = 128
-NUM_WARPS = 2
+STATE_BLOCK_K = 32
+PRODUCTS_BLOCK_K = 16
+PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
 DOT_PRECISION = "tf32x3"
@@ -62,131 +63,259 @@ MAX_NODES = 64
 
 
 @triton.jit
-def gdn_verify_state_kernel(
-    q,             # [B, T, H, K]
-    k,             # [B, T, H, K]
-    num_nodes,     # [B]
-    state_pool,    # [S, HV, K, V] fp32
-    state_slots,   # [B]
-    kS,            # [B, T, HV, V] fp32 out: S0^T k_t (rows with a state only)
-    qS,            # [B, T, HV, V] fp32 out: S0^T q_t
-    T,
+def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
+                  BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
+                  PRODUCTS_STAGES: tl.constexpr):
+    """a. k_t . k_i and q_t . k_i among row i_b's nodes ([BT, BT]) and against its n buffer keys ([BT, BL]), key head
+    i_hk; zero at padding nodes and stale entries."""
+    o_t = tl.arange(0, BT)
+    o_l = tl.arange(0, BL)
+    m_t = o_t < nn
+    m_l = o_l < n
+    b_kk = tl.zeros([BT, BT], dtype=tl.float32)
+    b_qk = tl.zeros([BT, BT], dtype=tl.float32)
+    b_kB = tl.zeros([BT, BL], dtype=tl.float32)
+    b_qB = tl.zeros([BT, BL], dtype=tl.float32)
+    for i_k in tl.range(0, K, BK, num_stages=PRODUCTS_STAGES):
+        o_k = i_k + tl.arange(0, BK)
+        p_x = ((i_b * T + o_t[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_kc = tl.load(k + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
+        b_qc = tl.load(q + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
+        p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_bkc = tl.load(p_bk, mask=m_l[:, None], other=0.)
+        b_kk += tl.dot(b_kc, tl.trans(b_kc), input_precision=PRECISION)
+        b_qk += tl.dot(b_qc, tl.trans(b_kc), input_precision=PRECISION)
+        b_kB += tl.dot(b_kc, tl.trans(b_bkc), input_precision=PRECISION)
+        b_qB += tl.dot(b_qc, tl.trans(b_bkc), input_precision=PRECISION)
+    return b_kk, b_qk, b_kB, b_qB
+
+
+@triton.jit
+def head_weights(b_g, b_beta, b_anc, b_bg, b_kk, b_qk, n, nn, BT: tl.constexpr, BL: tl.constexpr):
+    """b. and c. for one value head from its nodes' g, beta [BT] and ancestors [BT, BT] (zero / False at padding) and
+    its buffer entries' G [BL]: the nodes' G [BT], the buffer decays e^{G_t - G_i} [BT, BL], M and P [BT, BT]."""
+    o_t = tl.arange(0, BT)
+    o_l = tl.arange(0, BL)
+    m_l = o_l < n
+    # from the last buffered entry's G (0 for an empty buffer)
+    b_G = tl.sum(tl.where(o_l == n - 1, b_bg, 0.), 0) + tl.sum(tl.where(b_anc, b_g[None, :], 0.), 1)   # [BT]
+    b_dT = tl.exp(tl.where(b_anc, b_G[:, None] - b_G[None, :], float("-inf")))            # [BT, BT]
+    b_dB = tl.exp(tl.where(m_l[None, :], b_G[:, None] - b_bg[None, :], float("-inf")))   # [BT, BL]
+    # M = (I + diag(beta) A)^-1: once row t of M is final, subtract its share from the later rows
+    b_A = tl.where(o_t[:, None] != o_t[None, :], b_beta[:, None] * b_kk * b_dT, 0.)
+    b_M = tl.where(o_t[:, None] == o_t[None, :], 1., 0.)
+    for t in range(0, nn - 1):
+        b_mt = tl.sum(tl.where(o_t[:, None] == t, b_M, 0.), 0)                            # [BT], row t, final
+        b_at = tl.sum(tl.where(o_t[None, :] == t, b_A, 0.), 1)                            # [BT], rows > t
+        b_M -= b_at[:, None] * b_mt[None, :]
+    return b_G, b_dB, b_M, b_qk * b_dT
+
+
+@triton.jit
+def node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h, n, nn, T, HV: tl.constexpr, L: tl.constexpr,
+                BT: tl.constexpr, BL: tl.constexpr, G: tl.constexpr, NG: tl.constexpr):
+    """g and beta of the G value heads from i_h ([BT, NG], NG >= G a power of two), the ancestors ([BT, BT] bool)
+    and the buffer entries' G ([BL, NG]), zero at padding nodes, stale entries and columns past G."""
+    o_t = tl.arange(0, BT)
+    o_l = tl.arange(0, BL)
+    o_g = tl.arange(0, NG)
+    m_t = o_t < nn
+    m_g = o_g < G
+    p_g = (i_b * T + o_t[:, None]) * HV + i_h + o_g[None, :]
+    b_g = tl.load(g + p_g, mask=m_t[:, None] & m_g[None, :], other=0.).to(tl.float32)
+    b_beta = tl.load(beta + p_g, mask=m_t[:, None] & m_g[None, :], other=0.).to(tl.float32)
+    m_tt = m_t[:, None] & m_t[None, :]
+    b_anc = (tl.load(ancestors + (i_b * T + o_t[:, None]) * T + o_t[None, :], mask=m_tt, other=0) != 0) & m_tt
+    p_bg = buf_gcum + (i_r * L + o_l[:, None]) * HV + i_h + o_g[None, :]
+    b_bg = tl.load(p_bg, mask=(o_l < n)[:, None] & m_g[None, :], other=0.)
+    return b_g, b_beta, b_anc, b_bg
+
+
+@triton.jit
+def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV: tl.constexpr,
+                 V: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, PRECISION: tl.constexpr):
+    """d. over columns o_v [BV]: w = beta (v - kr) and qr, [BV, BT] each."""
+    o_t = tl.arange(0, BT)
+    o_l = tl.arange(0, BL)
+    m_t = o_t < nn
+    p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+    b_v = tl.where(m_t[None, :], tl.load(v + p_n, mask=(o_t < T)[None, :], other=0.).to(tl.float32), 0.)
+    p_bu = buf_u + ((i_r * L + o_l[None, :]) * HV + i_h) * V + o_v[:, None]
+    b_bu = tl.load(p_bu, mask=(o_l < n)[None, :], other=0.)                               # [BV, BL]
+    b_kr = tl.dot(b_bu, tl.trans(b_kB * b_dB), input_precision=PRECISION)                 # [BV, BT]
+    b_qr = tl.dot(b_bu, tl.trans(b_qB * b_dB), input_precision=PRECISION)
+    return b_beta[None, :] * (b_v - b_kr), b_qr
+
+
+@triton.jit
+def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
+                EVICT: tl.constexpr):
+    """e.'s reads of S0, whose [K, BV] tile starts at p_s (rows of V): S0^T k_t and S0^T q_t, [BV, BT] each. Up to a
+    few nodes one at a time in fp32 on the FMA units, from the whole tile b_s (loaded by the caller, as early as it
+    can); else as tensor-core dots (tf32x3) over BK rows of the tile at a time, loaded here, V columns on the dot's
+    long side (a whole-K operand, or one with the nodes on it, sits in every warp)."""
+    o_t = tl.arange(0, BT)
+    o_v = tl.arange(0, BV)
+    b_kS = tl.zeros([BV, BT], dtype=tl.float32)
+    b_qS = tl.zeros([BV, BT], dtype=tl.float32)
+    if USE_DOT:
+        m_t = o_t < nn
+        for i_k in tl.static_range(0, K, BK):
+            o_k = i_k + tl.arange(0, BK)
+            b_sc = tl.load(p_s + o_k[:, None] * V + o_v[None, :], eviction_policy=EVICT)    # [BK, BV]
+            p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
+            b_kx = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)              # [BK, BT]
+            b_qx = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
+            b_kS += tl.dot(tl.trans(b_sc), b_kx, input_precision=PRECISION)
+            b_qS += tl.dot(tl.trans(b_sc), b_qx, input_precision=PRECISION)
+    else:
+        o_k = tl.arange(0, K)
+        for t in range(0, nn):
+            p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
+            b_kt = tl.sum(b_s * tl.load(k + p_xt).to(tl.float32)[:, None], 0)             # [BV]
+            b_qt = tl.sum(b_s * tl.load(q + p_xt).to(tl.float32)[:, None], 0)
+            b_kS = tl.where(o_t[None, :] == t, b_kt[:, None], b_kS)
+            b_qS = tl.where(o_t[None, :] == t, b_qt[:, None], b_qS)
+    return b_kS, b_qS
+
+
+@triton.jit
+def state_tile(p_s, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_DOT: tl.constexpr, EVICT: tl.constexpr):
+    """The whole [K, BV] tile of S0 at p_s for the node-at-a-time reads (USE_DOT: a placeholder, the dots load their
+    own blocks)."""
+    if USE_DOT:
+        b_s = tl.zeros([K, BV], dtype=tl.float32)
+    else:
+        b_s = tl.load(p_s + tl.arange(0, K)[:, None] * V + tl.arange(0, BV)[None, :], eviction_policy=EVICT)
+    return b_s
+
+
+@triton.jit
+def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr):
+    """e.: u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u, as [BV, BT] tiles (u^T = (...)^T M^T)."""
+    b_eG = tl.exp(b_G)
+    b_u = tl.dot(b_w - (b_beta * b_eG)[None, :] * b_kS, tl.trans(b_M), input_precision=PRECISION)
+    b_o = b_qr + b_eG[None, :] * b_qS + tl.dot(b_u, tl.trans(b_P), input_precision=PRECISION)
+    return b_u, b_o
+
+
+@triton.jit
+def gdn_verify_tree_kernel(
+    q, k, v, g, beta,   # [B, T, H, K], [B, T, H, K], [B, T, HV, V], [B, T, HV], [B, T, HV]
+    ancestors,          # [B, T, T] uint8: [b, t, i] = 1 iff i is t or an ancestor of t
+    num_nodes,          # [B]
+    buf_k,              # [R, L, H, K] fp32
+    buf_u,              # [R, L, HV, V] fp32
+    buf_gcum,           # [R, L, HV] fp32
+    buf_len,            # [R]
+    req_slots,          # [B]
+    o, u,               # [B, T, HV, V] fp32 out: qr and w, finished by the state pass
+    gcum,               # [B, T, HV] fp32 out
+    weights,            # [B, HV, 2, BT, BT] fp32 out: M and P
+    T,                  # not constexpr: tree sizes change every step; only BT picks a compiled kernel
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
-    BT: tl.constexpr,
-    BV: tl.constexpr,
-    USE_DOT: tl.constexpr,     # all nodes as one tl.dot, else one node at a time
-    PRECISION: tl.constexpr,
-):
-    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_s = tl.load(state_slots + i_b).to(tl.int64)
-    if i_s >= 0:
-        i_hk = i_h // (HV // H)
-        nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
-        o_k = tl.arange(0, K)
-        o_v = i_v * BV + tl.arange(0, BV)
-        # S0 is streamed once and not reused: evict it first so the nodes and buffers keep the L2
-        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
-                      eviction_policy="evict_first")
-        if USE_DOT:
-            o_t = tl.arange(0, BT)
-            m_t = o_t < nn
-            p_x = ((i_b * T + o_t[:, None]) * H + i_hk) * K + o_k[None, :]
-            b_k = tl.load(k + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
-            b_q = tl.load(q + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
-            p_o = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]
-            m_o = m_t[:, None]
-            tl.store(kS + p_o, tl.dot(b_k, b_s, input_precision=PRECISION), mask=m_o)
-            tl.store(qS + p_o, tl.dot(b_q, b_s, input_precision=PRECISION), mask=m_o)
-        else:
-            for t in range(0, nn):
-                p_x = ((i_b * T + t) * H + i_hk) * K + o_k
-                b_k = tl.load(k + p_x).to(tl.float32)
-                b_q = tl.load(q + p_x).to(tl.float32)
-                p_o = ((i_b * T + t) * HV + i_h) * V + o_v
-                tl.store(kS + p_o, tl.sum(b_s * b_k[:, None], 0))
-                tl.store(qS + p_o, tl.sum(b_s * b_q[:, None], 0))
-
-
-@triton.jit
-def gdn_verify_products_kernel(
-    q,             # [B, T, H, K]
-    k,             # [B, T, H, K]
-    num_nodes,     # [B]
-    buf_k,         # [R, L, H, K] fp32
-    buf_len,       # [R]
-    req_slots,     # [B]
-    kB,            # [B, H, BT, BL] fp32 out: k_t . k_i over buffer entries i (0 at padding)
-    qB,            # [B, H, BT, BL] fp32 out: q_t . k_i
-    kk,            # [B, H, BT, BT] fp32 out: k_t . k_i over nodes i
-    qk,            # [B, H, BT, BT] fp32 out: q_t . k_i
-    T,
-    H: tl.constexpr,
-    K: tl.constexpr,
     L: tl.constexpr,
     BT: tl.constexpr,
     BL: tl.constexpr,
     BK: tl.constexpr,
+    BV: tl.constexpr,
+    NG: tl.constexpr,   # HV // H padded to a power of two
     PRECISION: tl.constexpr,
+    PRODUCTS_STAGES: tl.constexpr,
 ):
-    i_h, i_b = tl.program_id(0), tl.program_id(1)
+    i_hk, i_b = tl.program_id(0), tl.program_id(1)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
-    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
+    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     o_t = tl.arange(0, BT)
-    o_l = tl.arange(0, BL)
-    m_t = o_t < nn            # valid nodes; padding loads as 0 (inputs there may be NaN)
-    m_l = o_l < n             # valid buffer entries; past buf_len they are stale
-    b_kB = tl.zeros([BT, BL], dtype=tl.float32)
-    b_qB = tl.zeros([BT, BL], dtype=tl.float32)
-    b_kk = tl.zeros([BT, BT], dtype=tl.float32)
-    b_qk = tl.zeros([BT, BT], dtype=tl.float32)
-    for i_k in range(0, K, BK):
-        o_k = i_k + tl.arange(0, BK)
-        p_x = ((i_b * T + o_t[:, None]) * H + i_h) * K + o_k[None, :]
-        b_q = tl.load(q + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
-        b_k = tl.load(k + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
-        p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_h) * K + o_k[None, :]
-        b_bk = tl.trans(tl.load(p_bk, mask=m_l[:, None], other=0.))          # [BK, BL]
-        b_kB += tl.dot(b_k, b_bk, input_precision=PRECISION)
-        b_qB += tl.dot(b_q, b_bk, input_precision=PRECISION)
-        b_kk += tl.dot(b_k, tl.trans(b_k), input_precision=PRECISION)
-        b_qk += tl.dot(b_q, tl.trans(b_k), input_precision=PRECISION)
-    p_B = ((i_b * H + i_h) * BT + o_t[:, None]) * BL + o_l[None, :]
-    tl.store(kB + p_B, b_kB)
-    tl.store(qB + p_B, b_qB)
-    p_T = ((i_b * H + i_h) * BT + o_t[:, None]) * BT + o_t[None, :]
-    tl.store(kk + p_T, b_kk)
-    tl.store(qk + p_T, b_qk)
+    m_T = o_t < T
+    # the key head's value heads' g, beta and buffer G (NG columns, the first HV // H of them real)
+    b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_hk * (HV // H), n, nn, T, HV,
+                                              L, BT, BL, HV // H, NG)
+    b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
+                                             PRODUCTS_STAGES)
+    o_g = tl.arange(0, NG)
+    for i_g in tl.static_range(HV // H):
+        i_h = i_hk * (HV // H) + i_g
+        b_beta = tl.sum(tl.where(o_g[None, :] == i_g, b_beta2, 0.), 1)
+        b_G, b_dB, b_M, b_P = head_weights(tl.sum(tl.where(o_g[None, :] == i_g, b_g2, 0.), 1), b_beta, b_anc,
+                                           tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BT,
+                                           BL)
+        tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
+        p_w = weights + (((i_b * HV + i_h) * 2) * BT + o_t[:, None]) * BT + o_t[None, :]
+        tl.store(p_w, b_M)
+        tl.store(p_w + BT * BT, b_P)
+        for i_v in tl.range(0, V, BV, num_stages=PRODUCTS_STAGES):
+            o_v = i_v + tl.arange(0, BV)
+            b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT,
+                                     BL, PRECISION)
+            p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+            tl.store(u + p_n, b_w, mask=m_T[None, :])
+            tl.store(o + p_n, b_qr, mask=m_T[None, :])
 
 
 @triton.jit
-def gdn_verify_kernel(
-    q,             # [B, T, H, K]
-    k,             # [B, T, H, K]
-    v,             # [B, T, HV, V]
-    g,             # [B, T, HV]
-    beta,          # [B, T, HV]
-    ancestors,     # [B, T, T] uint8: [b, t, i] = 1 iff i is t or an ancestor of t
-    num_nodes,     # [B]
-    kB,            # [B, H, BT, BL] fp32: k_t . k_i over buffer entries, from the products pass
-    qB,            # [B, H, BT, BL] fp32
-    kk,            # [B, H, BT, BT] fp32: k_t . k_i over nodes
-    qk,            # [B, H, BT, BT] fp32
-    kS,            # [B, T, HV, V] fp32: S0^T k_t from the state pass (rows with a state only)
-    qS,            # [B, T, HV, V] fp32: S0^T q_t
-    state_slots,   # [B]
-    buf_k,         # [R, L, H, K] fp32
-    buf_u,         # [R, L, HV, V] fp32
-    buf_gcum,      # [R, L, HV] fp32
-    buf_len,       # [R]
-    req_slots,     # [B]
-    o,             # [B, T, HV, V] fp32
-    u,             # [B, T, HV, V] fp32
-    gcum,          # [B, T, HV] fp32
-    T,             # not constexpr: tree sizes change every step; only BT picks a compiled kernel
+def gdn_verify_state_kernel(
+    q, k, beta,         # [B, T, H, K], [B, T, H, K], [B, T, HV]
+    num_nodes,          # [B]
+    state_pool,         # [S, HV, K, V] fp32
+    state_slots,        # [B]
+    o, u,               # [B, T, HV, V] fp32: qr and w from the tree pass, in; o and u out
+    gcum,               # [B, T, HV] fp32, from the tree pass
+    weights,            # [B, HV, 2, BT, BT] fp32, M and P from the tree pass
+    T,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BV: tl.constexpr,
+    BK: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_hk = i_h // (HV // H)
+    i_s = tl.load(state_slots + i_b).to(tl.int64)
+    nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
+    o_t = tl.arange(0, BT)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_T = o_t < T
+    b_kS = tl.zeros([BV, BT], dtype=tl.float32)
+    b_qS = tl.zeros([BV, BT], dtype=tl.float32)
+    if i_s >= 0:
+        # S0 is streamed once and not reused: evict it first so the nodes keep the L2
+        p_s = state_pool + (i_s * HV + i_h) * (K * V) + i_v * BV
+        b_s = state_tile(p_s, K, V, BV, USE_DOT, "evict_first")
+        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BK, USE_DOT, PRECISION,
+                                 "evict_first")
+    p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+    b_w = tl.load(u + p_n, mask=m_T[None, :], other=0.)
+    b_qr = tl.load(o + p_n, mask=m_T[None, :], other=0.)
+    b_G = tl.load(gcum + (i_b * T + o_t) * HV + i_h, mask=m_T, other=0.)
+    b_beta = tl.where(o_t < nn, tl.load(beta + (i_b * T + o_t) * HV + i_h, mask=m_T, other=0.).to(tl.float32), 0.)
+    p_w = weights + (((i_b * HV + i_h) * 2) * BT + o_t[:, None]) * BT + o_t[None, :]
+    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, tl.load(p_w), tl.load(p_w + BT * BT), PRECISION)
+    tl.store(u + p_n, b_u, mask=m_T[None, :])
+    tl.store(o + p_n, b_o, mask=m_T[None, :])
+
+
+@triton.jit
+def gdn_verify_fused_kernel(
+    q, k, v, g, beta,   # [B, T, H, K], [B, T, H, K], [B, T, HV, V], [B, T, HV], [B, T, HV]
+    ancestors,          # [B, T, T] uint8
+    num_nodes,          # [B]
+    state_pool,         # [S, HV, K, V] fp32
+    state_slots,        # [B]
+    buf_k, buf_u, buf_gcum,   # [R, L, H, K], [R, L, HV, V], [R, L, HV] fp32
+    buf_len,            # [R]
+    req_slots,          # [B]
+    o, u, gcum,         # [B, T, HV, V], [B, T, HV, V], [B, T, HV] fp32 out
+    T,
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -194,83 +323,56 @@ def gdn_verify_kernel(
     L: tl.constexpr,
     BT: tl.constexpr,
     BL: tl.constexpr,
+    BK: tl.constexpr,
+    BKS: tl.constexpr,
     BV: tl.constexpr,
+    USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
+    PRODUCTS_STAGES: tl.constexpr,
 ):
-    i_b, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """The two passes in one program per (row, value head, V block), for small batches."""
+    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_hk = i_h // (HV // H)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
-    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
-
     o_t = tl.arange(0, BT)
-    o_l = tl.arange(0, BL)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_t = o_t < nn            # valid nodes; padding loads as 0 (inputs there may be NaN)
-    m_l = o_l < n             # valid buffer entries; past buf_len they are stale
-
-    # products over K, from the products pass (S0^T k_t and S0^T q_t from the state pass)
-    p_B = ((i_b * H + i_hk) * BT + o_t[:, None]) * BL + o_l[None, :]
-    b_kB = tl.load(kB + p_B)                       # [BT, BL]
-    b_qB = tl.load(qB + p_B)
-    p_T = ((i_b * H + i_hk) * BT + o_t[:, None]) * BT + o_t[None, :]
-    b_kk = tl.load(kk + p_T)                       # [BT, BT]
-    b_qk = tl.load(qk + p_T)
-    b_kS = tl.zeros([BT, BV], dtype=tl.float32)
-    b_qS = tl.zeros([BT, BV], dtype=tl.float32)
+    m_T = o_t < T
+    # S0 first (its tile when read a node at a time), so that its load is in flight during the tree math
+    p_s = state_pool + tl.maximum(i_s, 0) * HV * (K * V) + i_h * (K * V) + i_v * BV
+    b_s = tl.zeros([K, BV], dtype=tl.float32)
     if i_s >= 0:
-        p_S = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]
-        b_kS = tl.load(kS + p_S, mask=m_t[:, None], other=0.)
-        b_qS = tl.load(qS + p_S, mask=m_t[:, None], other=0.)
-
-    # a. node G along root paths, from the last buffered entry's G (0 for an empty buffer)
-    m_tt = m_t[:, None] & m_t[None, :]
-    p_anc = ancestors + (i_b * T + o_t[:, None]) * T + o_t[None, :]
-    b_anc = (tl.load(p_anc, mask=m_tt, other=0) != 0) & m_tt
-    b_g = tl.load(g + (i_b * T + o_t) * HV + i_h, mask=m_t, other=0.).to(tl.float32)
-    b_beta = tl.load(beta + (i_b * T + o_t) * HV + i_h, mask=m_t, other=0.).to(tl.float32)
-    b_bg = tl.load(buf_gcum + (i_r * L + o_l) * HV + i_h, mask=m_l, other=0.)
-    b_G = tl.sum(tl.where(o_l == n - 1, b_bg, 0.), 0) + tl.sum(tl.where(b_anc, b_g[None, :], 0.), 1)   # [BT]
-
-    # b. reads of the committed state S0 + buffer
-    b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_l[:, None], other=0.)
-    b_dB = tl.exp(tl.where(m_l[None, :], b_G[:, None] - b_bg[None, :], float("-inf")))       # [BT, BL]
-    b_eG = tl.exp(b_G)[:, None]
-    b_kr = b_eG * b_kS + tl.dot(b_kB * b_dB, b_bu, input_precision=PRECISION)                    # [BT, BV]
-    b_qr = b_eG * b_qS + tl.dot(b_qB * b_dB, b_bu, input_precision=PRECISION)
-
-    # c. forward substitution: b_u holds beta (v - reads) minus the shares of the nodes solved so far
-    b_dT = tl.exp(tl.where(b_anc, b_G[:, None] - b_G[None, :], float("-inf")))              # [BT, BT]
-    b_A = tl.where(o_t[:, None] != o_t[None, :], b_beta[:, None] * b_kk * b_dT, 0.)          # diag(beta) A
-    b_v = tl.load(v + ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_t[:, None], other=0.)
-    b_u = b_beta[:, None] * (b_v.to(tl.float32) - b_kr)
-    for t in range(0, nn - 1):
-        b_ut = tl.sum(tl.where(o_t[:, None] == t, b_u, 0.), 0)                                # [BV], final
-        b_at = tl.sum(tl.where(o_t[None, :] == t, b_A, 0.), 1)                                # [BT], rows > t
-        b_u -= b_at[:, None] * b_ut[None, :]
-
-    # d. outputs
-    b_o = b_qr + tl.dot(b_qk * b_dT, b_u, input_precision=PRECISION)
-    p_o = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]
-    m_o = o_t[:, None] < T
-    tl.store(o + p_o, b_o, mask=m_o)
-    tl.store(u + p_o, b_u, mask=m_o)
+        b_s = state_tile(p_s, K, V, BV, USE_DOT, "")
+    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
+                                             PRODUCTS_STAGES)
+    b_g, b_beta, b_anc, b_bg = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h, n, nn, T, HV, L, BT, BL, 1, 1)
+    b_beta = tl.sum(b_beta, 1)
+    b_G, b_dB, b_M, b_P = head_weights(tl.sum(b_g, 1), b_beta, b_anc, tl.sum(b_bg, 1), b_kk, b_qk, n, nn, BT, BL)
+    b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT, BL,
+                             PRECISION)
+    b_kS = tl.zeros([BV, BT], dtype=tl.float32)
+    b_qS = tl.zeros([BV, BT], dtype=tl.float32)
+    if i_s >= 0:
+        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "")
+    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
+    p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+    tl.store(u + p_n, b_u, mask=m_T[None, :])
+    tl.store(o + p_n, b_o, mask=m_T[None, :])
     if i_v == 0:
-        tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(m_t, b_G, 0.), mask=o_t < T)
+        tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
 
 
-def verify_blocks(T: int, L: int) -> tuple[int, int]:
-    """BT, BL: the node and buffer counts padded to powers of two >= 16 (tl.dot's smallest)."""
-    return max(16, triton.next_power_of_2(T)), max(16, triton.next_power_of_2(L))
+def verify_blocks(T: int) -> int:
+    """A node or buffer-entry count padded to a power of two >= 16 (tl.dot's smallest)."""
+    return max(16, triton.next_power_of_2(T))
 
 
-def verify_scratch_bytes(T: int, L: int, H: int, HV: int, V: int) -> int:
-    """Bytes of scratch one request's verify of T nodes takes in one layer: the outputs' companions u and G (the
-    nodes' buffer entries), S0^T k and S0^T q, and the products over K. None of it is a state: a state is
-    [HV, K, V]."""
-    BT, BL = verify_blocks(T, L)
-    return 4 * (T * HV * V + T * HV + 2 * T * HV * V + 2 * H * BT * (BL + BT))
+def verify_scratch_bytes(T: int, HV: int, V: int) -> int:
+    """Bytes one request's verify of T nodes writes in one layer besides o: the nodes' buffer entries u and G, and
+    (batches over FUSED_MAX_BATCH) M and P between the passes. None of it is a state: a state is [HV, K, V]."""
+    return 4 * (T * HV * V + T * HV + 2 * HV * verify_blocks(T) ** 2)
 
 
 def gdn_verify(
@@ -318,28 +420,34 @@ def gdn_verify(
     check_shape("ancestors", ancestors, (B, T, T))
     check_tensors((torch.bool,), ancestors=ancestors)
 
-    BV = min(V, BLOCK_V)
-    BT, BL = verify_blocks(T, L)
+    BT, BL = verify_blocks(T), verify_blocks(L)
     new = partial(torch.empty, dtype=torch.float32, device=q.device)
     o, u, gcum = new(B, T, HV, V), new(B, T, HV, V), new(B, T, HV)
-    # scratch between the passes (verify_scratch_bytes): S0^T k and S0^T q, written for rows with a state and read
-    # for those rows only; the products over K, written in full
-    kS, qS = new(B, T, HV, V), new(B, T, HV, V)
-    kB, qB, kk, qk = new(B, H, BT, BL), new(B, H, BT, BL), new(B, H, BT, BT), new(B, H, BT, BT)
-    BVS = min(V, STATE_BLOCK_V)
+    if B == 0:
+        return o, u, gcum
+    shapes = dict(T=T, H=H, HV=HV, K=K, V=V)
     use_dot = T > FMA_MAX_NODES
-    gdn_verify_state_kernel[(V // BVS, HV, B)](
-        q, k, num_nodes, state_pool, state_slots, kS, qS,
-        T=T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BVS, USE_DOT=use_dot, PRECISION=DOT_PRECISION,
-        num_warps=STATE_WARPS_DOT if use_dot else STATE_WARPS_FMA,
+    anc = ancestors.view(torch.uint8)
+    if B <= FUSED_MAX_BATCH:
+        block_v, warps = FUSED_CONFIGS[BT]
+        BV = min(V, block_v)
+        gdn_verify_fused_kernel[(V // BV, HV, B)](
+            q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
+            o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K), BV=BV,
+            USE_DOT=use_dot, PRECISION=DOT_PRECISION, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
+        )
+        return o, u, gcum
+    weights = new(B, HV, 2, BT, BT)  # M and P, between the passes
+    gdn_verify_tree_kernel[(H, B)](
+        q, k, v, g, beta, anc, num_nodes, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum, weights,
+        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
+        NG=triton.next_power_of_2(HV // H), PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=TREE_WARPS, num_stages=1,
     )
-    gdn_verify_products_kernel[(H, B)](
-        q, k, num_nodes, buf_k, buf_len, req_slots, kB, qB, kk, qk,
-        T=T, H=H, K=K, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), PRECISION=DOT_PRECISION, num_warps=NUM_WARPS,
-    )
-    gdn_verify_kernel[(B, HV, V // BV)](
-        q, k, v, g, beta, ancestors.view(torch.uint8), num_nodes, kB, qB, kk, qk, kS, qS, state_slots, buf_k,
-        buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-        T=T, H=H, HV=HV, K=K, V=V, L=L, BT=BT, BL=BL, BV=BV, PRECISION=DOT_PRECISION, num_warps=NUM_WARPS,
+    block_v, warps = STATE_CONFIGS[BT]
+    BV = min(V, block_v)
+    gdn_verify_state_kernel[(V // BV, HV, B)](
+        q, k, beta, num_nodes, state_pool, state_slots, o, u, gcum, weights,
+        **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), USE_DOT=use_dot, PRECISION=DOT_PRECISION, num_warps=warps,
+        num_stages=1,
     )
     return o, u, gcum

@@ -1,0 +1,103 @@
+"""Registers and spilled bytes of the GDN kernels for sm_90 (the H200), from Triton's compiler alone: no GPU needed.
+
+    python -m benchmarks.gdn_registers
+
+Compiles each kernel at the launch settings in verify_kernels/gdn (Qwen3.5-9B shapes, the engine's 16-entry buffer,
+fp32 inputs) with the installed Triton, specialised as a launch would be (16-byte aligned pointers), and reads the
+cubin's resource use with the cuobjdump shipped in Triton's wheel. Registers bound how many programs an SM holds, so
+the bytes in flight of a memory-bound kernel; spilled bytes (STACK) are local-memory traffic. Figures in the kernels'
+comments come from here (Triton 3.6).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from benchmarks.gdn import HV, H, K, V
+from verify_kernels.gdn import commit, decode, fold, verify
+
+TARGET = GPUTarget("cuda", 90, 32)
+CAPACITY = 16
+INDEX = ("state_slots", "buf_len", "req_slots", "num_nodes", "accepted", "num_accepted")
+SCALARS = ("T", "A", "B", "flush_length")
+
+
+def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int]:
+    """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90."""
+    params = list(inspect.signature(kernel.fn).parameters)
+    signature = {}
+    for name in params:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in SCALARS:
+            signature[name] = "i32"
+        elif name in INDEX:
+            signature[name] = "*i64"
+        else:
+            signature[name] = "*u8" if name == "ancestors" else "*fp32"
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(params) if signature[name].startswith("*")}
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, aligned), target=TARGET,
+                              options={"num_warps": num_warps, "num_stages": 1})
+    cuobjdump = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+    with tempfile.TemporaryDirectory() as folder:
+        cubin = os.path.join(folder, "kernel.cubin")
+        Path(cubin).write_bytes(compiled.asm["cubin"])
+        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+    return int(found.group(1)), int(found.group(2))
+
+
+def variants() -> list[tuple[str, object, dict, int]]:
+    """(label, kernel, constexprs, warps) of every kernel the launchers pick at the current settings."""
+    shapes = dict(H=H, HV=HV, K=K, V=V)
+    out = []
+    for BT, use_dot, what in ((16, False, "4-chain"), (16, True, "16-node tree")):
+        block_v, warps = verify.STATE_CONFIGS[BT]
+        out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
+                    dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, USE_DOT=use_dot,
+                         PRECISION=verify.DOT_PRECISION), warps))
+        block_v, warps = verify.FUSED_CONFIGS[BT]
+        out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
+                    dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
+                         BV=block_v, USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION,
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
+    out.append(("verify tree pass", verify.gdn_verify_tree_kernel,
+                dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
+                     NG=triton.next_power_of_2(HV // H), PRECISION=verify.DOT_PRECISION,
+                     PRODUCTS_STAGES=verify.PRODUCTS_STAGES), verify.TREE_WARPS))
+    for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
+                                (True, True, "decode + commit, folding in place (small batches)")):
+        block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
+        out.append((what, decode.gdn_decode_kernel,
+                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, COMMIT=commit_, FOLD_HERE=here),
+                    decode.SMALL_WARPS if here else decode.NUM_WARPS))
+    for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
+                                  (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
+                                  (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
+        out.append((f"fold: {what}", fold.gdn_fold_kernel,
+                    dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BB=fold.SCAN_BLOCK,
+                         ENTRIES=entries, APPEND=append), fold.FOLD_WARPS))
+    out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
+                commit.APPEND_WARPS))
+    return out
+
+
+def main() -> None:
+    print(f"triton {triton.__version__}, sm_90, H={H} HV={HV} K={K} V={V}, buffer {CAPACITY}")
+    print("| kernel | warps | registers | spilled bytes |\n|---|---|---|---|")
+    for label, kernel, constexprs, warps in variants():
+        registers, spilled = resources(kernel, constexprs, warps)
+        print(f"| {label} | {warps} | {registers} | {spilled} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

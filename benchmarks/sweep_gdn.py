@@ -1,0 +1,266 @@
+"""Sweep of the GDN kernels' launch parameters on the GPU, at Qwen3.5-9B shapes and the engine's buffer (flush_length
+16 = capacity): checks every kernel against its torch reference at full size first, then for each candidate setting
+checks the op it changes again and times it (CUDA graphs, inputs rotated over >= 2 GiB of states, as
+benchmarks/kernels.py), and prints one table and the best setting per op, as lines to paste into verify_kernels/gdn.
+
+    python -m benchmarks.sweep_gdn                     # all ops at batch 64 and 256, mostly compiling
+    python -m benchmarks.sweep_gdn --ops verify --batches 256
+
+Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), decode (decode +
+commit amortised over 16 steps, the flush included), verify (a 4-chain and a 16-node tree, buffers holding 8
+entries), small (batch 1-16: the one-launch kernels against the large-batch ones, for the thresholds). Each row: the
+time, its share of the bound (the bytes the op must move at the device copy bandwidth of the run), the registers
+and spills of the kernels it compiled, the check's relative error (a failed check disqualifies the setting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+
+from benchmarks import checks, gdn
+from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents
+from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
+from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_commit, gdn_flush, gdn_verify, verify
+from verify_kernels.tree import ancestor_mask
+
+CAPACITY = 16  # the engine's buffer: flush_length entries
+VERIFY_FILL = 8
+MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit}
+
+
+@dataclass
+class Candidate:
+    op: str
+    label: str
+    changes: dict[str, object] = field(default_factory=dict)  # "module.NAME" -> value
+
+    def code(self) -> str:
+        return "; ".join(f"{name} = {value!r}" for name, value in self.changes.items()) or "(defaults)"
+
+
+def candidates(ops: set[str]) -> list[Candidate]:
+    """The settings tried per op: the default first, then one change (or one coupled pair) at a time."""
+    out = []
+    if "fold" in ops:
+        out.append(Candidate("fold", "defaults"))
+        for bv, warps in ((16, 4), (32, 2), (64, 4)):
+            out.append(Candidate("fold", f"BV {bv}, {warps} warps",
+                                 {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
+        for lanes in (4, 16):
+            out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
+    if "append" in ops:
+        out.append(Candidate("append", "defaults"))
+        out.append(Candidate("append", "4 warps", {"commit.APPEND_WARPS": 4}))
+    if "decode" in ops:
+        out.append(Candidate("decode", "defaults"))
+        for bv, warps in ((32, 4), (64, 8), (128, 8)):
+            out.append(Candidate("decode", f"BV {bv}, {warps} warps",
+                                 {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
+    if "verify" in ops:
+        out.append(Candidate("verify", "defaults"))
+        for bv, warps in ((32, 4), (64, 8)):
+            out.append(Candidate("verify", f"state pass BV {bv}, {warps} warps",
+                                 {"verify.STATE_CONFIGS": {**verify.STATE_CONFIGS, 16: (bv, warps)}}))
+        for bv, warps in ((32, 4), (16, 2), (64, 2)):
+            out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
+                                 {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
+        out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
+        out.append(Candidate("verify", "products 32 columns, 2 stages",
+                             {"verify.PRODUCTS_BLOCK_K": 32, "verify.PRODUCTS_STAGES": 2}))
+    if "small" in ops:
+        out += [Candidate("small", "one launch", {"decode.SMALL_BATCH": 16, "verify.FUSED_MAX_BATCH": 16,
+                                                  "commit.ONE_LAUNCH_MAX_BATCH": 16}),
+                Candidate("small", "large-batch kernels", {"decode.SMALL_BATCH": 0, "verify.FUSED_MAX_BATCH": 0,
+                                                           "commit.ONE_LAUNCH_MAX_BATCH": 0})]
+    return out
+
+
+@contextlib.contextmanager
+def applied(candidate: Candidate):
+    """The candidate's module constants set, then restored."""
+    saved = []
+    try:
+        for name, value in candidate.changes.items():
+            module, attr = name.split(".")
+            saved.append((MODULES[module], attr, getattr(MODULES[module], attr)))
+            setattr(MODULES[module], attr, value)
+        yield
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
+
+
+@contextlib.contextmanager
+def compiled_kernels(found: dict[str, tuple[int, int]]):
+    """Record registers and spilled bytes of every GDN kernel launched inside, by kernel name."""
+    kernels = list({id(k): k for m in (fold, decode, verify, commit) for n, k in vars(m).items()
+                    if n.endswith("_kernel")}.values())
+    originals = {k: k.run for k in kernels}
+
+    def recording(kernel, *args, **kwargs):
+        compiled = originals[kernel](*args, **kwargs)
+        with contextlib.suppress(AttributeError, RuntimeError):
+            compiled._init_handles()
+            found[kernel.__name__] = (compiled.n_regs, compiled.n_spills)
+        return compiled
+
+    for k in kernels:
+        k.run = partial(recording, k)
+    try:
+        yield
+    finally:
+        for k in kernels:
+            del k.run  # back to the class's method
+
+
+class Workloads:
+    """Inputs for one batch size, rotated over >= 2 GiB of states, and the calls each op times."""
+
+    def __init__(self, batch: int):
+        H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
+        self.batch = batch
+        self.rotations = rotations_for(batch * gdn.STATE_BYTES)
+        self.pools = Pools.make(self.rotations * batch, CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
+        self.slots = [rotation_slots(r, batch) for r in range(self.rotations)]
+        # contiguous inputs per token count: one token (decode), a 4-chain, a 16-node tree
+        self.x = {nodes: gdn.TokenInputs(self.rotations, batch, nodes) for nodes in (1, 4, 16)}
+        self.u = torch.randn(self.rotations, batch, 4, HV, V, device="cuda") * 0.1
+        self.gcum = log_decay(self.rotations, batch, 4, HV).cumsum(2) - CAPACITY
+        self.accepted = torch.arange(3, device="cuda").expand(batch, 3).contiguous()
+        self.num_accepted = torch.full((batch,), 3, device="cuda")
+
+    def _pools(self, r: int):
+        return (self.pools.state, self.slots[r], *self.pools.args()[1:], self.slots[r])
+
+    def time_us(self, calls: list[Callable], fill: int) -> float:
+        self.pools.buf_len.fill_(fill)
+        return time_calls(calls) * 1e6
+
+    def fold(self) -> tuple[float, float]:
+        calls = [partial(gdn_flush, *self._pools(r)) for r in range(self.rotations)]
+        return self.time_us(calls, CAPACITY), self.batch * gdn.fold_bytes(CAPACITY)
+
+    def append(self) -> tuple[float, float]:
+        calls = [partial(gdn_commit, self.x[4].k[r], self.u[r], self.gcum[r], self.accepted, self.num_accepted,
+                         *self._pools(r), CAPACITY) for r in range(self.rotations)]
+        return self.time_us(calls, 4), self.batch * gdn.append_bytes(3)
+
+    def decode(self) -> tuple[float, float]:
+        x = self.x[1]
+        calls = [partial(gdn_decode_commit, x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0],
+                         *self._pools(r), CAPACITY) for r in range(self.rotations)]
+        step = self.time_us(calls, (CAPACITY - 2) // 2)
+        flush = self.time_us(calls, CAPACITY - 1)
+        return ((CAPACITY - 1) * step + flush) / CAPACITY, self.batch * gdn.decode_bytes(CAPACITY)
+
+    def verify(self, tree: str) -> tuple[float, float]:
+        nodes = len(tree_parents(tree))
+        parents = torch.tensor(tree_parents(tree), device="cuda").expand(self.batch, nodes).contiguous()
+        num_nodes = torch.full((self.batch,), nodes, device="cuda")
+        ancestors = ancestor_mask(parents, num_nodes)
+        x = self.x[nodes]
+        calls = [partial(gdn_verify, x.q[r], x.k[r], x.v[r], x.g[r], x.beta[r], parents, num_nodes, *self._pools(r),
+                         ancestors=ancestors) for r in range(self.rotations)]
+        return self.time_us(calls, VERIFY_FILL), self.batch * gdn.verify_bytes(nodes, VERIFY_FILL)
+
+
+def check(op: str) -> float:
+    """The op's full-size check (both batch paths where it has two)."""
+    if op == "fold":
+        return max(checks.check_gdn_commit(24), checks.check_gdn_decode_commit(24))
+    if op == "append":
+        return checks.check_gdn_commit(24)
+    if op == "decode":
+        return checks.check_gdn_decode_commit(24)
+    if op == "verify":
+        return max(checks.check_gdn_verify(24, "chain4"), checks.check_gdn_verify(24, "tree16"))
+    return max(checks.check_gdn_decode_commit(4), checks.check_gdn_verify(4, "chain4"),
+               checks.check_gdn_verify(4, "tree16"), checks.check_gdn_commit(4))
+
+
+def measurements(op: str, work: dict[int, Workloads], batches, small_batches) -> list[tuple[str, int, float, float]]:
+    """(workload, batch, us, bytes) of one op."""
+    if op == "small":
+        out = []
+        for batch in small_batches:
+            w = work[batch]
+            out += [("decode", batch, *w.decode()), ("verify chain4", batch, *w.verify("chain4")),
+                    ("verify tree16", batch, *w.verify("tree16")), ("append", batch, *w.append())]
+        return out
+    if op == "verify":
+        return [(f"verify {tree}", b, *work[b].verify(tree)) for tree in ("chain4", "tree16") for b in batches]
+    return [(op, b, *getattr(work[b], op)()) for b in batches]
+
+
+def ok(error: float) -> bool:
+    return error <= checks.TOLERANCE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="fold,append,decode,verify,small")
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("the sweep needs a CUDA GPU")
+    ops = set(args.ops.split(","))
+    start = time.time()
+    torch.manual_seed(0)
+    errors = checks.run_all()
+    print("checks at the defaults (max relative error): "
+          + ", ".join(f"{name} {error:.1e}" for name, error in errors.items() if name.startswith("gdn")), flush=True)
+    copy_bw = copy_bandwidth()
+    print(f"device copy: {copy_bw / 1e12:.2f} TB/s", flush=True)
+    needed = (set(args.batches) if ops - {"small"} else set()) | (set(args.small_batches) if "small" in ops else set())
+    work = {b: Workloads(b) for b in sorted(needed)}
+
+    rows = []  # (candidate, workload, batch, us, % of bound, registers, error)
+    for candidate in candidates(ops):
+        found: dict[str, tuple[int, int]] = {}
+        with applied(candidate), compiled_kernels(found):
+            error = check(candidate.op)
+            results = measurements(candidate.op, work, args.batches, args.small_batches) if ok(error) else []
+        regs = ", ".join(f"{name.removeprefix('gdn_').removesuffix('_kernel')} {r}/{s}"
+                         for name, (r, s) in sorted(found.items()))
+        for workload, batch, us, nbytes in results:
+            rows.append((candidate, workload, batch, us, nbytes / copy_bw * 1e6 / us, regs, error))
+        if not results:
+            rows.append((candidate, candidate.op, 0, float("nan"), float("nan"), regs, error))
+        print(f"[{time.time() - start:5.0f} s] {candidate.op}: {candidate.label} done", flush=True)
+
+    print("\n| op | setting | workload | batch | us | % of bound | registers/spilled bytes | check |")
+    print("|---|---|---|---|---|---|---|---|")
+    for candidate, workload, batch, us, share, regs, error in rows:
+        print(f"| {candidate.op} | {candidate.label} | {workload} | {batch} | {us:.1f} | {100 * share:.0f}% | {regs} "
+              f"| {error:.1e} |")
+    print("\nbest settings (sum of the times over the workloads; a failed check never wins):")
+    for op in sorted({c.op for c, *_ in rows} - {"small"}):
+        totals: dict[str, tuple[float, Candidate]] = {}
+        for candidate, _, _, us, _, _, error in rows:
+            if candidate.op == op and ok(error):
+                total, _ = totals.get(candidate.label, (0.0, candidate))
+                totals[candidate.label] = (total + us, candidate)
+        if totals:
+            label, (total, best) = min(totals.items(), key=lambda item: item[1][0])
+            default = totals.get("defaults", (float("nan"),))[0]
+            print(f"  {op}: {label} ({total:.1f} us against {default:.1f} us at the defaults): {best.code()}")
+    if "small" in ops:
+        print("  small batches, where one launch beats the large-batch kernels (set the thresholds to the largest):")
+        us = {(c.label, w, b): t for c, w, b, t, *_ in rows if c.op == "small"}
+        for workload in dict.fromkeys(w for _, w, _ in us):
+            wins = [b for (label, w, b), t in us.items() if label == "one launch" and w == workload
+                    and t < us.get(("large-batch kernels", w, b), float("inf"))]
+            print(f"    {workload}: batch {', '.join(map(str, wins)) or 'none'}")
+    print(f"\nswept in {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

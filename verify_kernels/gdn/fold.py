@@ -1,0 +1,204 @@
+"""Triton kernel that folds entries into the Gated DeltaNet committed states, for the commit, the flush and the fused
+decode + commit (verify_kernels.gdn.commit, verify_kernels.gdn.decode). The math: docs/design.md section 2.
+
+A row folds when buf_len + its new entries >= flush_length (and it has a state slot; the caller allocates a zeroed
+one first, a row without one writes nothing):
+    S <- e^{G_last} S0 + sum_i e^{G_last - G_i} k_i u_i^T    (the buffer's entries, then the new ones)
+with G_last the G of the last folded entry; the sum in blocks of BLOCK_L entries as tensor-core products in three
+TF32 passes (tf32x3: fp32-level error). The new entries are one of
+    ENTRIES_NONE      nothing new (the flush),
+    ENTRIES_TOKEN     one token per row, node 0 of k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (decode),
+    ENTRIES_ACCEPTED  the accepted nodes of k [B, T, H, K], u [B, T, HV, V], gcum [B, T, HV] (the commit).
+
+Most commit steps fold few rows or none, and a program per (row, value head, V block) made those steps cost as much
+as a fold (0.2-0.3 ms per layer at batch 512 on the H200: 65k programs sized for a state tile). So the grid does not
+grow with the batch: (V blocks, value heads, lanes), and each program reads every row's flags (a few bytes per row,
+in blocks of SCAN_BLOCK rows), ranks the folding rows and folds the [K, BV] tile of every lane-th one. A step that
+folds nothing costs lanes x HV x V / BV programs that read the flags and stop.
+
+With APPEND (small batches, lanes = rows: one launch for the whole commit) the programs of V block 0 also append the
+accepted entries of the rows that do not fold, each to its own value head (and its key head's key, by the first
+value head of the group); large batches append in the commit's own light kernel instead.
+"""
+
+import triton
+import triton.language as tl
+
+ENTRIES_NONE = 0
+ENTRIES_TOKEN = 1
+ENTRIES_ACCEPTED = 2
+
+# Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU): the state tile [K, FOLD_BLOCK_V] of
+# one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. Triton
+# 3.6 for sm_90 gives 137-166 registers per thread at K = 128, [128, 32] tiles, 4 warps, without software pipelining
+# (num_stages 1: the entry loops run once or twice); with it over 210, like the earlier fold kernels (221-251), which
+# reached ~34% of copy bandwidth on the H200.
+FOLD_BLOCK_V = 32
+FOLD_WARPS = 4
+FOLD_LANES = 8
+SCAN_BLOCK = 128
+BLOCK_L = 16
+
+
+@triton.jit
+def fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H: tl.constexpr, HV: tl.constexpr,
+                K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr):
+    """b_s [K, BV] plus the fold of the first n entries of buffer row i_r: sum_i e^{G - G_i} k_i u_i^T."""
+    for i_c in range(0, n, BC):
+        o_c = i_c + tl.arange(0, BC)
+        m_c = o_c < n
+        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
+        b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
+        b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
+        b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
+        b_s += tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="tf32x3")
+    return b_s
+
+
+@triton.jit
+def fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr,
+             K: tl.constexpr, V: tl.constexpr, BC: tl.constexpr, ENTRIES: tl.constexpr):
+    """b_s [K, BV] plus the fold of row i_b's na new entries (ENTRIES: the token, or the accepted nodes)."""
+    for i_c in range(0, na, BC):
+        o_c = i_c + tl.arange(0, BC)
+        m_c = o_c < na
+        if ENTRIES == 2:
+            b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
+        else:
+            b_node = tl.zeros([BC], dtype=tl.int64)
+        b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
+        p_ak = k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_ak = tl.load(p_ak, mask=m_c[:, None], other=0.).to(tl.float32)        # [BC, K]
+        p_au = u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :]
+        b_au = tl.load(p_au, mask=m_c[:, None], other=0.).to(tl.float32)        # [BC, BV]
+        b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
+        b_s += tl.dot(tl.trans(b_ak), b_decay[:, None] * b_au, input_precision="tf32x3")
+    return b_s
+
+
+@triton.jit
+def append_head(k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, T, A, H: tl.constexpr,
+                HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr):
+    """Row i_b's na accepted entries of value head i_h (u [V], G) to buffer positions n .. n + na - 1 of row i_r,
+    and their keys if i_h is the first value head of its key head (once per key head)."""
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    for i_c in range(0, na, BC):
+        o_c = i_c + tl.arange(0, BC)
+        m_c = o_c < na
+        b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
+        o_pos = i_r * L + n + o_c
+        b_au = tl.load(u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
+        tl.store(buf_u + (o_pos[:, None] * HV + i_h) * V + o_v[None, :], b_au.to(tl.float32), mask=m_c[:, None])
+        b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.)
+        tl.store(buf_gcum + o_pos * HV + i_h, b_ag.to(tl.float32), mask=m_c)
+        if i_h % (HV // H) == 0:
+            b_ak = tl.load(k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
+                           other=0.)
+            tl.store(buf_k + (o_pos[:, None] * H + i_hk) * K + o_k[None, :], b_ak.to(tl.float32), mask=m_c[:, None])
+
+
+@triton.jit
+def gdn_fold_kernel(
+    k,             # [B, T, H, K] new entries' keys (ENTRIES != 0)
+    u,             # [B, T, HV, V] fp32 (ENTRIES != 0)
+    gcum,          # [B, T, HV] fp32 (ENTRIES != 0)
+    accepted,      # [B, A] node indices, root first (ENTRIES == 2)
+    num_accepted,  # [B] (ENTRIES == 2)
+    state_pool,    # [S, HV, K, V] fp32
+    state_slots,   # [B]
+    buf_k,         # [R, L, H, K] fp32
+    buf_u,         # [R, L, HV, V] fp32
+    buf_gcum,      # [R, L, HV] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    flush_length,
+    B,             # B, T and A not constexpr: they change from step to step
+    T,
+    A,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    L: tl.constexpr,
+    BV: tl.constexpr,
+    BC: tl.constexpr,
+    BB: tl.constexpr,
+    ENTRIES: tl.constexpr,
+    APPEND: tl.constexpr,
+):
+    i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    P = tl.num_programs(2)
+    i_hk = i_h // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    for i_0 in range(0, B, BB):
+        # every row's flags (32-bit: they stay in registers while the rows fold); rank the rows that fold (any
+        # order works as long as every program of a (V block, value head) agrees on it)
+        o_b = i_0 + tl.arange(0, BB)
+        m_b = o_b < B
+        b_r = tl.load(req_slots + o_b, mask=m_b, other=0).to(tl.int32)
+        b_slot = tl.load(state_slots + o_b, mask=m_b, other=-1).to(tl.int32)
+        b_n = tl.minimum(tl.load(buf_len + b_r, mask=m_b, other=0).to(tl.int32), L)
+        if ENTRIES == 2:
+            b_na = tl.minimum(tl.load(num_accepted + o_b, mask=m_b, other=0).to(tl.int32), A)
+        else:
+            b_na = tl.full([BB], ENTRIES, tl.int32)
+        b_due = m_b & (b_n + b_na >= flush_length)
+        b_fold = b_due & (b_slot >= 0)
+        b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
+        for j in range(i_p, tl.sum(b_fold.to(tl.int32), 0), P):
+            b_sel = b_rank == j
+            i_b = tl.sum(tl.where(b_sel, o_b, 0), 0).to(tl.int64)
+            i_r = tl.sum(tl.where(b_sel, b_r, 0), 0).to(tl.int64)
+            i_s = tl.sum(tl.where(b_sel, b_slot, 0), 0).to(tl.int64)
+            n = tl.sum(tl.where(b_sel, b_n, 0), 0)
+            na = tl.sum(tl.where(b_sel, b_na, 0), 0)
+            # G_last: of the last new entry, else of the last buffered one
+            if ENTRIES == 1:
+                b_G = tl.load(gcum + i_b * T * HV + i_h).to(tl.float32)
+            else:
+                b_G = tl.load(buf_gcum + (i_r * L + tl.maximum(n - 1, 0)) * HV + i_h)
+                if ENTRIES == 2:
+                    i_last = tl.maximum(tl.load(accepted + i_b * A + tl.maximum(na - 1, 0)), 0).to(tl.int64)
+                    b_G = tl.where(na > 0, tl.load(gcum + (i_b * T + i_last) * HV + i_h).to(tl.float32), b_G)
+            # S0 is streamed once and not reused: evict it first so the entries keep the L2. The entries' loads go
+            # out with it (same round trip), so the products accumulate into the decayed tile itself: no second
+            # [K, BV] accumulator
+            p_s = state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :])
+            b_s = tl.exp(b_G) * tl.load(p_s, eviction_policy="evict_first")
+            b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
+            if ENTRIES != 0:
+                b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V,
+                               BC, ENTRIES)
+            tl.store(p_s, b_s)
+        if APPEND:
+            # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
+            b_keep = m_b & ~b_due
+            b_rank = tl.cumsum(b_keep.to(tl.int32), 0) - 1
+            if i_v == 0:
+                for j in range(i_p, tl.sum(b_keep.to(tl.int32), 0), P):
+                    b_sel = b_keep & (b_rank == j)
+                    i_b = tl.sum(tl.where(b_sel, o_b, 0), 0).to(tl.int64)
+                    i_r = tl.sum(tl.where(b_sel, b_r, 0), 0).to(tl.int64)
+                    n = tl.sum(tl.where(b_sel, b_n, 0), 0)
+                    na = tl.sum(tl.where(b_sel, b_na, 0), 0)
+                    append_head(k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, T, A, H,
+                                HV, K, V, L, BC)
+
+
+def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+                 req_slots, flush_length: int, *, entries: int, append: bool, T: int, A: int, H: int, HV: int,
+                 K: int, V: int, L: int) -> None:
+    """Launch the fold on checked inputs (the callers check them). With append, one lane per row."""
+    B = req_slots.shape[0]
+    if B == 0:
+        return
+    BV = min(V, FOLD_BLOCK_V)
+    lanes = B if append else min(B, FOLD_LANES)
+    gdn_fold_kernel[(V // BV, HV, lanes)](
+        k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
+        flush_length, B, T, A,
+        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=SCAN_BLOCK,
+        ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS, num_stages=1,
+    )
