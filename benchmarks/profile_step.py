@@ -26,6 +26,8 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
     llm = load_llm(settings, backend, mode)
     prompt = bench_prompt(llm, settings)
     requests = warm_up_and_prefill(llm, prompt, batch, settings)
+    graphs = llm.engine.runner.graphs
+    captured_before = len(graphs._steps) if graphs is not None else 0
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     with profile(activities=activities, record_shapes=not settings.cuda_graphs) as prof:
         start = time.perf_counter()
@@ -33,6 +35,7 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
     steps = max(r.stats.steps for r in requests)
+    captured = (len(graphs._steps) - captured_before) if graphs is not None else 0
     kernels: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
@@ -42,7 +45,8 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
     wall = 1e3 * seconds / steps
     ops = roofline_by_op(llm, requests, settings, backend, len(prompt), peaks, steps)
     lines = [f"## {backend} {mode}, batch {batch}: {wall:.2f} ms/step wall, {busy / steps:.2f} ms/step on the GPU "
-             f"(host gap {wall - busy / steps:.2f}), roofline {sum(ops.values()):.2f} ms/step, {steps} steps", "",
+             f"(host gap {wall - busy / steps:.2f}), roofline {sum(ops.values()):.2f} ms/step, {steps} steps; "
+             f"CUDA graphs: {llm.engine.runner.graph_note or 'on'}, {captured} captured while timed", "",
              "| kernel | ms/step | calls/step |", "|---|---|---|"]
     for name, (total, calls) in sorted(kernels.items(), key=lambda item: -item[1][0])[:top]:
         lines.append(f"| {name[:90]} | {total / steps:.3f} | {calls / steps:.1f} |")

@@ -141,9 +141,10 @@ class IntermediateStates:
         return out, TreeScratch(node_states=node_states)
 
     def decode_commit(self, ctx, inputs: MixerInputs, buf_len: torch.Tensor) -> torch.Tensor:
-        """A plain decoding step: the recurrence writes each row's state in place (today's engines' decode)."""
-        out, _ = self.ops.tree(*inputs.args(), ctx.parents, ctx.num_nodes, self.pool.state, ctx.state_slots,
-                               in_place=True)
+        """A plain decoding step: the recurrence writes each row's state in place (today's engines' decode). Rows
+        without a state slot (a graph's padding rows) decode nothing."""
+        nodes = torch.where(ctx.state_slots >= 0, ctx.num_nodes, 0)
+        out, _ = self.ops.tree(*inputs.args(), ctx.parents, nodes, self.pool.state, ctx.state_slots, in_place=True)
         return out
 
     def _node_states_for(self, rows: int, width: int) -> torch.Tensor | None:
