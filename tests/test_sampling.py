@@ -191,3 +191,43 @@ def test_greedy_walk_equals_the_distribution_walk():
         logits = torch.randn(len(tree), 4, generator=gen)
         probs = target_distribution(logits, SamplingParams())
         assert accept_greedy(tree, logits.argmax(-1).tolist()) == accept_path(tree, probs, None)
+
+
+def test_batched_greedy_chains_equal_the_walk_per_row():
+    """accept_greedy_chains (all rows at once, what TargetAcceptance takes for greedy chains) against accept_greedy,
+    on chains of every length, with drafts that match the argmax for a while and then do not."""
+    from specdec.speculation.acceptance import TargetAcceptance, accept_greedy_chains
+
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(40, 6, VOCAB, generator=gen)
+    argmax = logits.argmax(-1)
+    trees = []
+    for row in range(40):
+        depth, good = row % 6, row % 4  # drafts that hold the argmax at their parent, then a wrong one
+        drafts = []
+        for j in range(depth):
+            right = int(argmax[row, j])
+            drafts.append(right if j < good else (right + 1) % VOCAB)
+        trees.append(DraftTree.chain(7, drafts))
+    expected = [accept_greedy(tree, argmax[row].tolist()) for row, tree in enumerate(trees)]
+    assert accept_greedy_chains(trees, logits) == expected
+    greedy = [SamplingParams()] * 40
+    assert TargetAcceptance().accept(trees, logits, greedy, [None] * 40) == expected
+    assert {len(path) for path, _ in expected} == {1, 2, 3, 4}, "the case covers rejections at every depth"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_plain_decoding_samples_what_a_draftless_tree_accepts(temperature):
+    """sample_next (plain decoding) draws what accept gives trees that are their root alone, from the same
+    generators in the same order: the same tokens for the same seeds."""
+    from specdec.speculation import TargetAcceptance, sample_next
+
+    logits = torch.randn(9, VOCAB, generator=torch.Generator().manual_seed(5))
+    params = [SamplingParams(temperature=temperature, top_k=[0, 3][row % 2], seed=row) for row in range(9)]
+
+    def generators():
+        return [torch.Generator().manual_seed(row) for row in range(9)]
+
+    roots = [DraftTree([1], [-1]) for _ in range(9)]
+    walked = TargetAcceptance().accept(roots, logits[:, None], params, generators())
+    assert sample_next(logits, params, generators()) == [token for _, token in walked]

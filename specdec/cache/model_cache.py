@@ -113,9 +113,13 @@ class KVBufferCache:
     # ---- steps -------------------------------------------------------------------------------------------
     def check_step(self, batch: StepBatch) -> list[int]:
         """Every row's slot is allocated and its nodes fit the row (host-side only); -> num_nodes per row."""
-        for slot in batch.req_slots:
-            self._check_active(slot)
+        if not self._active.issuperset(batch.req_slots):
+            for slot in batch.req_slots:
+                self._check_active(slot)  # raises for the first one that is not
         num_nodes = batch.num_nodes.tolist()
+        longest = self.config.max_seq_len - batch.width  # committed tokens a row may hold before this step
+        if max(self.seq_len[slot] for slot in batch.req_slots) <= longest:
+            return num_nodes
         for slot, count in zip(batch.req_slots, num_nodes, strict=True):
             if self.seq_len[slot] + batch.width > self.config.max_seq_len:
                 raise ValueError(

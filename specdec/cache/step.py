@@ -63,16 +63,17 @@ class StepBatch:
         if any(len(seq) == 0 for seq in sequences):
             raise ValueError("every request needs at least one token in a step")
         width = max(len(seq) for seq in sequences)
-        tokens = torch.zeros(len(sequences), width, dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            tokens[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+        # padded on the host, one tensor (a tensor per row costs more than the rest of a decode step's set-up)
+        tokens = torch.tensor([[*seq, *[0] * (width - len(seq))] for seq in sequences], dtype=torch.long)
         parents = torch.arange(-1, width - 1, dtype=torch.long).expand(len(sequences), width).clone()
         num_nodes = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
         return cls(list(req_slots), tokens, parents, num_nodes, prefill=prefill)
 
     @classmethod
     def decode(cls, req_slots: Sequence[int], last_tokens: Sequence[int]) -> StepBatch:
-        return cls.chains(req_slots, [[token] for token in last_tokens], prefill=False)
+        """One node per request: its newest token."""
+        tokens = torch.tensor(list(last_tokens), dtype=torch.long)[:, None]
+        return cls(list(req_slots), tokens, torch.full_like(tokens, -1), torch.ones(len(tokens), dtype=torch.long))
 
     @classmethod
     def trees(cls, req_slots: Sequence[int], tokens: Sequence[Sequence[int]],

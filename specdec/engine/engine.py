@@ -22,7 +22,15 @@ from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
 from specdec.models.base import HybridCausalLM
 from specdec.runner import ModelRunner
-from specdec.speculation import Acceptance, DraftTree, SamplingParams, TargetAcceptance, TreeShape, sample
+from specdec.speculation import (
+    Acceptance,
+    DraftTree,
+    SamplingParams,
+    TargetAcceptance,
+    TreeShape,
+    sample,
+    sample_next,
+)
 from specdec.speculation.sampling import target_distribution
 
 from .request import Request
@@ -129,21 +137,19 @@ class Engine:
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> list[Request]:
         """One round: admit and prefill new requests, then one speculative step for the others
-        (propose -> score -> accept -> commit -> emit; plain decoding: decode -> accept -> emit, the decode
-        committing as it scores). Returns the requests that finished in this round."""
+        (propose -> score -> accept -> commit -> emit; plain decoding: decode -> emit, the decode committing as it
+        scores and sampling each next token). Returns the requests that finished in this round."""
         admitted = self.scheduler.admit()
         if admitted:
             self.prefill(admitted)
         ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
-        if ready:
+        if ready and self.drafter is None:  # plain decoding: each token committed as it is scored
+            self.emit_next(ready, self.decode(ready))
+        elif ready:
             trees = self.propose(ready)
-            if self.drafter is None:  # plain decoding: every root is accepted, committed as it is scored
-                logits, features, scored = self.decode(ready), None, None
-            else:
-                logits, features, scored = self.score(ready, trees)
+            logits, features, scored = self.score(ready, trees)
             results = self.acceptance.accept(trees, logits, [r.params for r in ready], [r.generator for r in ready])
-            if scored is not None:
-                self.commit(scored, results)
+            self.commit(scored, results)
             self.emit(ready, trees, results, features)
         finished = self.scheduler.retire()
         if self.drafter is not None:
@@ -177,10 +183,11 @@ class Engine:
                 raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
         return trees
 
-    def decode(self, requests: list[Request]) -> torch.Tensor:
+    def decode(self, requests: list[Request]) -> list[int]:
         """Plain decoding: each request's newest token through the target, committed in the same forward.
-        -> logits [B, 1, V] of the one node."""
-        return self.runner.decode([r.slot for r in requests], [r.output[-1] for r in requests])[:, None]
+        -> each request's next token (sample_next: the bonus of a tree without drafts)."""
+        logits = self.runner.decode([r.slot for r in requests], [r.output[-1] for r in requests])  # [B, V]
+        return sample_next(logits, [r.params for r in requests], [r.generator for r in requests])
 
     def score(self, requests: list[Request], trees: list[DraftTree]):
         """Every node of every tree in one target forward. -> (logits [B, T, V], the nodes' features [B, T, F] for
@@ -196,6 +203,15 @@ class Engine:
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
         self.runner.commit(scored, accepted, torch.tensor([len(path) for path, _ in results]))
 
+    @staticmethod
+    def emit_next(requests: list[Request], tokens: list[int]) -> None:
+        """Plain decoding's emit: one token per request, nothing drafted."""
+        for request, token in zip(requests, tokens, strict=True):
+            request.emit([token])
+            request.stats.steps += 1
+            request.stats.emitted_per_step.append(1)
+            request.stats.drafted_per_step.append(0)
+
     def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None) -> None:
         for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):
             request.emit([tree.tokens[j] for j in path[1:]] + [bonus])
@@ -207,4 +223,7 @@ class Engine:
 
     @staticmethod
     def _draft_view(request: Request) -> DraftRequest:
-        return DraftRequest(request.request_id, request.tokens, request.params, request.generator)
+        """The request as its drafter sees it: one view per request, whose tokens list grows with the request's."""
+        if request.draft_view is None:
+            request.draft_view = DraftRequest(request.request_id, request.tokens, request.params, request.generator)
+        return request.draft_view

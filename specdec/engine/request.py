@@ -52,14 +52,18 @@ class Request:
     finish_reason: str | None = None
     stats: RequestStats = field(default_factory=RequestStats)
     generator: torch.Generator | None = None
+    draft_view: object | None = None  # the drafter's view of it (drafters.base.DraftRequest), made once
 
     def __post_init__(self):
         if self.params.seed is not None:
             self.generator = torch.Generator().manual_seed(self.params.seed)
+        self._tokens = self.prompt + self.output  # kept in step with output by emit
 
     @property
     def tokens(self) -> list[int]:
-        return self.prompt + self.output
+        """Prompt + output, one list kept up to date (not a copy per call: drafters read it every step; read it,
+        never change it)."""
+        return self._tokens
 
     @property
     def finished(self) -> bool:
@@ -72,6 +76,7 @@ class Request:
             if len(self.output) >= self.max_new_tokens:
                 break
             self.output.append(token)
+            self._tokens.append(token)
             kept.append(token)
             if token in self.eos_token_ids:
                 self.finish_reason = "eos"

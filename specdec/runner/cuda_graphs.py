@@ -240,7 +240,10 @@ class StepGraphs:
         host = step.host_inputs
         host[:rows, lay.tokens] = batch.tokens
         host[:rows, lay.parents] = batch.parents
-        host[:rows, lay.ancestors] = ancestor_mask(batch.parents, batch.num_nodes).view(rows, -1)  # validates
+        if self.width == 1:  # a one-node tree is its own ancestor mask
+            host[:rows, lay.ancestors] = 1
+        else:
+            host[:rows, lay.ancestors] = ancestor_mask(batch.parents, batch.num_nodes).view(rows, -1)  # validates
         host[:rows, lay.num_nodes] = torch.tensor(num_nodes)
         host[:rows, lay.req_slot] = torch.tensor(batch.req_slots)
         host[:rows, lay.state_slot] = torch.tensor(state_slots)

@@ -46,6 +46,8 @@ class TargetAcceptance:
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
+        if all(p.greedy for p in params) and all(tree.parents == list(range(-1, len(tree) - 1)) for tree in trees):
+            return accept_greedy_chains(trees, logits)
         argmax = logits.argmax(-1).tolist() if any(p.greedy for p in params) else None  # [B, T] ints
         results: list[Accepted | None] = [accept_greedy(tree, argmax[row]) if p.greedy else None
                                           for row, (tree, p) in enumerate(zip(trees, params, strict=True))]
@@ -64,25 +66,61 @@ class TargetAcceptance:
         return results
 
 
+def sample_next(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+                ) -> list[int]:
+    """The next token of each row where nothing was drafted (plain decoding): what accept gives a tree that is its
+    root alone, its bonus token, without building the trees. logits [B, V]. Greedy rows take the argmax; sampled
+    rows draw by inverse CDF from their target distribution with one uniform from their generator, as
+    accept_batch draws a bonus."""
+    tokens = logits.argmax(-1).tolist() if any(p.greedy for p in params) else [0] * len(params)
+    sampled = [row for row, p in enumerate(params) if not p.greedy]
+    if sampled:
+        groups: dict[tuple, list[int]] = {}
+        for row in sampled:
+            groups.setdefault(params[row].filters, []).append(row)
+        for rows in groups.values():
+            probs = target_distribution(logits[rows], params[rows[0]])  # [b, V]
+            uniforms = torch.tensor([float(torch.rand((), generator=generators[row])) for row in rows],
+                                    dtype=torch.float64, device=logits.device)
+            cdf = probs.double().cumsum(-1)
+            drawn = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[-1] - 1)
+            for row, token in zip(rows, drawn[:, 0].tolist(), strict=True):
+                tokens[row] = token
+    return tokens
+
+
+def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[Accepted]:
+    """accept_greedy for a batch of chains, at once: draft j + 1 is kept while every draft up to it holds the
+    argmax at its parent. logits [B, T, V] -> per row (path 0..n, the argmax after node n); two small reads."""
+    width = max(len(tree) for tree in trees)
+    argmax = logits[:, :width].argmax(-1)  # [B, T]
+    drafts = torch.tensor([tree.tokens[1:] + [-1] * (width - len(tree)) for tree in trees],
+                          dtype=torch.long).to(argmax.device)  # [B, T - 1], -1 past a chain's end
+    kept = (drafts == argmax[:, :-1]).long().cumprod(-1).sum(-1)  # [B] drafts accepted
+    bonus = argmax.gather(1, kept[:, None])[:, 0]
+    kept, bonus = torch.stack([kept, bonus]).tolist()
+    return [(list(range(n + 1)), token) for n, token in zip(kept, bonus, strict=True)]
+
+
 # ---- one row ---------------------------------------------------------------------------------------------------
 def accept_greedy(tree: DraftTree, target_argmax: list[int]) -> Accepted:
     """Greedy acceptance (the target is a point mass at its argmax): follow the child holding the argmax while
     there is one; the bonus is the argmax at the last accepted node. target_argmax [T]: per node."""
-    node, path = 0, [0]
+    node, path, kids, tokens = 0, [0], tree.child_lists(), tree.tokens
     while True:
-        match = [child for child in tree.children(node) if tree.tokens[child] == target_argmax[node]]
-        if not match:
-            return path, target_argmax[node]
-        node = match[0]
+        wanted = target_argmax[node]
+        node = next((child for child in kids[node] if tokens[child] == wanted), None)
+        if node is None:
+            return path, wanted
         path.append(node)
 
 
 def accept_path(tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None) -> Accepted:
     """The walk on one row. target_probs [T, V]: the target's distribution for the token after each node."""
-    node, path = 0, [0]
+    node, path, kids = 0, [0], tree.child_lists()
     while True:
         p = target_probs[node]
-        for child in tree.children(node):
+        for child in kids[node]:
             token, q = tree.tokens[child], tree.draft_probs[child]
             if accept_child(p, token, q, generator):
                 node = child
@@ -126,10 +164,11 @@ def accept_batch(trees: list[DraftTree], probs: torch.Tensor, generators: list[t
     node = [0] * rows
     rank = [0] * rows  # which child of the current node is tried next
     paths = [[0] for _ in trees]
+    kids = [tree.child_lists() for tree in trees]
     p = probs[:, 0].clone()  # [B, V] each row's current distribution
     walking = list(range(rows))
     while walking:
-        tries = [(row, trees[row].children(node[row])) for row in walking]
+        tries = [(row, kids[row][node[row]]) for row in walking]
         tries = [(row, children[rank[row]]) for row, children in tries if rank[row] < len(children)]
         walking = [row for row, _ in tries]  # the others ran out of children: their bonus comes from p
         if not tries:

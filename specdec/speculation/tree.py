@@ -23,7 +23,7 @@ class DraftTree:
             self.draft_probs = [None] * len(self.tokens)
         if not (len(self.tokens) == len(self.parents) == len(self.draft_probs)) or not self.tokens:
             raise ValueError("a draft tree needs as many tokens, parents and draft distributions, and a root")
-        if self.parents[0] != -1 or any(not 0 <= p < j for j, p in enumerate(self.parents) if j):
+        if self.parents[0] != -1 or not all(0 <= p < j for j, p in enumerate(self.parents[1:], 1)):
             raise ValueError(f"parents must be -1 for the root and point to earlier nodes, got {self.parents}")
 
     @classmethod
@@ -35,6 +35,14 @@ class DraftTree:
 
     def children(self, node: int) -> list[int]:
         return [j for j, parent in enumerate(self.parents) if parent == node]
+
+    def child_lists(self) -> list[list[int]]:
+        """Every node's children in order, [T] lists: one pass, for walks that visit many nodes (a finished tree;
+        drafters still growing it ask children())."""
+        kids: list[list[int]] = [[] for _ in self.parents]
+        for j, parent in enumerate(self.parents[1:], 1):
+            kids[parent].append(j)
+        return kids
 
 
 @dataclass(frozen=True)
