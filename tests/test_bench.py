@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from specdec.cli import main as cli_main
+from specdec.engine.engine import EngineConfig
 from specdec.eval.bench import BenchSettings, run_bench
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import Workload, roofline
@@ -181,7 +182,8 @@ def test_a_random_target_builds_as_its_checkpoint_would_load(tmp_path, family):
         assert torch.isfinite(tensor).all(), name
         if tensor.ndim >= 2:  # unit-scale noise over sqrt(fan-in), as the checkpoint's
             assert tensor.float().std().item() == pytest.approx(theirs[name].float().std().item(), rel=0.3), name
-    assert decodes_finite_logits(LLM(str(tmp_path / "random"), device="cpu", max_batch=2, max_seq_len=64))
+    small = EngineConfig.from_flags(max_batch=2, max_seq_len=64)
+    assert decodes_finite_logits(LLM(str(tmp_path / "random"), device="cpu", config=small))
 
 
 def decodes_finite_logits(llm) -> bool:
@@ -201,8 +203,8 @@ def test_real_shape_random_targets_decode_finite_in_bf16(name):
     """The weight scale keeps bf16 activations finite through the real widths (the first 8 layers of each)."""
     from specdec.api import LLM
 
-    assert decodes_finite_logits(LLM(f"random:{name}:8", device="cuda", max_batch=2, max_seq_len=64,
-                                     cuda_graphs=False))
+    config = EngineConfig.from_flags(max_batch=2, max_seq_len=64, cuda_graphs=False)
+    assert decodes_finite_logits(LLM(f"random:{name}:8", device="cuda", config=config))
 
 
 @pytest.mark.parametrize("backend", ["kvbuffer", "recurrent"])
