@@ -41,13 +41,14 @@ EPS = 1e-6
 ROUNDS_TO_NEAREST = {torch.float32: True, torch.float16: True, torch.bfloat16: DEVICE == "cuda"}
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, rounded_to: torch.dtype | None = None) -> None:
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, rounded_to: torch.dtype | None = None,
+                 scale: float = 1.0) -> None:
     """Same dtype and shape, finite, and within a few units in the last place of `rounded_to` (the dtype the values
-    were last rounded to; by default their own)."""
+    were last rounded to; by default their own) of the larger of the value and `scale`."""
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
     assert torch.isfinite(actual).all(), "non-finite values in the output"
     tol = ULP[rounded_to or actual.dtype]
-    torch.testing.assert_close(actual.float(), expected.float(), atol=tol, rtol=tol)
+    torch.testing.assert_close(actual.float(), expected.float(), atol=tol * scale, rtol=tol)
 
 
 def randn(gen: torch.Generator, *shape: int, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
@@ -60,9 +61,10 @@ def strided(gen: torch.Generator, *shape: int, dtype, extra: int = 5) -> torch.T
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("width", [7, 64, 100])
+@pytest.mark.parametrize("width", [7, 64, 300])
 @pytest.mark.parametrize("offset", [True, False], ids=["offset", "plain"])
 def test_rms_norm_matches_reference(dtype, width, offset):
+    """Width 300: two rows a program, the last program half masked."""
     gen = torch.Generator().manual_seed(width)
     x = strided(gen, 2, 3, width, dtype=dtype)
     weight = randn(gen, width, dtype=dtype, scale=0.5)
@@ -112,10 +114,10 @@ def test_group_gated_norm_matches_reference(dtype, width, group_size):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize(("H", "K", "HV", "V"), [(2, 12, 3, 10), (2, 16, 4, 16), (1, 5, 1, 7), (4, 300, 12, 200)])
+@pytest.mark.parametrize(("H", "K", "HV", "V"), [(2, 12, 3, 10), (2, 16, 4, 16), (1, 5, 1, 7), (4, 300, 5, 200)])
 def test_gdn_qkv_matches_reference(dtype, H, K, HV, V):
-    """q / k l2-normalised (q scaled), v cast, from a strided conv output; the last case takes several programs per
-    row for q / k and for v."""
+    """q / k l2-normalised (q scaled), v cast, from a strided conv output; the last case spreads q / k and v over
+    several programs, the last of them partly masked."""
     gen = torch.Generator().manual_seed(H * K + HV * V)
     qkv = strided(gen, 2, 3, 2 * H * K + HV * V, dtype=dtype)
     args = (qkv, H, K, HV, V, K**-0.5)
@@ -156,9 +158,11 @@ def test_relu2_matches_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize(("H", "HKV", "D", "R"), [(3, 1, 24, 6), (2, 2, 16, 16), (4, 2, 10, 0), (16, 4, 256, 64)])
+@pytest.mark.parametrize(("H", "HKV", "D", "R"), [(3, 1, 24, 6), (2, 2, 16, 16), (4, 2, 10, 0), (6, 3, 256, 64)])
 def test_qk_norm_rotary_matches_reference(dtype, H, HKV, D, R):
-    """Partial, full and no rotary; the query is a chunk of q_proj's [query, gate] heads (strided)."""
+    """Partial, full and no rotary; the query is a chunk of q_proj's [query, gate] heads (strided); the last case
+    spreads query and key heads over several programs, the last of them partly masked. A rotated channel is the sum
+    of two rounded products that may cancel: its error is in units of the head's largest value."""
     gen = torch.Generator().manual_seed(H * D + R)
     B, T = 2, 3
     query = randn(gen, B, T, H, 2 * D, dtype=dtype).chunk(2, dim=-1)[0]
@@ -168,7 +172,7 @@ def test_qk_norm_rotary_matches_reference(dtype, H, HKV, D, R):
     cos, sin = (torch.cat((f(angles), f(angles)), dim=-1).to(DEVICE, dtype) for f in (torch.cos, torch.sin))
     args = (query, key, q_weight, k_weight, cos, sin, EPS)
     for ours, expected in zip(qk_norm_rotary(*args), qk_norm_rotary_ref(*args), strict=True):
-        assert_close(ours, expected)
+        assert_close(ours, expected, scale=expected.abs().amax().item())
 
 
 def test_launchers_reject_what_they_cannot_read():
@@ -220,7 +224,7 @@ def test_real_widths_match_reference(model):
         cos, sin = (torch.cat((f(angles), f(angles)), dim=-1).to(DEVICE, dtype) for f in (torch.cos, torch.sin))
         args = (query, key, randn(gen, D, dtype=dtype), randn(gen, D, dtype=dtype), cos, sin, EPS)
         for ours, expected in zip(qk_norm_rotary(*args), qk_norm_rotary_ref(*args), strict=True):
-            assert_close(ours, expected)
+            assert_close(ours, expected, scale=expected.abs().amax().item())
     if mamba is not None:
         width, group = mamba
         args = (randn(gen, N, width, dtype=dtype), randn(gen, N, width, dtype=dtype), randn(gen, width, dtype=dtype),

@@ -81,5 +81,4 @@ class Mamba2Mixer(nn.Module):
                              constants=(-self.A_log.float().exp(), self.D.float()), constant_positions=(2, 5))
         out, ctx.scratch[self.linear_index] = pool.score(ctx, inputs, xbc, cache.buf_len_device)
 
-        out = self.norm(out.flatten(-2).to(hidden.dtype), gate)
-        return self.out_proj(out)
+        return self.out_proj(self.norm(out.flatten(-2), gate))

@@ -1,9 +1,10 @@
 """Triton activations, as act_mul_ref and relu2_ref (naive.py gives the contract): SwiGLU's silu(gate) * up,
 Qwen3.5's attention output gate (out * sigmoid(gate)) and Nemotron-H's relu(x)^2.
 
-Grid (row, channel block), rows of any stride (gate and up are often two halves of one projection's output). The
-activation is rounded to the model dtype before the product, as two torch ops round, so the result is the
-reference's to the bit; one kernel and no intermediate instead of two kernels and a full-width temporary.
+Grid (row block, channel block): blocks of up to 1024 channels, several rows of narrow tensors (rows.tile_rows);
+rows of any stride (gate and up are often two halves of one projection's output). The activation is rounded to the
+model dtype before the product, as two torch ops round, so the result is the reference's to the bit; one kernel and
+no intermediate instead of two kernels and a full-width temporary.
 
 Why not fla.modules.activations.swiglu_fwd: it reads the halves in place too, but multiplies silu(gate) by up in
 fp32 where two torch ops (and transformers) round silu(gate) to the model dtype first, and it autotunes over 30
@@ -15,20 +16,22 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.glue.rows import as_rows
+from verify_kernels.glue.rows import as_rows, tile_rows
 
-BLOCK_D = 1024
+BLOCK_D = 1024  # channels a program takes at most
 NUM_WARPS = 4
 ACTS = {"silu": 0, "sigmoid": 1, "relu2": 2}
 
 
 @triton.jit
-def activation_kernel(gate, up, y, stride_g, stride_u, D: tl.constexpr, BLOCK_D: tl.constexpr, ACT: tl.constexpr):
+def activation_kernel(gate, up, y, stride_g, stride_u, N, D: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_D: tl.constexpr, ACT: tl.constexpr):
     i_r, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    m_d = o_d < D
+    m = (o_r < N)[:, None] & (o_d < D)[None, :]
     dtype = y.dtype.element_ty
-    b_g = tl.load(gate + i_r * stride_g + o_d, mask=m_d, other=0.0).to(tl.float32)
+    b_g = tl.load(gate + o_r[:, None] * stride_g + o_d[None, :], mask=m, other=0.0).to(tl.float32)
     if ACT == 0:
         b_y = (b_g * tl.sigmoid(b_g)).to(dtype).to(tl.float32)
     elif ACT == 1:
@@ -37,8 +40,8 @@ def activation_kernel(gate, up, y, stride_g, stride_u, D: tl.constexpr, BLOCK_D:
         b_y = tl.maximum(b_g, 0.0)
         b_y = b_y * b_y
     if ACT < 2:
-        b_y = b_y * tl.load(up + i_r * stride_u + o_d, mask=m_d, other=0.0).to(tl.float32)
-    tl.store(y + i_r * D + o_d, b_y.to(dtype), mask=m_d)
+        b_y = b_y * tl.load(up + o_r[:, None] * stride_u + o_d[None, :], mask=m, other=0.0).to(tl.float32)
+    tl.store(y + o_r[:, None] * D + o_d[None, :], b_y.to(dtype), mask=m)
 
 
 def activation_fwd(gate: torch.Tensor, up: torch.Tensor | None, act: str) -> torch.Tensor:
@@ -51,11 +54,12 @@ def activation_fwd(gate: torch.Tensor, up: torch.Tensor | None, act: str) -> tor
         u_rows = as_rows("up", up)
     y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     if g_rows.numel():
-        D = g_rows.shape[1]
-        block = min(BLOCK_D, triton.next_power_of_2(D))
-        activation_kernel[(g_rows.shape[0], triton.cdiv(D, block))](
-            g_rows, u_rows, y, g_rows.stride(0), u_rows.stride(0), D=D, BLOCK_D=block, ACT=ACTS[act],
-            num_warps=NUM_WARPS,
+        N, D = g_rows.shape
+        block_d = min(BLOCK_D, triton.next_power_of_2(D))
+        block_r = tile_rows(N, block_d)
+        activation_kernel[(triton.cdiv(N, block_r), triton.cdiv(D, block_d))](
+            g_rows, u_rows, y, g_rows.stride(0), u_rows.stride(0), N, D=D, BLOCK_R=block_r, BLOCK_D=block_d,
+            ACT=ACTS[act], num_warps=NUM_WARPS,
         )
     return y
 

@@ -1,9 +1,10 @@
 """Triton kernels for the Gated DeltaNet's inputs, as gdn_qkv_ref and gdn_gates_ref (naive.py gives the contract).
 
-gdn_qkv, grid (row, head block): the conv output row holds 2 H key-sized heads (q, then k) and HV value heads. A
-program takes BLOCK_H heads of one row: q / k heads are l2-normalised (q also scaled) in fp32, value heads cast;
-all written fp32 and contiguous, which is what the delta-rule kernels read. Torch needs about ten kernels for this
-(two splits made contiguous, cast, square, sum, rsqrt, products, the scale, the value cast).
+gdn_qkv: the conv output row holds 2 H key-sized heads (q, then k) and HV value heads. A program takes consecutive
+(row, head) pairs (rows.tile_rows), first of the q / k heads, then of the value heads: q / k heads are
+l2-normalised (q also scaled) in fp32, value heads cast; all written fp32 and contiguous, which is what the
+delta-rule kernels read. Torch needs about ten kernels for this (two splits made contiguous, cast, square, sum,
+rsqrt, products, the scale, the value cast).
 gdn_gates, one program per block of (token, head) pairs: g and beta from the two small projections in one kernel
 instead of eight (casts, exp, neg, add, softplus, product, sigmoid).
 
@@ -15,39 +16,39 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.glue.rows import as_rows, check_vector
+from verify_kernels.glue.rows import as_rows, check_vector, tile_rows
 
-HEAD_TILE = 1024   # elements of a gdn_qkv program: BLOCK_H heads of the head size
 GATE_BLOCK = 1024  # (token, head) pairs of a gdn_gates program
 NUM_WARPS = 4
 
 
 @triton.jit
 def gdn_qkv_kernel(
-    qkv, q, k, v, stride_r, q_scale, eps,
+    qkv, q, k, v, stride_r, N, q_scale, eps,
     H: tl.constexpr, K: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, NQK: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_HV: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    i_r, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    p_row = qkv + i_r * stride_r
-    if i_h < NQK:  # programs over the q and k heads; value programs follow
-        o_h = i_h * BLOCK_H + tl.arange(0, BLOCK_H)  # q heads 0..H-1, then k heads H..2H-1
+    i_p = tl.program_id(0)
+    if i_p < NQK:  # programs over (row, q / k head) pairs; value programs follow
+        o_q = i_p.to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
+        o_r, o_h = o_q // (2 * H), o_q % (2 * H)  # heads 0..H-1 are q, H..2H-1 are k
         o_c = tl.arange(0, BLOCK_K)
-        m = (o_h < 2 * H)[:, None] & (o_c < K)[None, :]
-        b_x = tl.load(p_row + o_h[:, None] * K + o_c[None, :], mask=m, other=0.0).to(tl.float32)
+        m = (o_q < N * 2 * H)[:, None] & (o_c < K)[None, :]
+        b_x = tl.load(qkv + o_r[:, None] * stride_r + o_h[:, None] * K + o_c[None, :], mask=m, other=0.0)
+        b_x = b_x.to(tl.float32)
         b_y = b_x * (1.0 / tl.sqrt(tl.sum(b_x * b_x, 1) + eps))[:, None]
         is_q = (o_h < H)[:, None]
         b_y = tl.where(is_q, b_y * q_scale, b_y)
-        o_out = i_r * H * K + (o_h[:, None] % H) * K + o_c[None, :]
+        o_out = (o_r[:, None] * H + o_h[:, None] % H) * K + o_c[None, :]
         tl.store(q + o_out, b_y, mask=m & is_q)
         tl.store(k + o_out, b_y, mask=m & ~is_q)
     else:
-        o_h = (i_h - NQK) * BLOCK_HV + tl.arange(0, BLOCK_HV)
+        o_q = (i_p - NQK).to(tl.int64) * BLOCK_HV + tl.arange(0, BLOCK_HV)
+        o_r, o_h = o_q // HV, o_q % HV
         o_c = tl.arange(0, BLOCK_V)
-        m = (o_h < HV)[:, None] & (o_c < V)[None, :]
-        o = o_h[:, None] * V + o_c[None, :]
-        b_v = tl.load(p_row + 2 * H * K + o, mask=m, other=0.0).to(tl.float32)
-        tl.store(v + i_r * HV * V + o, b_v, mask=m)
+        m = (o_q < N * HV)[:, None] & (o_c < V)[None, :]
+        b_v = tl.load(qkv + o_r[:, None] * stride_r + 2 * H * K + o_h[:, None] * V + o_c[None, :], mask=m, other=0.0)
+        tl.store(v + o_q[:, None] * V + o_c[None, :], b_v.to(tl.float32), mask=m)
 
 
 @triton.jit
@@ -78,13 +79,13 @@ def gdn_qkv(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: i
     q = torch.empty(*lead, H, K, dtype=torch.float32, device=device)
     k = torch.empty_like(q)
     v = torch.empty(*lead, HV, V, dtype=torch.float32, device=device)
+    N = rows.shape[0]
     if rows.numel():
         block_k, block_v = triton.next_power_of_2(K), triton.next_power_of_2(V)
-        block_h = min(triton.next_power_of_2(2 * H), max(1, HEAD_TILE // block_k))
-        block_hv = min(triton.next_power_of_2(HV), max(1, HEAD_TILE // block_v))
-        nqk = triton.cdiv(2 * H, block_h)
-        gdn_qkv_kernel[(rows.shape[0], nqk + triton.cdiv(HV, block_hv))](
-            rows, q, k, v, rows.stride(0), q_scale, eps,
+        block_h, block_hv = tile_rows(N * 2 * H, block_k), tile_rows(N * HV, block_v)
+        nqk = triton.cdiv(N * 2 * H, block_h)
+        gdn_qkv_kernel[(nqk + triton.cdiv(N * HV, block_hv),)](
+            rows, q, k, v, rows.stride(0), N, q_scale, eps,
             H=H, K=K, HV=HV, V=V, NQK=nqk, BLOCK_H=block_h, BLOCK_K=block_k, BLOCK_HV=block_hv, BLOCK_V=block_v,
             num_warps=NUM_WARPS,
         )

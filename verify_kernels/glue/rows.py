@@ -1,6 +1,7 @@
 """Launch helpers shared by the glue kernels: a tensor's leading dims as rows of one stride, and warps per row."""
 
 import torch
+import triton
 
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -24,6 +25,16 @@ def check_vector(name: str, t: torch.Tensor, size: int | tuple[int, ...]) -> Non
     if t.dim() != 1 or t.shape[0] not in sizes or not t.is_contiguous():
         raise ValueError(f"{name} must be a contiguous vector of {' or '.join(map(str, sizes))}, got "
                          f"{tuple(t.shape)}")
+
+
+TILE = 2048  # elements a program holds where it takes several rows or heads
+
+
+def tile_rows(rows: int, block: int) -> int:
+    """Rows (or heads) of `block` elements a program takes: one row of a wide tensor, several narrow ones up to
+    TILE elements (fewer, smaller programs for narrow heads; and in Triton's interpreter, which runs programs one
+    after another, far fewer)."""
+    return max(1, min(triton.next_power_of_2(rows), TILE // block))
 
 
 def row_warps(block: int) -> int:
