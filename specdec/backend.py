@@ -11,7 +11,7 @@ on the references anywhere. MoE experts follow the same choice (specdec/models/m
 verify_kernels/moe on Triton).
 Chunked prefill: GDN layers of bf16 / fp16 models on the Triton backend use fla-core's chunk kernel when fla is
 installed (gdn_chunk_prefill); fp32 models and Mamba2 layers use the references.
-The layer glue (norms with the residual add, gated norms, the GDN's inputs, activations, q / k norm + rotary:
+The layer glue (norms with the residual add, gated norms, the mixers' inputs, activations, q / k norm + rotary:
 verify_kernels/glue) follows the device the same way, picked per call by the modules (glue_ops_for).
 """
 
@@ -69,6 +69,7 @@ class GlueOps:
     rms_norm_gated: Callable
     gdn_qkv: Callable
     gdn_gates: Callable
+    mamba2_inputs: Callable
     act_mul: Callable
     relu2: Callable
     qk_norm_rotary: Callable
@@ -136,9 +137,10 @@ def intermediate_ops(mixer: str, backend: str) -> IntermediateOps:
 def glue_ops(backend: str) -> GlueOps:
     if backend == "reference":
         return GlueOps(glue.rms_norm_ref, glue.add_rms_norm_ref, glue.rms_norm_gated_ref, glue.gdn_qkv_ref,
-                       glue.gdn_gates_ref, glue.act_mul_ref, glue.relu2_ref, glue.qk_norm_rotary_ref)
-    return GlueOps(glue.rms_norm, glue.add_rms_norm, glue.rms_norm_gated, glue.gdn_qkv, glue.gdn_gates, glue.act_mul,
-                   glue.relu2, glue.qk_norm_rotary)
+                       glue.gdn_gates_ref, glue.mamba2_inputs_ref, glue.act_mul_ref, glue.relu2_ref,
+                       glue.qk_norm_rotary_ref)
+    return GlueOps(glue.rms_norm, glue.add_rms_norm, glue.rms_norm_gated, glue.gdn_qkv, glue.gdn_gates,
+                   glue.mamba2_inputs, glue.act_mul, glue.relu2, glue.qk_norm_rotary)
 
 
 def glue_ops_for(device: torch.device) -> GlueOps:

@@ -21,6 +21,8 @@ from verify_kernels.glue import (
     gdn_gates_ref,
     gdn_qkv,
     gdn_qkv_ref,
+    mamba2_inputs,
+    mamba2_inputs_ref,
     qk_norm_rotary,
     qk_norm_rotary_ref,
     relu2,
@@ -141,6 +143,24 @@ def test_gdn_gates_match_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(("NH", "P", "NG", "N", "limit"), [(3, 5, 2, 6, (0.0, float("inf"))),
+                                                           (6, 64, 2, 154, (0.05, 3.0))])
+def test_mamba2_inputs_match_reference(dtype, NH, P, NG, N, limit):
+    """x, B, C from a strided conv output, dt from a split of in_proj's output (both sides of softplus's threshold,
+    clamped or not), A and D; the second case takes several channel blocks and rows a program."""
+    gen = torch.Generator().manual_seed(NH * P)
+    xbc = strided(gen, 2, 3, NH * P + 2 * NG * N, dtype=dtype)
+    dt = strided(gen, 2, 3, NH, dtype=dtype, extra=7).mul_(4.0)
+    assert not dt.is_contiguous()
+    dt[0, 0, :3] = torch.tensor([25.0, -30.0, 19.5])
+    vectors = [randn(gen, NH, dtype=dtype) for _ in range(3)]  # dt_bias, A_log, D
+    args = (xbc, dt, *vectors, NH, P, NG, N, limit)
+    for ours, expected in zip(mamba2_inputs(*args), mamba2_inputs_ref(*args), strict=True):
+        assert ours.is_contiguous()
+        torch.testing.assert_close(ours, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("act", ["silu", "sigmoid"])
 @pytest.mark.parametrize("width", [37, 1500])
 def test_act_mul_matches_reference(dtype, act, width):
@@ -187,9 +207,9 @@ def test_launchers_reject_what_they_cannot_read():
         gdn_qkv(x, 1, 2, 1, 2, 1.0)
 
 
-GPU_CASES = {  # name: (hidden, GDN (H, K, HV, V), attention (H, HKV, D, R), Mamba2 (width, group), MLP width)
+GPU_CASES = {  # name: (hidden, GDN (H, K, HV, V), attention (H, HKV, D, R), Mamba2 (NH, P, NG, N), MLP width)
     "qwen3.5-9b": (4096, (16, 128, 32, 128), (16, 4, 256, 64), None, 12288),
-    "nemotron-3-nano": (2688, None, None, (4096, 512), 1856),
+    "nemotron-3-nano": (2688, None, None, (64, 64, 8, 128), 1856),
 }
 
 
@@ -226,7 +246,12 @@ def test_real_widths_match_reference(model):
         for ours, expected in zip(qk_norm_rotary(*args), qk_norm_rotary_ref(*args), strict=True):
             assert_close(ours, expected, scale=expected.abs().amax().item())
     if mamba is not None:
-        width, group = mamba
-        args = (randn(gen, N, width, dtype=dtype), randn(gen, N, width, dtype=dtype), randn(gen, width, dtype=dtype),
-                EPS, group, False)
+        NH, P, NG, S = mamba
+        xbc, dt = randn(gen, N, NH * P + 2 * NG * S, dtype=dtype), randn(gen, N, NH, dtype=dtype)
+        args = (xbc, dt, *(randn(gen, NH, dtype=dtype) for _ in range(3)), NH, P, NG, S, (0.0, float("inf")))
+        for ours, expected in zip(mamba2_inputs(*args), mamba2_inputs_ref(*args), strict=True):
+            torch.testing.assert_close(ours, expected, atol=1e-6, rtol=1e-5)
+        width = NH * P
+        args = (randn(gen, N, width), randn(gen, N, width, dtype=dtype), randn(gen, width, dtype=dtype), EPS,
+                width // NG, False)
         assert_close(rms_norm_gated(*args), rms_norm_gated_ref(*args))

@@ -1,7 +1,8 @@
 """The layer glue between the GEMMs and the mixers: RMS norms with the residual add, gated norms, the GDN's q / k
-l2norm and gates, activations, the attention q / k norm with rotary. Torch references (naive.py, the models' own
-code) and, where triton is installed, Triton kernels of the same signatures that read each activation once and write
-it once (norm.py, gated_norm.py, gdn_inputs.py, activation.py, qk_norm_rotary.py)."""
+l2norm and gates, the Mamba2 inputs, activations, the attention q / k norm with rotary. Torch references (naive.py,
+the models' own code) and, where triton is installed, Triton kernels of the same signatures that read each
+activation once and write it once (norm.py, gated_norm.py, gdn_inputs.py, mamba2_inputs.py, activation.py,
+qk_norm_rotary.py)."""
 
 import importlib.util
 
@@ -12,6 +13,7 @@ from verify_kernels.glue.naive import (
     gdn_gates_ref,
     gdn_qkv_ref,
     l2_normalize_ref,
+    mamba2_inputs_ref,
     qk_norm_rotary_ref,
     relu2_ref,
     rms_norm_gated_ref,
@@ -25,6 +27,7 @@ __all__ = [
     "gdn_gates_ref",
     "gdn_qkv_ref",
     "l2_normalize_ref",
+    "mamba2_inputs_ref",
     "qk_norm_rotary_ref",
     "relu2_ref",
     "rms_norm_gated_ref",
@@ -36,8 +39,9 @@ if importlib.util.find_spec("triton") is not None:
     from verify_kernels.glue.activation import act_mul, relu2
     from verify_kernels.glue.gated_norm import rms_norm_gated
     from verify_kernels.glue.gdn_inputs import gdn_gates, gdn_qkv
+    from verify_kernels.glue.mamba2_inputs import mamba2_inputs
     from verify_kernels.glue.norm import add_rms_norm, rms_norm
     from verify_kernels.glue.qk_norm_rotary import qk_norm_rotary
 
-    __all__ += ["act_mul", "add_rms_norm", "gdn_gates", "gdn_qkv", "qk_norm_rotary", "relu2", "rms_norm",
-                "rms_norm_gated"]
+    __all__ += ["act_mul", "add_rms_norm", "gdn_gates", "gdn_qkv", "mamba2_inputs", "qk_norm_rotary", "relu2",
+                "rms_norm", "rms_norm_gated"]

@@ -1,11 +1,13 @@
 """The layer glue of Qwen3.5 and Nemotron-H as pure torch references: norms (with the residual add), gated norms,
-the GDN input preparation (q / k l2norm, gates), activations, and the attention q / k norm with rotary.
+the mixers' input preparation (GDN: q / k l2norm, gates; Mamba2: splits, dt), activations, and the attention q / k
+norm with rotary.
 
 These are the models' own torch code, moved here unchanged, so the CPU path computes what it always has and the
-Triton kernels (norm.py, gated_norm.py, gdn_inputs.py, activation.py, qk_norm_rotary.py) have an oracle of the
-same signature. Every op computes in fp32 and rounds where transformers rounds (its modules are the models' oracle,
-tests/test_model_parity.py): the residual sum in the model dtype before it is normalised; products with a weight in
-the model dtype where transformers multiplies two model-dtype tensors; rotary and activations in the model dtype.
+Triton kernels (norm.py, gated_norm.py, gdn_inputs.py, mamba2_inputs.py, activation.py, qk_norm_rotary.py) have an
+oracle of the same signature. Every op computes in fp32 and rounds where transformers rounds (its modules are the
+models' oracle, tests/test_model_parity.py): the residual sum in the model dtype before it is normalised; products
+with a weight in the model dtype where transformers multiplies two model-dtype tensors; rotary and activations in
+the model dtype.
 """
 
 from __future__ import annotations
@@ -110,3 +112,20 @@ def qk_norm_rotary_ref(query: torch.Tensor, key: torch.Tensor, q_weight: torch.T
     query = rms_norm_ref(query, q_weight, eps, offset=True)
     key = rms_norm_ref(key, k_weight, eps, offset=True)
     return apply_rotary_ref(query, cos, sin), apply_rotary_ref(key, cos, sin)
+
+
+def mamba2_inputs_ref(xbc: torch.Tensor, dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor,
+                      D: torch.Tensor, num_heads: int, head_dim: int, n_groups: int, state_size: int,
+                      dt_limit: tuple[float, float]) -> tuple[torch.Tensor, ...]:
+    """The Mamba2 conv output split into the SSM's inputs, fp32 and contiguous.
+
+    xbc [..., NH P + 2 NG N] (x, B, C channels after the conv; unit channel stride), dt [..., NH] (the raw
+    projection, rows may be strided), dt_bias, A_log, D [NH] -> x [..., NH, P], dt = clamp(softplus(dt + dt_bias),
+    *dt_limit) [..., NH], B [..., NG, N], C [..., NG, N], A = -exp(A_log) [NH], D [NH]."""
+    group_dim = n_groups * state_size
+    x, bm, cm = xbc.split([num_heads * head_dim, group_dim, group_dim], dim=-1)
+    x = x.unflatten(-1, (num_heads, head_dim)).float().contiguous()
+    bm = bm.unflatten(-1, (n_groups, state_size)).float().contiguous()
+    cm = cm.unflatten(-1, (n_groups, state_size)).float().contiguous()
+    dt = F.softplus(dt.float() + dt_bias.float()).clamp(*dt_limit)
+    return x, dt, bm, cm, -A_log.float().exp(), D.float()
