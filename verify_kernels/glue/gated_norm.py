@@ -9,10 +9,10 @@ projection is fine), reduces each group, and writes the model-dtype output, roun
 with fp32 intermediates of the full width; the kernel reads x and the gate once and writes once.
 
 Why not fla's gated norms: fla.modules.FusedRMSNormGated has no groups and autotunes on first call;
-fla.modules.layernorm_gated.rmsnorm_fn (mamba_ssm's: groups, norm_before_gate, strided rows) keeps w * norm(x) in
-fp32 where transformers rounds it, wants a weight of the full width, and writes in x's dtype, so the mixers' fp32
-output would still need a cast kernel first. benchmarks/glue.py times rmsnorm_fn beside this kernel where fla is
-installed.
+fla.modules.layernorm_gated.rmsnorm_fn (mamba_ssm's: groups, norm_before_gate) copies strided inputs to contiguous
+ones (the Mamba2 gate is a split of in_proj's output), keeps w * norm(x) in fp32 where transformers rounds it, wants
+a weight of the full width, and writes in x's dtype, so the mixers' fp32 output would still need a cast kernel
+first. benchmarks/glue.py times rmsnorm_fn beside this kernel where fla is installed.
 """
 
 import torch
