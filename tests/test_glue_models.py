@@ -39,3 +39,18 @@ def test_greedy_tokens_unchanged_on_the_glue_kernels(family, tmp_path, monkeypat
     kernels = generate(model, monkeypatch, "triton")
     assert kernels == reference, "greedy tokens changed on the glue kernels"
     assert all(len(tokens) == NEW_TOKENS for tokens in kernels)
+
+
+def test_modules_with_gradients_run_the_references(monkeypatch):
+    """The kernels have no backward: a head trained with these modules (EAGLE-3) gets the references' gradients
+    even where the kernels are the backend."""
+    from specdec.models.layers import GatedMLP, OffsetRMSNorm
+
+    monkeypatch.setenv("SPECDEC_BACKEND", "triton")
+    torch.manual_seed(0)
+    norm, mlp = OffsetRMSNorm(16, 1e-6), GatedMLP(16, 24, "silu")
+    x, residual = torch.randn(3, 16), torch.randn(3, 16)
+    out, total = norm(x, residual)
+    mlp(out).square().sum().backward()
+    assert norm.weight.grad is not None and mlp.gate_proj.weight.grad is not None
+    assert torch.equal(total, x + residual)

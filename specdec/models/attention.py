@@ -5,10 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.backend import glue_ops_for
 from specdec.cache.spec import AttentionLayerSpec
 
-from .layers import OffsetRMSNorm
+from .layers import OffsetRMSNorm, glue_for
 
 
 class GatedAttention(nn.Module):
@@ -35,7 +34,7 @@ class GatedAttention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], ctx, cache) -> torch.Tensor:
         """hidden [B, T, D]; rotary (cos, sin) [B, T, R] -> [B, T, D]."""
-        glue = glue_ops_for(hidden.device)
+        glue = glue_for(hidden, self.q_norm.weight, self.k_norm.weight)
         query, gate = self.q_proj(hidden).unflatten(-1, (self.num_heads, 2 * self.head_dim)).chunk(2, dim=-1)
         key = self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
         value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.backend import glue_ops_for
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 
-from .layers import GatedRMSNorm
+from .layers import GatedRMSNorm, glue_for
 
 
 class GatedDeltaNet(nn.Module):
@@ -66,7 +65,7 @@ class GatedDeltaNet(nn.Module):
         conv_out = pool.conv_ops.tree(
             mixed, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], None, "silu"
         )
-        glue = glue_ops_for(hidden.device)
+        glue = glue_for(hidden, self.A_log, self.dt_bias)
         # fp32 contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K] and v [B, T, HV, V]
         query, key, value = glue.gdn_qkv(conv_out, self.num_k_heads, self.head_k_dim, self.num_v_heads,
                                          self.head_v_dim, self.head_k_dim**-0.5)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from specdec.backend import glue_ops_for
+from specdec.backend import GlueOps, glue_ops, glue_ops_for
 from verify_kernels.glue.naive import apply_rotary_ref
 
 ACTIVATIONS = {
@@ -28,17 +28,26 @@ def activation(name: str):
     return ACTIVATIONS[name]
 
 
+def glue_for(x: torch.Tensor, *tensors: torch.Tensor | None) -> GlueOps:
+    """The glue ops for x's device (specdec.backend.glue_ops_for). The fused kernels have no backward, so wherever
+    autograd records through x or `tensors` (parameters: training a head built of these modules) the references
+    run."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *tensors)):
+        return glue_ops("reference")
+    return glue_ops_for(x.device)
+
+
 def apply_act(name: str, x: torch.Tensor) -> torch.Tensor:
     """act(x); relu2 as one fused op."""
     if name == "relu2":
-        return glue_ops_for(x.device).relu2(x)
+        return glue_for(x).relu2(x)
     return activation(name)(x)
 
 
 def act_and_mul(name: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """act(gate) * up (gate and up may be two halves of one projection); silu as one fused op."""
     if name == "silu":
-        return glue_ops_for(gate.device).act_mul(gate, up, "silu")
+        return glue_for(gate, up).act_mul(gate, up, "silu")
     return activation(name)(gate) * up
 
 
@@ -56,7 +65,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim) if self.offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        ops = glue_ops_for(x.device)
+        ops = glue_for(x, residual, self.weight)
         if residual is None:
             return ops.rms_norm(x, self.weight, self.eps, self.offset)
         return ops.add_rms_norm(x, residual, self.weight, self.eps, self.offset)
@@ -79,7 +88,8 @@ class GatedRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """x [..., HV * V] (the mixer's output, any float dtype), gate [..., HV * V] -> [..., HV * V] in gate's
         dtype; the norm is per head of V = dim channels."""
-        return glue_ops_for(x.device).rms_norm_gated(x, gate, self.weight, self.eps, self.weight.numel(), True)
+        ops = glue_for(x, gate, self.weight)
+        return ops.rms_norm_gated(x, gate, self.weight, self.eps, self.weight.numel(), True)
 
 
 class GroupGatedRMSNorm(nn.Module):
@@ -93,7 +103,7 @@ class GroupGatedRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """x [..., D] (the mixer's output, any float dtype), gate [..., D] -> [..., D] in gate's dtype."""
-        return glue_ops_for(x.device).rms_norm_gated(x, gate, self.weight, self.eps, self.group_size, False)
+        return glue_for(x, gate, self.weight).rms_norm_gated(x, gate, self.weight, self.eps, self.group_size, False)
 
 
 class RotaryEmbedding(nn.Module):

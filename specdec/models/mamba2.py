@@ -5,11 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.backend import glue_ops_for
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 
-from .layers import GroupGatedRMSNorm
+from .layers import GroupGatedRMSNorm, glue_for
 
 
 class Mamba2Mixer(nn.Module):
@@ -69,7 +68,7 @@ class Mamba2Mixer(nn.Module):
         )
         # fp32 contiguous x [B, T, NH, P], dt = softplus(dt + dt_bias) clamped [B, T, NH], B and C [B, T, NG, N]
         # (the kernels take contiguous rows; splits of conv_out are strided views), A = -exp(A_log), D [NH]
-        x, dt, bm, cm, A, D = glue_ops_for(hidden.device).mamba2_inputs(
+        x, dt, bm, cm, A, D = glue_for(hidden, self.A_log, self.dt_bias, self.D).mamba2_inputs(
             conv_out, dt, self.dt_bias, self.A_log, self.D, self.num_heads, self.head_dim, self.n_groups,
             self.state_size, self.time_step_limit)
         # the SSM through the layer's linear state (tree rows) or the chunked prefill (chunk rows): the ops take
