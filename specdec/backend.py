@@ -11,6 +11,8 @@ on the references anywhere. MoE experts follow the same choice (specdec/models/m
 verify_kernels/moe on Triton).
 Chunked prefill: GDN layers of bf16 / fp16 models on the Triton backend use fla-core's chunk kernel when fla is
 installed (gdn_chunk_prefill); fp32 models and Mamba2 layers use the references.
+The layer glue (norms with the residual add, gated norms, the mixers' inputs, activations, q / k norm + rotary:
+verify_kernels/glue) follows the device the same way, picked per call by the modules (glue_ops_for).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 import verify_kernels.attention as attention
 import verify_kernels.conv as conv
 import verify_kernels.gdn as gdn
+import verify_kernels.glue as glue
 import verify_kernels.intermediate as intermediate
 import verify_kernels.mamba2 as mamba2
 from verify_kernels.kvbuffer import decode_then_commit
@@ -58,6 +61,21 @@ class IntermediateOps:
 class ConvOps:
     tree: Callable
     commit: Callable
+
+
+@dataclass(frozen=True)
+class GlueOps:
+    """The layer glue between GEMMs and mixers; signatures as in verify_kernels/glue/naive.py."""
+
+    rms_norm: Callable
+    add_rms_norm: Callable
+    rms_norm_gated: Callable
+    gdn_qkv: Callable
+    gdn_gates: Callable
+    mamba2_inputs: Callable
+    act_mul: Callable
+    relu2: Callable
+    qk_norm_rotary: Callable
 
 
 KERNEL_HEAD_DIMS = (16, 32, 64, 128)
@@ -119,6 +137,22 @@ def intermediate_ops(mixer: str, backend: str) -> IntermediateOps:
         return IntermediateOps(tree, intermediate.commit_node_states_ref)
     tree = {"gdn": intermediate.gdn_intermediate, "mamba2": intermediate.mamba2_intermediate}[mixer]
     return IntermediateOps(tree, intermediate.commit_node_states)
+
+
+@functools.cache
+def glue_ops(backend: str) -> GlueOps:
+    if backend == "reference":
+        return GlueOps(glue.rms_norm_ref, glue.add_rms_norm_ref, glue.rms_norm_gated_ref, glue.gdn_qkv_ref,
+                       glue.gdn_gates_ref, glue.mamba2_inputs_ref, glue.act_mul_ref, glue.relu2_ref,
+                       glue.qk_norm_rotary_ref)
+    return GlueOps(glue.rms_norm, glue.add_rms_norm, glue.rms_norm_gated, glue.gdn_qkv, glue.gdn_gates,
+                   glue.mamba2_inputs, glue.act_mul, glue.relu2, glue.qk_norm_rotary)
+
+
+def glue_ops_for(device: torch.device) -> GlueOps:
+    """The glue for tensors on `device`: the kernels on CUDA (or with SPECDEC_BACKEND=triton), else the references.
+    Checked per call (a dict lookup and an environment read), so that a model follows SPECDEC_BACKEND as it changes."""
+    return glue_ops(backend_for(device))
 
 
 ATTENTION_MIN_HEAD_DIM, ATTENTION_MAX_HEAD_DIM = 16, 256  # the kernel's dots need 16; registers cap it at 256

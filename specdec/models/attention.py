@@ -7,7 +7,7 @@ from torch import nn
 
 from specdec.cache.spec import AttentionLayerSpec
 
-from .layers import OffsetRMSNorm, apply_rotary
+from .layers import OffsetRMSNorm, glue_for
 
 
 class GatedAttention(nn.Module):
@@ -34,15 +34,14 @@ class GatedAttention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], ctx, cache) -> torch.Tensor:
         """hidden [B, T, D]; rotary (cos, sin) [B, T, R] -> [B, T, D]."""
+        glue = glue_for(hidden, self.q_norm.weight, self.k_norm.weight)
         query, gate = self.q_proj(hidden).unflatten(-1, (self.num_heads, 2 * self.head_dim)).chunk(2, dim=-1)
-        query = self.q_norm(query)
-        key = self.k_norm(self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim)))
+        key = self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
         value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
-        cos, sin = rotary
-        query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        # q / k norms (1 + w) then rotary, one op; query and gate are read in place from q_proj's output
+        query, key = glue.qk_norm_rotary(query, key, self.q_norm.weight, self.k_norm.weight, *rotary, self.q_norm.eps)
         out = cache.attention[self.attention_index].attend(ctx, query, key, value, self.head_dim**-0.5)
-        out = out.flatten(-2) * torch.sigmoid(gate.flatten(-2))
-        return self.o_proj(out)
+        return self.o_proj(glue.act_mul(gate, out, "sigmoid").flatten(-2))  # out * sigmoid(gate)
 
 
 class PlainAttention(nn.Module):

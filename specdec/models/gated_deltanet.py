@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 
-from .layers import GatedRMSNorm
-
-
-def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """As fla and transformers: x / sqrt(sum x^2 + eps), in fp32."""
-    x = x.float()
-    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
+from .layers import GatedRMSNorm, glue_for
 
 
 class GatedDeltaNet(nn.Module):
@@ -72,16 +65,15 @@ class GatedDeltaNet(nn.Module):
         conv_out = pool.conv_ops.tree(
             mixed, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], None, "silu"
         )
-        query, key, value = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        query = l2_normalize(query.unflatten(-1, (self.num_k_heads, self.head_k_dim))) * self.head_k_dim**-0.5
-        key = l2_normalize(key.unflatten(-1, (self.num_k_heads, self.head_k_dim)))
-        value = value.unflatten(-1, (self.num_v_heads, self.head_v_dim)).float().contiguous()  # a strided split
-        beta = self.in_proj_b(hidden).sigmoid().float()  # [B, T, HV]
-        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(hidden).float() + self.dt_bias)  # [B, T, HV]
+        glue = glue_for(hidden, self.A_log, self.dt_bias)
+        # fp32 contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K] and v [B, T, HV, V]
+        query, key, value = glue.gdn_qkv(conv_out, self.num_k_heads, self.head_k_dim, self.num_v_heads,
+                                         self.head_v_dim, self.head_k_dim**-0.5)
+        # g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b): fp32 [B, T, HV]
+        g, beta = glue.gdn_gates(self.in_proj_a(hidden), self.in_proj_b(hidden), self.A_log, self.dt_bias)
         # the delta rule through the layer's linear state (tree rows) or the chunked prefill (chunk rows);
         # entries keep the key, chunk rows zero g and beta at padding nodes
         inputs = MixerInputs((query, key, value, g, beta), entry_key=1, padding_masked=(3, 4))
         out, ctx.scratch[self.linear_index] = pool.score(ctx, inputs, mixed, cache.buf_len_device)
 
-        out = self.norm(out.to(hidden.dtype), self.in_proj_z(hidden).unflatten(-1, (self.num_v_heads, self.head_v_dim)))
-        return self.out_proj(out.flatten(-2))
+        return self.out_proj(self.norm(out.flatten(-2), self.in_proj_z(hidden)))  # norm per value head, then gate

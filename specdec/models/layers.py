@@ -1,6 +1,8 @@
 """Small building blocks shared by the Qwen3.5 and Nemotron-H runtimes: norms, rotary embedding, MLPs.
 
-Every module keeps the parameter names of the Hugging Face checkpoints, so loading is a name-for-name copy.
+Every module keeps the parameter names of the Hugging Face checkpoints, so loading is a name-for-name copy. The
+arithmetic is the layer glue of verify_kernels/glue, picked per call by specdec.backend.glue_ops_for: the torch
+references (the numerics transformers has) on CPU, the fused Triton kernels on CUDA.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from specdec.backend import GlueOps, glue_ops, glue_ops_for
+from verify_kernels.glue.naive import apply_rotary_ref
 
 ACTIVATIONS = {
     "silu": F.silu,
@@ -23,32 +28,53 @@ def activation(name: str):
     return ACTIVATIONS[name]
 
 
-class OffsetRMSNorm(nn.Module):
-    """Qwen3.5 RMSNorm: x / rms(x) * (1 + w), computed in fp32; the weight is stored zero-centred."""
+def glue_for(x: torch.Tensor, *tensors: torch.Tensor | None) -> GlueOps:
+    """The glue ops for x's device (specdec.backend.glue_ops_for). The fused kernels have no backward, so wherever
+    autograd records through x or `tensors` (parameters: training a head built of these modules) the references
+    run."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *tensors)):
+        return glue_ops("reference")
+    return glue_ops_for(x.device)
 
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).type_as(x)
+def apply_act(name: str, x: torch.Tensor) -> torch.Tensor:
+    """act(x); relu2 as one fused op."""
+    if name == "relu2":
+        return glue_for(x).relu2(x)
+    return activation(name)(x)
+
+
+def act_and_mul(name: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """act(gate) * up (gate and up may be two halves of one projection); silu as one fused op."""
+    if name == "silu":
+        return glue_for(gate, up).act_mul(gate, up, "silu")
+    return activation(name)(gate) * up
 
 
 class RMSNorm(nn.Module):
-    """Plain RMSNorm (Nemotron-H): w * x / rms(x), the product kept in fp32 and cast back at the end."""
+    """Plain RMSNorm (Nemotron-H): w * x / rms(x), the product kept in fp32 and cast back at the end.
+
+    forward(x) -> norm(x); forward(x, residual) -> (norm(x + residual), x + residual): the residual stream's add
+    fused into the norm that follows it (the decoder layers pass the residual along)."""
+
+    offset = False  # scale by 1 + weight (a zero-centred weight)
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.zeros(dim) if self.offset else torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight.float() * xf).to(x.dtype)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        ops = glue_for(x, residual, self.weight)
+        if residual is None:
+            return ops.rms_norm(x, self.weight, self.eps, self.offset)
+        return ops.add_rms_norm(x, residual, self.weight, self.eps, self.offset)
+
+
+class OffsetRMSNorm(RMSNorm):
+    """Qwen3.5 RMSNorm: x / rms(x) * (1 + w), computed in fp32; the weight is stored zero-centred."""
+
+    offset = True
 
 
 class GatedRMSNorm(nn.Module):
@@ -60,11 +86,10 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        out = self.weight * xf.to(dtype)
-        return (out * F.silu(gate.float())).to(dtype)
+        """x [..., HV * V] (the mixer's output, any float dtype), gate [..., HV * V] -> [..., HV * V] in gate's
+        dtype; the norm is per head of V = dim channels."""
+        ops = glue_for(x, gate, self.weight)
+        return ops.rms_norm_gated(x, gate, self.weight, self.eps, self.weight.numel(), True)
 
 
 class GroupGatedRMSNorm(nn.Module):
@@ -77,11 +102,8 @@ class GroupGatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        xf = x.float() * F.silu(gate.float())
-        grouped = xf.unflatten(-1, (-1, self.group_size))
-        grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * grouped.flatten(-2).to(dtype)
+        """x [..., D] (the mixer's output, any float dtype), gate [..., D] -> [..., D] in gate's dtype."""
+        return glue_for(x, gate, self.weight).rms_norm_gated(x, gate, self.weight, self.eps, self.group_size, False)
 
 
 class RotaryEmbedding(nn.Module):
@@ -127,14 +149,7 @@ class RotaryEmbedding(nn.Module):
         return (emb.cos() * self.attention_scaling).to(dtype), (emb.sin() * self.attention_scaling).to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, T, heads, D]; cos/sin [B, T, R] with R <= D: rotate-half rotary on the first R channels."""
-    rotary_dim = cos.shape[-1]
-    cos, sin = cos[:, :, None], sin[:, :, None]
-    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
-    half = rotary_dim // 2
-    rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
-    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
+apply_rotary = apply_rotary_ref  # x [B, T, heads, D]; cos/sin [B, T, R]: rotate-half rotary on the first R channels
 
 
 class GatedMLP(nn.Module):
@@ -145,10 +160,11 @@ class GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.act = activation(act)
+        activation(act)  # a name we know
+        self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(act_and_mul(self.act, self.gate_proj(x), self.up_proj(x)))
 
 
 class PlainMLP(nn.Module):
@@ -158,7 +174,8 @@ class PlainMLP(nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
-        self.act = activation(act)
+        activation(act)  # a name we know
+        self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.up_proj(x)))
+        return self.down_proj(apply_act(self.act, self.up_proj(x)))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 
-from .layers import GroupGatedRMSNorm
+from .layers import GroupGatedRMSNorm, glue_for
 
 
 class Mamba2Mixer(nn.Module):
@@ -67,19 +66,15 @@ class Mamba2Mixer(nn.Module):
             xbc, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], self.conv1d.bias,
             "silu",
         )
-        x, bm, cm = conv_out.split(
-            [self.intermediate_size, self.n_groups * self.state_size, self.n_groups * self.state_size], dim=-1
-        )
-        # contiguous fp32 (the kernels take contiguous rows; splits of conv_out are strided views)
-        x = x.unflatten(-1, (self.num_heads, self.head_dim)).float().contiguous()
-        bm = bm.unflatten(-1, (self.n_groups, self.state_size)).float().contiguous()
-        cm = cm.unflatten(-1, (self.n_groups, self.state_size)).float().contiguous()
-        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.time_step_limit)  # [B, T, NH]
+        # fp32 contiguous x [B, T, NH, P], dt = softplus(dt + dt_bias) clamped [B, T, NH], B and C [B, T, NG, N]
+        # (the kernels take contiguous rows; splits of conv_out are strided views), A = -exp(A_log), D [NH]
+        x, dt, bm, cm, A, D = glue_for(hidden, self.A_log, self.dt_bias, self.D).mamba2_inputs(
+            conv_out, dt, self.dt_bias, self.A_log, self.D, self.num_heads, self.head_dim, self.n_groups,
+            self.state_size, self.time_step_limit)
         # the SSM through the layer's linear state (tree rows) or the chunked prefill (chunk rows): the ops take
         # (x, dt, A, B, C, D); entries keep B, chunk rows zero dt at padding nodes (no decay, no input)
-        inputs = MixerInputs((x, dt, bm, cm), entry_key=2, padding_masked=(1,),
-                             constants=(-self.A_log.float().exp(), self.D.float()), constant_positions=(2, 5))
+        inputs = MixerInputs((x, dt, bm, cm), entry_key=2, padding_masked=(1,), constants=(A, D),
+                             constant_positions=(2, 5))
         out, ctx.scratch[self.linear_index] = pool.score(ctx, inputs, xbc, cache.buf_len_device)
 
-        out = self.norm(out.flatten(-2).to(hidden.dtype), gate)
-        return self.out_proj(out)
+        return self.out_proj(self.norm(out.flatten(-2), gate))

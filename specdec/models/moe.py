@@ -13,7 +13,7 @@ from torch import nn
 
 from specdec.backend import backend_for
 
-from .layers import GatedMLP, PlainMLP, activation
+from .layers import GatedMLP, PlainMLP, act_and_mul, activation, apply_act
 
 # The experts run as the Triton grouped linear where the backend is Triton (CUDA): no host synchronisation, so MoE
 # steps are captured in CUDA graphs. Elsewhere: torch's grouped GEMM (torch.nn.functional.grouped_mm, in recent
@@ -86,14 +86,15 @@ class Qwen35Experts(StackedExperts):
         super().__init__()
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
-        self.act = activation(act)
+        activation(act)  # a name we know
+        self.act = act
 
     first = property(lambda self: self.gate_up_proj)
     second = property(lambda self: self.down_proj)
 
     def hidden_fn(self, h: torch.Tensor) -> torch.Tensor:
         gate, up = h.chunk(2, dim=-1)
-        return self.act(gate) * up
+        return act_and_mul(self.act, gate, up)  # read in place: one kernel on the glue backend
 
 
 class Qwen35Router(nn.Module):
@@ -132,13 +133,14 @@ class NemotronExperts(StackedExperts):
         super().__init__()
         self.up_proj = nn.Parameter(torch.empty(num_experts, intermediate_size, input_dim))
         self.down_proj = nn.Parameter(torch.empty(num_experts, input_dim, intermediate_size))
-        self.act = activation(act)
+        activation(act)  # a name we know
+        self.act = act
 
     first = property(lambda self: self.up_proj)
     second = property(lambda self: self.down_proj)
 
     def hidden_fn(self, h: torch.Tensor) -> torch.Tensor:
-        return self.act(h)
+        return apply_act(self.act, h)
 
 
 class NemotronRouter(nn.Module):

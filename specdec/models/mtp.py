@@ -64,7 +64,7 @@ class Qwen35Mtp(HybridCausalLM):
         x = self.fc(torch.cat([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden_in.to(embeds.dtype))],
                               dim=-1))
         rotary = self.rotary_emb(ctx.positions, x.dtype)
-        return self.norm(self.layers[0](x, rotary, ctx, cache))
+        return self.norm(*self.layers[0](x, None, rotary, ctx, cache))[0]  # the layer's residual add fused in
 
     def linear_layers(self) -> list[nn.Module]:
         return []

@@ -30,11 +30,17 @@ class NemotronHBlock(nn.Module):
         else:
             self.mixer = NemotronMoe(config)
 
-    def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
-        normed = self.norm(hidden)
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None, ctx,
+                cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, residual) -> (hidden, residual): the residual stream is their sum; the add is fused into the
+        norm that follows it (the next block's, or the final norm). residual None: hidden is the stream."""
+        if residual is None:
+            normed, residual = self.norm(hidden), hidden
+        else:
+            normed, residual = self.norm(hidden, residual)
         if self.block_type in ("linear_attention", "full_attention"):
-            return hidden + self.mixer(normed, ctx, cache)
-        return hidden + self.mixer(normed)
+            return self.mixer(normed, ctx, cache), residual
+        return self.mixer(normed), residual
 
 
 class NemotronHBackbone(nn.Module):
@@ -64,13 +70,14 @@ class NemotronHForCausalLM(HybridCausalLM):
 
     def forward_features(self, tokens: torch.Tensor, ctx, cache,
                          layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
-        hidden = self.model.embeddings(tokens)
+        hidden, residual = self.model.embeddings(tokens), None
         captured = {}
         for index, block in enumerate(self.model.layers):
-            hidden = block(hidden, ctx, cache)
+            hidden, residual = block(hidden, residual, ctx, cache)
             if index in layers:
-                captured[index] = hidden
-        return self.model.norm_f(hidden), torch.cat([captured[i] for i in layers], dim=-1) if layers else None
+                captured[index] = hidden + residual  # the block's output, as the next norm's add computes it
+        out = self.model.norm_f(hidden, residual)[0]
+        return out, torch.cat([captured[i] for i in layers], dim=-1) if layers else None
 
     def linear_layers(self) -> list[nn.Module]:
         return [block.mixer for block in self.model.layers if block.block_type == "linear_attention"]

@@ -66,9 +66,10 @@ class NemotronHMtp(HybridCausalLM):
         first = self.layers[0]
         embeds = self._shared[0](tokens)
         x = first.eh_proj(torch.cat([first.enorm(embeds), first.hnorm(hidden_in.to(embeds.dtype))], dim=-1))
+        residual = None
         for block in self.layers:
-            x = block(x, ctx, cache)
-        return self.layers[-1].final_layernorm(x)
+            x, residual = block(x, residual, ctx, cache)
+        return self.layers[-1].final_layernorm(x, residual)[0]  # the last block's residual add fused in
 
     def linear_layers(self) -> list[nn.Module]:
         return []

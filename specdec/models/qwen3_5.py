@@ -27,14 +27,20 @@ class Qwen35DecoderLayer(nn.Module):
         self.input_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, rotary, ctx, cache) -> torch.Tensor:
-        normed = self.input_layernorm(hidden)
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None, rotary, ctx,
+                cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, residual) -> (hidden, residual): the residual stream is their sum; each add is fused into the
+        norm that follows it (the next layer's input norm, or the final norm). residual None: hidden is the stream."""
+        if residual is None:
+            normed, residual = self.input_layernorm(hidden), hidden
+        else:
+            normed, residual = self.input_layernorm(hidden, residual)
         if self.layer_type == "linear_attention":
             mixed = self.linear_attn(normed, ctx, cache)
         else:
             mixed = self.self_attn(normed, rotary, ctx, cache)
-        hidden = hidden + mixed
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        normed, residual = self.post_attention_layernorm(mixed, residual)
+        return self.mlp(normed), residual
 
 
 class Qwen35TextModel(nn.Module):
@@ -66,14 +72,15 @@ class Qwen35ForCausalLM(HybridCausalLM):
 
     def forward_features(self, tokens: torch.Tensor, ctx, cache,
                          layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
-        hidden = self.model.embed_tokens(tokens)
+        hidden, residual = self.model.embed_tokens(tokens), None
         rotary = self.model.rotary_emb(ctx.positions, hidden.dtype)
         captured = {}
         for index, layer in enumerate(self.model.layers):
-            hidden = layer(hidden, rotary, ctx, cache)
+            hidden, residual = layer(hidden, residual, rotary, ctx, cache)
             if index in layers:
-                captured[index] = hidden
-        return self.model.norm(hidden), torch.cat([captured[i] for i in layers], dim=-1) if layers else None
+                captured[index] = hidden + residual  # the layer's output, as the next norm's add computes it
+        out = self.model.norm(hidden, residual)[0]
+        return out, torch.cat([captured[i] for i in layers], dim=-1) if layers else None
 
     def linear_layers(self) -> list[nn.Module]:
         return [layer.linear_attn for layer in self.model.layers if layer.layer_type == "linear_attention"]
