@@ -15,7 +15,7 @@ from specdec.backend import backend_for
 
 from .layers import GatedMLP, PlainMLP, act_and_mul, activation, apply_act
 
-# The experts run as the Triton grouped linear where the backend is Triton (CUDA): no host synchronisation, so MoE
+# The experts run as the fused Triton experts where the backend is Triton (CUDA): no host synchronisation, so MoE
 # steps are captured in CUDA graphs. Elsewhere: torch's grouped GEMM (torch.nn.functional.grouped_mm, in recent
 # releases; under torch 2.11 on the H200 it copies to the host inside, so it could not be captured), else a loop.
 GROUPED_MM = getattr(F, "grouped_mm", None)
@@ -27,6 +27,7 @@ class StackedExperts(nn.Module):
 
     first: torch.Tensor
     second: torch.Tensor
+    gated = False  # hidden_fn is act(gate) * up of first's two halves (gate rows first), not act(h)
 
     def hidden_fn(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -47,17 +48,17 @@ class StackedExperts(nn.Module):
         return self._looped(x, top_index, top_weight)
 
     def _kernel(self, x, top_index, top_weight):
-        """The Triton grouped linear (verify_kernels.moe): static shapes, no host synchronisation (CUDA graphs)."""
-        from verify_kernels.moe import expert_blocks, grouped_linear  # needs triton (Linux); only reached with it
-        num_tokens, k = top_index.shape
-        expert = top_index.flatten()  # [N k] assignments, token-major
-        token = torch.arange(num_tokens * k, device=x.device) // k
-        blocks = expert_blocks(expert, self.first.shape[0])
-        h = grouped_linear(x[token], self.first, expert, blocks)  # [N k, F]
-        y = grouped_linear(self.hidden_fn(h), self.second, expert, blocks)  # [N k, D]
-        weighted = (y * top_weight.flatten()[:, None]).to(top_weight.dtype)
-        out = torch.zeros(num_tokens, x.shape[1], dtype=top_weight.dtype, device=x.device)
-        return out.index_add_(0, token, weighted)
+        """The fused Triton experts (verify_kernels.moe.moe_experts): static shapes, no host synchronisation."""
+        from verify_kernels.moe import moe_experts  # needs triton (Linux); only reached with it
+        return moe_experts(x, self.first, self.second, top_index, top_weight, self._activation_name(), self.gated)
+
+    def _activation_name(self) -> str:
+        """The experts' activation by name, for the kernel's epilogue: self.act holds the name or the function of
+        layers.ACTIVATIONS that the name gives."""
+        from .layers import ACTIVATIONS
+        if isinstance(self.act, str):
+            return self.act
+        return next(name for name, fn in ACTIVATIONS.items() if fn is self.act)
 
     def _grouped(self, x, top_index, top_weight):
         num_tokens, k = top_index.shape
@@ -91,6 +92,7 @@ class Qwen35Experts(StackedExperts):
 
     first = property(lambda self: self.gate_up_proj)
     second = property(lambda self: self.down_proj)
+    gated = True
 
     def hidden_fn(self, h: torch.Tensor) -> torch.Tensor:
         gate, up = h.chunk(2, dim=-1)

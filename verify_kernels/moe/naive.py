@@ -1,15 +1,22 @@
-"""Per-row-expert linear map, the one op a mixture-of-experts layer needs twice per token choice, as a pure torch
-reference: row r of x goes through the weight of expert expert[r].
+"""Mixture-of-experts ops as pure torch references, one expert at a time over the experts that rows use.
 
-    y[r] = weight[expert[r]] @ x[r]
-
-x: [R, K] (R = tokens * top-k assignments), weight: [E, N, K] (stacked experts, as checkpoints store them),
-expert: [R] int64 in [0, E). The Triton kernel of the same signature (grouped_linear.py) sorts the rows by expert
-without synchronising with the host, so that MoE steps can be captured in CUDA graphs.
+- grouped_linear_ref: the per-row-expert linear map y[r] = weight[expert[r]] @ x[r], x: [R, K] (R = tokens * top-k
+  assignments), weight: [E, N, K] (stacked experts, as checkpoints store them), expert: [R] int64 in [0, E).
+  Its Triton kernel (grouped_linear.py) is the unfused path the benchmark times the fused one against.
+- moe_experts_ref: a MoE layer's routed experts, out[t] = sum_j top_weight[t, j] expert_{top_index[t, j]}(x[t]),
+  expert_e(x) = second[e] @ hidden(first[e] @ x), hidden = act (plain) or act(gate) * up (gated: first stacks
+  the gate rows over the up rows). Its Triton kernels: experts.py on the layout of routing.py.
 """
 
 import torch
 import torch.nn.functional as F
+
+# the experts' activations by the names model configs give (hidden_act / mlp_hidden_act)
+ACTIVATIONS = {
+    "silu": F.silu,
+    "relu2": lambda h: F.relu(h).square(),
+    "gelu": F.gelu,
+}
 
 
 def grouped_linear_ref(x: torch.Tensor, weight: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
@@ -19,3 +26,33 @@ def grouped_linear_ref(x: torch.Tensor, weight: torch.Tensor, expert: torch.Tens
         rows = (expert == index).nonzero(as_tuple=True)[0]
         y[rows] = F.linear(x[rows].float(), weight[index].float()).to(x.dtype)
     return y
+
+
+def moe_experts_ref(
+    x: torch.Tensor,
+    first: torch.Tensor,
+    second: torch.Tensor,
+    top_index: torch.Tensor,
+    top_weight: torch.Tensor,
+    activation: str,
+    gated: bool,
+) -> torch.Tensor:
+    """The weighted sum of each token's k experts, in fp32, returned in top_weight's dtype.
+
+    x: [N, D]; first: [E, F, D] with F = 2 I (gated: gate rows, then up rows) or I; second: [E, D, I];
+    top_index: [N, k] int64 in [0, E), k distinct experts a token; top_weight: [N, k]; activation: a name of
+    ACTIVATIONS. Returns [N, D].
+    """
+    act = ACTIVATIONS[activation]
+    out = torch.zeros(x.shape[0], second.shape[1], dtype=torch.float32, device=x.device)
+    for expert in top_index.unique().tolist():
+        token, slot = (top_index == expert).nonzero(as_tuple=True)
+        h = F.linear(x[token].float(), first[expert].float())
+        if gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = act(gate) * up
+        else:
+            h = act(h)
+        y = F.linear(h, second[expert].float())
+        out.index_add_(0, token, y * top_weight[token, slot, None].float())
+    return out.to(top_weight.dtype)
