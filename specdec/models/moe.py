@@ -50,15 +50,7 @@ class StackedExperts(nn.Module):
     def _kernel(self, x, top_index, top_weight):
         """The fused Triton experts (verify_kernels.moe.moe_experts): static shapes, no host synchronisation."""
         from verify_kernels.moe import moe_experts  # needs triton (Linux); only reached with it
-        return moe_experts(x, self.first, self.second, top_index, top_weight, self._activation_name(), self.gated)
-
-    def _activation_name(self) -> str:
-        """The experts' activation by name, for the kernel's epilogue: self.act holds the name or the function of
-        layers.ACTIVATIONS that the name gives."""
-        from .layers import ACTIVATIONS
-        if isinstance(self.act, str):
-            return self.act
-        return next(name for name, fn in ACTIVATIONS.items() if fn is self.act)
+        return moe_experts(x, self.first, self.second, top_index, top_weight, self.act, self.gated)
 
     def _grouped(self, x, top_index, top_weight):
         num_tokens, k = top_index.shape
