@@ -6,9 +6,9 @@ state: specdec/cache/linear_state.py.)
 
 `SPECDEC_BACKEND=reference` forces the references on a GPU (debugging); `SPECDEC_BACKEND=triton` forces the
 kernels on a CPU, where they run in Triton's interpreter (set TRITON_INTERPRET=1 before importing specdec).
-Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128; attention any head dim up to 256) run
-on the references anywhere. MoE experts follow the same choice (specdec/models/moe.py: the fused experts of verify_kernels/moe
-on Triton).
+Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128; attention 16 to 256) run on the
+references anywhere. MoE experts follow the same choice (specdec/models/moe.py: the fused experts of
+verify_kernels/moe on Triton).
 Chunked prefill: GDN layers of bf16 / fp16 models on the Triton backend use fla-core's chunk kernel when fla is
 installed (gdn_chunk_prefill); fp32 models and Mamba2 layers use the references.
 The layer glue (norms with the residual add, gated norms, the mixers' inputs, activations, q / k norm + rotary:
