@@ -37,7 +37,9 @@ def moe_experts_ref(
     activation: str,
     gated: bool,
 ) -> torch.Tensor:
-    """The weighted sum of each token's k experts, in fp32, returned in top_weight's dtype.
+    """The weighted sum of each token's k experts, in fp32, returned in top_weight's dtype. The intermediate
+    activations and each expert's weighted output are rounded to x's dtype, where the kernels store them (experts.py,
+    as production fused-MoE kernels do): the kernels then differ from this only in the order of fp32 sums.
 
     x: [N, D]; first: [E, F, D] with F = 2 I (gated: gate rows, then up rows) or I; second: [E, D, I];
     top_index: [N, k] int64 in [0, E), k distinct experts a token; top_weight: [N, k]; activation: a name of
@@ -53,6 +55,6 @@ def moe_experts_ref(
             h = act(gate) * up
         else:
             h = act(h)
-        y = F.linear(h, second[expert].float())
-        out.index_add_(0, token, y * top_weight[token, slot, None].float())
+        y = F.linear(h.to(x.dtype).float(), second[expert].float())
+        out.index_add_(0, token, (y * top_weight[token, slot, None].float()).to(x.dtype).float())
     return out.to(top_weight.dtype)
