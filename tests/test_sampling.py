@@ -220,9 +220,10 @@ def test_batched_greedy_chains_equal_the_walk_per_row():
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_plain_decoding_samples_what_a_draftless_tree_accepts(temperature):
-    """sample_next (plain decoding) draws what accept gives trees that are their root alone, from the same
-    generators in the same order: the same tokens for the same seeds."""
-    from specdec.speculation import TargetAcceptance, sample_next
+    """The batched sampler (plain decoding) draws what accept gives trees that are their root alone, from the same
+    generators: the same tokens for the same seeds."""
+    from specdec.speculation import TargetAcceptance
+    from specdec.speculation.sampler import SamplerRows, SamplerShape, sample_rows
 
     logits = torch.randn(9, VOCAB, generator=torch.Generator().manual_seed(5))
     params = [SamplingParams(temperature=temperature, top_k=[0, 3][row % 2], seed=row) for row in range(9)]
@@ -232,7 +233,8 @@ def test_plain_decoding_samples_what_a_draftless_tree_accepts(temperature):
 
     roots = [DraftTree([1], [-1]) for _ in range(9)]
     walked = TargetAcceptance().accept(roots, logits[:, None], params, generators())
-    assert sample_next(logits, params, generators()) == [token for _, token in walked]
+    sampled = sample_rows(logits, SamplerRows.of(params, generators()), SamplerShape.of(params))
+    assert sampled.tolist() == [token for _, token in walked]
 
 
 @settings(max_examples=60, deadline=None)

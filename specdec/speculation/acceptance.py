@@ -28,7 +28,6 @@ from typing import Protocol
 
 import torch
 
-from .sampler import SamplerRows, SamplerShape, sample_rows
 from .sampling import SamplingParams, sample, target_distribution
 from .tree import DraftTree
 
@@ -65,16 +64,6 @@ class TargetAcceptance:
             for row, walk in zip(sampled, walks, strict=True):
                 results[row] = walk
         return results
-
-
-def sample_next(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
-                ) -> list[int]:
-    """The next token of each row where nothing was drafted (plain decoding): what accept gives a tree that is its
-    root alone, its bonus token, without building the trees. logits [B, V]. Greedy rows take the argmax; sampled
-    rows draw by inverse CDF from their target distribution with one uniform from their generator, as
-    accept_batch draws a bonus (sampler.py computes it for all rows at once)."""
-    rows = SamplerRows.of(params, generators, logits.device)
-    return sample_rows(logits, rows, SamplerShape.of(params)).tolist()
 
 
 def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[Accepted]:

@@ -1,12 +1,13 @@
 """Next tokens of plain decoding for a whole batch in one pass of tensor ops, each row with its own sampling
-parameters: no per-row host work and no grouping, so that it can run on the device inside a decode step (a CUDA
-graph) and the host need not look at the logits before the next step is launched.
+parameters: no per-row host work and no grouping, so that it runs on the device right after a decode step and the
+host need not look at the logits before the next step is launched.
 
-For every row it computes what sample_next computes (acceptance.py: the bonus of a tree without drafts): the argmax
-for greedy rows; for the others target_distribution (temperature, then top-k, then top-p) and an inverse-CDF draw
-with one uniform that the host drew from the request's own generator, so that a seed gives the same tokens either
-way. Rows' filters are tensors [B]; which filters any row uses at all (SamplerShape) is known on the host and picks
-the ops, so a greedy batch pays for an argmax only and top-p's sort over the vocabulary is paid only when a row asks.
+For every row it computes what acceptance.py's accept gives a tree without drafts, its bonus token: the argmax for
+greedy rows; for the others target_distribution (temperature, then top-k, then top-p) and an inverse-CDF draw with
+one uniform that the host drew from the request's own generator (as accept_batch draws a bonus), so that a seed
+gives the same tokens either way. Rows' filters are tensors [B]; which filters any row uses at all (SamplerShape)
+is known on the host and picks the ops, so a greedy batch pays for an argmax only and top-p's sort over the
+vocabulary is paid only when a row asks.
 """
 
 from __future__ import annotations
@@ -42,15 +43,22 @@ class SamplerRows:
     uniform: torch.Tensor
 
     @classmethod
-    def of(cls, params: list[SamplingParams], generators: list[torch.Generator | None],
-           device: torch.device | str = "cpu") -> SamplerRows:
-        """Draws one uniform from each sampled row's generator, in row order (greedy rows draw none)."""
+    def of(cls, params: list[SamplingParams], generators: list[torch.Generator | None]) -> SamplerRows:
+        """On the host; draws one uniform from each sampled row's generator, in row order (greedy rows draw none)."""
         uniform = [0.0 if p.greedy else float(torch.rand((), generator=g)) for p, g in zip(params, generators,
                                                                                              strict=True)]
-        return cls(torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
-                   torch.tensor([p.top_k for p in params], dtype=torch.long, device=device),
-                   torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-                   torch.tensor(uniform, dtype=torch.float64, device=device))
+        return cls(torch.tensor([p.temperature for p in params], dtype=torch.float32),
+                   torch.tensor([p.top_k for p in params], dtype=torch.long),
+                   torch.tensor([p.top_p for p in params], dtype=torch.float32),
+                   torch.tensor(uniform, dtype=torch.float64))
+
+    def to(self, device: torch.device) -> SamplerRows:
+        """On `device`, copied without waiting for it (pinned first on CUDA)."""
+        if device.type != "cuda":
+            return self
+        move = [t.pin_memory().to(device, non_blocking=True) for t in (self.temperature, self.top_k, self.top_p,
+                                                                       self.uniform)]
+        return SamplerRows(*move)
 
 
 def sample_rows(logits: torch.Tensor, rows: SamplerRows, shape: SamplerShape) -> torch.Tensor:
