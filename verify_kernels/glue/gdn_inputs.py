@@ -43,13 +43,14 @@ def gdn_qkv_kernel(
         o_out = (o_r[:, None] * H + o_h[:, None] % H) * K + o_c[None, :]
         tl.store(q + o_out, b_y, mask=m & is_q)
         tl.store(k + o_out, b_y, mask=m & ~is_q)
-    else:
-        o_q = (i_p - NQK).to(tl.int64) * BLOCK_HV + tl.arange(0, BLOCK_HV)
-        o_r, o_h = o_q // HV, o_q % HV
-        o_c = tl.arange(0, BLOCK_V)
-        m = (o_q < N * HV)[:, None] & (o_c < V)[None, :]
-        b_v = tl.load(qkv + o_r[:, None] * stride_r + 2 * H * K + o_h[:, None] * V + o_c[None, :], mask=m, other=0.0)
-        tl.store(v + o_q[:, None] * V + o_c[None, :], b_v.to(tl.float32), mask=m)
+    else:  # names of their own: Triton gives a name one type across the branches, and the blocks' shapes differ
+        o_vq = (i_p - NQK).to(tl.int64) * BLOCK_HV + tl.arange(0, BLOCK_HV)
+        o_vr, o_vh = o_vq // HV, o_vq % HV
+        o_vc = tl.arange(0, BLOCK_V)
+        m_v = (o_vq < N * HV)[:, None] & (o_vc < V)[None, :]
+        b_v = tl.load(qkv + o_vr[:, None] * stride_r + 2 * H * K + o_vh[:, None] * V + o_vc[None, :], mask=m_v,
+                      other=0.0)
+        tl.store(v + o_vq[:, None] * V + o_vc[None, :], b_v.to(tl.float32), mask=m_v)
 
 
 @triton.jit

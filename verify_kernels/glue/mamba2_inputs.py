@@ -46,10 +46,10 @@ def mamba2_inputs_kernel(
         b_sp = tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
         tl.store(dt_out + o, tl.minimum(tl.maximum(b_sp, dt_min), dt_max), mask=m)
         if i_q == 0:
-            o_h = tl.arange(0, BLOCK_H)
-            m_h = o_h < NH
-            tl.store(A_out + o_h, -tl.exp(tl.load(A_log + o_h, mask=m_h, other=0.0).to(tl.float32)), mask=m_h)
-            tl.store(D_out + o_h, tl.load(D + o_h, mask=m_h, other=0.0).to(tl.float32), mask=m_h)
+            o_n = tl.arange(0, BLOCK_H)  # every head once (a new name: Triton keeps one type per name)
+            m_n = o_n < NH
+            tl.store(A_out + o_n, -tl.exp(tl.load(A_log + o_n, mask=m_n, other=0.0).to(tl.float32)), mask=m_n)
+            tl.store(D_out + o_n, tl.load(D + o_n, mask=m_n, other=0.0).to(tl.float32), mask=m_n)
 
 
 def mamba2_inputs(xbc: torch.Tensor, dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor, D: torch.Tensor,
