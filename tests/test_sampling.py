@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specdec.speculation import DraftTree, accept_greedy, accept_path
 from specdec.speculation.acceptance import accept_batch, accept_child
@@ -218,9 +220,10 @@ def test_batched_greedy_chains_equal_the_walk_per_row():
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_plain_decoding_samples_what_a_draftless_tree_accepts(temperature):
-    """sample_next (plain decoding) draws what accept gives trees that are their root alone, from the same
-    generators in the same order: the same tokens for the same seeds."""
-    from specdec.speculation import TargetAcceptance, sample_next
+    """The batched sampler (plain decoding) draws what accept gives trees that are their root alone, from the same
+    generators: the same tokens for the same seeds."""
+    from specdec.speculation import TargetAcceptance
+    from specdec.speculation.sampler import SamplerRows, SamplerShape, sample_rows
 
     logits = torch.randn(9, VOCAB, generator=torch.Generator().manual_seed(5))
     params = [SamplingParams(temperature=temperature, top_k=[0, 3][row % 2], seed=row) for row in range(9)]
@@ -230,4 +233,29 @@ def test_plain_decoding_samples_what_a_draftless_tree_accepts(temperature):
 
     roots = [DraftTree([1], [-1]) for _ in range(9)]
     walked = TargetAcceptance().accept(roots, logits[:, None], params, generators())
-    assert sample_next(logits, params, generators()) == [token for _, token in walked]
+    sampled = sample_rows(logits, SamplerRows.of(params, generators()), SamplerShape.of(params))
+    assert sampled.tolist() == [token for _, token in walked]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.7]), st.sampled_from([0, 1, 3, 6, 50]),
+                          st.sampled_from([1.0, 0.95, 0.6, 0.1])), min_size=1, max_size=9),
+       st.integers(0, 2**16))
+def test_the_batched_sampler_draws_what_each_row_alone_draws(rows, seed):
+    """sample_rows (every row's filters as tensors, one pass) against target_distribution + the inverse-CDF draw of
+    each row on its own: the same token for the same uniform, whatever the mix of greedy, top-k and top-p rows."""
+    from specdec.speculation.sampler import SamplerRows, SamplerShape, sample_rows
+
+    logits = torch.randn(len(rows), VOCAB * 5, generator=torch.Generator().manual_seed(seed)) * 2
+    params = [SamplingParams(temperature=t, top_k=k, top_p=p, seed=seed + row) for row, (t, k, p) in enumerate(rows)]
+    batched = sample_rows(logits, SamplerRows.of(params, [torch.Generator().manual_seed(seed + r) for r in
+                                                          range(len(rows))]), SamplerShape.of(params))
+    for row, p in enumerate(params):
+        probs = target_distribution(logits[row], p)
+        if p.greedy:
+            assert batched[row] == logits[row].argmax()
+            continue
+        uniform = float(torch.rand((), generator=torch.Generator().manual_seed(seed + row)))
+        cdf = probs.double().cumsum(-1)
+        expected = torch.searchsorted(cdf, uniform * cdf[-1:], right=True).clamp_max(cdf.shape[-1] - 1)
+        assert batched[row] == expected[0], f"row {row}: {p}"

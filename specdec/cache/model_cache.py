@@ -12,6 +12,7 @@ import torch
 from verify_kernels.tree import ancestor_mask
 
 from .attention_pool import AttentionLayerPool
+from .host_buffer import send
 from .linear_pool import LinearLayerPool
 from .spec import CacheConfig, ModelCacheSpec
 from .step import StepBatch, StepContext, positions_for
@@ -41,6 +42,7 @@ class KVBufferCache:
         self.seq_len = [0] * config.max_requests
         self.state_slot = [-1] * config.max_requests
         self.buf_len_device = torch.zeros(config.max_requests, dtype=torch.long, device=self.device)
+        # (sent without waiting for the device: a copy from pageable memory would synchronise with it every step)
         self._free_requests = list(range(config.max_requests - 1, -1, -1))
         self._free_states = list(range(config.state_slots - 1, -1, -1))
         self._active: set[int] = set()
@@ -108,7 +110,7 @@ class KVBufferCache:
         self.state_slot[req_slot] = state_slot
 
     def _sync_buf_len(self) -> None:
-        self.buf_len_device.copy_(torch.tensor(self.buf_len, dtype=torch.long))
+        send(self.buf_len, self.buf_len_device)
 
     # ---- steps -------------------------------------------------------------------------------------------
     def check_step(self, batch: StepBatch) -> list[int]:

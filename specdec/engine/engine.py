@@ -29,8 +29,8 @@ from specdec.speculation import (
     TargetAcceptance,
     TreeShape,
     sample,
-    sample_next,
 )
+from specdec.speculation.sampler import SamplerRows, SamplerShape
 from specdec.speculation.sampling import target_distribution
 
 from .request import Request
@@ -83,6 +83,7 @@ class Engine:
         self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0,
                                    max_batch=config.cache.max_requests)
         self._ids = itertools.count()
+        self._decoding = None  # (requests, DecodeHandle) of the plain decoding step in flight
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
 
     def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
@@ -137,14 +138,15 @@ class Engine:
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> list[Request]:
         """One round: admit and prefill new requests, then one speculative step for the others
-        (propose -> score -> accept -> commit -> emit; plain decoding: decode -> emit, the decode committing as it
-        scores and sampling each next token). Returns the requests that finished in this round."""
+        (propose -> score -> accept -> commit -> emit; plain decoding: launch a decode step that commits and samples
+        on the device, then emit the step before it). Returns the requests that finished in this round."""
         admitted = self.scheduler.admit()
         if admitted:
+            self.finish_decode()
             self.prefill(admitted)
         ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
-        if ready and self.drafter is None:  # plain decoding: each token committed as it is scored
-            self.emit_next(ready, self.decode(ready))
+        if self.drafter is None:  # plain decoding, one step ahead of the host (decode_step)
+            self.decode_step([r for r in ready if len(r.output) + r.in_flight < r.max_new_tokens])
         elif ready:
             trees = self.propose(ready)
             logits, features, scored = self.score(ready, trees)
@@ -172,6 +174,8 @@ class Engine:
             if self.drafter is not None:
                 wanted = self.drafter.target_features is not None
                 self.drafter.start(self._draft_view(request), features[index, :len(request.prompt)] if wanted else None)
+        if self.drafter is None:  # decode steps read each request's newest token on the device
+            self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
 
     def propose(self, requests: list[Request]) -> list[DraftTree]:
         """A tree per request rooted at its newest token (emitted, not yet scored by the target)."""
@@ -183,11 +187,43 @@ class Engine:
                 raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
         return trees
 
-    def decode(self, requests: list[Request]) -> list[int]:
-        """Plain decoding: each request's newest token through the target, committed in the same forward.
-        -> each request's next token (sample_next: the bonus of a tree without drafts)."""
-        logits = self.runner.decode([r.slot for r in requests], [r.output[-1] for r in requests])  # [B, V]
-        return sample_next(logits, [r.params for r in requests], [r.generator for r in requests])
+    def decode_step(self, requests: list[Request]) -> None:
+        """Plain decoding, overlapped with the host: launch this step for `requests` (each newest token, on the
+        device, through the target, committed in the same forward; the next token sampled on the device:
+        ModelRunner.decode_next), then, while the device runs it, emit what the step before it sampled. The host
+        never waits for the step it just launched: its bookkeeping for a step needs no result of it (one token per
+        request, known in advance), and a step's tokens come from the one before it on the device. A request that
+        ends (end of sequence, a stop string) takes part in one step more, whose token is dropped, and keeps its
+        slots until then (Scheduler.retire)."""
+        previous, self._decoding = self._decoding, None
+        if requests:
+            params = [r.params for r in requests]
+            rows = SamplerRows.of(params, [r.generator for r in requests])
+            handle = self.runner.decode_next([r.slot for r in requests], rows, SamplerShape.of(params))
+            for request in requests:
+                request.in_flight += 1
+            self._decoding = (requests, handle)
+        if previous is not None:
+            self.emit_decoded(*previous)
+
+    def finish_decode(self) -> None:
+        """Emit the step in flight, if any (before a prefill, and at the end)."""
+        if self._decoding is not None:
+            previous, self._decoding = self._decoding, None
+            self.emit_decoded(*previous)
+
+    @staticmethod
+    def emit_decoded(requests: list[Request], handle) -> None:
+        """A plain decoding step's tokens, one per request (waiting for that step only); a request that ended after
+        the step was launched drops its token."""
+        for request, token in zip(requests, handle.tokens(), strict=True):
+            request.in_flight -= 1
+            if request.finished:
+                continue
+            request.emit([token])
+            request.stats.steps += 1
+            request.stats.emitted_per_step.append(1)
+            request.stats.drafted_per_step.append(0)
 
     def score(self, requests: list[Request], trees: list[DraftTree]):
         """Every node of every tree in one target forward. -> (logits [B, T, V], the nodes' features [B, T, F] for
@@ -202,15 +238,6 @@ class Engine:
         width = max(len(path) for path, _ in results)
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
         self.runner.commit(scored, accepted, torch.tensor([len(path) for path, _ in results]))
-
-    @staticmethod
-    def emit_next(requests: list[Request], tokens: list[int]) -> None:
-        """Plain decoding's emit: one token per request, nothing drafted."""
-        for request, token in zip(requests, tokens, strict=True):
-            request.emit([token])
-            request.stats.steps += 1
-            request.stats.emitted_per_step.append(1)
-            request.stats.drafted_per_step.append(0)
 
     def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None) -> None:
         for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):

@@ -53,6 +53,7 @@ class Request:
     stats: RequestStats = field(default_factory=RequestStats)
     generator: torch.Generator | None = None
     draft_view: object | None = None  # the drafter's view of it (drafters.base.DraftRequest), made once
+    in_flight: int = 0  # plain decoding steps launched for it whose token is not emitted yet
 
     def __post_init__(self):
         if self.params.seed is not None:

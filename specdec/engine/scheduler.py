@@ -49,11 +49,12 @@ class Scheduler:
         return sum(self.may_fold(request) for request in self.running)
 
     def retire(self) -> list[Request]:
-        """Take finished requests out of the batch and free their slots."""
-        done = [request for request in self.running if request.finished]
+        """Take finished requests out of the batch and free their slots (once no step of theirs is in flight)."""
+        done = [request for request in self.running if request.finished and not request.in_flight]
         for request in done:
             self._release(request)
-        self.running = [request for request in self.running if not request.finished]
+        gone = set(done)
+        self.running = [request for request in self.running if request not in gone]
         return done
 
     def abort(self, request_id: int) -> Request | None:

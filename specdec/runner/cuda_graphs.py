@@ -76,10 +76,11 @@ class _Bucket:
     step context with the layers' scratch, and the logits), which stay valid until the bucket's next replay."""
 
     kv_len: int  # key positions the attention layers read per row
-    host_inputs: torch.Tensor  # [bucket, step_fields] int64
+    host_inputs: list[torch.Tensor]  # two [bucket, step_fields] int64, used in turn (the other may still be copying)
     inputs: torch.Tensor
-    host_commit: torch.Tensor  # [bucket, commit_fields] int64
+    host_commit: list[torch.Tensor]  # two [bucket, commit_fields] int64, likewise
     commit_inputs: torch.Tensor
+    turn: int = 0
     ctx: StepContext | None = None
     logits: torch.Tensor | None = None  # [bucket, T, vocab] fp32
     features: torch.Tensor | None = None  # [bucket, T, F]: the runner's feature_layers
@@ -158,10 +159,10 @@ class StepGraphs:
         return rows.pin_memory() if self.capture else rows
 
     def _build(self, bucket: int, kv_len: int) -> _Bucket:
-        host_inputs = self._host_rows(self._padding_inputs, bucket)
-        host_commit = self._host_rows(self._padding_commit, bucket)
+        host_inputs = [self._host_rows(self._padding_inputs, bucket) for _ in range(2)]
+        host_commit = [self._host_rows(self._padding_commit, bucket) for _ in range(2)]
         device = self.cache.device
-        step = _Bucket(kv_len, host_inputs, host_inputs.to(device), host_commit, host_commit.to(device))
+        step = _Bucket(kv_len, host_inputs, host_inputs[0].to(device), host_commit, host_commit[0].to(device))
         if self.capture:
             # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
             self._forward(step)
@@ -194,7 +195,9 @@ class StepGraphs:
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
             tree_rows=torch.arange(bucket, device=x.device), commit_in_forward=self.decodes,
         )
-        hidden, step.features = self.runner.forward_step(x[:, lay.tokens].contiguous(), step.ctx)
+        # decode steps read each row's newest token on the device (the runner keeps it: the host need not know it)
+        tokens = self.runner.tokens[step.ctx.req_slots][:, None] if self.decodes else x[:, lay.tokens].contiguous()
+        hidden, step.features = self.runner.forward_step(tokens, step.ctx)
         step.logits = self.runner.model.compute_logits(hidden)
 
     @torch.inference_mode()
@@ -219,14 +222,17 @@ class StepGraphs:
         return step.logits[:rows], step.features[:rows], GraphStep(step, batch)
 
     @torch.inference_mode()
-    def decode(self, batch: StepBatch) -> torch.Tensor:
-        """A decode step that fits, committed in its forward -> fp32 logits [B, vocab]: the host half of the commit
-        first (the state slots of the rows whose buffer fills), then the graph, then the committed lengths."""
+    def decode(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step that fits (its tokens: the runner's, on the device), committed in its forward -> (fp32
+        logits [B, vocab], the rows' request slots on the device), valid until the bucket's next replay: the host
+        half of the commit first (the state slots of the rows whose buffer fills), the graph, the committed
+        lengths. Nothing here waits for the device."""
         num_nodes = self.cache.check_step(batch)  # (width 1: nothing to pad)
         folds = self.cache.prepare_commit(batch.req_slots, num_nodes, [True] * len(batch.req_slots))
         step = self._replay(batch, num_nodes)
         self.cache.finish_decode(batch.req_slots, folds)
-        return step.logits[: len(batch.req_slots), 0]
+        rows = len(batch.req_slots)
+        return step.logits[:rows, 0], step.inputs[:rows, self.layout.req_slot]
 
     def _replay(self, batch: StepBatch, num_nodes: list[int]) -> _Bucket:
         """Pack the step's rows (padded to the graphs' width and checked: num_nodes per row) into its bucket's inputs,
@@ -237,7 +243,8 @@ class StepGraphs:
         if key not in self._steps:
             self._steps[key] = self._build(*key)
         step = self._steps[key]
-        host = step.host_inputs
+        step.turn ^= 1  # the other buffer may still be on its way to the device (a step launched before this one)
+        host = step.host_inputs[step.turn]
         host[:rows, lay.tokens] = batch.tokens
         host[:rows, lay.parents] = batch.parents
         if self.width == 1:  # a one-node tree is its own ancestor mask
@@ -263,7 +270,7 @@ class StepGraphs:
         slots, rows, lay = graph_step.batch.req_slots, len(graph_step.batch.req_slots), self.layout
         counts = num_accepted.tolist()
         folds = self.cache.prepare_commit(slots, counts, [True] * rows)
-        host = graph_step.bucket.host_commit
+        host = graph_step.bucket.host_commit[graph_step.bucket.turn]
         host[:rows, lay.accepted] = -1
         host[:rows, : accepted.shape[1]] = accepted
         host[:rows, lay.num_accepted] = num_accepted

@@ -9,12 +9,28 @@ from dataclasses import replace
 
 import torch
 
+from specdec.cache.host_buffer import HostBuffer
 from specdec.cache.model_cache import KVBufferCache
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch, StepContext
 from specdec.models.base import HybridCausalLM
+from specdec.speculation.sampler import SamplerRows, SamplerShape, sample_rows
 
 from .cuda_graphs import GraphStep, StepGraphs, capture_blocker
+
+
+class DecodeHandle:
+    """A launched decode step's sampled tokens: on the host once the step is done."""
+
+    def __init__(self, host: torch.Tensor, done: torch.cuda.Event | None):
+        self.host = host
+        self.done = done
+
+    def tokens(self) -> list[int]:
+        """Waits for the step (and nothing after it) -> its next token per row."""
+        if self.done is not None:
+            self.done.synchronize()
+        return self.host.tolist()
 
 
 class ModelRunner:
@@ -30,6 +46,10 @@ class ModelRunner:
         self.feature_layers = feature_layers
         self.graphs: StepGraphs | None = None
         self.graph_note: str | None = "not enabled"
+        # [R] each request slot's newest token, not yet scored: what decode steps read and write on the device
+        self.tokens = torch.zeros(cache.config.max_requests, dtype=torch.long, device=cache.device)
+        self._sampled = [HostBuffer(cache.config.max_requests, torch.long, cache.device) for _ in range(2)]
+        self._sampled_turn = 0
 
     @classmethod
     def create(cls, model: HybridCausalLM, config: CacheConfig, step_width: int | None = None,
@@ -124,10 +144,38 @@ class ModelRunner:
     def decode(self, req_slots: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
         """Plain decoding: one token per request, committed in the same forward (the linear layers' fused
         decode-commit, KVBufferCache.begin_decode); -> fp32 logits [B, V]."""
-        batch = StepBatch.decode(req_slots, tokens)
-        if self.graphs is not None and self.graphs.fits(batch, decode=True):
-            return self.graphs.decode(batch)
+        self.set_tokens(req_slots, tokens)
+        return self._decode(req_slots)[0]
+
+    def set_tokens(self, req_slots: Sequence[int], tokens: Sequence[int]) -> None:
+        """The requests' newest tokens (a prefill's first ones), for the decode steps to read on the device."""
+        slots = torch.tensor(list(req_slots), dtype=torch.long).to(self.cache.device)
+        self.tokens[slots] = torch.tensor(list(tokens), dtype=torch.long).to(self.cache.device)
+
+    @torch.inference_mode()
+    def decode_next(self, req_slots: Sequence[int], rows: SamplerRows, shape: SamplerShape) -> DecodeHandle:
+        """Plain decoding launched without waiting for the device: each request's newest token (self.tokens) through
+        the model, committed in the forward; its next token sampled on the device (sampler.py; rows: the
+        requests' parameters and uniforms) into self.tokens, ready for the next step, and copied to the host in the
+        background. -> a handle whose tokens() waits for this step alone."""
+        logits, slots = self._decode(req_slots)
+        sampled = sample_rows(logits, rows.to(logits.device), shape)
+        self.tokens[slots] = sampled
+        self._sampled_turn ^= 1  # the other buffer may still hold the step before, not yet read
+        host = self._sampled[self._sampled_turn].host[: len(req_slots)]
+        host.copy_(sampled, non_blocking=True)
+        done = torch.cuda.Event() if sampled.is_cuda else None
+        if done is not None:
+            done.record()
+        return DecodeHandle(host, done)
+
+    def _decode(self, req_slots: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step of these requests on their newest tokens -> (logits [B, V], their slots on the device)."""
+        if self.graphs is not None and self.graphs.decodes and len(req_slots) <= self.graphs.buckets[-1]:
+            return self.graphs.decode(StepBatch.decode(req_slots, [0] * len(req_slots)))  # (tokens: on the device)
+        slots = torch.tensor(list(req_slots), dtype=torch.long).to(self.cache.device)
+        batch = StepBatch.decode(req_slots, self.tokens[slots].tolist())
         ctx, folds = self.cache.begin_decode(batch)
         hidden, _ = self.forward_step(batch.tokens.to(self.cache.device), ctx)
         self.cache.finish_decode(batch.req_slots, folds)
-        return self.model.compute_logits(hidden[:, 0])
+        return self.model.compute_logits(hidden[:, 0]), slots

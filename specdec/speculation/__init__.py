@@ -1,7 +1,7 @@
 """What speculation is made of, below both the engine and the drafters: sampling parameters and the target
 distribution they define, draft trees and the shapes drafters are asked for, and lossless acceptance."""
 
-from .acceptance import Acceptance, TargetAcceptance, accept_batch, accept_greedy, accept_path, sample_next
+from .acceptance import Acceptance, TargetAcceptance, accept_batch, accept_greedy, accept_path
 from .sampling import SamplingParams, sample, target_distribution
 from .tree import DraftTree, TreeShape
 
@@ -15,6 +15,5 @@ __all__ = [
     "accept_greedy",
     "accept_path",
     "sample",
-    "sample_next",
     "target_distribution",
 ]

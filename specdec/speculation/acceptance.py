@@ -66,29 +66,6 @@ class TargetAcceptance:
         return results
 
 
-def sample_next(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
-                ) -> list[int]:
-    """The next token of each row where nothing was drafted (plain decoding): what accept gives a tree that is its
-    root alone, its bonus token, without building the trees. logits [B, V]. Greedy rows take the argmax; sampled
-    rows draw by inverse CDF from their target distribution with one uniform from their generator, as
-    accept_batch draws a bonus."""
-    tokens = logits.argmax(-1).tolist() if any(p.greedy for p in params) else [0] * len(params)
-    sampled = [row for row, p in enumerate(params) if not p.greedy]
-    if sampled:
-        groups: dict[tuple, list[int]] = {}
-        for row in sampled:
-            groups.setdefault(params[row].filters, []).append(row)
-        for rows in groups.values():
-            probs = target_distribution(logits[rows], params[rows[0]])  # [b, V]
-            uniforms = torch.tensor([float(torch.rand((), generator=generators[row])) for row in rows],
-                                    dtype=torch.float64, device=logits.device)
-            cdf = probs.double().cumsum(-1)
-            drawn = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[-1] - 1)
-            for row, token in zip(rows, drawn[:, 0].tolist(), strict=True):
-                tokens[row] = token
-    return tokens
-
-
 def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[Accepted]:
     """accept_greedy for a batch of chains, at once: draft j + 1 is kept while every draft up to it holds the
     argmax at its parent. logits [B, T, V] -> per row (path 0..n, the argmax after node n); two small reads."""
