@@ -49,9 +49,12 @@ class StepBatch:
         return self.tokens.shape[1]
 
     def padded_to(self, width: int) -> StepBatch:
-        """The same step with every row padded to `width` nodes (padding nodes are ignored by every op)."""
+        """The same step with every row padded to `width` nodes (padding nodes are ignored by every op); this step
+        itself when it is that wide already."""
         if width < self.width:
             raise ValueError(f"cannot pad a step of width {self.width} down to {width}")
+        if width == self.width:
+            return self
         extra = width - self.width
         tokens = torch.nn.functional.pad(self.tokens, (0, extra), value=0)
         parents = torch.nn.functional.pad(self.parents, (0, extra), value=-1)
@@ -78,14 +81,20 @@ class StepBatch:
     @classmethod
     def trees(cls, req_slots: Sequence[int], tokens: Sequence[Sequence[int]],
               parents: Sequence[Sequence[int]]) -> StepBatch:
-        width = max(len(row) for row in tokens)
-        for row, (row_tokens, row_parents) in enumerate(zip(tokens, parents, strict=True)):
-            if len(row_tokens) != len(row_parents):
-                raise ValueError(f"row {row}: {len(row_tokens)} tokens but {len(row_parents)} parents")
-        # padded on the host, one tensor each (a per-row tensor costs more than the rest of the step set-up)
-        token_tensor = torch.tensor([[*row, *[0] * (width - len(row))] for row in tokens], dtype=torch.long)
-        parent_tensor = torch.tensor([[*row, *[-1] * (width - len(row))] for row in parents], dtype=torch.long)
-        num_nodes = torch.tensor([len(row) for row in tokens], dtype=torch.long)
+        lengths = [len(row) for row in tokens]
+        if lengths != [len(row) for row in parents]:
+            row = next(i for i, (n, p) in enumerate(zip(lengths, parents, strict=True)) if n != len(p))
+            raise ValueError(f"row {row}: {lengths[row]} tokens but {len(parents[row])} parents")
+        width = max(lengths)
+        # padded on the host, one tensor each (a per-row tensor costs more than the rest of the step set-up); rows
+        # of one length (chains of a fixed depth) need no padding
+        if min(lengths) == width:
+            token_tensor = torch.tensor(tokens, dtype=torch.long)
+            parent_tensor = torch.tensor(parents, dtype=torch.long)
+        else:
+            token_tensor = torch.tensor([[*row, *[0] * (width - len(row))] for row in tokens], dtype=torch.long)
+            parent_tensor = torch.tensor([[*row, *[-1] * (width - len(row))] for row in parents], dtype=torch.long)
+        num_nodes = torch.tensor(lengths, dtype=torch.long)
         return cls(list(req_slots), token_tensor, parent_tensor, num_nodes, prefill=False)
 
 

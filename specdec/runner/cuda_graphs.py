@@ -6,9 +6,9 @@ draft budget + 1 with a drafter), captured the first time a step needs it. A ste
 width <= T replays the smallest batch bucket that holds it, at the smallest key length (a power of two from
 MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention kernel reads each row's own keys in
 place and sizes its key splits from it (the reference gathers that many positions per row, masked), and no shape
-depends on the data. The host packs each row's inputs into one int64 row (tokens, parents, ancestor mask, node
-count, request slot, state slot, committed length), copies them to the device in one transfer, and the graph builds
-the rest of the step context (positions) itself. Rows past B are padding rows: a request slot kept for them, no
+depends on the data. The host packs each row's inputs into one int64 row (tokens, parents, node count, request
+slot, state slot, committed length), copies them to the device in one transfer, and the graph builds the rest of the
+step context (ancestor masks, positions) itself. Rows past B are padding rows: a request slot kept for them, no
 committed state (slot -1: the kernels never read the state pool for them), one node, nothing accepted. Prefill, and
 steps wider or larger than the graphs, run eagerly on the same code.
 
@@ -27,7 +27,7 @@ from specdec.backend import backend_for
 from specdec.cache.step import StepBatch, StepContext, positions_for
 from specdec.models.base import HybridCausalLM
 from specdec.models.moe import StackedExperts
-from verify_kernels.tree import ancestor_mask
+from verify_kernels.tree import ancestor_mask, check_tree
 
 if TYPE_CHECKING:  # the runner owns its graphs; only its type is named here
     from .model_runner import ModelRunner
@@ -55,15 +55,13 @@ def batch_buckets(max_batch: int) -> list[int]:
 
 
 class _Layout:
-    """Where each input sits in a packed row of step inputs ([2T + T*T + 4] int64) or commit inputs ([T + 2])."""
+    """Where each input sits in a packed row of step inputs ([2T + 4] int64) or commit inputs ([T + 2])."""
 
     def __init__(self, width: int):
         self.width = width
         self.tokens = slice(0, width)
         self.parents = slice(width, 2 * width)
-        self.ancestors = slice(2 * width, 2 * width + width * width)
-        self.num_nodes, self.req_slot, self.state_slot, self.seq_len = range(2 * width + width * width,
-                                                                             2 * width + width * width + 4)
+        self.num_nodes, self.req_slot, self.state_slot, self.seq_len = range(2 * width, 2 * width + 4)
         self.step_fields = self.seq_len + 1
         self.accepted = slice(0, width)
         self.num_accepted, self.commit_state_slot = width, width + 1
@@ -123,7 +121,6 @@ class StepGraphs:
         lay = self.layout
         inputs = torch.zeros(lay.step_fields, dtype=torch.long)
         inputs[lay.parents] = -1
-        inputs[lay.ancestors.start] = 1  # node 0 is its own ancestor
         inputs[lay.num_nodes], inputs[lay.req_slot], inputs[lay.state_slot] = 1, self.padding_slot, -1
         commit = torch.full((lay.commit_fields,), -1, dtype=torch.long)
         commit[lay.num_accepted] = 0
@@ -183,13 +180,15 @@ class StepGraphs:
         """The captured forward: unpack the inputs, build the context, run the model and the LM head (and, for
         decode steps, commit their nodes in the layers)."""
         lay, x = self.layout, step.inputs
-        bucket, width = x.shape[0], self.width
+        bucket = x.shape[0]
         seq_lens = x[:, lay.seq_len].contiguous()
-        tree = x[:, lay.ancestors].reshape(bucket, width, width).bool()
+        parents, num_nodes = x[:, lay.parents].contiguous(), x[:, lay.num_nodes].contiguous()
+        # on the device (the host checked the trees: StepGraphs._replay): log2(T) tiny products, no host work
+        tree = ancestor_mask(parents, num_nodes, check=False)
         step.ctx = StepContext(
             batch=None,  # the forward reads only tensors
             req_slots=x[:, lay.req_slot].contiguous(), state_slots=x[:, lay.state_slot].contiguous(),
-            parents=x[:, lay.parents].contiguous(), num_nodes=x[:, lay.num_nodes].contiguous(),
+            parents=parents, num_nodes=num_nodes,
             positions=positions_for(seq_lens, tree), seq_lens=seq_lens,
             ancestors=tree, kv_len=step.kv_len,
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
@@ -247,10 +246,8 @@ class StepGraphs:
         host = step.host_inputs[step.turn]
         host[:rows, lay.tokens] = batch.tokens
         host[:rows, lay.parents] = batch.parents
-        if self.width == 1:  # a one-node tree is its own ancestor mask
-            host[:rows, lay.ancestors] = 1
-        else:
-            host[:rows, lay.ancestors] = ancestor_mask(batch.parents, batch.num_nodes).view(rows, -1)  # validates
+        if self.width > 1:  # (a one-node tree is always valid) the graph builds the masks without checking
+            check_tree(batch.parents, batch.num_nodes)
         host[:rows, lay.num_nodes] = torch.tensor(num_nodes)
         host[:rows, lay.req_slot] = torch.tensor(batch.req_slots)
         host[:rows, lay.state_slot] = torch.tensor(state_slots)

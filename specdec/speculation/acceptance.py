@@ -46,7 +46,10 @@ class TargetAcceptance:
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
-        if all(p.greedy for p in params) and all(tree.parents == list(range(-1, len(tree) - 1)) for tree in trees):
+        chains: dict[int, list[int]] = {}  # length -> a chain's parents, built once per step
+        if all(p.greedy for p in params) and all(
+                tree.parents == chains.setdefault(len(tree.parents), list(range(-1, len(tree.parents) - 1)))
+                for tree in trees):
             return accept_greedy_chains(trees, logits)
         argmax = logits.argmax(-1).tolist() if any(p.greedy for p in params) else None  # [B, T] ints
         results: list[Accepted | None] = [accept_greedy(tree, argmax[row]) if p.greedy else None
