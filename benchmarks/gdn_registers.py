@@ -60,11 +60,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
     """(label, kernel, constexprs, warps) of every kernel the launchers pick at the current settings."""
     shapes = dict(H=H, HV=HV, K=K, V=V)
     out = []
+    G = HV // H if verify.STATE_SHARE_KEY_HEAD else 1
     for BT, use_dot, what in ((16, False, "4-chain"), (16, True, "16-node tree")):
-        block_v, warps = verify.STATE_CONFIGS[BT]
+        block_v, warps = verify.STATE_DOT_CONFIGS[BT] if use_dot else verify.STATE_FMA_CONFIG
+        heads = 1 if use_dot else G
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
-                    dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, USE_DOT=use_dot,
-                         PRECISION=verify.DOT_PRECISION), warps))
+                    dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
+                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,

@@ -22,9 +22,11 @@ from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fol
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
 # at 110 registers per thread (Triton 3.6, sm_90); with the buffer's reads in it, 128-161 (fp32 / bf16 inputs).
+# Up to SMALL_BATCH rows one launch (the decode's programs fold in place): faster up to batch 16 in the H200 sweep
+# of 2026-12-02.
 BLOCK_V = 64
 NUM_WARPS = 4
-SMALL_BATCH = 4
+SMALL_BATCH = 16
 SMALL_BLOCK_V = 32
 SMALL_WARPS = 4
 
