@@ -50,30 +50,33 @@ def candidates(ops: set[str]) -> list[Candidate]:
     out = []
     if "fold" in ops:
         out.append(Candidate("fold", "defaults"))
-        for bv, warps in ((16, 4), (32, 2), (64, 4)):
+        for bv, warps in ((32, 4), (16, 2), (64, 4)):
             out.append(Candidate("fold", f"BV {bv}, {warps} warps",
                                  {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
         for lanes in (4, 16):
             out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
-        out.append(Candidate("append", "4 warps", {"commit.APPEND_WARPS": 4}))
+        out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
-        for bv, warps in ((32, 4), (64, 8), (128, 8)):
+        for bv, warps in ((32, 4), (64, 8)):
             out.append(Candidate("decode", f"BV {bv}, {warps} warps",
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
+        # the state pass one node at a time (the 4-chain): per key head or per value head, V columns, warps
+        for share, bv, warps in ((True, 16, 4), (True, 32, 2), (False, 64, 4), (False, 64, 2)):
+            out.append(Candidate("verify", f"state pass per {'key' if share else 'value'} head, BV {bv}, {warps} warps",
+                                 {"verify.STATE_SHARE_KEY_HEAD": share, "verify.STATE_FMA_CONFIG": (bv, warps)}))
+        # the state pass as dots (the 16-node tree)
         for bv, warps in ((32, 4), (64, 8)):
-            out.append(Candidate("verify", f"state pass BV {bv}, {warps} warps",
-                                 {"verify.STATE_CONFIGS": {**verify.STATE_CONFIGS, 16: (bv, warps)}}))
-        for bv, warps in ((32, 4), (16, 2), (64, 2)):
+            out.append(Candidate("verify", f"state pass dots BV {bv}, {warps} warps",
+                                 {"verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
+        for bv, warps in ((64, 4), (16, 2), (32, 4)):
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
-        out.append(Candidate("verify", "products 32 columns, 2 stages",
-                             {"verify.PRODUCTS_BLOCK_K": 32, "verify.PRODUCTS_STAGES": 2}))
     if "small" in ops:
         out += [Candidate("small", "one launch", {"decode.SMALL_BATCH": 16, "verify.FUSED_MAX_BATCH": 16,
                                                   "commit.ONE_LAUNCH_MAX_BATCH": 16}),
