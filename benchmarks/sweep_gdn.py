@@ -27,12 +27,14 @@ import torch
 from benchmarks import checks, gdn
 from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
+from verify_kernels.conv import causal_conv1d_tree, causal_conv1d_tree_ref, conv_commit, conv_commit_ref, tree_conv
 from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_commit, gdn_flush, gdn_verify, verify
-from verify_kernels.tree import ancestor_mask
+from verify_kernels.tree import ancestor_mask, chain_parents
 
 CAPACITY = 16  # the engine's buffer: flush_length entries
 VERIFY_FILL = 8
-MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit}
+MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit, "conv": tree_conv}
+CONV_D, CONV_W = 2 * gdn.H * gdn.K + gdn.HV * gdn.V, 4  # Qwen3.5-9B's conv channels (q, k, v) and width
 
 
 @dataclass
@@ -77,6 +79,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
+    if "conv" in ops:
+        out.append(Candidate("conv", "defaults"))
+        for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
+            out.append(Candidate("conv", f"{block_d} channels, {warps} warps",
+                                 {"conv.BLOCK_D": block_d, "conv.COMMIT_BLOCK_D": block_d, "conv.NUM_WARPS": warps}))
     if "small" in ops:
         out += [Candidate("small", "one launch", {"decode.SMALL_BATCH": 16, "verify.FUSED_MAX_BATCH": 16,
                                                   "commit.ONE_LAUNCH_MAX_BATCH": 16}),
@@ -139,6 +146,28 @@ class Workloads:
         self.accepted = torch.arange(3, device="cuda").expand(batch, 3).contiguous()
         self.num_accepted = torch.full((batch,), 3, device="cuda")
 
+    def conv(self, nodes: int) -> tuple[float, float]:
+        """The conv of a chain of `nodes` per row, then the commit of all of them (nodes 1: plain decoding), bf16
+        inputs and windows; bytes: the windows read and written, the nodes' inputs read and outputs written."""
+        D, W, B = CONV_D, CONV_W, self.batch
+        window = D * (W - 1) * 2
+        rotations = rotations_for(B * window)
+        pool = torch.randn(rotations * B, D, W - 1, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(rotations, B, nodes, D, device="cuda", dtype=torch.bfloat16)
+        weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
+        parents = chain_parents(B, nodes, "cuda")
+        num_nodes = torch.full((B,), nodes, device="cuda")
+        accepted = torch.arange(nodes, device="cuda").expand(B, nodes).contiguous()
+
+        def step(r: int) -> None:
+            slots = rotation_slots(r, B)
+            causal_conv1d_tree(x[r], parents, num_nodes, pool, slots, weight, None, "silu")
+            conv_commit(x[r], accepted, num_accepted, pool, slots)
+
+        num_accepted = num_nodes
+        calls = [partial(step, r) for r in range(rotations)]
+        return self.time_us(calls, 0), B * (2 * window + 3 * nodes * D * 2)
+
     def _pools(self, r: int):
         return (self.pools.state, self.slots[r], *self.pools.args()[1:], self.slots[r])
 
@@ -174,8 +203,28 @@ class Workloads:
         return self.time_us(calls, VERIFY_FILL), self.batch * gdn.verify_bytes(nodes, VERIFY_FILL)
 
 
+def check_conv(batch: int = 24, nodes: int = 4) -> float:
+    """The conv of random trees and the commit of a root path against their references at full width, bf16."""
+    D, W = CONV_D, CONV_W
+    pool = torch.randn(batch + 3, D, W - 1, device="cuda", dtype=torch.bfloat16)
+    slots = torch.randperm(batch + 3, device="cuda")[:batch]
+    x = torch.randn(batch, nodes, D, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
+    parents = torch.tensor(tree_parents("tree8")[:nodes], device="cuda").expand(batch, nodes).contiguous()
+    num_nodes = torch.arange(batch, device="cuda") % (nodes + 1)
+    y = causal_conv1d_tree(x, parents, num_nodes, pool, slots, weight, None, "silu")
+    error = checks.relative_error(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, slots, weight, None, "silu"))
+    accepted = torch.arange(nodes, device="cuda").expand(batch, nodes).contiguous()
+    ours, ref = pool.clone(), pool.clone()
+    conv_commit(x, accepted, num_nodes, ours, slots)
+    conv_commit_ref(x, accepted, num_nodes, ref, slots)
+    return max(error, checks.relative_error(ours, ref))
+
+
 def check(op: str) -> float:
     """The op's full-size check (both batch paths where it has two)."""
+    if op == "conv":
+        return check_conv()
     if op == "fold":
         return max(checks.check_gdn_commit(24), checks.check_gdn_decode_commit(24))
     if op == "append":
@@ -184,8 +233,8 @@ def check(op: str) -> float:
         return checks.check_gdn_decode_commit(24)
     if op == "verify":
         return max(checks.check_gdn_verify(24, "chain4"), checks.check_gdn_verify(24, "tree16"))
-    return max(checks.check_gdn_decode_commit(4), checks.check_gdn_verify(4, "chain4"),
-               checks.check_gdn_verify(4, "tree16"), checks.check_gdn_commit(4))
+    return max(checks.check_gdn_decode_commit(4), checks.check_gdn_verify(1, "chain4"),
+               checks.check_gdn_verify(1, "tree16"), checks.check_gdn_verify(4, "chain4"), checks.check_gdn_commit(4))
 
 
 def measurements(op: str, work: dict[int, Workloads], batches, small_batches) -> list[tuple[str, int, float, float]]:
@@ -199,6 +248,8 @@ def measurements(op: str, work: dict[int, Workloads], batches, small_batches) ->
         return out
     if op == "verify":
         return [(f"verify {tree}", b, *work[b].verify(tree)) for tree in ("chain4", "tree16") for b in batches]
+    if op == "conv":
+        return [(f"conv + commit, {nodes} nodes", b, *work[b].conv(nodes)) for nodes in (1, 4) for b in batches]
     return [(op, b, *getattr(work[b], op)()) for b in batches]
 
 
@@ -208,7 +259,7 @@ def ok(error: float) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default="fold,append,decode,verify,small")
+    parser.add_argument("--ops", default="fold,append,decode,verify,conv,small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()

@@ -1,14 +1,15 @@
 """Triton kernels for the tree-aware short causal depthwise conv1d and its commit, with the same signatures and
 semantics as causal_conv1d_tree_ref / conv_commit_ref (verify_kernels.conv.naive gives the contract).
 
-A node's window is its W - 1 predecessors along its own path, then itself. Where those predecessors come from is
-the same for every layer of a step, so a small torch helper (conv_window_sources) turns the parent pointers into
+A node's window is its W - 1 predecessors along its own path, then itself. Where those predecessors come from is the
+same for every layer of a step, so a small torch helper (conv_window_sources) can turn the parent pointers into
 window sources once: a node index (>= 0), or a committed column counted from the newest (-1 = conv_pool[..., -1]).
-The conv kernel then only gathers. Grid (row, node, channel block): each program reads its W window columns one
-at a time (its sources are scalars: each column is a draft input from x or a committed one from conv_pool) and the
-weights of BLOCK_D channels, and writes one output block; padding nodes read nothing and write zeros. The commit
-kernel, grid (row, channel block), rewrites the row's W - 1 committed columns from (old columns ++ accepted inputs)
-in place.
+Without them the conv kernel walks the W - 1 parent pointers itself (a few scalar loads per program, where the
+helper is about ten small launches per layer). Grid (row, node, channel block): each program reads its W window
+columns one at a time (its sources are scalars: each column is a draft input from x or a committed one from
+conv_pool) and the weights of BLOCK_D channels, and writes one output block; padding nodes read nothing and write
+zeros. The commit kernel, grid (row, channel block), rewrites the row's W - 1 committed columns from (old columns ++
+accepted inputs) in place.
 Launchers check static shapes only and never synchronise with the device (CUDA-graph safe); trees are not
 validated (out-of-range parents are clamped, padding parents ignored).
 """
@@ -31,9 +32,9 @@ FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
 
 @triton.jit
 def causal_conv1d_tree_kernel(
-    x, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
-    T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SILU: tl.constexpr,
+    x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
+    T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOURCES: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
 ):
     i_b, i_t, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     is_node = i_t < tl.load(num_nodes + i_b)
@@ -46,9 +47,18 @@ def causal_conv1d_tree_kernel(
     # the node itself is the window's last column
     b_y = (tl.load(p_x + i_t * stride_xt, mask=m_n, other=0.0).to(tl.float32)
            * tl.load(weight + o_d * W + W - 1, mask=m_d, other=0.0).to(tl.float32))
-    for w in tl.static_range(W - 1):
-        # column w: node src (>= 0) or committed column W - 1 + src (< 0); one of the two loads reads nothing
-        src = tl.load(sources + (i_b * T + i_t) * (W - 1) + w)
+    cur = i_t.to(tl.int64)
+    for j in tl.static_range(W - 1):
+        # column w, newest first: node src (>= 0) or committed column W - 1 + src (< 0), from the sources or by
+        # walking up the parents as conv_window_sources does (a root's parent -1 is the newest committed column)
+        w = W - 2 - j
+        if HAS_SOURCES:
+            src = tl.load(sources + (i_b * T + i_t) * (W - 1) + w).to(tl.int64)
+        else:
+            up = tl.load(parents + i_b * T + tl.maximum(cur, 0), mask=cur >= 0, other=-1).to(tl.int64)
+            src = tl.where(cur >= 0, tl.minimum(tl.maximum(up, -1), T - 1), cur - 1)
+            cur = src
+        # one of the two loads reads nothing
         m_x = o_d < tl.where(is_node & (src >= 0), D, 0)
         m_p = o_d < tl.where(is_node & (src < 0), D, 0)
         b_win = tl.load(p_x + tl.maximum(src, 0) * stride_xt, mask=m_x, other=0.0).to(tl.float32)
@@ -156,16 +166,15 @@ def causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, 
         raise ValueError(f"weight must be contiguous [{D}, {W}], got {tuple(weight.shape)}")
     if bias is not None and (tuple(bias.shape) != (D,) or not bias.is_contiguous()):
         raise ValueError(f"bias must be contiguous [{D}] or None, got {tuple(bias.shape)}")
-    if sources is None:
-        sources = conv_window_sources(parents, num_nodes, W)
-    else:
+    if sources is not None:
         _check_int("sources", sources, (B, T, W - 1))
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
     if y.numel():
         causal_conv1d_tree_kernel[(B, T, triton.cdiv(D, BLOCK_D))](
-            x, sources, num_nodes, conv_pool, req_slots, weight, weight if bias is None else bias, y,
-            x.stride(0), x.stride(1),
-            T=T, D=D, W=W, BLOCK_D=BLOCK_D, HAS_BIAS=bias is not None, SILU=activation == "silu",
+            x, parents, parents if sources is None else sources, num_nodes, conv_pool, req_slots, weight,
+            weight if bias is None else bias, y, x.stride(0), x.stride(1),
+            T=T, D=D, W=W, BLOCK_D=BLOCK_D, HAS_SOURCES=sources is not None, HAS_BIAS=bias is not None,
+            SILU=activation == "silu",
             num_warps=NUM_WARPS,
         )
     return y
