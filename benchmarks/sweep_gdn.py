@@ -3,12 +3,15 @@
 checks the op it changes again and times it (CUDA graphs, inputs rotated over >= 2 GiB of states, as
 benchmarks/kernels.py), and prints one table and the best setting per op, as lines to paste into verify_kernels/gdn.
 
-    python -m benchmarks.sweep_gdn                     # all ops at batch 64 and 256, mostly compiling
+    python -m benchmarks.sweep_gdn                     # fold, append, decode, verify, small at batch 64 and 256
+    python -m benchmarks.sweep_gdn --ops verify1,conv  # batch-1 verify; the conv kernels at batch 64 and 256
     python -m benchmarks.sweep_gdn --ops verify --batches 256
 
 Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), decode (decode +
 commit amortised over 16 steps, the flush included), verify (a 4-chain and a 16-node tree, buffers holding 8
-entries), small (batch 1-16: the one-launch kernels against the large-batch ones, for the thresholds). Each row: the
+entries), verify1 (the same at batch 1: the one-launch kernel), conv (the tree conv and the conv commit at Qwen3.5-9B's
+8192 channels, bf16: plain decoding and 4-chains), small (batch 1-16: the one-launch kernels against the large-batch
+ones, for the thresholds). Each row: the
 time, its share of the bound (the bytes the op must move at the device copy bandwidth of the run), the registers
 and spills of the kernels it compiled, the check's relative error (a failed check disqualifies the setting).
 """
@@ -79,6 +82,15 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
+    if "verify1" in ops:
+        # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
+        out.append(Candidate("verify1", "defaults"))
+        for bv, warps in ((64, 4), (16, 2)):
+            out.append(Candidate("verify1", f"fused BV {bv}, {warps} warps",
+                                 {"verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
+        for bk, stages in ((32, 2), (64, 1)):
+            out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
+                                 {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
     if "conv" in ops:
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
@@ -158,13 +170,12 @@ class Workloads:
         parents = chain_parents(B, nodes, "cuda")
         num_nodes = torch.full((B,), nodes, device="cuda")
         accepted = torch.arange(nodes, device="cuda").expand(B, nodes).contiguous()
+        slots = [rotation_slots(r, B) for r in range(rotations)]
 
         def step(r: int) -> None:
-            slots = rotation_slots(r, B)
-            causal_conv1d_tree(x[r], parents, num_nodes, pool, slots, weight, None, "silu")
-            conv_commit(x[r], accepted, num_accepted, pool, slots)
+            causal_conv1d_tree(x[r], parents, num_nodes, pool, slots[r], weight, None, "silu")
+            conv_commit(x[r], accepted, num_nodes, pool, slots[r])
 
-        num_accepted = num_nodes
         calls = [partial(step, r) for r in range(rotations)]
         return self.time_us(calls, 0), B * (2 * window + 3 * nodes * D * 2)
 
@@ -225,6 +236,8 @@ def check(op: str) -> float:
     """The op's full-size check (both batch paths where it has two)."""
     if op == "conv":
         return check_conv()
+    if op == "verify1":
+        return max(checks.check_gdn_verify(1, "chain4"), checks.check_gdn_verify(1, "tree16"))
     if op == "fold":
         return max(checks.check_gdn_commit(24), checks.check_gdn_decode_commit(24))
     if op == "append":
@@ -248,6 +261,8 @@ def measurements(op: str, work: dict[int, Workloads], batches, small_batches) ->
         return out
     if op == "verify":
         return [(f"verify {tree}", b, *work[b].verify(tree)) for tree in ("chain4", "tree16") for b in batches]
+    if op == "verify1":
+        return [(f"verify {tree}", 1, *work[1].verify(tree)) for tree in ("chain4", "tree16")]
     if op == "conv":
         return [(f"conv + commit, {nodes} nodes", b, *work[b].conv(nodes)) for nodes in (1, 4) for b in batches]
     return [(op, b, *getattr(work[b], op)()) for b in batches]
@@ -259,7 +274,8 @@ def ok(error: float) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default="fold,append,decode,verify,conv,small")
+    parser.add_argument("--ops", default="fold,append,decode,verify,small",
+                        help="comma-separated, of fold, append, decode, verify, verify1, conv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()
@@ -273,7 +289,8 @@ def main() -> None:
           + ", ".join(f"{name} {error:.1e}" for name, error in errors.items() if name.startswith("gdn")), flush=True)
     copy_bw = copy_bandwidth()
     print(f"device copy: {copy_bw / 1e12:.2f} TB/s", flush=True)
-    needed = (set(args.batches) if ops - {"small"} else set()) | (set(args.small_batches) if "small" in ops else set())
+    needed = ((set(args.batches) if ops - {"small", "verify1"} else set())
+              | (set(args.small_batches) if "small" in ops else set()) | ({1} if "verify1" in ops else set()))
     work = {b: Workloads(b) for b in sorted(needed)}
 
     rows = []  # (candidate, workload, batch, us, % of bound, registers, error)
