@@ -80,7 +80,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
         out.append((what, decode.gdn_decode_kernel,
-                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, COMMIT=commit_, FOLD_HERE=here),
+                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
+                         COMMIT=commit_, FOLD_HERE=here),
                     decode.SMALL_WARPS if here else decode.NUM_WARPS))
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),

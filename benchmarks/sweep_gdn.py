@@ -68,6 +68,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((32, 4), (64, 8)):
             out.append(Candidate("decode", f"BV {bv}, {warps} warps",
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
+        out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # the state pass one node at a time (the 4-chain): per key head or per value head, V columns, warps

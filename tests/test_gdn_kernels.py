@@ -351,9 +351,9 @@ def test_flush(d):
 
 
 def test_small_blocks(monkeypatch):
-    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block), two
-    K blocks in verify's products and S0 reads, verify's S0 reads as dots and one node at a time (per value head),
-    fused and in two passes."""
+    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block; the
+    decode's buffer loaded before and after buf_len), two K blocks in verify's products and S0 reads, verify's S0
+    reads as dots and one node at a time (per value head), fused and in two passes."""
     monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
@@ -363,8 +363,10 @@ def test_small_blocks(monkeypatch):
     monkeypatch.setattr(verify_module, "TREE_BLOCK_V", 16)
     monkeypatch.setattr(verify_module, "STATE_BLOCK_K", 16)
     d = DIMS["k32-hv2"]
-    for small_batch in (0, len(ROWS)):  # decode + commit with the fold kernel, then folding in place
+    # decode + commit with the fold kernel, then folding in place with the buffer loaded only up to buf_len
+    for small_batch, before_len in ((0, True), (len(ROWS), False)):
         monkeypatch.setattr(decode_module, "SMALL_BATCH", small_batch)
+        monkeypatch.setattr(decode_module, "BUFFER_BEFORE_LEN", before_len)
         check_decode(make_batch(d, ROWS, seed=6))
         check_decode_commit(make_batch(d, ROWS, seed=6), 6)
     # verify's S0 reads as dots over two K blocks in two passes, one node at a time in the fused kernel, then one
