@@ -60,11 +60,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
     """(label, kernel, constexprs, warps) of every kernel the launchers pick at the current settings."""
     shapes = dict(H=H, HV=HV, K=K, V=V)
     out = []
+    G = HV // H if verify.STATE_SHARE_KEY_HEAD else 1
     for BT, use_dot, what in ((16, False, "4-chain"), (16, True, "16-node tree")):
-        block_v, warps = verify.STATE_CONFIGS[BT]
+        block_v, warps = verify.STATE_DOT_CONFIGS[BT] if use_dot else verify.STATE_FMA_CONFIG
+        heads = 1 if use_dot else G
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
-                    dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, USE_DOT=use_dot,
-                         PRECISION=verify.DOT_PRECISION), warps))
+                    dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
+                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
@@ -78,14 +80,15 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
         out.append((what, decode.gdn_decode_kernel,
-                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, COMMIT=commit_, FOLD_HERE=here),
+                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
+                         COMMIT=commit_, FOLD_HERE=here),
                     decode.SMALL_WARPS if here else decode.NUM_WARPS))
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
                     dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BB=fold.SCAN_BLOCK,
-                         ENTRIES=entries, APPEND=append), fold.FOLD_WARPS))
+                         ENTRIES=entries, APPEND=append, PREFETCH=fold.FOLD_PREFETCH), fold.FOLD_WARPS))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     return out

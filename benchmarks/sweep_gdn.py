@@ -3,12 +3,15 @@
 checks the op it changes again and times it (CUDA graphs, inputs rotated over >= 2 GiB of states, as
 benchmarks/kernels.py), and prints one table and the best setting per op, as lines to paste into verify_kernels/gdn.
 
-    python -m benchmarks.sweep_gdn                     # all ops at batch 64 and 256, mostly compiling
+    python -m benchmarks.sweep_gdn                     # fold, append, decode, verify, small at batch 64 and 256
+    python -m benchmarks.sweep_gdn --ops verify1,conv  # batch-1 verify; the conv kernels at batch 64 and 256
     python -m benchmarks.sweep_gdn --ops verify --batches 256
 
 Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), decode (decode +
 commit amortised over 16 steps, the flush included), verify (a 4-chain and a 16-node tree, buffers holding 8
-entries), small (batch 1-16: the one-launch kernels against the large-batch ones, for the thresholds). Each row: the
+entries), verify1 (the same at batch 1: the one-launch kernel), conv (the tree conv and the conv commit at Qwen3.5-9B's
+8192 channels, bf16: plain decoding and 4-chains), small (batch 1-16: the one-launch kernels against the large-batch
+ones, for the thresholds). Each row: the
 time, its share of the bound (the bytes the op must move at the device copy bandwidth of the run), the registers
 and spills of the kernels it compiled, the check's relative error (a failed check disqualifies the setting).
 """
@@ -27,12 +30,14 @@ import torch
 from benchmarks import checks, gdn
 from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
+from verify_kernels.conv import causal_conv1d_tree, causal_conv1d_tree_ref, conv_commit, conv_commit_ref, tree_conv
 from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_commit, gdn_flush, gdn_verify, verify
-from verify_kernels.tree import ancestor_mask
+from verify_kernels.tree import ancestor_mask, chain_parents
 
 CAPACITY = 16  # the engine's buffer: flush_length entries
 VERIFY_FILL = 8
-MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit}
+MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit, "conv": tree_conv}
+CONV_D, CONV_W = 2 * gdn.H * gdn.K + gdn.HV * gdn.V, 4  # Qwen3.5-9B's conv channels (q, k, v) and width
 
 
 @dataclass
@@ -50,30 +55,51 @@ def candidates(ops: set[str]) -> list[Candidate]:
     out = []
     if "fold" in ops:
         out.append(Candidate("fold", "defaults"))
-        for bv, warps in ((16, 4), (32, 2), (64, 4)):
+        for bv, warps in ((32, 4), (16, 2), (64, 4)):
             out.append(Candidate("fold", f"BV {bv}, {warps} warps",
                                  {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
         for lanes in (4, 16):
             out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
+        for bv, warps in ((32, 4), (16, 2)):
+            out.append(Candidate("fold", f"next tile prefetched, BV {bv}, {warps} warps",
+                                 {"fold.FOLD_PREFETCH": True, "fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
-        out.append(Candidate("append", "4 warps", {"commit.APPEND_WARPS": 4}))
+        out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
-        for bv, warps in ((32, 4), (64, 8), (128, 8)):
+        for bv, warps in ((32, 4), (64, 8)):
             out.append(Candidate("decode", f"BV {bv}, {warps} warps",
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
+        out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
+        # the state pass one node at a time (the 4-chain): per key head or per value head, V columns, warps
+        for share, bv, warps in ((True, 16, 4), (True, 32, 2), (False, 64, 4), (False, 64, 2)):
+            out.append(Candidate("verify", f"state pass per {'key' if share else 'value'} head, BV {bv}, {warps} warps",
+                                 {"verify.STATE_SHARE_KEY_HEAD": share, "verify.STATE_FMA_CONFIG": (bv, warps)}))
+        # the state pass as dots (the 16-node tree)
         for bv, warps in ((32, 4), (64, 8)):
-            out.append(Candidate("verify", f"state pass BV {bv}, {warps} warps",
-                                 {"verify.STATE_CONFIGS": {**verify.STATE_CONFIGS, 16: (bv, warps)}}))
-        for bv, warps in ((32, 4), (16, 2), (64, 2)):
+            out.append(Candidate("verify", f"state pass dots BV {bv}, {warps} warps",
+                                 {"verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
+        for bv, warps in ((64, 4), (16, 2), (32, 4)):
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
-        out.append(Candidate("verify", "products 32 columns, 2 stages",
-                             {"verify.PRODUCTS_BLOCK_K": 32, "verify.PRODUCTS_STAGES": 2}))
+    if "verify1" in ops:
+        # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
+        out.append(Candidate("verify1", "defaults"))
+        for bv, warps in ((64, 4), (16, 2)):
+            out.append(Candidate("verify1", f"fused BV {bv}, {warps} warps",
+                                 {"verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
+        for bk, stages in ((32, 2), (64, 1)):
+            out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
+                                 {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
+    if "conv" in ops:
+        out.append(Candidate("conv", "defaults"))
+        for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
+            out.append(Candidate("conv", f"{block_d} channels, {warps} warps",
+                                 {"conv.BLOCK_D": block_d, "conv.COMMIT_BLOCK_D": block_d, "conv.NUM_WARPS": warps}))
     if "small" in ops:
         out += [Candidate("small", "one launch", {"decode.SMALL_BATCH": 16, "verify.FUSED_MAX_BATCH": 16,
                                                   "commit.ONE_LAUNCH_MAX_BATCH": 16}),
@@ -136,6 +162,27 @@ class Workloads:
         self.accepted = torch.arange(3, device="cuda").expand(batch, 3).contiguous()
         self.num_accepted = torch.full((batch,), 3, device="cuda")
 
+    def conv(self, nodes: int) -> tuple[float, float]:
+        """The conv of a chain of `nodes` per row, then the commit of all of them (nodes 1: plain decoding), bf16
+        inputs and windows; bytes: the windows read and written, the nodes' inputs read and outputs written."""
+        D, W, B = CONV_D, CONV_W, self.batch
+        window = D * (W - 1) * 2
+        rotations = rotations_for(B * window)
+        pool = torch.randn(rotations * B, D, W - 1, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(rotations, B, nodes, D, device="cuda", dtype=torch.bfloat16)
+        weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
+        parents = chain_parents(B, nodes, "cuda")
+        num_nodes = torch.full((B,), nodes, device="cuda")
+        accepted = torch.arange(nodes, device="cuda").expand(B, nodes).contiguous()
+        slots = [rotation_slots(r, B) for r in range(rotations)]
+
+        def step(r: int) -> None:
+            causal_conv1d_tree(x[r], parents, num_nodes, pool, slots[r], weight, None, "silu")
+            conv_commit(x[r], accepted, num_nodes, pool, slots[r])
+
+        calls = [partial(step, r) for r in range(rotations)]
+        return self.time_us(calls, 0), B * (2 * window + 3 * nodes * D * 2)
+
     def _pools(self, r: int):
         return (self.pools.state, self.slots[r], *self.pools.args()[1:], self.slots[r])
 
@@ -171,8 +218,30 @@ class Workloads:
         return self.time_us(calls, VERIFY_FILL), self.batch * gdn.verify_bytes(nodes, VERIFY_FILL)
 
 
+def check_conv(batch: int = 24, nodes: int = 4) -> float:
+    """The conv of random trees and the commit of a root path against their references at full width, bf16."""
+    D, W = CONV_D, CONV_W
+    pool = torch.randn(batch + 3, D, W - 1, device="cuda", dtype=torch.bfloat16)
+    slots = torch.randperm(batch + 3, device="cuda")[:batch]
+    x = torch.randn(batch, nodes, D, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
+    parents = torch.tensor(tree_parents("tree8")[:nodes], device="cuda").expand(batch, nodes).contiguous()
+    num_nodes = torch.arange(batch, device="cuda") % (nodes + 1)
+    y = causal_conv1d_tree(x, parents, num_nodes, pool, slots, weight, None, "silu")
+    error = checks.relative_error(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, slots, weight, None, "silu"))
+    accepted = torch.arange(nodes, device="cuda").expand(batch, nodes).contiguous()
+    ours, ref = pool.clone(), pool.clone()
+    conv_commit(x, accepted, num_nodes, ours, slots)
+    conv_commit_ref(x, accepted, num_nodes, ref, slots)
+    return max(error, checks.relative_error(ours, ref))
+
+
 def check(op: str) -> float:
     """The op's full-size check (both batch paths where it has two)."""
+    if op == "conv":
+        return check_conv()
+    if op == "verify1":
+        return max(checks.check_gdn_verify(1, "chain4"), checks.check_gdn_verify(1, "tree16"))
     if op == "fold":
         return max(checks.check_gdn_commit(24), checks.check_gdn_decode_commit(24))
     if op == "append":
@@ -181,8 +250,8 @@ def check(op: str) -> float:
         return checks.check_gdn_decode_commit(24)
     if op == "verify":
         return max(checks.check_gdn_verify(24, "chain4"), checks.check_gdn_verify(24, "tree16"))
-    return max(checks.check_gdn_decode_commit(4), checks.check_gdn_verify(4, "chain4"),
-               checks.check_gdn_verify(4, "tree16"), checks.check_gdn_commit(4))
+    return max(checks.check_gdn_decode_commit(4), checks.check_gdn_verify(1, "chain4"),
+               checks.check_gdn_verify(1, "tree16"), checks.check_gdn_verify(4, "chain4"), checks.check_gdn_commit(4))
 
 
 def measurements(op: str, work: dict[int, Workloads], batches, small_batches) -> list[tuple[str, int, float, float]]:
@@ -196,6 +265,10 @@ def measurements(op: str, work: dict[int, Workloads], batches, small_batches) ->
         return out
     if op == "verify":
         return [(f"verify {tree}", b, *work[b].verify(tree)) for tree in ("chain4", "tree16") for b in batches]
+    if op == "verify1":
+        return [(f"verify {tree}", 1, *work[1].verify(tree)) for tree in ("chain4", "tree16")]
+    if op == "conv":
+        return [(f"conv + commit, {nodes} nodes", b, *work[b].conv(nodes)) for nodes in (1, 4) for b in batches]
     return [(op, b, *getattr(work[b], op)()) for b in batches]
 
 
@@ -205,7 +278,8 @@ def ok(error: float) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default="fold,append,decode,verify,small")
+    parser.add_argument("--ops", default="fold,append,decode,verify,small",
+                        help="comma-separated, of fold, append, decode, verify, verify1, conv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()
@@ -219,7 +293,8 @@ def main() -> None:
           + ", ".join(f"{name} {error:.1e}" for name, error in errors.items() if name.startswith("gdn")), flush=True)
     copy_bw = copy_bandwidth()
     print(f"device copy: {copy_bw / 1e12:.2f} TB/s", flush=True)
-    needed = (set(args.batches) if ops - {"small"} else set()) | (set(args.small_batches) if "small" in ops else set())
+    needed = ((set(args.batches) if ops - {"small", "verify1"} else set())
+              | (set(args.small_batches) if "small" in ops else set()) | ({1} if "verify1" in ops else set()))
     work = {b: Workloads(b) for b in sorted(needed)}
 
     rows = []  # (candidate, workload, batch, us, % of bound, registers, error)

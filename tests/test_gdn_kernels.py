@@ -261,7 +261,7 @@ def decode_path(request, monkeypatch):
 
 @pytest.fixture(params=["two-passes", "fused"])
 def verify_path(request, monkeypatch):
-    """Verify runs as the tree pass then the state pass, or for batches up to FUSED_MAX_BATCH as one kernel."""
+    """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel."""
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0 if request.param == "two-passes" else len(ROWS))
     return request.param
 
@@ -309,10 +309,13 @@ def test_verify_trees(case, verify_path):
     check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
 
 
-@pytest.mark.parametrize("pass_ancestors", [True, False], ids=["ancestors-given", "ancestors-computed"])
+@pytest.mark.parametrize(("T", "pass_ancestors"), [(12, True), (6, False)],
+                         ids=["T12-S0-dots-ancestors-given", "T6-S0-node-at-a-time-ancestors-computed"])
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
-def test_verify_dims(d, pass_ancestors):
-    b = make_batch(d, ROWS, seed=3, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random")
+def test_verify_dims(d, T, pass_ancestors):
+    """Both ways of the state pass (a key head's value heads in one program when one node at a time) on every
+    head layout."""
+    b = make_batch(d, ROWS, seed=3, T=T, num_nodes=[T, 5, T - 3, 0, T], shape="random")
     check_verify(b, pass_ancestors=pass_ancestors)
 
 
@@ -348,23 +351,28 @@ def test_flush(d):
 
 
 def test_small_blocks(monkeypatch):
-    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block), two
-    K blocks in verify's products and S0 reads, verify's S0 reads as dots and one node at a time, fused and in two
-    passes."""
+    """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block; the
+    decode's buffer loaded before and after buf_len), two K blocks in verify's products and S0 reads, verify's S0
+    reads as dots and one node at a time (per value head), fused and in two passes."""
     monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
-    for configs in ("STATE_CONFIGS", "FUSED_CONFIGS"):
+    for configs in ("STATE_DOT_CONFIGS", "FUSED_CONFIGS"):
         monkeypatch.setattr(verify_module, configs, {bt: (16, 4) for bt in getattr(verify_module, configs)})
+    monkeypatch.setattr(verify_module, "STATE_FMA_CONFIG", (16, 4))
     monkeypatch.setattr(verify_module, "TREE_BLOCK_V", 16)
     monkeypatch.setattr(verify_module, "STATE_BLOCK_K", 16)
     d = DIMS["k32-hv2"]
-    for small_batch in (0, len(ROWS)):  # decode + commit with the fold kernel, then folding in place
+    # decode + commit with the fold kernel, then folding in place with the buffer loaded only up to buf_len
+    for small_batch, before_len in ((0, True), (len(ROWS), False)):
         monkeypatch.setattr(decode_module, "SMALL_BATCH", small_batch)
+        monkeypatch.setattr(decode_module, "BUFFER_BEFORE_LEN", before_len)
         check_decode(make_batch(d, ROWS, seed=6))
         check_decode_commit(make_batch(d, ROWS, seed=6), 6)
-    # verify's S0 reads as dots over two K blocks in two passes, then one node at a time in the fused kernel
-    for fma_max_nodes, fused_max_batch in ((0, 0), (64, len(ROWS))):
+    # verify's S0 reads as dots over two K blocks in two passes, one node at a time in the fused kernel, then one
+    # node at a time in the state pass, per value head
+    monkeypatch.setattr(verify_module, "STATE_SHARE_KEY_HEAD", False)
+    for fma_max_nodes, fused_max_batch in ((0, 0), (64, len(ROWS)), (64, 0)):
         monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
         monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
         check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
@@ -372,11 +380,15 @@ def test_small_blocks(monkeypatch):
     check_flush(make_batch(d, ROWS, seed=6))
 
 
-def test_fold_lanes_and_scan_blocks(monkeypatch):
-    """Fewer fold lanes than folding rows (each lane folds several, in rank order) and the rows' flags scanned two
-    at a time: the fold of the commit, the flush and the decode + commit."""
-    monkeypatch.setattr(fold_module, "FOLD_LANES", 2)
-    monkeypatch.setattr(fold_module, "SCAN_BLOCK", 2)
+@pytest.mark.parametrize(("lanes", "scan_block", "prefetch"), [(2, 2, False), (1, 4, True)],
+                         ids=["2-lanes", "1-lane-prefetching"])
+def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, prefetch):
+    """Fewer fold lanes than folding rows (each lane folds several, in rank order, loading the next row's tile
+    before folding the current one or not) and the rows' flags scanned a few at a time: the fold of the commit, the
+    flush and the decode + commit."""
+    monkeypatch.setattr(fold_module, "FOLD_LANES", lanes)
+    monkeypatch.setattr(fold_module, "SCAN_BLOCK", scan_block)
+    monkeypatch.setattr(fold_module, "FOLD_PREFETCH", prefetch)
     monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
     monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
     d = DIMS["k16-hv2-bf16"]

@@ -22,9 +22,15 @@ from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fol
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
 # at 110 registers per thread (Triton 3.6, sm_90); with the buffer's reads in it, 128-161 (fp32 / bf16 inputs).
+# Up to SMALL_BATCH rows one launch (the decode's programs fold in place): faster up to batch 16 in the H200 sweep
+# of 2026-12-02.
 BLOCK_V = 64
 NUM_WARPS = 4
-SMALL_BATCH = 4
+SMALL_BATCH = 16
+# The buffer's first block loaded before buf_len arrives (16 entries fetched whatever the fill: at the engine's mean
+# fill of 7 of 16, about 200 KiB per row and layer more than the entries, ~8% of the S0 read), or after it (only the
+# entries; the S0 load is in flight meanwhile). Not yet measured against each other: benchmarks/sweep_gdn.py.
+BUFFER_BEFORE_LEN = True
 SMALL_BLOCK_V = 32
 SMALL_WARPS = 4
 
@@ -36,17 +42,19 @@ INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 @triton.jit
 def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H: tl.constexpr,
-                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr):
+                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr,
+                 BEFORE_LEN: tl.constexpr):
     """Buffer row i_r's share of reading the committed state at a new token with key b_k, query b_q [K] and log
     decay b_g: returns the row's n = buf_len, the token's G (the last entry's G, 0 for an empty buffer, plus g) and
     sum_i e^{G - G_i} (k_i . x) u_i over columns o_v for x = k, q ([BV] each), never reading past n."""
     o_c = tl.arange(0, BC)
-    # the first block is loaded in the bounds of the row, before n arrives; the entries past n are dropped below
-    m_in = o_c < L
+    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    # BEFORE_LEN: the first block is loaded in the bounds of the row without waiting for n (the entries past n are
+    # dropped below); else only the entries before n are fetched, a round trip later (under the S0 load in flight)
+    m_in = o_c < tl.where(BEFORE_LEN, L, n)
     b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_in[:, None], other=0.)
     b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_in[:, None], other=0.)
     b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_in, other=0.)
-    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     b_G = b_g + tl.sum(tl.where(o_c == n - 1, b_bg, 0.), 0)
     if n > BC:
         b_G = b_g + tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
@@ -87,6 +95,7 @@ def gdn_decode_kernel(
     L: tl.constexpr,
     BV: tl.constexpr,
     BC: tl.constexpr,
+    BEFORE_LEN: tl.constexpr,
     COMMIT: tl.constexpr,
     FOLD_HERE: tl.constexpr,   # COMMIT: the rows that flush fold here, else in the fold kernel launched next
 ):
@@ -108,7 +117,7 @@ def gdn_decode_kernel(
         b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
                       eviction_policy="evict_first")
     n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H,
-                                      HV, K, V, L, BC)
+                                      HV, K, V, L, BC, BEFORE_LEN)
     b_eG = tl.exp(b_G)
     b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
     b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
@@ -200,7 +209,8 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
     gdn_decode_kernel[(V // BV, HV, B)](
         q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         flush_length if commit else 0,
-        **shapes, BV=BV, BC=BLOCK_L, COMMIT=commit, FOLD_HERE=small, num_warps=SMALL_WARPS if small else NUM_WARPS,
+        **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, COMMIT=commit, FOLD_HERE=small,
+        num_warps=SMALL_WARPS if small else NUM_WARPS,
         num_stages=1,
     )
     if commit and not small:

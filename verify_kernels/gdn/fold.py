@@ -32,9 +32,16 @@ ENTRIES_ACCEPTED = 2
 # one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. Triton
 # 3.6 for sm_90 gives 137-166 registers per thread at K = 128, [128, 32] tiles, 4 warps, without software pipelining
 # (num_stages 1: the entry loops run once or twice); with it over 210, like the earlier fold kernels (221-251), which
-# reached ~34% of copy bandwidth on the H200.
+# reached ~34% of copy bandwidth on the H200. The H200 sweep of 2026-12-02: 2 warps over 4 at [128, 32] tiles
+# (578 against 682 us over its workloads).
 FOLD_BLOCK_V = 32
-FOLD_WARPS = 4
+FOLD_WARPS = 2
+# A program folds its rows one after the other; with FOLD_PREFETCH it loads the next row's tile before folding the
+# current one (two tiles in registers), so that it always has a load in flight: the fold reached 51% of copy
+# bandwidth without (2026-12-01), its programs waiting on one tile at a time. Not yet measured: sweep_gdn. Triton
+# 3.9 for sm_90, [128, 32] tiles: 199-214 registers at 4 warps with it; at 2 warps it spills (144-200 bytes), and
+# even without it (8-40 bytes; 255 registers).
+FOLD_PREFETCH = False
 FOLD_LANES = 8
 SCAN_BLOCK = 128
 BLOCK_L = 16
@@ -99,6 +106,46 @@ def append_head(k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_h
 
 
 @triton.jit
+def folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na):
+    """The j-th folding row of a block of rows (all zeros past the last): its row, request slot, state slot, buffered
+    and new entries."""
+    b_sel = b_rank == j
+    i_b = tl.sum(tl.where(b_sel, o_b, 0), 0).to(tl.int64)
+    i_r = tl.sum(tl.where(b_sel, b_r, 0), 0).to(tl.int64)
+    i_s = tl.sum(tl.where(b_sel, b_slot, 0), 0).to(tl.int64)
+    return i_b, i_r, i_s, tl.sum(tl.where(b_sel, b_n, 0), 0), tl.sum(tl.where(b_sel, b_na, 0), 0)
+
+
+@triton.jit
+def state_tile(state_pool, i_s, i_h, o_k, o_v, valid, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    """The [K, BV] tile of S0 of slot i_s, value head i_h (nothing read unless valid). S0 is streamed once and not
+    reused: evict it first so the entries keep the L2."""
+    p_s = state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :])
+    return tl.load(p_s, mask=o_k[:, None] < tl.where(valid, K, 0), other=0., eviction_policy="evict_first")
+
+
+@triton.jit
+def fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na, o_k,
+             o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+             BC: tl.constexpr, ENTRIES: tl.constexpr):
+    """Fold row i_b's n buffered and na new entries into its tile b_s of S0 and store it."""
+    # G_last: of the last new entry, else of the last buffered one
+    if ENTRIES == 1:
+        b_G = tl.load(gcum + i_b * T * HV + i_h).to(tl.float32)
+    else:
+        b_G = tl.load(buf_gcum + (i_r * L + tl.maximum(n - 1, 0)) * HV + i_h)
+        if ENTRIES == 2:
+            i_last = tl.maximum(tl.load(accepted + i_b * A + tl.maximum(na - 1, 0)), 0).to(tl.int64)
+            b_G = tl.where(na > 0, tl.load(gcum + (i_b * T + i_last) * HV + i_h).to(tl.float32), b_G)
+    # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
+    b_s = tl.exp(b_G) * b_s
+    b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
+    if ENTRIES != 0:
+        b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V, BC, ENTRIES)
+    tl.store(state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :]), b_s)
+
+
+@triton.jit
 def gdn_fold_kernel(
     k,             # [B, T, H, K] new entries' keys (ENTRIES != 0)
     u,             # [B, T, HV, V] fp32 (ENTRIES != 0)
@@ -126,6 +173,7 @@ def gdn_fold_kernel(
     BB: tl.constexpr,
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P = tl.num_programs(2)
@@ -147,31 +195,23 @@ def gdn_fold_kernel(
         b_due = m_b & (b_n + b_na >= flush_length)
         b_fold = b_due & (b_slot >= 0)
         b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
-        for j in range(i_p, tl.sum(b_fold.to(tl.int32), 0), P):
-            b_sel = b_rank == j
-            i_b = tl.sum(tl.where(b_sel, o_b, 0), 0).to(tl.int64)
-            i_r = tl.sum(tl.where(b_sel, b_r, 0), 0).to(tl.int64)
-            i_s = tl.sum(tl.where(b_sel, b_slot, 0), 0).to(tl.int64)
-            n = tl.sum(tl.where(b_sel, b_n, 0), 0)
-            na = tl.sum(tl.where(b_sel, b_na, 0), 0)
-            # G_last: of the last new entry, else of the last buffered one
-            if ENTRIES == 1:
-                b_G = tl.load(gcum + i_b * T * HV + i_h).to(tl.float32)
-            else:
-                b_G = tl.load(buf_gcum + (i_r * L + tl.maximum(n - 1, 0)) * HV + i_h)
-                if ENTRIES == 2:
-                    i_last = tl.maximum(tl.load(accepted + i_b * A + tl.maximum(na - 1, 0)), 0).to(tl.int64)
-                    b_G = tl.where(na > 0, tl.load(gcum + (i_b * T + i_last) * HV + i_h).to(tl.float32), b_G)
-            # S0 is streamed once and not reused: evict it first so the entries keep the L2. The entries' loads go
-            # out with it (same round trip), so the products accumulate into the decayed tile itself: no second
-            # [K, BV] accumulator
-            p_s = state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :])
-            b_s = tl.exp(b_G) * tl.load(p_s, eviction_policy="evict_first")
-            b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
-            if ENTRIES != 0:
-                b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V,
-                               BC, ENTRIES)
-            tl.store(p_s, b_s)
+        count = tl.sum(b_fold.to(tl.int32), 0)
+        if PREFETCH:
+            # the next row's tile is loaded before this row folds: a program always has a load in flight
+            i_b, i_r, i_s, n, na = folding_row(b_rank, i_p, o_b, b_r, b_slot, b_n, b_na)
+            b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, i_p < count, HV, K, V)
+            for j in range(i_p, count, P):
+                i_b2, i_r2, i_s2, n2, na2 = folding_row(b_rank, j + P, o_b, b_r, b_slot, b_n, b_na)
+                b_s2 = state_tile(state_pool, i_s2, i_h, o_k, o_v, j + P < count, HV, K, V)
+                fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n,
+                         na, o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
+                b_s, i_b, i_r, i_s, n, na = b_s2, i_b2, i_r2, i_s2, n2, na2
+        else:
+            for j in range(i_p, count, P):
+                i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
+                b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
+                fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n,
+                         na, o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
             b_keep = m_b & ~b_due
@@ -200,5 +240,5 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=SCAN_BLOCK,
-        ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS, num_stages=1,
+        ENTRIES=entries, APPEND=append, PREFETCH=FOLD_PREFETCH, num_warps=FOLD_WARPS, num_stages=1,
     )

@@ -11,14 +11,20 @@ The math per row and value head, nodes padded to BT (a power of two >= 16 for tl
   d. the buffer's share of the reads (x_t . k_i) e^{G_t - G_i} @ u_i (x = k, q): kr, qr; w = beta (v - kr);
   e. S0's share, S0^T k_t and S0^T q_t, then u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u.
 Everything but e. is latency-bound and needs no S0; e. streams S0 (bound by memory). Two kernels for large batches:
-  the tree pass, one program per (row, key head): a. once for the key head's value heads, then b.-d. per value head,
-    writing w and qr into u and o (the state pass finishes them there), G, and M and P into a small scratch;
-  the state pass, one program per (row, value head, V block): the [K, BV] tile of S0, read once (not at all for rows
-    without a state), and e.
+  the state pass first, one program per (row, key head, V block): the [G, K, BV] tiles of S0 of the key head's G
+    value heads, read once in one load (not at all for rows without a state), multiplied with every node's k and q
+    (each loaded once for the G heads, the next node's in flight during this node's products): S0^T k_t and S0^T q_t
+    into a scratch [B, T, HV, V] each; past FMA_MAX_NODES nodes as tensor-core dots, one value head per program;
+  the tree pass, one program per (row, key head): a. once for the key head's value heads, then b.-d. per value head
+    and e. from the state pass's products: it writes u, o and G, final.
+Bytes per row at Qwen3.5-9B shapes, 4-chain: S0 2 MiB read once; the scratch 128 KiB, written once and read once
+(12% of S0's bytes). The state pass holds no tree math, so it streams S0 like the fold; the tree pass holds no S0.
+Before (2026-12-01, H200, batch 256, 4-chain: 546 us), the tree pass ran first and the state pass finished u and o
+from a [T, T] M and P per value head, with tl.dot layouts and the nodes' tiles built by selects in the S0 stream
+(3.7 ms per step in the engine at batch 128 against 1.0 ms for S0); the three-pass verify before it (410 us) read S0
+like this state pass, per value head, and spent the rest in a products pass and a tree pass per value head.
 Up to FUSED_MAX_BATCH rows, where launches cost more than bytes, one kernel does it all per (row, value head,
-V block) in one launch. Before, three passes (S0 products, products over K, tree math; three launches) left the tree
-math latency-bound at 255 registers with spills: 1.6-1.8x SGLang's intermediate-state verify at batch >= 64 against
-a ~4x bound, 21 us at batch 1; one kernel for all of it took over 240 registers.
+V block) in one launch.
 Tiles are [BV, BT], V columns first: with the nodes first, tl.dot's layout for 16-row operands put a copy of every
 tile in each warp. Products over K go BK columns at a time: a whole [BT, K] operand sits in every warp.
 Decays are exponentiated only as G differences <= 0 (or a single G), masked pairs set to -inf first. Padding nodes
@@ -35,19 +41,22 @@ import triton.language as tl
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
 from verify_kernels.tree import ancestor_mask
 
-# Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). Registers per thread from Triton 3.6
-# for sm_90 at Qwen3.5-9B shapes, 16-node blocks, no spills (python -m benchmarks.gdn_registers): state pass 127 at
-# BV = 64, 4 warps (124 with dots), fused kernel 165 at BV = 32, 4 warps; the tree pass, latency-bound, wants many
-# programs per SM more than warps per program: 192 registers at 2 warps (5 programs per SM; 210 at 4 warps: 2), as
-# the earlier tree pass (2 warps measured faster than 4 on the H200). The earlier verify's products and tree passes
-# spilled at 255. By BT: V columns per program and warps of the state pass and the fused kernel. The tree pass: V
-# columns per step, warps.
-# S0 reads one node at a time up to FMA_MAX_NODES nodes, else as dots over STATE_BLOCK_K rows of S0 at a time;
-# products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight. Never 8 warps for 64-node
-# blocks: with tf32x3 products Triton 3.6 built a kernel that made illegal memory accesses on the H200 (an earlier
-# tree pass). 64-node blocks spill registers (rare trees; correct, not tuned).
-FUSED_MAX_BATCH = 4
-STATE_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
+# Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
+# nodes (one node at a time on the FMA units): V columns per program and warps, STATE_SHARE_KEY_HEAD: a program
+# per key head ([G, K, BV] tiles, each node's k and q loaded once for its G value heads) or per value head. Beyond
+# FMA_MAX_NODES, dots over STATE_BLOCK_K rows of S0 at a time, per value head, by BT: V columns, warps. The tree
+# pass, latency-bound, wants many programs per SM more than warps per program (an earlier one measured 2 warps
+# faster than 4 on the H200). Registers per thread for sm_90 (python -m benchmarks.gdn_registers, Triton 3.9's
+# compiler): state pass 114 (4-chain), 122 (16-node tree); tree pass 250 at 32 columns per step and 2 warps, 249
+# at 64 and 4 warps, spilling at 64 and 2 warps (the last sweep's best before the finish of u and o moved in; 168
+# registers then). Products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight. Never
+# 8 warps for 64-node blocks: with tf32x3 products Triton 3.6 built a kernel that made illegal memory accesses on
+# the H200 (an earlier tree pass). 64-node blocks spill registers (rare trees; correct, not tuned). The fused
+# kernel: by BT, V columns and warps; one launch won only at batch 1 in the last sweep.
+FUSED_MAX_BATCH = 1
+STATE_FMA_CONFIG = (32, 4)
+STATE_SHARE_KEY_HEAD = True
+STATE_DOT_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 TREE_BLOCK_V = 32
 TREE_WARPS = 2
@@ -201,18 +210,77 @@ def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr
 
 
 @triton.jit
+def gdn_verify_state_kernel(
+    q, k,               # [B, T, H, K]
+    num_nodes,          # [B]
+    state_pool,         # [S, HV, K, V] fp32
+    state_slots,        # [B]
+    kS, qS,             # [B, T, HV, V] fp32 out: S0^T k_t, S0^T q_t (rows with a state, nodes < num_nodes only)
+    T,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BV: tl.constexpr,
+    BK: tl.constexpr,
+    G: tl.constexpr,    # value heads per program, all of one key head (1 with USE_DOT)
+    NG: tl.constexpr,   # G padded to a power of two
+    USE_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_s = tl.load(state_slots + i_b).to(tl.int64)
+    if i_s >= 0:
+        i_h0 = i_g * G
+        i_hk = i_h0 // (HV // H)
+        nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
+        o_v = i_v * BV + tl.arange(0, BV)
+        if USE_DOT:
+            o_t = tl.arange(0, BT)
+            # S0 is streamed once and not reused: evict it first so the nodes keep the L2
+            p_s = state_pool + (i_s * HV + i_h0) * (K * V) + i_v * BV
+            b_kS, b_qS = state_reads(q, k, p_s, tl.zeros([K, BV], dtype=tl.float32), i_b, i_hk, nn, T, H, K, V, BT,
+                                     BV, BK, True, PRECISION, "evict_first")
+            p_n = ((i_b * T + o_t[None, :]) * HV + i_h0) * V + o_v[:, None]
+            m_n = (o_t < nn)[None, :]
+            tl.store(kS + p_n, b_kS, mask=m_n)
+            tl.store(qS + p_n, b_qS, mask=m_n)
+        else:
+            o_g = tl.arange(0, NG)
+            o_k = tl.arange(0, K)
+            m_g = o_g < G
+            p_s = state_pool + (((i_s * HV + i_h0 + o_g[:, None, None]) * K + o_k[None, :, None]) * V
+                                + o_v[None, None, :])
+            b_s = tl.load(p_s, mask=m_g[:, None, None], other=0., eviction_policy="evict_first")   # [NG, K, BV]
+            p_x = (i_b * T * H + i_hk) * K + o_k
+            b_k = tl.load(k + p_x).to(tl.float32)
+            b_q = tl.load(q + p_x).to(tl.float32)
+            p_n = ((i_b * T) * HV + i_h0 + o_g[:, None]) * V + o_v[None, :]                      # [NG, BV], node 0
+            for t in range(0, nn):
+                # the next node's k and q in flight during this node's products (the last node reloads itself)
+                p_xn = p_x + tl.minimum(t + 1, nn - 1) * (H * K)
+                b_kn = tl.load(k + p_xn).to(tl.float32)
+                b_qn = tl.load(q + p_xn).to(tl.float32)
+                tl.store(kS + p_n + t * (HV * V), tl.sum(b_s * b_k[None, :, None], 1), mask=m_g[:, None])
+                tl.store(qS + p_n + t * (HV * V), tl.sum(b_s * b_q[None, :, None], 1), mask=m_g[:, None])
+                b_k, b_q = b_kn, b_qn
+
+
+@triton.jit
 def gdn_verify_tree_kernel(
     q, k, v, g, beta,   # [B, T, H, K], [B, T, H, K], [B, T, HV, V], [B, T, HV], [B, T, HV]
     ancestors,          # [B, T, T] uint8: [b, t, i] = 1 iff i is t or an ancestor of t
     num_nodes,          # [B]
+    state_slots,        # [B]
+    kS, qS,             # [B, T, HV, V] fp32: S0^T k_t, S0^T q_t from the state pass (rows with a state)
     buf_k,              # [R, L, H, K] fp32
     buf_u,              # [R, L, HV, V] fp32
     buf_gcum,           # [R, L, HV] fp32
     buf_len,            # [R]
     req_slots,          # [B]
-    o, u,               # [B, T, HV, V] fp32 out: qr and w, finished by the state pass
+    o, u,               # [B, T, HV, V] fp32 out
     gcum,               # [B, T, HV] fp32 out
-    weights,            # [B, HV, 2, BT, BT] fp32 out: M and P
     T,                  # not constexpr: tree sizes change every step; only BT picks a compiled kernel
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -229,10 +297,12 @@ def gdn_verify_tree_kernel(
 ):
     i_hk, i_b = tl.program_id(0), tl.program_id(1)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
+    i_s = tl.load(state_slots + i_b).to(tl.int64)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     o_t = tl.arange(0, BT)
     m_T = o_t < T
+    m_n = (o_t < nn)[None, :]
     # the key head's value heads' g, beta and buffer G (NG columns, the first HV // H of them real)
     b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_hk * (HV // H), n, nn, T, HV,
                                               L, BT, BL, HV // H, NG)
@@ -246,62 +316,19 @@ def gdn_verify_tree_kernel(
                                            tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BT,
                                            BL)
         tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
-        p_w = weights + (((i_b * HV + i_h) * 2) * BT + o_t[:, None]) * BT + o_t[None, :]
-        tl.store(p_w, b_M)
-        tl.store(p_w + BT * BT, b_P)
         for i_v in tl.range(0, V, BV, num_stages=PRODUCTS_STAGES):
             o_v = i_v + tl.arange(0, BV)
+            p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+            b_kS = tl.zeros([BV, BT], dtype=tl.float32)
+            b_qS = tl.zeros([BV, BT], dtype=tl.float32)
+            if i_s >= 0:
+                b_kS = tl.load(kS + p_n, mask=m_n, other=0.)
+                b_qS = tl.load(qS + p_n, mask=m_n, other=0.)
             b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT,
                                      BL, PRECISION)
-            p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
-            tl.store(u + p_n, b_w, mask=m_T[None, :])
-            tl.store(o + p_n, b_qr, mask=m_T[None, :])
-
-
-@triton.jit
-def gdn_verify_state_kernel(
-    q, k, beta,         # [B, T, H, K], [B, T, H, K], [B, T, HV]
-    num_nodes,          # [B]
-    state_pool,         # [S, HV, K, V] fp32
-    state_slots,        # [B]
-    o, u,               # [B, T, HV, V] fp32: qr and w from the tree pass, in; o and u out
-    gcum,               # [B, T, HV] fp32, from the tree pass
-    weights,            # [B, HV, 2, BT, BT] fp32, M and P from the tree pass
-    T,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BT: tl.constexpr,
-    BV: tl.constexpr,
-    BK: tl.constexpr,
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_hk = i_h // (HV // H)
-    i_s = tl.load(state_slots + i_b).to(tl.int64)
-    nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
-    o_t = tl.arange(0, BT)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_T = o_t < T
-    b_kS = tl.zeros([BV, BT], dtype=tl.float32)
-    b_qS = tl.zeros([BV, BT], dtype=tl.float32)
-    if i_s >= 0:
-        # S0 is streamed once and not reused: evict it first so the nodes keep the L2
-        p_s = state_pool + (i_s * HV + i_h) * (K * V) + i_v * BV
-        b_s = state_tile(p_s, K, V, BV, USE_DOT, "evict_first")
-        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BK, USE_DOT, PRECISION,
-                                 "evict_first")
-    p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
-    b_w = tl.load(u + p_n, mask=m_T[None, :], other=0.)
-    b_qr = tl.load(o + p_n, mask=m_T[None, :], other=0.)
-    b_G = tl.load(gcum + (i_b * T + o_t) * HV + i_h, mask=m_T, other=0.)
-    b_beta = tl.where(o_t < nn, tl.load(beta + (i_b * T + o_t) * HV + i_h, mask=m_T, other=0.).to(tl.float32), 0.)
-    p_w = weights + (((i_b * HV + i_h) * 2) * BT + o_t[:, None]) * BT + o_t[None, :]
-    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, tl.load(p_w), tl.load(p_w + BT * BT), PRECISION)
-    tl.store(u + p_n, b_u, mask=m_T[None, :])
-    tl.store(o + p_n, b_o, mask=m_T[None, :])
+            b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
+            tl.store(u + p_n, b_u, mask=m_T[None, :])
+            tl.store(o + p_n, b_o, mask=m_T[None, :])
 
 
 @triton.jit
@@ -371,8 +398,9 @@ def verify_blocks(T: int) -> int:
 
 def verify_scratch_bytes(T: int, HV: int, V: int) -> int:
     """Bytes one request's verify of T nodes writes in one layer besides o: the nodes' buffer entries u and G, and
-    (batches over FUSED_MAX_BATCH) M and P between the passes. None of it is a state: a state is [HV, K, V]."""
-    return 4 * (T * HV * V + T * HV + 2 * HV * verify_blocks(T) ** 2)
+    (batches over FUSED_MAX_BATCH, rows with a state) S0^T k and S0^T q between the passes. None of it is a state: a
+    state is [HV, K, V]."""
+    return 4 * (T * HV * V + T * HV + 2 * T * HV * V)
 
 
 def gdn_verify(
@@ -437,17 +465,23 @@ def gdn_verify(
             USE_DOT=use_dot, PRECISION=DOT_PRECISION, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
         )
         return o, u, gcum
-    weights = new(B, HV, 2, BT, BT)  # M and P, between the passes
+    # the state pass, then the tree pass (verify_scratch_bytes: S0^T k and S0^T q between them)
+    kS, qS = new(B, T, HV, V), new(B, T, HV, V)
+    if use_dot:
+        block_v, warps = STATE_DOT_CONFIGS[BT]
+        G = 1
+    else:
+        block_v, warps = STATE_FMA_CONFIG
+        G = HV // H if STATE_SHARE_KEY_HEAD else 1
+    BV = min(V, block_v)
+    gdn_verify_state_kernel[(V // BV, HV // G, B)](
+        q, k, num_nodes, state_pool, state_slots, kS, qS,
+        **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
+        PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
+    )
     gdn_verify_tree_kernel[(H, B)](
-        q, k, v, g, beta, anc, num_nodes, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum, weights,
+        q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
         NG=triton.next_power_of_2(HV // H), PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=TREE_WARPS, num_stages=1,
-    )
-    block_v, warps = STATE_CONFIGS[BT]
-    BV = min(V, block_v)
-    gdn_verify_state_kernel[(V // BV, HV, B)](
-        q, k, beta, num_nodes, state_pool, state_slots, o, u, gcum, weights,
-        **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), USE_DOT=use_dot, PRECISION=DOT_PRECISION, num_warps=warps,
-        num_stages=1,
     )
     return o, u, gcum
