@@ -194,10 +194,7 @@ def check_tree(args) -> None:
 def read_prompts(args) -> list[str]:
     if args.prompts_file is not None:
         return read_prompts_file(args.prompts_file)
-    if args.prompt is None:
-        print(f"[specdec] no --prompt given: asking {DEFAULT_PROMPT!r}", file=sys.stderr)
-        return [DEFAULT_PROMPT]
-    return [args.prompt]
+    return [DEFAULT_PROMPT if args.prompt is None else args.prompt]
 
 
 def read_prompts_file(path: Path) -> list[str]:
@@ -256,6 +253,8 @@ def run(args) -> None:
     chat = llm.has_chat_template if args.chat is None else args.chat
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, seed=args.seed, chat=chat, stop=args.stop)
+    if args.prompt is None and args.prompts_file is None:
+        print(f"[specdec] no --prompt given: asking {DEFAULT_PROMPT!r}", file=sys.stderr)
     start = time.perf_counter()
     with Answers(prompts, args.output) as answers:
         if len(prompts) == 1 and args.prompts_file is None and llm.tokenizer is not None:
