@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import specdec.api
-from specdec import cli
+from specdec import options
 from specdec.cli import main
 from tests.tiny_models import qwen35_text_config, save_tiny, save_tiny_tokenizer
 
@@ -73,16 +73,13 @@ def test_the_stated_maximum_is_the_verify_kernels():
     from verify_kernels.gdn import verify as gdn_verify
     from verify_kernels.mamba2 import verify as mamba2_verify
 
-    assert cli.MAX_DRAFT_TOKENS == gdn_verify.MAX_NODES - 1 == mamba2_verify.MAX_NODES - 1
-    from specdec.presets import DEFAULT_TARGET
-
-    assert cli.DEFAULT_TARGET == DEFAULT_TARGET
+    assert options.MAX_DRAFT_TOKENS == gdn_verify.MAX_NODES - 1 == mamba2_verify.MAX_NODES - 1
 
 
 def test_dtype_names_are_the_loaders():
     from specdec.models.loading import _parse_dtype
 
-    assert all(isinstance(_parse_dtype(name), torch.dtype) for name in cli.DTYPES)
+    assert all(isinstance(_parse_dtype(name), torch.dtype) for name in options.DTYPES)
 
 
 def jsonl(*lines: str) -> str:

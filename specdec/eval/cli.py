@@ -7,10 +7,10 @@ import argparse
 import re
 from pathlib import Path
 
+from specdec.options import add_model_arguments, add_speculation_arguments, check_tree, not_utf8
+
 
 def add_commands(commands) -> None:
-    from specdec.cli import add_model_arguments, add_speculation_arguments  # `run`'s options (cli imports this)
-
     evaluate = commands.add_parser(
         "eval", help="acceptance rate and throughput of a drafter on a prompt set",
         description="Run a prompt set with plain decoding and with speculative decoding on the same engine, at one "
@@ -68,7 +68,6 @@ def add_commands(commands) -> None:
 def check_before_loading(args: argparse.Namespace, draft_name: bool) -> None:
     """The device, the drafter's name (the speculative runs load it after the plain ones) and the tree size."""
     from specdec.api import check_device, check_draft_name
-    from specdec.cli import check_tree
     from specdec.presets import DEFAULT_TARGET, drafter_asked
 
     check_device(args.device)
@@ -132,8 +131,6 @@ def evaluate(args: argparse.Namespace) -> None:
     try:
         prompts = load_prompts(args.dataset, args.num_prompts, chat=args.chat)
     except UnicodeDecodeError as error:
-        from specdec.cli import not_utf8
-
         raise not_utf8(args.dataset, error) from None
     out = output_folder(args)
     rows = run_eval(settings, prompts, args.batch_size, out, baseline=not args.no_baseline)
