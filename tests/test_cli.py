@@ -115,3 +115,29 @@ def test_help_lists_every_option():
                  "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
                  "--disable-cuda-graph"):
         assert flag in run_help
+
+
+def test_ctrl_c_in_eval_is_one_line_and_the_rerun_resumes(target, prompts_file, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "eval"
+    argv = ["eval", "--target", target, "--draft", "ngram", "--dataset", str(prompts_file), "--max-new-tokens", "6",
+            "--no-baseline", "--output", str(out)]
+    steps = []
+    step = Engine.step
+
+    def interrupted_step(engine):
+        steps.append(1)
+        if len(steps) == 12:
+            raise KeyboardInterrupt
+        return step(engine)
+
+    monkeypatch.setattr(Engine, "step", interrupted_step)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == f"specdec: interrupted: finished requests are recorded in {out}; the " \
+                                          "same command resumes" and "Traceback" not in err
+    (records,) = (out / "requests").glob("*.jsonl")
+    done = [json.loads(line) for line in records.read_text().splitlines()]
+    assert 1 <= len(done) < len(PROMPTS)
+    monkeypatch.undo()
+    assert main(argv) == 0
+    assert len(records.read_text().splitlines()) == len(PROMPTS)
