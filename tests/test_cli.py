@@ -5,6 +5,11 @@ a valid JSONL of the answers so far)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +18,7 @@ from specdec.cli import build_parser, main
 from specdec.engine.engine import Engine
 from tests.tiny_models import qwen35_text_config, save_tiny, save_tiny_tokenizer
 
+ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["aa ae ai aa ae ai", "ba be", "ca ce ci co", "da"]
 SHORT = ["--max-seq-len", "64", "--draft", "ngram", "--speculative-num-steps", "3"]
 
@@ -115,6 +121,27 @@ def test_help_lists_every_option():
                  "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
                  "--disable-cuda-graph"):
         assert flag in run_help
+
+
+def test_a_real_ctrl_c_while_decoding(target, tmp_path):
+    """SIGINT to `python -m specdec run` once the first answer is written: exit status 130, one line, no traceback,
+    and every line of --output a whole record."""
+    prompts, answers = tmp_path / "prompts.txt", tmp_path / "answers.jsonl"
+    prompts.write_text("aa ae ai\n" * 400)  # far more than a few seconds of decoding
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdec", "run", "--target", target, *SHORT, "--prompts-file", str(prompts),
+         "--max-new-tokens", "40", "--max-batch", "1", "--output", str(answers)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while process.poll() is None and time.monotonic() < deadline and not (
+            answers.is_file() and answers.read_text().count("\n") >= 1):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    err = process.communicate(timeout=120)[1]
+    assert process.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("specdec: interrupted: "), err
+    records = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert 1 <= len(records) < 400
 
 
 def test_ctrl_c_in_eval_is_one_line_and_the_rerun_resumes(target, prompts_file, tmp_path, monkeypatch, capsys):
