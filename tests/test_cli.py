@@ -83,11 +83,12 @@ def test_chat_template_whenever_the_tokenizer_has_one(target, prompts_file, monk
     encode = specdec.api.LLM.encode
     monkeypatch.setattr(specdec.api.LLM, "encode", lambda self, prompt, chat=False: asked.append(chat) or
                         encode(self, prompt, chat))
-    for source in (["--prompt", "aa ae"], ["--prompts-file", str(prompts_file)], []):
-        for flag, expected in (([], True), (["--no-chat"], False), (["--chat"], True)):
-            asked.clear()
-            assert main(["run", "--target", target, *SHORT, "--max-new-tokens", "2", *source, *flag]) == 0
-            assert asked and set(asked) == {expected}, (source, flag, asked)
+    cases = [(["--prompt", "aa ae"], True), (["--prompts-file", str(prompts_file)], True), ([], True),
+             (["--prompt", "aa ae", "--no-chat"], False), (["--prompts-file", str(prompts_file), "--no-chat"], False)]
+    for flags, expected in cases:
+        asked.clear()
+        assert main(["run", "--target", target, *SHORT, "--max-new-tokens", "2", *flags]) == 0
+        assert asked and set(asked) == {expected}, (flags, asked)
     capsys.readouterr()
 
 
