@@ -11,10 +11,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from numbers import Integral, Real
 
 import torch
 
-from drafters import DraftContext, Drafter, make_drafter
+from drafters import DraftContext, Drafter, make_drafter, parse_draft
 from specdec.cache.budget import cache_for_budget
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
@@ -22,7 +23,7 @@ from specdec.engine.request import Request, RequestStats
 from specdec.models import load_model
 from specdec.models.checkpoint import resolve_checkpoint
 from specdec.models.tokenizer import load_tokenizer
-from specdec.presets import resolve
+from specdec.presets import eagle3_head_for, resolve, small_draft_for
 from specdec.speculation import Acceptance, SamplingParams
 
 Prompt = str | Sequence[int]
@@ -59,7 +60,10 @@ class LLM:
     def __init__(self, target: str = "qwen3.5", draft: str | Drafter | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, config: EngineConfig = EngineConfig(),
                  state_memory_gb: float | None = None, acceptance: Acceptance | None = None):
+        check_device(device)
         target_path = resolve_checkpoint(resolve(target))
+        if isinstance(draft, str):  # a misspelt drafter fails here, before any model loads
+            check_draft_name(target, draft)
         self.model = load_model(target_path, device=device, dtype=dtype)
         cache = config.cache
         if state_memory_gb is not None:  # pools sized by memory: as many committed states as fit
@@ -79,20 +83,44 @@ class LLM:
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = None, chat: bool = False,
-                 stop: Sequence[str] = ()) -> list[Output]:
-        """Generate for every prompt (text or token ids); all inputs are checked before any work starts."""
+                 stop: str | Sequence[str] = ()) -> list[Output]:
+        """Generate for every prompt (a text, or a list of token ids), decoded together (up to the cache's
+        max_requests at once; the rest wait for a slot); one Output per prompt, in order. All inputs are checked
+        before any work starts: wrong types raise TypeError, wrong values ValueError."""
+        prompts = as_prompt_list(prompts)
+        outputs: list[Output | None] = [None] * len(prompts)
+        for index, output in self.generate_each(prompts, max_new_tokens, temperature, top_p, top_k, seed, chat,
+                                                stop):
+            outputs[index] = output
+        return outputs
+
+    def generate_each(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,
+                      top_p: float = 1.0, top_k: int = 0, seed: int | None = None, chat: bool = False,
+                      stop: str | Sequence[str] = ()) -> Iterator[tuple[int, Output]]:
+        """As generate(), but yields (the prompt's index, its Output) as each request finishes. Requests still
+        running when the caller stops iterating (or on an interrupt) are aborted, so the engine stays usable."""
+        stop = check_stop(stop)
         requests = self.submit(prompts, max_new_tokens, temperature, top_p, top_k, seed, chat)
-        while not self.engine.scheduler.idle:
-            self.engine.step()
-            self._apply_stop_strings(requests, stop)
-        return [self._output(request, stop) for request in requests]
+        index_of = {request.request_id: index for index, request in enumerate(requests)}
+        try:
+            while not self.engine.scheduler.idle:
+                finished = self.engine.step()
+                self._apply_stop_strings(requests, stop)
+                for request in finished:
+                    if request.request_id in index_of:
+                        yield index_of.pop(request.request_id), self._output(request, stop)
+        finally:
+            for request_id in index_of:
+                self.engine.abort(request_id)
 
     def stream(self, prompt: Prompt, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
-               top_k: int = 0, seed: int | None = None, chat: bool = False, stop: Sequence[str] = ()) -> Iterator[str]:
+               top_k: int = 0, seed: int | None = None, chat: bool = False,
+               stop: str | Sequence[str] = ()) -> Iterator[str]:
         """Yield the text of one prompt's continuation piece by piece, as the engine emits it; afterwards the whole
         Output is in `last_stream`."""
         if self.tokenizer is None:
             raise ValueError("streaming text needs a tokenizer and this checkpoint ships none; use generate()")
+        stop = check_stop(stop)
         (request,) = self.submit([prompt], max_new_tokens, temperature, top_p, top_k, seed, chat)
         shown = ""
         while True:
@@ -114,16 +142,21 @@ class LLM:
                top_p: float = 1.0, top_k: int = 0, seed: int | None = None, chat: bool = False) -> list[Request]:
         """Queue prompts on the engine without running it (callers drive `self.engine.step()`, which returns the
         requests that finished); all inputs are checked before any is queued."""
-        params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
+        check_sampling(max_new_tokens, temperature, top_p, top_k, seed, chat)
+        params = SamplingParams(temperature=float(temperature), top_p=float(top_p), top_k=int(top_k),
+                                seed=None if seed is None else int(seed))
+        prompts = as_prompt_list(prompts)
         if not prompts:
             raise ValueError("no prompts given")
         encoded = [self.encode(prompt, chat) for prompt in prompts]
         for tokens in encoded:
-            self.engine.check_request(tokens, max_new_tokens)
+            self.engine.check_request(tokens, int(max_new_tokens))
         eos = self.eos_token_ids()
-        return [self.engine.add_request(tokens, params, max_new_tokens, eos) for tokens in encoded]
+        return [self.engine.add_request(tokens, params, int(max_new_tokens), eos) for tokens in encoded]
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self.tokenizer is not None and bool(getattr(self.tokenizer, "chat_template", None))
 
     def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:
         if not isinstance(prompt, str):
@@ -131,7 +164,7 @@ class LLM:
         if self.tokenizer is None:
             raise ValueError("this checkpoint ships no tokenizer: give prompts as lists of token ids")
         if chat:
-            if not getattr(self.tokenizer, "chat_template", None):
+            if not self.has_chat_template:
                 raise ValueError("chat=True but the tokenizer has no chat template; pass chat=False")
             prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                                         add_generation_prompt=True, tokenize=False)
@@ -164,6 +197,93 @@ class LLM:
     def _output(self, request: Request, stop: Sequence[str]) -> Output:
         return Output(request.prompt, request.output, self._text(request.output, stop), request.finish_reason,
                       request.stats)
+
+
+def as_prompt_list(prompts) -> list[str | list[int]]:
+    """One prompt or a sequence of them -> a list of prompts, each a text or a list of int token ids (a 1-D tensor or
+    array counts as one prompt's ids); anything else is a TypeError that says what is accepted."""
+    if isinstance(prompts, str) or _is_token_ids(prompts):
+        return [_as_prompt(prompts, None)]
+    if isinstance(prompts, bytes | bytearray) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a str, a list of int token ids, or a list of those; got "
+                        f"{type(prompts).__name__}")
+    return [_as_prompt(prompt, index) for index, prompt in enumerate(prompts)]
+
+
+def _is_token_ids(value) -> bool:
+    if hasattr(value, "ndim") and hasattr(value, "tolist"):  # a torch tensor or numpy array of ids
+        return value.ndim == 1
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray) and len(value) > 0 \
+        and not isinstance(value[0], str) and not _is_sequence(value[0])
+
+
+def _is_sequence(value) -> bool:
+    return hasattr(value, "ndim") or (isinstance(value, Sequence) and not isinstance(value, str))
+
+
+def _as_prompt(prompt, index: int | None) -> str | list[int]:
+    where = "" if index is None else f"prompts[{index}]: "
+    if isinstance(prompt, str):
+        return prompt
+    if hasattr(prompt, "ndim") and hasattr(prompt, "tolist"):
+        prompt = prompt.tolist()
+    if isinstance(prompt, bytes | bytearray) or not isinstance(prompt, Sequence):
+        raise TypeError(f"{where}a prompt is a str or a list of int token ids, got {type(prompt).__name__}")
+    for position, token in enumerate(prompt):
+        if isinstance(token, bool) or not isinstance(token, Integral):
+            raise TypeError(f"{where}token ids must be ints, got {token!r} ({type(token).__name__}) at position "
+                            f"{position}")
+    return [int(token) for token in prompt]
+
+
+def check_sampling(max_new_tokens, temperature, top_p, top_k, seed, chat) -> None:
+    """Types of generate()'s settings (their ranges are checked by SamplingParams and the engine)."""
+    for name, value in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)):
+        raise TypeError(f"seed must be an int or None, got {seed!r} ({type(seed).__name__})")
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    if not isinstance(chat, bool):
+        raise TypeError(f"chat must be True or False, got {chat!r}")
+
+
+def check_stop(stop) -> tuple[str, ...]:
+    """One stop string or a sequence of them -> a tuple of non-empty strings."""
+    stops = (stop,) if isinstance(stop, str) else stop
+    if isinstance(stops, bytes | bytearray) or not isinstance(stops, Sequence | set | frozenset):
+        raise TypeError(f"stop must be a str or a list of str, got {type(stop).__name__}")
+    for item in stops:
+        if not isinstance(item, str):
+            raise TypeError(f"stop strings must be str, got {item!r} ({type(item).__name__})")
+        if not item:
+            raise ValueError("a stop string is empty; give text that ends the answer when it appears")
+    return tuple(stops)
+
+
+def check_device(device) -> None:
+    """A CUDA device asked for on a machine whose torch sees no GPU fails here, not deep in the loading."""
+    if device is None:
+        return
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r} asked for, but torch sees no CUDA GPU on this machine "
+                             "(torch.cuda.is_available() is False); use the CPU (device 'cpu')")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r} asked for, but torch sees {torch.cuda.device_count()} GPU(s)")
+
+
+def check_draft_name(target: str, draft: str) -> None:
+    """Resolve a drafter's name as its factory will (drafters/registry.py), so that an unknown name fails before
+    any model loads."""
+    kind, argument = parse_draft(draft)
+    if kind == "model":
+        resolve_checkpoint(small_draft_for(target) if argument == "small" else resolve(argument))
+    elif kind == "eagle3":
+        resolve_checkpoint(argument or eagle3_head_for(target))
 
 
 def generate(prompts: Prompt | Sequence[Prompt], target: str = "qwen3.5", draft: str | None = None,

@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 
 from configs import config_file
-from specdec.models.checkpoint import HUB_ID, read_config
+
+# specdec.models.checkpoint (HUB_ID, read_config) is imported where needed: it brings torch, and the command line
+# resolves aliases before it needs torch.
 
 MODELS_FILE = config_file("models.json")
 SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
@@ -42,7 +44,7 @@ def resolve(name: str) -> str:
         return str(random_target_at_shape(shape, int(layers) if layers else None))
     family, _, size = name.partition(":")
     if family not in families():
-        if Path(name).expanduser().exists() or HUB_ID.match(name):
+        if Path(name).expanduser().exists() or _is_hub_id(name):
             return name
         raise ValueError(
             f"unknown model {name!r}: not a family alias ({', '.join(sorted(families()))}, optionally with "
@@ -53,6 +55,14 @@ def resolve(name: str) -> str:
     if size not in spec["sizes"]:
         raise ValueError(f"{family} has no size {size!r}; sizes: {', '.join(spec['sizes'])}")
     return location(spec["sizes"][size])
+
+
+def _is_hub_id(name: str) -> bool:
+    if "/" not in name:  # every hub id has one: an unknown alias fails without importing torch
+        return False
+    from specdec.models.checkpoint import HUB_ID
+
+    return bool(HUB_ID.match(name))
 
 
 def location(entry: str) -> str:
@@ -105,6 +115,8 @@ def family_of_checkpoint(path: str) -> str:
             f"--draft small needs the target's family: give the target as an alias ({', '.join(families())}) "
             f"or a local directory, not {path!r}"
         )
+    from specdec.models.checkpoint import read_config
+
     model_type = read_config(directory).get("model_type")
     for family, spec in families().items():
         if model_type in spec["model_types"]:

@@ -4,6 +4,7 @@ stop strings, seeds, and bad input refused before any work with the engine still
 from __future__ import annotations
 
 import pytest
+import torch
 
 import specdec
 from specdec import LLM, EngineConfig
@@ -82,3 +83,55 @@ def test_bad_models(checkpoints):
         LLM("llama-9")
     with pytest.raises(ValueError, match="vocabulary"):
         LLM(str(target), draft=str(other), config=SHORT)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [(dict(prompts=5), TypeError, "prompts must be a str, a list of int token ids"),
+     (dict(prompts=b"aa ae"), TypeError, "got bytes"),
+     (dict(prompts=["aa", 7]), TypeError, r"prompts\[1\]: a prompt is a str or a list of int token ids, got int"),
+     (dict(prompts=[[1.5, 2.0]]), TypeError, "token ids must be ints, got 1.5"),
+     (dict(prompts=[1, "a"]), TypeError, "token ids must be ints, got 'a'"),
+     (dict(prompts=[True, 2]), TypeError, "token ids must be ints, got True"),
+     (dict(prompts=PROMPT, max_new_tokens=1.5), TypeError, "max_new_tokens must be an int, got 1.5"),
+     (dict(prompts=PROMPT, temperature="hot"), TypeError, "temperature must be a number, got 'hot'"),
+     (dict(prompts=PROMPT, top_k=2.0), TypeError, "top_k must be an int"),
+     (dict(prompts=PROMPT, seed="7"), TypeError, "seed must be an int or None"),
+     (dict(prompts=PROMPT, stop=[1]), TypeError, "stop strings must be str"),
+     (dict(prompts=PROMPT, stop=""), ValueError, "a stop string is empty"),
+     (dict(prompts=[]), ValueError, "no prompts given")],
+    ids=["int", "bytes", "int-in-list", "float-ids", "str-in-ids", "bool-ids", "float-max-new-tokens",
+         "str-temperature", "float-top-k", "str-seed", "int-stop", "empty-stop", "no-prompts"],
+)
+def test_generate_argument_types(plain, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        plain.generate(**kwargs)
+    assert plain.engine.scheduler.idle
+
+
+def test_one_stop_string_is_not_split_into_characters(plain):
+    full = plain.generate(PROMPT, max_new_tokens=24)[0]
+    stop_word = full.text.split()[3]
+    as_string = plain.generate(PROMPT, max_new_tokens=24, stop=stop_word)[0]
+    as_list = plain.generate(PROMPT, max_new_tokens=24, stop=[stop_word])[0]
+    assert as_string.text == as_list.text and as_string.finish_reason == "stop"
+    assert len(as_string.text) > len(stop_word[0])  # not cut at the word's first character
+
+
+def test_token_id_prompts_as_ints_lists_and_tensors(plain):
+    ids = plain.encode(PROMPT)
+    by_list = plain.generate(ids, max_new_tokens=6)[0].token_ids
+    assert plain.generate([ids], max_new_tokens=6)[0].token_ids == by_list
+    assert plain.generate(torch.tensor(ids), max_new_tokens=6)[0].token_ids == by_list
+
+
+def test_generate_each_yields_every_output_once_and_aborts_the_rest_when_closed(plain):
+    prompts = [PROMPT, "ba be", "aa"]
+    expected = plain.generate(prompts, max_new_tokens=12)
+    seen = dict(plain.generate_each(prompts, max_new_tokens=12))
+    assert sorted(seen) == [0, 1, 2]
+    assert [seen[i].token_ids for i in range(3)] == [out.token_ids for out in expected]
+    each = plain.generate_each(prompts, max_new_tokens=12)
+    next(each)
+    each.close()  # the caller stops early (or is interrupted): the others are aborted
+    assert plain.engine.scheduler.idle

@@ -7,6 +7,8 @@ import argparse
 import re
 from pathlib import Path
 
+from specdec.options import add_model_arguments, add_speculation_arguments, check_tree, not_utf8
+
 
 def add_commands(commands) -> None:
     evaluate = commands.add_parser(
@@ -15,14 +17,12 @@ def add_commands(commands) -> None:
         "or more batch sizes; write per-request JSONL, a summary table (mean accepted length, acceptance per draft "
         "position, draft acceptance rate, tokens/s, speedup over plain decoding, peak memory) and PNG plots. "
         "Re-running on the same --output resumes.")
-    evaluate.add_argument("--target", default=None, help="as for `specdec run` (default: the shipped qwen3.5)")
-    evaluate.add_argument("--draft", default=None,
-                          help="as for `specdec run`: small, ngram, mtp, eagle3, eagle3:PATH, a model, or none "
-                          "(default: small with the default target, else none)")
+    add_model_arguments(evaluate)
     evaluate.add_argument("--dataset", default="mt-bench",
                           help="mt-bench, humaneval, gsm8k (shipped) or a .jsonl file with a 'prompt' field per line "
                           "(default: mt-bench)")
-    evaluate.add_argument("--chat", action="store_true", help="apply the chat template to a .jsonl file's prompts")
+    evaluate.add_argument("--chat", action="store_true",
+                          help="apply the chat template to a .jsonl file's prompts (the shipped sets say themselves)")
     evaluate.add_argument("--num-prompts", type=int, default=None, help="the first N prompts (default: all)")
     evaluate.add_argument("--batch-size", type=int, nargs="+", default=[1],
                           help="requests decoded together; several values make a throughput sweep (default: 1)")
@@ -32,10 +32,9 @@ def add_commands(commands) -> None:
     add_speculation_arguments(evaluate)
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="skip the plain-decoding runs (no speedup column)")
-    evaluate.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    evaluate.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
     evaluate.add_argument("--output", type=Path, default=None,
                           help="results folder (default: eval-results/TARGET_DRAFT_DATASET)")
+    evaluate.set_defaults(handler=evaluate_command)
 
     bench = commands.add_parser(
         "bench", help="throughput sweep over batch sizes, KVBuffer against the intermediate-state baseline",
@@ -45,10 +44,7 @@ def add_commands(commands) -> None:
         "linear-attention state memory per request and how many requests fit --state-memory-gb; beside each step "
         "time, its roofline (bytes at the device's copy bandwidth, GEMM FLOPs at its GEMM peak, both measured in the "
         "run) and the roofline ratio between the backends.")
-    bench.add_argument("--target", default=None, help="as for `specdec run` (default: the shipped qwen3.5)")
-    bench.add_argument("--draft", default=None,
-                       help="a drafter as for `specdec run` to time speculative decoding too (default: small with "
-                       "the default target, else none)")
+    add_model_arguments(bench)
     bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
     bench.add_argument("--baseline", choices=["recurrent"], default=None,
                        help="also time the intermediate-state baseline in the same run")
@@ -62,29 +58,37 @@ def add_commands(commands) -> None:
                        "default: both measured on the device at the start of the run (on the CPU: this machine's)")
     bench.add_argument("--peak-gemm-tflops", type=float, default=None,
                        help="the roofline's GEMM throughput in TFLOP/s, with --peak-copy-gbs")
-    bench.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    bench.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
     bench.add_argument("--disable-cuda-graph", action="store_true")
     bench.add_argument("--hf-reference", action="store_true",
                        help="also time transformers' generate() on the same checkpoint and batch sizes")
     bench.add_argument("--output", type=Path, default=None, help="write the rows and settings to this JSON file")
+    bench.set_defaults(handler=bench_command)
 
 
-def add_speculation_arguments(parser) -> None:
-    """The draft shape and flush length, as `specdec run` takes them (SGLang's names too)."""
-    parser.add_argument("--num-steps", "--speculative-num-steps", dest="num_steps", type=int, default=4)
-    parser.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int, default=1)
-    parser.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens", type=int,
-                        default=None)
-    parser.add_argument("--dynamic-tree", action="store_true")
-    parser.add_argument("--flush-length", type=int, default=16)
+def check_before_loading(args: argparse.Namespace, draft_name: bool) -> None:
+    """The device, the drafter's name (the speculative runs load it after the plain ones) and the tree size."""
+    from specdec.api import check_device, check_draft_name
+    from specdec.presets import DEFAULT_TARGET, drafter_asked
+
+    check_device(args.device)
+    check_tree(args)
+    draft = drafter_asked(args.target, args.draft)
+    if draft_name and draft is not None:
+        check_draft_name(args.target or DEFAULT_TARGET, draft)
 
 
-def dispatch(args: argparse.Namespace) -> None:
-    if args.command == "bench":
-        bench(args)
-    else:
+def bench_command(args: argparse.Namespace) -> None:
+    check_before_loading(args, draft_name=False)  # --draft synthetic:RATE is bench's own
+    bench(args)
+
+
+def evaluate_command(args: argparse.Namespace) -> None:
+    check_before_loading(args, draft_name=True)
+    try:
         evaluate(args)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"finished requests are recorded in {output_folder(args)}; the same command "
+                                "resumes") from None
 
 
 def bench(args: argparse.Namespace) -> None:
@@ -124,12 +128,21 @@ def evaluate(args: argparse.Namespace) -> None:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, num_steps=args.num_steps,
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
         flush_length=args.flush_length, device=args.device, dtype=args.dtype)
-    prompts = load_prompts(args.dataset, args.num_prompts, chat=args.chat)
-    out = args.output or Path("eval-results") / "_".join(
-        _slug(part) for part in (settings.target, settings.draft or "plain", Path(args.dataset).stem))
+    try:
+        prompts = load_prompts(args.dataset, args.num_prompts, chat=args.chat)
+    except UnicodeDecodeError as error:
+        raise not_utf8(args.dataset, error) from None
+    out = output_folder(args)
     rows = run_eval(settings, prompts, args.batch_size, out, baseline=not args.no_baseline)
     print(markdown_table(rows))
     print(f"[specdec] results in {out}")
+
+
+def output_folder(args: argparse.Namespace) -> Path:
+    from specdec.presets import DEFAULT_TARGET, drafter_asked
+
+    parts = (args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft) or "plain", Path(args.dataset).stem)
+    return args.output or Path("eval-results") / "_".join(_slug(part) for part in parts)
 
 
 def _slug(text: str) -> str:

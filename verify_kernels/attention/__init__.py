@@ -1,8 +1,5 @@
 """Full attention over the slot-indexed KV pool with a token-tree mask: the torch reference (naive.py, the oracle and
-the CPU path) and, where triton is installed, the Triton kernel of the same signature (flash_tree.py), which
-reads the pool in place."""
-
-import importlib.util
+the CPU path) and the Triton kernel of the same signature (flash_tree.py), which reads the pool in place."""
 
 from verify_kernels.attention.naive import (
     masked_attention_ref,
@@ -10,11 +7,13 @@ from verify_kernels.attention.naive import (
     tree_attention_ref,
     write_nodes_ref,
 )
+from verify_kernels.lazy import kernels_on_first_use
 
 __all__ = ["masked_attention_ref", "tree_attention_mask", "tree_attention_ref", "write_nodes_ref"]
 
-# triton is a Linux-only dependency (pyproject.toml); the reference works everywhere
-if importlib.util.find_spec("triton") is not None:
-    from verify_kernels.attention.flash_tree import tree_attention
+_KERNELS = {  # the Triton kernels (imported on first use: they need triton) -> their modules
+    "tree_attention": "verify_kernels.attention.flash_tree",
+}
+__all__ += sorted(_KERNELS)
 
-    __all__ += ["tree_attention"]
+__getattr__ = kernels_on_first_use(globals(), _KERNELS)

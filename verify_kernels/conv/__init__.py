@@ -1,14 +1,16 @@
 """Tree-aware short causal conv1d: windows through parent pointers, conv, and commit of the conv history, as torch
-references (naive.py) and, where triton is installed, Triton kernels of the same signatures (tree_conv.py)."""
-
-import importlib.util
+references (naive.py) and Triton kernels of the same signatures (tree_conv.py)."""
 
 from verify_kernels.conv.naive import causal_conv1d_tree_ref, conv_commit_ref, tree_conv_windows_ref
+from verify_kernels.lazy import kernels_on_first_use
 
 __all__ = ["causal_conv1d_tree_ref", "conv_commit_ref", "tree_conv_windows_ref"]
 
-# triton is a Linux-only dependency (pyproject.toml); the references work everywhere
-if importlib.util.find_spec("triton") is not None:
-    from verify_kernels.conv.tree_conv import causal_conv1d_tree, conv_commit, conv_window_sources
+_KERNELS = {  # the Triton kernels (imported on first use: they need triton) -> their modules
+    "causal_conv1d_tree": "verify_kernels.conv.tree_conv",
+    "conv_commit": "verify_kernels.conv.tree_conv",
+    "conv_window_sources": "verify_kernels.conv.tree_conv",
+}
+__all__ += sorted(_KERNELS)
 
-    __all__ += ["causal_conv1d_tree", "conv_commit", "conv_window_sources"]
+__getattr__ = kernels_on_first_use(globals(), _KERNELS)

@@ -1,8 +1,6 @@
 """Gated DeltaNet (Qwen3.5): recurrence, chunked prefill and KVBuffer decode / verify / commit / flush, as torch
-references (naive.py) and, where triton is installed, Triton kernels of the same signatures (decode.py, verify.py,
-commit.py); chunked prefill through fla-core where it is installed (fla_chunk.py)."""
-
-import importlib.util
+references (naive.py) and Triton kernels of the same signatures (decode.py, verify.py, commit.py); chunked prefill
+through fla-core where it is installed (fla_chunk.py)."""
 
 from verify_kernels.gdn.fla_chunk import fla_available, gdn_chunk_prefill_fla
 from verify_kernels.gdn.naive import (
@@ -13,6 +11,7 @@ from verify_kernels.gdn.naive import (
     gdn_recurrent_ref,
     gdn_verify_ref,
 )
+from verify_kernels.lazy import kernels_on_first_use
 
 __all__ = [
     "fla_available",
@@ -25,10 +24,13 @@ __all__ = [
     "gdn_verify_ref",
 ]
 
-# triton is a Linux-only dependency (pyproject.toml); the references work everywhere
-if importlib.util.find_spec("triton") is not None:
-    from verify_kernels.gdn.commit import gdn_commit, gdn_flush
-    from verify_kernels.gdn.decode import gdn_decode, gdn_decode_commit
-    from verify_kernels.gdn.verify import gdn_verify
+_KERNELS = {  # the Triton kernels (imported on first use: they need triton) -> their modules
+    "gdn_commit": "verify_kernels.gdn.commit",
+    "gdn_decode": "verify_kernels.gdn.decode",
+    "gdn_decode_commit": "verify_kernels.gdn.decode",
+    "gdn_flush": "verify_kernels.gdn.commit",
+    "gdn_verify": "verify_kernels.gdn.verify",
+}
+__all__ += sorted(_KERNELS)
 
-    __all__ += ["gdn_commit", "gdn_decode", "gdn_decode_commit", "gdn_flush", "gdn_verify"]
+__getattr__ = kernels_on_first_use(globals(), _KERNELS)

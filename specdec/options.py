@@ -1,0 +1,131 @@
+"""The command line's shared options: flag types that refuse a bad value while parsing (one line, no torch), the
+option groups of `specdec run` that other commands take too (eval, bench, serve), and the checks that need several
+flags. Nothing here imports torch at module level; specdec/cli.py and specdec/eval/cli.py both build on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from specdec.presets import DEFAULT_TARGET
+
+# The verify kernels take trees of up to 64 nodes (verify_kernels/{gdn,mamba2}/verify.py MAX_NODES): the root and at
+# most 63 drafted tokens per request and step, on every device.
+MAX_DRAFT_TOKENS = 63
+DTYPES = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")  # specdec/models/loading.py _parse_dtype
+
+
+# ---- flag types: each rejects a bad value while parsing, with the rule in the message ---------------------------
+def int_at_least(low: int, high: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            limits = f">= {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {limits}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(low: float, *, above: bool = False, high: float | None = None, note: str = ""):
+    """A float >= low (> low with above; <= high with high)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (value > low if above else value >= low) or (high is not None and not value <= high):
+            rule = (f"in ({low:g}, {high:g}]" if above else f"in [{low:g}, {high:g}]") if high is not None \
+                else (f"> {low:g}" if above else f">= {low:g}")
+            raise argparse.ArgumentTypeError(f"must be {rule}{note}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def device_name(text: str) -> str:
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return text
+
+
+def non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+# ---- option groups ------------------------------------------------------------------------
+def add_model_arguments(parser) -> None:
+    """--target, --draft, --device, --dtype."""
+    group = parser.add_argument_group("models")
+    group.add_argument("--target", default=None,
+                       help="family alias (qwen3.5, qwen3.5:9b, nemotron-3; see configs/models.json), hub id or "
+                       f"local directory (default: {DEFAULT_TARGET}, the small trained Qwen3.5 shipped with specdec)")
+    group.add_argument("--draft", default=None,
+                       help="'small' (the draft paired with the target, else the smallest model of its family), "
+                       "'ngram' (prompt lookup), 'mtp' (the target's multi-token-prediction layer), 'eagle3' (the "
+                       "EAGLE-3 head listed for the target) or 'eagle3:PATH', an alias, hub id or directory of a "
+                       "draft model, or 'none' for plain decoding (default: small with the default target, else "
+                       "none)")
+    group.add_argument("--device", type=device_name, default=None,
+                       help="cpu, cuda or cuda:N (default: cuda when available)")
+    group.add_argument("--dtype", choices=DTYPES, default=None,
+                       help="bf16, fp16 or fp32 (default: bf16 on GPU, fp32 on CPU)")
+
+
+def add_speculation_arguments(parser) -> None:
+    """The draft shape and the KVBuffer flush length (SGLang's flag names work too)."""
+    group = parser.add_argument_group("speculation (SGLang's flag names work too)")
+    group.add_argument("--num-steps", "--speculative-num-steps", dest="num_steps", type=int_at_least(1), default=4,
+                       help="draft depth per step (default 4)")
+    group.add_argument("--topk", "--speculative-eagle-topk", dest="topk", type=int_at_least(1), default=1,
+                       help="children per draft node: 1 = a chain (default), more = a static tree")
+    group.add_argument("--num-draft-tokens", "--speculative-num-draft-tokens", dest="num_draft_tokens",
+                       type=int_at_least(1, MAX_DRAFT_TOKENS), default=None,
+                       help=f"cap on drafted tokens per request and step, at most {MAX_DRAFT_TOKENS} (the verify "
+                       "kernels take trees of 64 nodes); a tree of --num-steps and --topk must fit it")
+    group.add_argument("--dynamic-tree", action="store_true",
+                       help="EAGLE-2 dynamic tree (mtp / eagle3 drafters): expand the --topk best nodes of each "
+                       "level by cumulative draft probability, keep the --num-draft-tokens best")
+    group.add_argument("--flush-length", type=int_at_least(1), default=16, help="KVBuffer flush length L (default 16)")
+
+
+def add_engine_arguments(parser) -> None:
+    """Batch, lengths, state memory and CUDA graphs."""
+    group = parser.add_argument_group("engine")
+    group.add_argument("--max-batch", type=int_at_least(1), default=8, help="requests decoded together (default 8)")
+    group.add_argument("--max-seq-len", type=int_at_least(2), default=4096, help="tokens per request (default 4096)")
+    group.add_argument("--state-memory-gb", type=number(0, above=True), default=None,
+                       help="memory for the KVBuffer pools in GiB: as many committed states as fit; requests wait "
+                       "for one rather than fail (default: one state slot per request)")
+    group.add_argument("--disable-cuda-graph", action="store_true",
+                       help="run decode / verify steps eagerly on a GPU (default: replay them from CUDA graphs)")
+
+
+# ---- checks of several flags, or of files
+def check_tree(args) -> None:
+    """The draft tree that --num-steps / --topk / --num-draft-tokens describe fits the verify kernels."""
+    if args.draft == "none" or (args.draft is None and args.target is not None):
+        return  # plain decoding drafts nothing
+    from specdec.speculation import TreeShape
+
+    budget = TreeShape(args.num_steps, args.topk, args.num_draft_tokens, args.dynamic_tree).budget
+    if budget > MAX_DRAFT_TOKENS:
+        raise ValueError(f"--num-steps {args.num_steps} --topk {args.topk} drafts {budget} tokens per step, more than "
+                         f"the {MAX_DRAFT_TOKENS} a step verifies; cap it with --num-draft-tokens {MAX_DRAFT_TOKENS} "
+                         "or fewer, or lower --num-steps / --topk")
+
+
+def not_utf8(path: Path | str, error: UnicodeDecodeError) -> ValueError:
+    """A file that is not UTF-8, with the line and the byte at fault."""
+    line = error.object[:error.start].count(b"\n") + 1
+    return ValueError(f"{path}:{line} is not UTF-8 text (byte {error.object[error.start]:#04x}); save the file as "
+                      "UTF-8")

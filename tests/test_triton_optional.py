@@ -1,0 +1,38 @@
+"""triton is the `gpu` extra: a CPU install without it runs `specdec run` and the API on the references. One
+subprocess, whose import system refuses triton as an uninstalled package would, decodes with both shipped targets
+(Qwen3.5's GDN and attention, Nemotron-3's Mamba2, MoE and attention) and never imports triton."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WITHOUT_TRITON = '''
+import importlib.abc, sys
+
+class NoTriton(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "triton":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoTriton())
+import specdec
+from specdec.cli import main
+
+assert main(["run", "--prompt", "The river", "--max-new-tokens", "6", "--device", "cpu"]) == 0
+(out,) = specdec.generate(["In the beginning"], target="nemotron-3", draft="mtp", device="cpu", max_new_tokens=6)
+print("nemotron tokens", len(out.token_ids))
+print("triton imported:", any(name.partition(".")[0] == "triton" for name in sys.modules))
+'''
+
+
+def test_cpu_decoding_without_triton():
+    result = subprocess.run([sys.executable, "-c", WITHOUT_TRITON], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2] == "nemotron tokens 6" and lines[-1] == "triton imported: False", result.stdout
+    assert "mean accepted length" in result.stderr
