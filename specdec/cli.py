@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from specdec.eval import cli as eval_cli
 from specdec.models.checkpoint import CheckpointError
 from specdec.presets import DEFAULT_TARGET
+from specdec.serve import cli as serve_cli
 from specdec.training import cli as training_cli
 
 DEFAULT_PROMPT = "Tell me about the history of Rome."
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "for one rather than fail (default: one state slot per request)")
     engine.add_argument("--disable-cuda-graph", action="store_true",
                         help="run decode / verify steps eagerly on a GPU (default: replay them from CUDA graphs)")
+    serve_cli.add_command(commands, run)
     eval_cli.add_commands(commands)
     training_cli.add_commands(commands)
     return parser
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             run(args)
+        elif args.command == "serve":
+            serve_cli.serve(args)
         elif args.command in ("eval", "bench"):
             eval_cli.dispatch(args)
         else:
