@@ -30,13 +30,16 @@ def add_command(commands, run: argparse.ArgumentParser) -> None:
 
 
 def serve(args) -> None:
-    import uvicorn
+    try:
+        import uvicorn
 
+        from .app import Server
+    except ImportError as error:
+        raise ValueError(f"specdec serve needs the serve extra ({error.name} is missing): "
+                         "pip install 'specdec[serve]'") from None
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
     from specdec.presets import DEFAULT_TARGET, drafter_asked
-
-    from .app import Server
 
     if not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
