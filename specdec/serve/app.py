@@ -128,6 +128,9 @@ class Server:
         if max_tokens is None:  # as much as the cache and the context leave
             limits = [engine.config.cache.max_seq_len - self.draft_budget - 1, engine.context_length or 2**31]
             max_tokens = max(min(limits) - len(tokens), 1)
+        vocab = engine.target.hf_config.vocab_size
+        if not all(isinstance(t, int) and 0 <= t < vocab for t in tokens):
+            raise OpenAIError(f"{prompt_param}: token ids must lie in [0, {vocab}) for this model", param=prompt_param)
         try:
             engine.check_request(tokens, max_tokens)
         except ValueError as error:
