@@ -187,16 +187,21 @@ def test_64_concurrent_clients_all_get_their_solo_answers(served):
     assert finished == 64 and after["specdec_request_slots_used"] == 0
 
 
-def test_a_client_that_disconnects_mid_stream_frees_its_slot(served):
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole-answer"])
+def test_a_client_that_disconnects_mid_answer_frees_its_slot(served, stream, capfd):
     url, _, _ = served
     aborted = "specdec_requests_total{endpoint=completions,finish_reason=abort}"
     before = metrics(url).get(aborted, 0)
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     conn.request("POST", "/v1/completions", json.dumps({"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 150,
-                                                        "temperature": 0, "stream": True}))
-    response = conn.getresponse()
-    assert response.status == 200 and response.readline().startswith(b"data: ")  # it is generating
+                                                        "temperature": 0, "stream": stream}))
+    if stream:
+        response = conn.getresponse()
+        assert response.status == 200 and response.readline().startswith(b"data: ")  # it is generating
+    else:
+        while metrics(url)["specdec_requests_running"] == 0:  # wait until it is generating
+            time.sleep(0.05)
     conn.sock.shutdown(socket.SHUT_RDWR)
     conn.close()
     deadline = time.time() + 30
@@ -207,6 +212,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(served):
     assert now["specdec_requests_running"] == 0 and now["specdec_request_slots_used"] == 0
     time.sleep(0.5)
     assert metrics(url)["specdec_generation_tokens_total"] == now["specdec_generation_tokens_total"]  # it stopped
+    assert "Traceback" not in "".join(capfd.readouterr())
 
 
 @pytest.mark.parametrize("path, body, status, param", [

@@ -15,6 +15,7 @@ import json
 import time
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -210,7 +211,9 @@ class Server:
             finally:
                 self.loop.cancel(job)  # a no-op once the job finished
 
-        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        # the background task also cancels a job whose client left before the generator first ran
+        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
+                                 background=BackgroundTask(self.loop.cancel, job))
 
     # ---- errors ----------------------------------------------------------------------------------------------
     async def openai_error(self, request: Request, error: OpenAIError) -> Response:
