@@ -163,22 +163,28 @@ def test_speculation_per_request(served, client):
 
 
 def test_64_concurrent_clients_all_get_their_solo_answers(served):
+    """16 request slots: most clients wait for one. Every third client decodes plainly and every third drafts
+    1 to 4 tokens, so the batch verifies trees of mixed sizes."""
     url, _, solo = served
     asks = [(PROMPTS + QUESTIONS)[i % 8] for i in range(64)]
+    speculation = [{}, {"speculation": False}, {"num_draft_tokens": 1}, {}, {"speculation": False},
+                   {"num_draft_tokens": 3}]
     before = metrics(url)
 
     async def burst():
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         async with client:
-            async def one(text: str, chat: bool) -> str:
+            async def one(text: str, chat: bool, extra: dict) -> str:
                 if chat:
                     out = await client.chat.completions.create(model=MODEL, max_tokens=TOKENS, temperature=0,
-                                                               messages=[{"role": "user", "content": text}])
+                                                               messages=[{"role": "user", "content": text}],
+                                                               extra_body=extra)
                     return out.choices[0].message.content
                 return (await client.completions.create(model=MODEL, prompt=text, max_tokens=TOKENS,
-                                                        temperature=0)).choices[0].text
+                                                        temperature=0, extra_body=extra)).choices[0].text
 
-            return await asyncio.gather(*(one(text, text in QUESTIONS) for text in asks))
+            return await asyncio.gather(*(one(text, text in QUESTIONS, speculation[i % 6])
+                                          for i, text in enumerate(asks)))
 
     answers = asyncio.run(burst())
     assert answers == [solo[(text, text in QUESTIONS)].text for text in asks]
