@@ -20,7 +20,7 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.api import LLM
-from specdec.cli import build_parser
+from specdec.cli import build_parser, main
 from specdec.engine.engine import EngineConfig
 from specdec.serve.app import Server
 from specdec.serve.drafts import depths, prefix
@@ -290,3 +290,13 @@ def test_a_tree_prefix_is_a_tree():
     assert depths(tree) == [0, 1, 1, 2, 2]
     assert prefix(tree, 2).tokens == [5, 6, 7] and prefix(tree, 2).parents == [-1, 0, 0]
     assert prefix(tree, 0).tokens == [5] and prefix(tree, 9) is tree
+
+
+def test_serve_refuses_a_taken_port_or_a_bad_one_before_loading_models(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["serve", "--port", str(taken.getsockname()[1])]) == 2
+    assert main(["serve", "--port", "70000"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot listen on 127.0.0.1" in err and "--port must be in [0, 65535]" in err and "Traceback" not in err

@@ -72,7 +72,7 @@ class Server:
             def chunk(text, reason):
                 return protocol.completion(rid, body.model, text, reason, chunk=True)
 
-            return await self.stream(request, job, body, chunk, lambda: None, "text_completion", rid)
+            return await self.stream(job, body, chunk, lambda: None, "text_completion", rid)
         text, final = await self.collect(request, job)
         return JSONResponse(protocol.completion(rid, body.model, text, final.finish_reason, final.usage))
 
@@ -90,7 +90,7 @@ class Server:
             def first():
                 return protocol.chat_chunk(rid, body.model, {"role": "assistant", "content": ""}, None)
 
-            return await self.stream(request, job, body, chunk, first, "chat.completion.chunk", rid)
+            return await self.stream(job, body, chunk, first, "chat.completion.chunk", rid)
         text, final = await self.collect(request, job)
         return JSONResponse(protocol.chat_completion(rid, body.model, text, final.finish_reason, final.usage))
 
@@ -186,7 +186,7 @@ class Server:
         finally:
             gone.cancel()
 
-    async def stream(self, request: Request, job: Job, body, chunk, first, obj: str, rid: str) -> Response:
+    async def stream(self, job: Job, body, chunk, first, obj: str, rid: str) -> Response:
         """Server-sent events: a chunk per piece of text, the finish reason, the usage if asked, [DONE]. When the
         client disconnects, Starlette cancels the generator: `finally` cancels the job."""
         events = await self.start(job)

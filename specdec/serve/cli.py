@@ -4,6 +4,7 @@ server's own) and its start. Imports nothing heavy until the command runs, so `s
 from __future__ import annotations
 
 import argparse
+import socket
 
 SHARED_GROUPS = ("models", "speculation", "engine")  # `specdec run`'s option groups that apply to a server
 
@@ -41,8 +42,7 @@ def serve(args) -> None:
     from specdec.engine.engine import EngineConfig
     from specdec.presets import DEFAULT_TARGET, drafter_asked
 
-    if not 0 <= args.port < 65536:
-        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    sock = listen(args.host, args.port)  # before the models load: a taken port fails at once
     config = EngineConfig.from_flags(
         max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
@@ -51,4 +51,23 @@ def serve(args) -> None:
     llm = LLM(target, drafter_asked(args.target, args.draft), device=args.device, dtype=args.dtype, config=config,
               state_memory_gb=args.state_memory_gb)
     server = Server(llm, args.served_model_name or target)
-    uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level)
+    print(f"[specdec] serving {server.model_name!r} on http://{args.host}:{sock.getsockname()[1]}/v1", flush=True)
+    uvicorn.Server(uvicorn.Config(server.app, log_level=args.log_level)).run(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (port 0: any free one), or a ValueError saying why not."""
+    if not 0 <= port < 65536:
+        raise ValueError(f"--port must be in [0, 65535], got {port}")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as error:
+        raise ValueError(f"--host {host}: {error.strerror}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return sock
