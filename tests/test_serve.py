@@ -40,7 +40,8 @@ def served():
     torch's thread pool spinning against the server's threads made every step ten times slower."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    llm = LLM(MODEL, draft="small", device="cpu", config=EngineConfig.from_flags(max_batch=16, max_seq_len=192))
+    config = EngineConfig.from_flags(max_batch=16, max_seq_len=192, num_state_slots=12)
+    llm = LLM(MODEL, draft="small", device="cpu", config=config)
     solo = {(p, False): llm.generate(p, max_new_tokens=TOKENS)[0] for p in PROMPTS}
     solo |= {(q, True): llm.generate(q, max_new_tokens=TOKENS, chat=True)[0] for q in QUESTIONS}
     server = uvicorn.Server(uvicorn.Config(Server(llm, MODEL).app, log_config=None, log_level="warning"))
@@ -163,8 +164,8 @@ def test_speculation_per_request(served, client):
 
 
 def test_64_concurrent_clients_all_get_their_solo_answers(served):
-    """16 request slots: most clients wait for one. Every third client decodes plainly and every third drafts
-    1 to 4 tokens, so the batch verifies trees of mixed sizes."""
+    """16 request slots and 12 committed-state slots: most clients wait for room. Every third client decodes
+    plainly and every third drafts 1 or 3 tokens, so the batch verifies trees of mixed sizes."""
     url, _, solo = served
     asks = [(PROMPTS + QUESTIONS)[i % 8] for i in range(64)]
     speculation = [{}, {"speculation": False}, {"num_draft_tokens": 1}, {}, {"speculation": False},
