@@ -6,7 +6,14 @@ of the engine's state (queue, batch, pools) are read when /metrics is scraped, u
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 PREFIX = "specdec"
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -18,6 +25,7 @@ class Metrics:
     max_depth + 1: every draft accepted plus the bonus token)."""
 
     def __init__(self, max_depth: int):
+        disable_created_metrics()  # no `_created` timestamp series beside every counter (process-wide switch)
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(f"{PREFIX}_requests", "Requests finished, by endpoint and finish reason "
