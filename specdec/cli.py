@@ -32,6 +32,7 @@ from specdec.options import (
     number,
 )
 from specdec.presets import DEFAULT_TARGET
+from specdec.serve import cli as serve_cli
 from specdec.training import cli as training_cli
 
 DEFAULT_PROMPT = "Tell me about the history of Rome."
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "linear-attention LLMs (Qwen3.5, Nemotron-3).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_run_command(commands)
+    serve_cli.add_command(commands)
     eval_cli.add_commands(commands)
     training_cli.add_commands(commands)
     for command in commands.choices.values():  # the training commands run through their module's dispatch

@@ -1,0 +1,72 @@
+"""`specdec serve`: the subcommand's arguments (the model, speculation and engine options of `specdec run`, and the
+server's own) and its start. Imports nothing heavy until the command runs, so `specdec --help` stays fast."""
+
+from __future__ import annotations
+
+import socket
+
+from specdec.options import add_engine_arguments, add_model_arguments, add_speculation_arguments, check_tree
+
+
+def add_command(commands) -> None:
+    """Register `serve`, with `specdec run`'s model / speculation / engine option groups (specdec/options.py) and
+    the server's own options."""
+    serve = commands.add_parser("serve", help="an OpenAI-compatible HTTP server (completions, chat, metrics)",
+                                description="Serve the target (and drafter) over OpenAI's /v1/completions and "
+                                "/v1/chat/completions, with /v1/models, /health and Prometheus /metrics. Concurrent "
+                                "requests are batched continuously through one engine.")
+    add_model_arguments(serve)
+    add_speculation_arguments(serve)
+    add_engine_arguments(serve)
+    server = serve.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for "
+                        "every interface)")
+    server.add_argument("--port", type=int, default=8000, help="default 8000")
+    server.add_argument("--served-model-name", default=None,
+                        help="the model name clients send and /v1/models lists (default: --target as given)")
+    server.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(handler=serve_command)
+
+
+def serve_command(args) -> None:
+    check_tree(args)
+    try:
+        import uvicorn
+
+        from .app import Server
+    except ImportError as error:
+        raise ValueError(f"specdec serve needs the serve extra ({error.name} is missing): "
+                         "pip install 'specdec[serve]'") from None
+    from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
+    from specdec.presets import DEFAULT_TARGET, drafter_asked
+
+    sock = listen(args.host, args.port)  # before the models load: a taken port fails at once
+    config = EngineConfig.from_flags(
+        max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
+        num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
+        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph)
+    target = args.target or DEFAULT_TARGET
+    llm = LLM(target, drafter_asked(args.target, args.draft), device=args.device, dtype=args.dtype, config=config,
+              state_memory_gb=args.state_memory_gb)
+    server = Server(llm, args.served_model_name or target)
+    print(f"[specdec] serving {server.model_name!r} on http://{args.host}:{sock.getsockname()[1]}/v1", flush=True)
+    uvicorn.Server(uvicorn.Config(server.app, log_level=args.log_level)).run(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (port 0: any free one), or a ValueError saying why not."""
+    if not 0 <= port < 65536:
+        raise ValueError(f"--port must be in [0, 65535], got {port}")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as error:
+        raise ValueError(f"--host {host}: {error.strerror}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return sock
