@@ -123,17 +123,22 @@ class LLM:
         stop = check_stop(stop)
         (request,) = self.submit([prompt], max_new_tokens, temperature, top_p, top_k, seed, chat)
         shown = ""
-        while True:
+        try:
+            while True:
+                if not request.finished:
+                    self.engine.step()
+                    self._apply_stop_strings([request], stop)
+                text = self._text(request.output, stop)
+                # a byte-level tokenizer may end mid-character: hold that back until the character is complete
+                if len(text) > len(shown) and (request.finished or not text.endswith("\ufffd")):
+                    yield text[len(shown):]
+                    shown = text
+                if request.finished:
+                    break
+        except BaseException:  # Ctrl-C, or the caller closed the stream early: free the request's slots
             if not request.finished:
-                self.engine.step()
-                self._apply_stop_strings([request], stop)
-            text = self._text(request.output, stop)
-            # a byte-level tokenizer may end mid-character: hold that back until the character is complete
-            if len(text) > len(shown) and (request.finished or not text.endswith("\ufffd")):
-                yield text[len(shown):]
-                shown = text
-            if request.finished:
-                break
+                self.engine.abort(request.request_id)
+            raise
         while not self.engine.scheduler.idle:  # let the engine retire it
             self.engine.step()
         self.last_stream = self._output(request, stop)

@@ -88,9 +88,24 @@ def backend_for(device: torch.device, *head_dims: int) -> str:
         raise ValueError(f"SPECDEC_BACKEND={forced!r} is not one of {BACKENDS}")
     if any(dim not in KERNEL_HEAD_DIMS for dim in head_dims):
         return "reference"
-    if forced is not None:
-        return forced
-    return "triton" if device.type == "cuda" else "reference"
+    backend = forced if forced is not None else ("triton" if device.type == "cuda" else "reference")
+    if backend == "triton":
+        check_triton()
+    return backend
+
+
+@functools.cache
+def check_triton() -> None:
+    """The Triton kernels need triton (the `gpu` extra): say so once, before any kernel is called."""
+    import importlib.util
+
+    try:
+        missing = importlib.util.find_spec("triton") is None
+    except ImportError:
+        missing = True
+    if missing:
+        raise ValueError("the GPU kernels need triton, which is not installed: pip install 'specdec[gpu]' (or run on "
+                         "the CPU, or set SPECDEC_BACKEND=reference)")
 
 
 @functools.cache

@@ -47,6 +47,14 @@ def test_stream_pieces_add_up_to_the_generated_text(plain):
     assert "".join(plain.stream(PROMPT, max_new_tokens=16)) == expected
 
 
+def test_a_stream_closed_early_frees_its_request(plain):
+    stream = plain.stream(PROMPT, max_new_tokens=16)
+    assert next(stream)
+    stream.close()  # the caller stops reading (or Ctrl-C): the request is aborted, its slots freed
+    assert plain.engine.scheduler.idle
+    assert "".join(plain.stream(PROMPT, max_new_tokens=16)) == plain.generate(PROMPT, max_new_tokens=16)[0].text
+
+
 def test_chat_template_and_stop_strings(plain):
     chat = plain.generate(PROMPT, max_new_tokens=8, chat=True)[0]
     assert chat.prompt_token_ids == plain.encode("user " + PROMPT + " assistant")

@@ -70,10 +70,11 @@ def test_flag_errors_while_parsing(argv, message, capsys):
 
 
 def test_the_stated_maximum_is_the_verify_kernels():
+    from specdec.speculation.tree import MAX_TREE_NODES
     from verify_kernels.gdn import verify as gdn_verify
     from verify_kernels.mamba2 import verify as mamba2_verify
 
-    assert options.MAX_DRAFT_TOKENS == gdn_verify.MAX_NODES - 1 == mamba2_verify.MAX_NODES - 1
+    assert options.MAX_DRAFT_TOKENS == gdn_verify.MAX_NODES - 1 == mamba2_verify.MAX_NODES - 1 == MAX_TREE_NODES - 1
 
 
 def test_dtype_names_are_the_loaders():
@@ -179,3 +180,22 @@ def test_damaged_draft_weights_fail_before_decoding(tiny_pair, tmp_path):
 def test_tree_size_checked_for_eval_too(capsys, no_model_loads, tmp_path):
     assert main(["eval", "--topk", "8", "--num-steps", "3", "--output", str(tmp_path / "out")]) == 2
     one_line_error(capsys, "drafts 584 tokens per step")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_damaged_eagle3_head_is_named(damage, tmp_path):
+    """EAGLE-3 heads load through the checkpoint reader as well: the shipped head, damaged, named."""
+    from specdec.models.eagle3 import load_eagle3
+    from specdec.models.loading import load_model
+
+    shipped = Path(specdec.__file__).parent / "checkpoints"
+    broken = damaged_copy(shipped / "qwen3.5-tiny-eagle3", tmp_path / "head", damage)
+    target = load_model(str(shipped / "qwen3.5-tiny"), device="cpu")
+    with pytest.raises(specdec.CheckpointError, match=f"{broken} is damaged"):
+        load_eagle3(broken.parent, target)
+
+
+def test_the_api_refuses_a_tree_the_kernels_cannot_verify():
+    config = specdec.EngineConfig.from_flags(num_steps=8, topk=2, max_seq_len=64)  # 510 drafts
+    with pytest.raises(ValueError, match="drafts 510 tokens per step, more than the 63"):
+        specdec.api.LLM(draft="small", config=config)

@@ -1,6 +1,7 @@
 """triton is the `gpu` extra: a CPU install without it runs `specdec run` and the API on the references. One
 subprocess, whose import system refuses triton as an uninstalled package would, decodes with both shipped targets
-(Qwen3.5's GDN and attention, Nemotron-3's Mamba2, MoE and attention) and never imports triton."""
+(Qwen3.5's GDN and attention, Nemotron-3's Mamba2, MoE and attention) and never imports triton; asking for the
+kernels there says which extra to install."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ assert main(["run", "--prompt", "The river", "--max-new-tokens", "6", "--device"
 (out,) = specdec.generate(["In the beginning"], target="nemotron-3", draft="mtp", device="cpu", max_new_tokens=6)
 print("nemotron tokens", len(out.token_ids))
 print("triton imported:", any(name.partition(".")[0] == "triton" for name in sys.modules))
+import os, torch
+from specdec.backend import backend_for
+os.environ["SPECDEC_BACKEND"] = "triton"  # as a CUDA device would pick
+try:
+    backend_for(torch.device("cpu"), 128, 128)
+except ValueError as error:
+    print("kernels without triton:", error)
 '''
 
 
@@ -34,5 +42,7 @@ def test_cpu_decoding_without_triton():
     result = subprocess.run([sys.executable, "-c", WITHOUT_TRITON], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
-    assert lines[-2] == "nemotron tokens 6" and lines[-1] == "triton imported: False", result.stdout
+    assert lines[-3] == "nemotron tokens 6" and lines[-2] == "triton imported: False", result.stdout
+    assert lines[-1].startswith("kernels without triton: the GPU kernels need triton, which is not installed: "
+                                "pip install 'specdec[gpu]'"), result.stdout
     assert "mean accepted length" in result.stderr

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -79,15 +79,25 @@ def weight_files(directory: Path) -> list[Path]:
     return files
 
 
+def damaged(file: Path, error: Exception) -> CheckpointError:
+    """The error for a weights file that is not a complete safetensors file."""
+    return CheckpointError(f"{file} is damaged: it is not a complete safetensors file ({error}); it was probably cut "
+                           "short while downloading or copying: fetch or copy it again")
+
+
 def tensor_names(files: list[Path]) -> dict[str, Path]:
-    """Every tensor name -> the file holding it (reads headers only)."""
+    """Every tensor name -> the file holding it (reads headers only); a damaged file is named as such."""
     names: dict[str, Path] = {}
     for file in files:
-        with safe_open(file, framework="pt") as handle:
-            for name in handle.keys():
-                if name in names:
-                    raise CheckpointError(f"tensor {name} appears in both {names[name].name} and {file.name}")
-                names[name] = file
+        try:
+            with safe_open(file, framework="pt") as handle:
+                keys = list(handle.keys())
+        except SafetensorError as error:
+            raise damaged(file, error) from None
+        for name in keys:
+            if name in names:
+                raise CheckpointError(f"tensor {name} appears in both {names[name].name} and {file.name}")
+            names[name] = file
     return names
 
 
@@ -96,6 +106,9 @@ def iter_tensors(files: list[Path], device: torch.device) -> Iterator[tuple[str,
     A progress bar over the shards shows on a terminal (not in logs or tests)."""
     target = "cpu" if device.type == "cpu" else str(device)
     for file in tqdm(files, desc="loading shards", unit="shard", disable=None if len(files) > 1 else True):
-        with safe_open(file, framework="pt", device=target) as handle:
-            for name in handle.keys():
-                yield name, handle.get_tensor(name)
+        try:
+            with safe_open(file, framework="pt", device=target) as handle:
+                for name in handle.keys():
+                    yield name, handle.get_tensor(name)
+        except SafetensorError as error:
+            raise damaged(file, error) from None

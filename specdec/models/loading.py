@@ -110,7 +110,7 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
     with init_empty_weights(include_buffers=False):
         model = family.build(hf_config)
     files = weight_files(directory)
-    plan = _plan_loading(model, family, _read_headers(files), directory)
+    plan = _plan_loading(model, family, tensor_names(files), directory)
     _load(model, family, plan, files, device, dtype)
     model.to(device)  # buffers built outside the meta device (rotary frequencies)
     return model.eval()
@@ -199,24 +199,6 @@ def _plan_loading(model: HybridCausalLM, family: Family, names: dict[str, Path],
             f"{len(missing)} tensor(s) that config.json implies are not in {directory}, e.g. {missing[:5]}"
         )
     return plan
-
-
-def _read_headers(files: list[Path]) -> dict[str, Path]:
-    """tensor_names, with a damaged file (cut short, overwritten, not safetensors) named as such."""
-    from safetensors import SafetensorError
-
-    try:
-        return tensor_names(files)
-    except SafetensorError:
-        for file in files:  # which one: read each header alone
-            try:
-                tensor_names([file])
-            except SafetensorError as error:
-                raise CheckpointError(
-                    f"{file} is damaged: it is not a complete safetensors file ({error}); it was probably cut short "
-                    "while downloading or copying: fetch or copy it again"
-                ) from None
-        raise
 
 
 def _rename(name: str, family: Family) -> str | None:

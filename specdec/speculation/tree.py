@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+# The verify kernels take trees of up to 64 nodes (verify_kernels/{gdn,mamba2}/verify.py MAX_NODES): the root and at
+# most 63 drafted tokens per request and step.
+MAX_TREE_NODES = 64
+
 
 @dataclass
 class DraftTree:
