@@ -1,36 +1,43 @@
-"""Tensor parallelism on the CPU with gloo, 2 ranks: tiny dense Qwen3.5 checkpoints sharded by heads give the
-single-process logits to 1e-5 (relative to the largest logit) in fp32 through the runner's prefill and decode steps,
-and the engine's greedy outputs, plain and speculative, equal the single-process ones; each rank reads only its
-slices and caches only its heads; a rank that stalls or dies ends the others with TensorParallelError within the
-collective timeout. One spawn of the ranks serves every multi-process check: starting a rank (imports) costs far
-more than its work here."""
+"""Tensor parallelism on the CPU with gloo, 2 ranks: tiny Qwen3.5 (dense, MoE) and Nemotron-H checkpoints sharded
+by heads, groups and expert channels give the single-process logits to 1e-5 (relative to the largest logit) in fp32
+through the runner's prefill and decode steps, and the engine's greedy outputs, plain and speculative, equal the
+single-process ones; each rank reads only its slices and caches only its heads; a rank that stalls or dies ends the
+others with TensorParallelError within the collective timeout. One spawn of the ranks serves every multi-process
+check: starting a rank (imports) costs far more than its work here."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
-from specdec.models import CheckpointError, load_model
+from specdec.models import load_model
 from specdec.parallel import Shard, TensorParallel
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 from tests.tp_workers import rank_main, run_ranks, single_process
 
 RANKS = 2
+# what every rank holds whole: norms, routers, the shared-expert gate, the latent projections (all small)
+REPLICATED = re.compile(r"norm|\.gate\.|shared_expert_gate|latent_proj")
 TOLERANCE = 1e-5  # relative to the largest logit: the ranks sum partial matmuls, one process sums in one
 CHECKPOINTS = {
-    # 4 key heads, 8 value heads (2 per key head); 4 query heads over 2 KV heads: KV heads split
-    "kv-split": dict(linear_num_key_heads=4, linear_num_value_heads=8, tie_word_embeddings=True),
-    # 2 key heads, 6 value heads (3 per key head); 1 KV head: shared by both ranks; untied head
-    "kv-shared": dict(linear_num_key_heads=2, linear_num_value_heads=6, num_key_value_heads=1),
+    # 4 key heads, 8 value heads (2 per key head); 4 query heads over 2 KV heads: KV heads split; tied head
+    "qwen3_5-kv-split": lambda: qwen35_text_config(linear_num_key_heads=4, linear_num_value_heads=8,
+                                                   tie_word_embeddings=True),
+    # 2 key heads, 6 value heads (3 per key head); 1 KV head, shared by both ranks; MoE
+    "qwen3_5_moe-kv-shared": lambda: qwen35_text_config(value_heads_per_key=3, moe=True, num_key_value_heads=1),
+    # 2 groups of 2 Mamba heads, attention, MLP and MoE blocks with a latent projection
+    "nemotron_h": lambda: nemotron_h_config(heads_per_group=2, moe_latent_size=16),
 }
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     directories = {}
-    for seed, (name, fields) in enumerate(CHECKPOINTS.items()):
+    for seed, (name, config) in enumerate(CHECKPOINTS.items()):
         directories[name] = tmp_path_factory.mktemp(name)
-        save_tiny(qwen35_text_config(**fields), directories[name], seed=11 + seed)
+        save_tiny(config(), directories[name], seed=11 + seed)
     return directories
 
 
@@ -61,20 +68,21 @@ def test_each_rank_loads_its_slices_and_caches_its_heads(checkpoints, name):
         for param_name, param in model.named_parameters():
             module, _, leaf = param_name.rpartition(".")
             shard = getattr(model.get_submodule(module), "tp_shards", {}).get(leaf)
-            assert shard is not None or param.ndim < 2 or "norm" in param_name, f"{param_name} is not sharded"
+            assert shard is not None or REPLICATED.search(param_name), f"{param_name} is not sharded"
             assert torch.equal(param, shard.read(weights[param_name]) if shard else weights[param_name]), param_name
-        tied = full.lm_head.weight is full.model.embed_tokens.weight
-        assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+        embedding = getattr(model.model, "embed_tokens", None) or model.model.embeddings
+        full_embedding = getattr(full.model, "embed_tokens", None) or full.model.embeddings
+        assert (model.lm_head.weight is embedding.weight) == (full.lm_head.weight is full_embedding.weight)
         for ours, whole in zip(model.cache_spec().linear, full.cache_spec().linear, strict=True):
             assert ours.state_shape[0] * RANKS == whole.state_shape[0] and ours.conv_dim * RANKS == whole.conv_dim
+            assert ours.key_shape[0] * RANKS == whole.key_shape[0]  # key heads (GDN), groups (Mamba2)
         kv_heads = full.cache_spec().attention[0].num_kv_heads
         assert model.cache_spec().attention[0].num_kv_heads == max(kv_heads // RANKS, 1)
 
 
-def test_unsharded_families_refuse_tensor_parallelism(tmp_path):
-    save_tiny(nemotron_h_config(), tmp_path, seed=1)
-    with pytest.raises(CheckpointError, match="do not shard"):
-        load_model(tmp_path, device="cpu", tp=TensorParallel(0, RANKS))
+def test_heads_the_ranks_cannot_split_are_refused(checkpoints):
+    with pytest.raises(ValueError, match=r"linear_num_key_heads \(2\) must be a multiple of the tensor-parallel"):
+        load_model(checkpoints["qwen3_5_moe-kv-shared"], device="cpu", tp=TensorParallel(0, 4))
 
 
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))

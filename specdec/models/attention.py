@@ -59,20 +59,23 @@ def kv_shard(tp: TensorParallel, kv_heads: int, head_dim: int):
 
 
 class PlainAttention(nn.Module):
-    """Nemotron-H attention: GQA without positional encoding (the Mamba2 layers carry position)."""
+    """Nemotron-H attention: GQA without positional encoding (the Mamba2 layers carry position); sharded as
+    GatedAttention."""
 
-    def __init__(self, config, attention_index: int):
+    def __init__(self, config, attention_index: int, tp: TensorParallel = SINGLE):
         super().__init__()
         self.attention_index = attention_index
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.num_heads = tp.divide(heads, "num_attention_heads")
+        kv = kv_shard(tp, kv_heads, self.head_dim)
+        self.num_kv_heads = kv.size // self.head_dim
         hidden = config.hidden_size
         # Nemotron-H checkpoints carry no attention biases whatever config.attention_bias says.
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.q_proj = column_linear(hidden, heads * self.head_dim, tp)
+        self.k_proj = column_linear(hidden, kv_heads * self.head_dim, tp, shard=kv)
+        self.v_proj = column_linear(hidden, kv_heads * self.head_dim, tp, shard=kv)
+        self.o_proj = row_linear(heads * self.head_dim, hidden, tp)
 
     def cache_spec(self) -> AttentionLayerSpec:
         return AttentionLayerSpec(self.num_kv_heads, self.head_dim)

@@ -171,12 +171,15 @@ class GatedMLP(nn.Module):
 
 
 class PlainMLP(nn.Module):
-    """Ungated MLP (Nemotron-H, relu2 by default): down(act(up(x)))."""
+    """Ungated MLP (Nemotron-H, relu2 by default): down(act(up(x))); under tensor parallelism up column-parallel,
+    down row-parallel (all-reduce)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str, bias: bool = False):
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str, bias: bool = False,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        tp.divide(intermediate_size, "intermediate_size")
+        self.up_proj = column_linear(hidden_size, intermediate_size, tp, bias=bias)
+        self.down_proj = row_linear(intermediate_size, hidden_size, tp, bias=bias)
         activation(act)  # a name we know
         self.act = act
 

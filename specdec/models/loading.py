@@ -41,7 +41,6 @@ class Family:
     skip_prefixes: tuple[str, ...]  # tensors we do not serve (vision towers)
     experts: ExpertLayout | None  # MoE checkpoints may store one tensor per expert
     keep_fp32: tuple[str, ...] = ()  # parameter name suffixes kept in fp32 whatever the dtype
-    tensor_parallel: bool = False  # build() takes a TensorParallel and shards (specdec.parallel)
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,8 @@ _QWEN_PREFIXES = (("model.language_model.", "model."),)
 _QWEN_SKIP = ("model.visual.", "visual.")
 
 FAMILIES: dict[str, Family] = {
-    "qwen3_5": Family(Qwen35ForCausalLM, True, _QWEN_PREFIXES, _QWEN_SKIP, None, tensor_parallel=True),
-    "qwen3_5_text": Family(Qwen35ForCausalLM, False, _QWEN_PREFIXES, _QWEN_SKIP, None, tensor_parallel=True),
+    "qwen3_5": Family(Qwen35ForCausalLM, True, _QWEN_PREFIXES, _QWEN_SKIP, None),
+    "qwen3_5_text": Family(Qwen35ForCausalLM, False, _QWEN_PREFIXES, _QWEN_SKIP, None),
     "qwen3_5_moe": Family(partial(Qwen35ForCausalLM, moe=True), True, _QWEN_PREFIXES, _QWEN_SKIP, _QWEN_EXPERTS),
     "qwen3_5_moe_text": Family(partial(Qwen35ForCausalLM, moe=True), False, _QWEN_PREFIXES, _QWEN_SKIP,
                                _QWEN_EXPERTS),
@@ -91,7 +90,7 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
     """Load a Qwen3.5 (dense / MoE, text or multimodal checkpoint) or Nemotron-H checkpoint for inference.
 
     device defaults to cuda when available, else cpu; dtype to bf16 on GPU and fp32 on CPU. tp: this process's
-    rank of a tensor-parallel group; the rank's shards only are built and read (dense Qwen3.5 so far).
+    rank of a tensor-parallel group; the rank's shards only are built and read.
     """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = _parse_dtype(dtype) if dtype is not None else default_dtype(device)
@@ -105,12 +104,7 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
         )
     family = FAMILIES[model_type]
     hf_config = AutoConfig.from_pretrained(directory)
-    if tp.size > 1 and not family.tensor_parallel:
-        raise CheckpointError(
-            f"{model_type} models do not shard for tensor parallelism yet (dense Qwen3.5 does: qwen3_5, "
-            f"qwen3_5_text); run {directory} with tp 1"
-        )
-    build = partial(family.build, tp=tp) if family.tensor_parallel else family.build
+    build = partial(family.build, tp=tp)
     if family.multimodal:
         # Multimodal checkpoints tie the text model's head by the top-level flag, as transformers does.
         tied = hf_config.tie_word_embeddings
@@ -259,13 +253,12 @@ def _load(model: HybridCausalLM, family: Family, plan: _Plan, files: list[Path],
             target = plan.targets[name]
             _assign(model, target, cast(target, _read_target(model, name, target, handle)))
         elif name in plan.experts:
-            tensor = handle.get_tensor(name)
             target, expert, block, blocks = plan.experts[name]
             if target not in stacked:
                 stacked[target] = torch.empty(expected[target].shape, device=device, dtype=dtype)
             size = stacked[target].shape[1] // blocks
             rows = slice(block * size, (block + 1) * size)
-            _check_shape(name, tensor.shape, stacked[target][expert, rows].shape)
+            tensor = _read_expert(model, name, target, block, stacked[target][expert, rows].shape, handle)
             stacked[target][expert, rows] = tensor.to(device=device, dtype=dtype)
         elif name in plan.mtp:
             model.mtp_weights[plan.mtp[name]] = cast(name, handle.get_tensor(name))
@@ -279,9 +272,26 @@ def _load(model: HybridCausalLM, family: Family, plan: _Plan, files: list[Path],
 def _read_target(model: nn.Module, name: str, target: str, handle) -> torch.Tensor:
     """Checkpoint tensor `name` for our parameter `target`: whole, or the rank's slice where the parameter is
     sharded (only that slice is read from the file)."""
-    module_name, _, leaf = target.rpartition(".")
-    shard: Shard | None = getattr(model.get_submodule(module_name), "tp_shards", {}).get(leaf)
-    want = _expected_shape(model, target)
+    return _read(handle, name, _shard_of(model, target), _expected_shape(model, target))
+
+
+def _read_expert(model: nn.Module, name: str, target: str, block: int, want: torch.Size, handle) -> torch.Tensor:
+    """One expert's tensor `name` (block `block` of stacked parameter `target`, e.g. gate_proj of gate_up_proj),
+    whole or the rank's slice: the stacked parameter's Shard one dim down, on that block's part alone."""
+    shard = _shard_of(model, target)
+    if shard is not None:
+        shard = Shard(shard.dim - 1, (shard.parts[block],), shard.pieces, shard.index)
+    return _read(handle, name, shard, want)
+
+
+def _shard_of(model: nn.Module, name: str) -> Shard | None:
+    module_name, _, leaf = name.rpartition(".")
+    return getattr(model.get_submodule(module_name), "tp_shards", {}).get(leaf)
+
+
+def _read(handle, name: str, shard: Shard | None, want: torch.Size) -> torch.Tensor:
+    """Tensor `name` of an open safetensors file, checked against the shape the model wants: whole, or (shard) only
+    the rank's slice read."""
     if shard is None:
         tensor = handle.get_tensor(name)
         _check_shape(name, tensor.shape, want)

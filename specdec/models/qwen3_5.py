@@ -24,7 +24,7 @@ class Qwen35DecoderLayer(nn.Module):
             self.linear_attn = GatedDeltaNet(config, mixer_index, tp)
         else:
             self.self_attn = GatedAttention(config, mixer_index, tp)
-        self.mlp = Qwen35SparseMoe(config) if moe else GatedMLP(config.hidden_size, config.intermediate_size,
+        self.mlp = Qwen35SparseMoe(config, tp) if moe else GatedMLP(config.hidden_size, config.intermediate_size,
                                                                  config.hidden_act, tp)
         self.input_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -48,9 +48,6 @@ class Qwen35DecoderLayer(nn.Module):
 class Qwen35TextModel(nn.Module):
     def __init__(self, config, moe: bool, tp: TensorParallel = SINGLE):
         super().__init__()
-        if moe and tp.size > 1:
-            raise NotImplementedError("tensor parallelism does not shard Qwen3.5 MoE experts yet (issue 18); "
-                                      "run the MoE model on one device (tp 1)")
         layer_types = list(config.layer_types)
         unknown = sorted(set(layer_types) - set(LAYER_TYPES))
         if unknown:
