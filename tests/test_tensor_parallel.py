@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from specdec.models import load_model
-from specdec.parallel import Shard, TensorParallel
+from specdec.parallel import SINGLE, Shard, TensorParallel, join
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
-from tests.tp_workers import rank_main, run_ranks, single_process
+from tests.tp_workers import rank_main, rank_main_cuda, run_ranks, single_process
 
 RANKS = 2
 # what every rank holds whole: norms, routers, the shared-expert gate, the latent projections (all small)
@@ -87,9 +87,21 @@ def test_heads_the_ranks_cannot_split_are_refused(checkpoints):
 
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))
 def test_sharded_runs_equal_the_single_process(checkpoints, ranks, name):
-    reference = single_process(checkpoints[name])
-    for rank, results in enumerate(ranks[0]):
-        result = results[name]
+    check_parity(single_process(checkpoints[name]), [results[name] for results in ranks[0]])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < RANKS, reason=f"needs {RANKS} CUDA devices")
+def test_sharded_runs_on_gpus_equal_one_gpu(checkpoints, tmp_path):
+    """The same over nccl, one GPU per rank, the engine's steps replayed from CUDA graphs (collectives captured)."""
+    run_ranks(rank_main_cuda, RANKS, list(checkpoints.values()), tmp_path, limit_s=600)
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(RANKS)]
+    for index, name in enumerate(checkpoints):
+        check_parity(single_process(checkpoints[name], "cuda:0"), [results[index] for results in ranks])
+
+
+def check_parity(reference: dict, ranks: list[dict]) -> None:
+    for rank, result in enumerate(ranks):
         for key in ("prefill", "decode"):
             diff = ((result[key] - reference[key]).abs().max() / reference[key].abs().max()).item()
             assert diff <= TOLERANCE, f"rank {rank}: {key} logits differ from one process by {diff:.2e} (relative)"
@@ -108,3 +120,10 @@ def test_a_failed_rank_ends_the_others_with_a_clear_error(ranks, case):
         assert failure["seconds"] < failure["timeout_s"] + 3, f"rank {rank} took {failure['seconds']:.1f} s to fail"
         if case == "stalled":
             assert failure["seconds"] >= failure["timeout_s"] * 0.9, "failed before the timeout: not a timeout"
+
+
+def test_more_ranks_than_processes_is_refused_with_the_way_to_launch(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError, match="specdec ... --tp 2"):
+        join(2)
+    assert join(1) is SINGLE

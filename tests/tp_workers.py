@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from drafters import NgramDrafter
 from specdec import CacheConfig, ModelRunner, load_model
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.parallel import SINGLE, TensorParallel, TensorParallelError, init_tensor_parallel
+from specdec.parallel import SINGLE, TensorParallel, TensorParallelError, init_tensor_parallel, shutdown
 from specdec.speculation import SamplingParams, TreeShape
 
 DECODE_STEPS = 4
@@ -31,10 +31,11 @@ def prompts(vocab: int) -> list[list[int]]:
             torch.randint(0, vocab, (7,), generator=generator).tolist() + pattern * 2]
 
 
-def logits_and_outputs(directory: Path, tp: TensorParallel) -> dict:
+def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
     """The runner's prefill logits [B, T, V] and DECODE_STEPS greedy decode logits [steps, B, V]; the engine's
-    greedy outputs, plain and n-gram speculative (with the tokens accepted beyond the root)."""
-    model = load_model(directory, device="cpu", tp=tp)
+    greedy outputs, plain and n-gram speculative (with the tokens accepted beyond the root), from CUDA graphs on a
+    GPU. fp32 throughout."""
+    model = load_model(directory, device=device, dtype=torch.float32, tp=tp)
     batch = prompts(model.hf_config.vocab_size)
     runner = ModelRunner.create(model, CacheConfig(max_requests=3, max_seq_len=64, flush_length=3))
     slots = [runner.cache.allocate_request() for _ in batch]
@@ -44,7 +45,7 @@ def logits_and_outputs(directory: Path, tp: TensorParallel) -> dict:
     for _ in range(DECODE_STEPS):
         steps.append(runner.decode(slots, tokens))
         tokens = steps[-1].argmax(-1).tolist()
-    result = {"prefill": prefill, "decode": torch.stack(steps), "spec": model.cache_spec()}
+    result = {"prefill": prefill.cpu(), "decode": torch.stack(steps).cpu(), "spec": model.cache_spec()}
     for name, drafter in (("plain", None), ("ngram", NgramDrafter())):
         config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=96, flush_length=3),
                               shape=TreeShape(steps=3))
@@ -57,13 +58,13 @@ def logits_and_outputs(directory: Path, tp: TensorParallel) -> dict:
     return result
 
 
-def single_process(directory: Path) -> dict:
+def single_process(directory: Path, device: str = "cpu") -> dict:
     """The reference, in the test's process, on one thread as the ranks (several threads per process on the busy
     CI cores make torch's small matmuls a hundred times slower)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return logits_and_outputs(directory, SINGLE)
+        return logits_and_outputs(directory, SINGLE, device)
     finally:
         torch.set_num_threads(threads)
 
@@ -94,6 +95,13 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
             message = str(error)
         failures[case] = {"message": message, "seconds": time.monotonic() - start, "timeout_s": timeout_s[case]}
     torch.save(failures, out / f"failures{rank}.pt")
+
+
+def rank_main_cuda(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
+    """Each checkpoint through logits_and_outputs on the rank's GPU, over nccl (-> OUT/rank{r}.pt)."""
+    tp = init_tensor_parallel(rank, size, init_method, backend="nccl", timeout_s=120)
+    torch.save([logits_and_outputs(directory, tp, f"cuda:{rank}") for directory in directories], out / f"rank{rank}.pt")
+    shutdown(tp)
 
 
 def _entry(rank: int, size: int, target, init_method: str, directories: list[Path], out: Path) -> None:

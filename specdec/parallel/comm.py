@@ -41,3 +41,16 @@ def all_gather_last(x: torch.Tensor, tp: TensorParallel) -> torch.Tensor:
     except (RuntimeError, dist.DistError) as error:
         raise _failed("all_gather", tp, error) from error
     return torch.cat(parts, dim=-1)
+
+
+def broadcast_int(value: int, tp: TensorParallel) -> int:
+    """Rank 0's `value` on every rank."""
+    if tp.size == 1:
+        return value
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(tp.group) == "nccl" else "cpu"
+    tensor = torch.tensor([value], dtype=torch.long, device=device)
+    try:
+        dist.broadcast(tensor, src=0, group=tp.group)
+    except (RuntimeError, dist.DistError) as error:
+        raise _failed("broadcast", tp, error) from error
+    return int(tensor.item())
