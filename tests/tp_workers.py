@@ -81,8 +81,9 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
     groups = {case: TensorParallel(rank, size, dist.new_group(timeout=timedelta(seconds=seconds)), seconds)
               for case, seconds in timeout_s.items()}
     models = {case: load_model(directories[0], device="cpu", tp=group) for case, group in groups.items()}
-    if rank == size - 1:
-        time.sleep(timeout_s["stalled"] + 1.0)  # the others time out meanwhile, then find this rank gone
+    if rank == size - 1:  # stalls until the others timed out, then dies
+        while len(list(out.glob("stalled-over*"))) < size - 1:
+            time.sleep(0.05)
         os._exit(0)
     failures = {}
     for case, model in models.items():
@@ -94,6 +95,8 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
         except TensorParallelError as error:
             message = str(error)
         failures[case] = {"message": message, "seconds": time.monotonic() - start, "timeout_s": timeout_s[case]}
+        if case == "stalled":
+            (out / f"stalled-over{rank}").touch()
     torch.save(failures, out / f"failures{rank}.pt")
 
 

@@ -72,8 +72,10 @@ def init_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
 
 
 def rank_device(tp: TensorParallel) -> torch.device:
-    """This rank's device: its own GPU under nccl (init_tensor_parallel selected it), else the CPU."""
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    """This rank's device: its own GPU (the one init_tensor_parallel selected) where there are GPUs, else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", tp.rank % torch.cuda.device_count())
 
 
 def shutdown(tp: TensorParallel) -> None:
