@@ -23,22 +23,32 @@ REPLICATED = re.compile(r"norm|\.gate\.|shared_expert_gate|latent_proj")
 TOLERANCE = 1e-5  # relative to the largest logit: the ranks sum partial matmuls, one process sums in one
 CHECKPOINTS = {
     # 4 key heads, 8 value heads (2 per key head); 4 query heads over 2 KV heads: KV heads split; tied head
-    "qwen3_5-kv-split": lambda: qwen35_text_config(linear_num_key_heads=4, linear_num_value_heads=8,
-                                                   tie_word_embeddings=True),
+    "qwen3_5-kv-split": lambda **dims: qwen35_text_config(linear_num_key_heads=4, linear_num_value_heads=8,
+                                                          tie_word_embeddings=True, **dims),
     # 2 key heads, 6 value heads (3 per key head); 1 KV head, shared by both ranks; MoE
-    "qwen3_5_moe-kv-shared": lambda: qwen35_text_config(value_heads_per_key=3, moe=True, num_key_value_heads=1),
+    "qwen3_5_moe-kv-shared": lambda **dims: qwen35_text_config(value_heads_per_key=3, moe=True, num_key_value_heads=1,
+                                                               **dims),
     # 2 groups of 2 Mamba heads, attention, MLP and MoE blocks with a latent projection
-    "nemotron_h": lambda: nemotron_h_config(heads_per_group=2, moe_latent_size=16),
+    "nemotron_h": lambda **dims: nemotron_h_config(heads_per_group=2, moe_latent_size=16, **dims),
 }
+# on GPUs: state head dims the Triton kernels take (specdec.backend.KERNEL_HEAD_DIMS), so that the steps run the
+# kernels and replay from CUDA graphs, with the collectives captured
+GPU_DIMS = {"qwen3_5-kv-split": dict(linear_key_head_dim=16, linear_value_head_dim=16),
+            "qwen3_5_moe-kv-shared": dict(linear_key_head_dim=16, linear_value_head_dim=16),
+            "nemotron_h": dict(mamba_head_dim=16, ssm_state_size=16)}
+
+
+def save_checkpoints(tmp_path_factory, dims: dict[str, dict]) -> dict:
+    directories = {}
+    for seed, (name, config) in enumerate(CHECKPOINTS.items()):
+        directories[name] = tmp_path_factory.mktemp(name)
+        save_tiny(config(**dims.get(name, {})), directories[name], seed=11 + seed)
+    return directories
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    directories = {}
-    for seed, (name, config) in enumerate(CHECKPOINTS.items()):
-        directories[name] = tmp_path_factory.mktemp(name)
-        save_tiny(config(), directories[name], seed=11 + seed)
-    return directories
+    return save_checkpoints(tmp_path_factory, {})
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +102,9 @@ def test_sharded_runs_equal_the_single_process(checkpoints, ranks, name):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < RANKS, reason=f"needs {RANKS} CUDA devices")
-def test_sharded_runs_on_gpus_equal_one_gpu(checkpoints, tmp_path):
+def test_sharded_runs_on_gpus_equal_one_gpu(tmp_path_factory, tmp_path):
     """The same over nccl, one GPU per rank, the engine's steps replayed from CUDA graphs (collectives captured)."""
+    checkpoints = save_checkpoints(tmp_path_factory, GPU_DIMS)
     run_ranks(rank_main_cuda, RANKS, list(checkpoints.values()), tmp_path, limit_s=600)
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(RANKS)]
     for index, name in enumerate(checkpoints):
