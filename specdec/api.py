@@ -23,6 +23,7 @@ from specdec.engine.request import Request, RequestStats
 from specdec.models import load_model
 from specdec.models.checkpoint import resolve_checkpoint
 from specdec.models.tokenizer import load_tokenizer
+from specdec.parallel import join, rank_device
 from specdec.presets import eagle3_head_for, resolve, small_draft_for
 from specdec.speculation import Acceptance, SamplingParams
 
@@ -55,16 +56,22 @@ class LLM:
         slots and lengths, and the target's flush length (16 when the target keeps intermediate states).
     state_memory_gb: size the committed-state pool to this budget instead of config.cache.num_state_slots.
     acceptance: who decides which drafts are kept (default: the target, losslessly).
+    tp: tensor-parallel ranks (specdec.parallel): the target sharded over `tp` GPUs of this host, the drafter
+        replicated; the process must be one of `tp` ranks (`specdec ... --tp N` or torchrun), each running the same
+        calls; device "cuda" (or None) means the rank's own GPU.
     """
 
     def __init__(self, target: str = "qwen3.5", draft: str | Drafter | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, config: EngineConfig = EngineConfig(),
-                 state_memory_gb: float | None = None, acceptance: Acceptance | None = None):
+                 state_memory_gb: float | None = None, acceptance: Acceptance | None = None, tp: int = 1):
         check_device(device)
         target_path = resolve_checkpoint(resolve(target))
         if isinstance(draft, str):  # a misspelt drafter fails here, before any model loads
             check_draft_name(target, draft)
-        self.model = load_model(target_path, device=device, dtype=dtype)
+        self.tp = join(tp)
+        if self.tp.size > 1 and device in (None, "cuda"):
+            device = str(rank_device(self.tp))
+        self.model = load_model(target_path, device=device, dtype=dtype, tp=self.tp)
         cache = config.cache
         if state_memory_gb is not None:  # pools sized by memory: as many committed states as fit
             intermediate = cache.linear_state == "intermediate"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from specdec.options import (
     add_engine_arguments,
     add_model_arguments,
     add_speculation_arguments,
+    add_tp_argument,
     check_tree,
     int_at_least,
     non_empty,
@@ -68,6 +70,7 @@ def add_run_command(commands) -> None:
     sampling.add_argument("--stop", type=non_empty, action="append", default=[], help="a stop string (repeatable)")
     add_speculation_arguments(run_parser)
     add_engine_arguments(run_parser)
+    add_tp_argument(run_parser)
     run_parser.set_defaults(handler=run)
 
 
@@ -144,14 +147,14 @@ def run(args) -> None:
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
         dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph)
     llm = LLM(args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft), device=args.device,
-              dtype=args.dtype, config=config, state_memory_gb=args.state_memory_gb)
+              dtype=args.dtype, config=config, state_memory_gb=args.state_memory_gb, tp=args.tp)
     chat = llm.has_chat_template if args.chat is None else args.chat
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, seed=args.seed, chat=chat, stop=args.stop)
     if args.prompt is None and args.prompts_file is None:
         print(f"[specdec] no --prompt given: asking {DEFAULT_PROMPT!r}", file=sys.stderr)
     start = time.perf_counter()
-    with Answers(prompts, args.output) as answers:
+    with Answers(prompts, args.output if primary_rank() else None) as answers:
         if len(prompts) == 1 and args.prompts_file is None and llm.tokenizer is not None:
             for piece in llm.stream(prompts[0], **options):
                 print(piece, end="", flush=True)
@@ -160,7 +163,8 @@ def run(args) -> None:
         else:
             for index, output in llm.generate_each(prompts, **options):
                 answers.add(index, output)
-    print_stats(answers.outputs, time.perf_counter() - start)
+    if primary_rank():
+        print_stats(answers.outputs, time.perf_counter() - start)
 
 
 class Answers:
@@ -231,6 +235,11 @@ def print_stats(outputs, seconds: float) -> None:
           f"length {emitted / max(steps, 1):.2f} (incl. bonus); acceptance rate {rate}", file=sys.stderr)
 
 
+def primary_rank() -> bool:
+    """Rank 0 of a --tp run (torchrun sets RANK), or a process of no group: the one that prints and writes."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status: 0, 2 for a bad argument or input (one line on stderr, no
     traceback), 130 for Ctrl-C."""
@@ -239,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help (0) or an argparse error (2), already printed
         return exit_.code if isinstance(exit_.code, int) else 2
+    if getattr(args, "tp", 1) > 1 and "WORLD_SIZE" not in os.environ:
+        from specdec.parallel import relaunch
+
+        return relaunch(args.tp, sys.argv[1:] if argv is None else argv)  # this command again, as args.tp ranks
+    if not primary_rank():
+        sys.stdout = open(os.devnull, "w")  # every rank runs the command; rank 0 alone prints
     try:
         args.handler(args)
     except KeyboardInterrupt as interrupt:

@@ -110,6 +110,13 @@ def add_engine_arguments(parser) -> None:
                        help="run decode / verify steps eagerly on a GPU (default: replay them from CUDA graphs)")
 
 
+def add_tp_argument(parser) -> None:
+    """--tp: the command runs as that many ranks under torchrun (specdec/parallel), the target sharded over them."""
+    parser.add_argument("--tp", type=int_at_least(1), default=1,
+                        help="tensor-parallel ranks: shard the target over this many GPUs of this host; the command "
+                        "runs once per rank and rank 0 prints and writes (default 1)")
+
+
 # ---- checks of several flags, or of files
 def check_tree(args) -> None:
     """The draft tree that --num-steps / --topk / --num-draft-tokens describe fits the verify kernels."""

@@ -59,6 +59,11 @@ class BenchSettings:
     peak_copy_gbs: float | None = None     # the roofline's ceilings as given, instead of measured at the start
     peak_gemm_tflops: float | None = None
     only: tuple[str, str] | None = None    # (backend, mode): that engine alone (the study: one per process)
+    tp: int = 1                     # tensor-parallel ranks (the command runs once per rank; memory figures per rank)
+
+    def __post_init__(self):
+        if self.tp > 1 and self.hf_reference:
+            raise ValueError("--hf-reference times transformers on one device: leave it out with --tp")
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
     if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
         draft, acceptance = synthetic_speculation(draft)
     return LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config,
-               acceptance=acceptance)
+               acceptance=acceptance, tp=settings.tp)
 
 
 def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings, backend: str, mode: str,

@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from specdec.options import add_model_arguments, add_speculation_arguments, check_tree, not_utf8
+from specdec.options import add_model_arguments, add_speculation_arguments, add_tp_argument, check_tree, not_utf8
 
 
 def add_commands(commands) -> None:
@@ -59,6 +59,7 @@ def add_commands(commands) -> None:
     bench.add_argument("--peak-gemm-tflops", type=float, default=None,
                        help="the roofline's GEMM throughput in TFLOP/s, with --peak-copy-gbs")
     bench.add_argument("--disable-cuda-graph", action="store_true")
+    add_tp_argument(bench)
     bench.add_argument("--hf-reference", action="store_true",
                        help="also time transformers' generate() on the same checkpoint and batch sizes")
     bench.add_argument("--output", type=Path, default=None, help="write the rows and settings to this JSON file")
@@ -96,6 +97,7 @@ def bench(args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
     from specdec.eval.bench import BenchSettings, bench_peaks, markdown_table, run_bench
+    from specdec.parallel import is_primary
     from specdec.presets import DEFAULT_TARGET, drafter_asked
 
     settings = BenchSettings(
@@ -105,12 +107,12 @@ def bench(args: argparse.Namespace) -> None:
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
         flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
         cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference, peak_copy_gbs=args.peak_copy_gbs,
-        peak_gemm_tflops=args.peak_gemm_tflops)
+        peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp)
     peaks = bench_peaks(settings)
     print(f"[specdec] roofline peaks: {peaks}")
     rows = run_bench(settings, peaks)
     print(markdown_table(rows, settings.state_memory_gb))
-    if args.output is not None:
+    if args.output is not None and is_primary():
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps({"settings": asdict(settings), "peaks": asdict(peaks),
                                            "rows": [asdict(r) for r in rows]}, indent=1))

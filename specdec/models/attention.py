@@ -6,26 +6,31 @@ import torch
 from torch import nn
 
 from specdec.cache.spec import AttentionLayerSpec
+from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear
 
 from .layers import OffsetRMSNorm, glue_for
 
 
 class GatedAttention(nn.Module):
     """Qwen3.5 full attention: q_proj yields (query, gate) per head; q/k RMSNorm (1 + w); partial rotary;
-    output * sigmoid(gate); o_proj."""
+    output * sigmoid(gate); o_proj. Under tensor parallelism the rank's query heads and the KV heads they read
+    (kv_shard); o_proj all-reduces."""
 
-    def __init__(self, config, attention_index: int):
+    def __init__(self, config, attention_index: int, tp: TensorParallel = SINGLE):
         super().__init__()
         self.attention_index = attention_index
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.num_heads = tp.divide(heads, "num_attention_heads")
         bias = config.attention_bias
         hidden = config.hidden_size
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim * 2, bias=bias)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
+        kv = kv_shard(tp, kv_heads, self.head_dim)
+        self.num_kv_heads = kv.size // self.head_dim
+        # q_proj's rows are (query, gate) per head: cutting by heads keeps each head's pair together
+        self.q_proj = column_linear(hidden, heads * self.head_dim * 2, tp, bias=bias)
+        self.k_proj = column_linear(hidden, kv_heads * self.head_dim, tp, bias=bias, shard=kv)
+        self.v_proj = column_linear(hidden, kv_heads * self.head_dim, tp, bias=bias, shard=kv)
+        self.o_proj = row_linear(heads * self.head_dim, hidden, tp, bias=bias)
         self.q_norm = OffsetRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = OffsetRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
@@ -44,21 +49,33 @@ class GatedAttention(nn.Module):
         return self.o_proj(glue.act_mul(gate, out, "sigmoid").flatten(-2))  # out * sigmoid(gate)
 
 
-class PlainAttention(nn.Module):
-    """Nemotron-H attention: GQA without positional encoding (the Mamba2 layers carry position)."""
+def kv_shard(tp: TensorParallel, kv_heads: int, head_dim: int):
+    """The rank's KV heads of k_proj / v_proj: an even split when there are at least as many as ranks, else the
+    one KV head the rank's query heads read (GQA: query head h reads KV head h // (heads / kv_heads))."""
+    if kv_heads >= tp.size:
+        tp.divide(kv_heads, "num_key_value_heads")
+        return tp.split(0, kv_heads * head_dim)
+    return tp.share(0, kv_heads * head_dim, pieces=kv_heads)
 
-    def __init__(self, config, attention_index: int):
+
+class PlainAttention(nn.Module):
+    """Nemotron-H attention: GQA without positional encoding (the Mamba2 layers carry position); sharded as
+    GatedAttention."""
+
+    def __init__(self, config, attention_index: int, tp: TensorParallel = SINGLE):
         super().__init__()
         self.attention_index = attention_index
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.num_heads = tp.divide(heads, "num_attention_heads")
+        kv = kv_shard(tp, kv_heads, self.head_dim)
+        self.num_kv_heads = kv.size // self.head_dim
         hidden = config.hidden_size
         # Nemotron-H checkpoints carry no attention biases whatever config.attention_bias says.
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.q_proj = column_linear(hidden, heads * self.head_dim, tp)
+        self.k_proj = column_linear(hidden, kv_heads * self.head_dim, tp, shard=kv)
+        self.v_proj = column_linear(hidden, kv_heads * self.head_dim, tp, shard=kv)
+        self.o_proj = row_linear(heads * self.head_dim, hidden, tp)
 
     def cache_spec(self) -> AttentionLayerSpec:
         return AttentionLayerSpec(self.num_kv_heads, self.head_dim)

@@ -7,6 +7,7 @@ from torch import nn
 
 from specdec.cache.model_cache import KVBufferCache
 from specdec.cache.spec import CacheConfig, ModelCacheSpec
+from specdec.parallel import SINGLE, TensorParallel
 
 
 class HybridCausalLM(nn.Module):
@@ -15,11 +16,14 @@ class HybridCausalLM(nn.Module):
     Subclasses build `self.model` (embeddings, layers, final norm) and `self.lm_head`, and implement `forward`.
     `hf_config` is the transformers config the model was built from; `mtp_weights` holds the checkpoint's
     multi-token-prediction tensors (names without the `mtp.` prefix) for the MTP drafter, empty if it has none.
+    `tp` is the process's rank of a tensor-parallel group (specdec.parallel): a sharded model's layers hold the
+    rank's heads, its cache_spec() is the rank's, and compute_logits gives full logits on every rank.
     """
 
-    def __init__(self, hf_config):
+    def __init__(self, hf_config, tp: TensorParallel = SINGLE):
         super().__init__()
         self.hf_config = hf_config
+        self.tp = tp
         self.mtp_weights: dict[str, torch.Tensor] = {}
 
     def forward(self, tokens: torch.Tensor, ctx, cache: KVBufferCache) -> torch.Tensor:

@@ -102,13 +102,42 @@ def tensor_names(files: list[Path]) -> dict[str, Path]:
 
 
 def iter_tensors(files: list[Path], device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) one at a time, read straight onto `device`, so a model is never held twice.
+    """(name, tensor) one at a time, read straight onto `device`, so a model is never held twice."""
+    for name, handle in iter_handles(files, device):
+        yield name, handle.get_tensor(name)
+
+
+def iter_handles(files: list[Path], device: torch.device) -> Iterator[tuple[str, TensorReader]]:
+    """(name, a reader of the open file holding it) one name at a time, for the caller to read the whole tensor
+    (get_tensor) or a part (get_slice: a tensor-parallel rank's rows) before the next name.
     A progress bar over the shards shows on a terminal (not in logs or tests)."""
     target = "cpu" if device.type == "cpu" else str(device)
     for file in tqdm(files, desc="loading shards", unit="shard", disable=None if len(files) > 1 else True):
         try:
             with safe_open(file, framework="pt", device=target) as handle:
+                reader = TensorReader(file, handle)
                 for name in handle.keys():
-                    yield name, handle.get_tensor(name)
+                    yield name, reader
         except SafetensorError as error:
             raise damaged(file, error) from None
+
+
+class TensorReader:
+    """Reads tensors of one open safetensors file; a damaged file is named as such."""
+
+    def __init__(self, file: Path, handle):
+        self.file = file
+        self.handle = handle
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        try:
+            return self.handle.get_tensor(name)
+        except SafetensorError as error:
+            raise damaged(self.file, error) from None
+
+    def get_slice(self, name: str):
+        """A lazy view of tensor `name`: get_shape(), and indexing with slices reads only the rows asked for."""
+        try:
+            return self.handle.get_slice(name)
+        except SafetensorError as error:
+            raise damaged(self.file, error) from None

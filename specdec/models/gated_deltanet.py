@@ -7,6 +7,7 @@ from torch import nn
 
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
+from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear, shard_parameters
 
 from .layers import GatedRMSNorm, glue_for
 
@@ -16,18 +17,20 @@ class GatedDeltaNet(nn.Module):
     delta rule per value head through the KVBuffer; gated RMSNorm with z; out_proj.
 
     H = linear_num_key_heads, HV = linear_num_value_heads (value head h reads key head h // (HV / H)).
+    Under tensor parallelism (specdec.parallel) the layer holds H / size key heads and the value heads reading
+    them; every count and dim below is the rank's.
     """
 
-    def __init__(self, config, linear_index: int):
+    def __init__(self, config, linear_index: int, tp: TensorParallel = SINGLE):
         super().__init__()
         self.linear_index = linear_index
-        self.num_k_heads = config.linear_num_key_heads
-        self.num_v_heads = config.linear_num_value_heads
-        if self.num_v_heads % self.num_k_heads:
+        key_heads, value_heads = config.linear_num_key_heads, config.linear_num_value_heads
+        if value_heads % key_heads:
             raise ValueError(
-                f"linear_num_value_heads ({self.num_v_heads}) must be a multiple of linear_num_key_heads "
-                f"({self.num_k_heads})"
+                f"linear_num_value_heads ({value_heads}) must be a multiple of linear_num_key_heads ({key_heads})"
             )
+        self.num_k_heads = tp.divide(key_heads, "linear_num_key_heads")
+        self.num_v_heads = value_heads // tp.size  # the value heads of the rank's key heads
         self.head_k_dim = config.linear_key_head_dim
         self.head_v_dim = config.linear_value_head_dim
         self.key_dim = self.num_k_heads * self.head_k_dim
@@ -35,17 +38,21 @@ class GatedDeltaNet(nn.Module):
         self.conv_dim = 2 * self.key_dim + self.value_dim
         self.conv_kernel_size = config.linear_conv_kernel_dim
         hidden = config.hidden_size
+        full_key, full_value = key_heads * self.head_k_dim, value_heads * self.head_v_dim
+        qkv = tp.split(0, full_key, full_key, full_value)  # the rank's heads of each of q, k, v
 
-        self.in_proj_qkv = nn.Linear(hidden, self.conv_dim, bias=False)
-        self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False)
-        self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False)
-        self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False)
+        self.in_proj_qkv = column_linear(hidden, qkv.full_size, tp, shard=qkv)
+        self.in_proj_z = column_linear(hidden, full_value, tp)
+        self.in_proj_b = column_linear(hidden, value_heads, tp)
+        self.in_proj_a = column_linear(hidden, value_heads, tp)
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.conv_kernel_size, groups=self.conv_dim,
                                 bias=False, padding=self.conv_kernel_size - 1)
+        shard_parameters(self.conv1d, tp, weight=qkv)  # depthwise: the conv channels are in_proj_qkv's outputs
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        shard_parameters(self, tp, dt_bias=tp.split(0, value_heads), A_log=tp.split(0, value_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, eps=config.rms_norm_eps)
-        self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
+        self.out_proj = row_linear(full_value, hidden, tp)  # all-reduce
 
     def cache_spec(self) -> LinearLayerSpec:
         return LinearLayerSpec(

@@ -13,6 +13,7 @@ from torch import nn
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from specdec.backend import GlueOps, glue_ops, glue_ops_for
+from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear
 from verify_kernels.glue.naive import apply_rotary_ref
 
 ACTIVATIONS = {
@@ -153,13 +154,15 @@ apply_rotary = apply_rotary_ref  # x [B, T, heads, D]; cos/sin [B, T, R]: rotate
 
 
 class GatedMLP(nn.Module):
-    """SwiGLU MLP (Qwen3.5): down(act(gate(x)) * up(x))."""
+    """SwiGLU MLP (Qwen3.5): down(act(gate(x)) * up(x)); under tensor parallelism gate / up column-parallel,
+    down row-parallel (all-reduce)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str):
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str, tp: TensorParallel = SINGLE):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        tp.divide(intermediate_size, "intermediate_size")
+        self.gate_proj = column_linear(hidden_size, intermediate_size, tp)
+        self.up_proj = column_linear(hidden_size, intermediate_size, tp)
+        self.down_proj = row_linear(intermediate_size, hidden_size, tp)
         activation(act)  # a name we know
         self.act = act
 
@@ -168,12 +171,15 @@ class GatedMLP(nn.Module):
 
 
 class PlainMLP(nn.Module):
-    """Ungated MLP (Nemotron-H, relu2 by default): down(act(up(x)))."""
+    """Ungated MLP (Nemotron-H, relu2 by default): down(act(up(x))); under tensor parallelism up column-parallel,
+    down row-parallel (all-reduce)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str, bias: bool = False):
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str, bias: bool = False,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        tp.divide(intermediate_size, "intermediate_size")
+        self.up_proj = column_linear(hidden_size, intermediate_size, tp, bias=bias)
+        self.down_proj = row_linear(intermediate_size, hidden_size, tp, bias=bias)
         activation(act)  # a name we know
         self.act = act
 

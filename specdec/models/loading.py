@@ -7,6 +7,8 @@ is never allocated twice. Checkpoint names are mapped onto ours (which mirror tr
 - Nemotron-H checkpoints use `backbone.` for `model.`;
 - MoE experts stored one tensor per expert are stacked into transformers' layout;
 - `mtp.*` tensors (multi-token prediction) are kept in `model.mtp_weights` for the MTP drafter.
+Under tensor parallelism (`tp`, specdec.parallel) the model is built with the rank's heads and each sharded
+parameter is read as the rank's slice only (safetensors get_slice, the module's `tp_shards`).
 Anything else that does not match a parameter, and any parameter left unfilled, is an error naming it.
 """
 
@@ -23,8 +25,10 @@ from accelerate import init_empty_weights
 from torch import nn
 from transformers import AutoConfig
 
+from specdec.parallel import SINGLE, Shard, TensorParallel
+
 from .base import HybridCausalLM
-from .checkpoint import CheckpointError, iter_tensors, read_config, resolve_checkpoint, tensor_names, weight_files
+from .checkpoint import CheckpointError, iter_handles, read_config, resolve_checkpoint, tensor_names, weight_files
 from .nemotron_h import NemotronHForCausalLM
 from .qwen3_5 import Qwen35ForCausalLM
 
@@ -82,10 +86,11 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
 
 def load_model(name_or_path: str | Path, device: str | torch.device | None = None,
-               dtype: torch.dtype | str | None = None) -> HybridCausalLM:
+               dtype: torch.dtype | str | None = None, tp: TensorParallel = SINGLE) -> HybridCausalLM:
     """Load a Qwen3.5 (dense / MoE, text or multimodal checkpoint) or Nemotron-H checkpoint for inference.
 
-    device defaults to cuda when available, else cpu; dtype to bf16 on GPU and fp32 on CPU.
+    device defaults to cuda when available, else cpu; dtype to bf16 on GPU and fp32 on CPU. tp: this process's
+    rank of a tensor-parallel group; the rank's shards only are built and read.
     """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = _parse_dtype(dtype) if dtype is not None else default_dtype(device)
@@ -99,6 +104,7 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
         )
     family = FAMILIES[model_type]
     hf_config = AutoConfig.from_pretrained(directory)
+    build = partial(family.build, tp=tp)
     if family.multimodal:
         # Multimodal checkpoints tie the text model's head by the top-level flag, as transformers does.
         tied = hf_config.tie_word_embeddings
@@ -106,9 +112,9 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
         hf_config.tie_word_embeddings = tied
 
     if (directory / RANDOM_WEIGHTS).is_file():
-        return random_model(family, hf_config, directory / RANDOM_WEIGHTS, device, dtype)
+        return random_model(family, build, hf_config, directory / RANDOM_WEIGHTS, device, dtype)
     with init_empty_weights(include_buffers=False):
-        model = family.build(hf_config)
+        model = build(hf_config)
     files = weight_files(directory)
     plan = _plan_loading(model, family, tensor_names(files), directory)
     _load(model, family, plan, files, device, dtype)
@@ -116,9 +122,12 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
     return model.eval()
 
 
-def random_model(family: Family, hf_config, spec: Path, device: torch.device, dtype: torch.dtype) -> HybridCausalLM:
-    """A model whose weights are drawn, not read: built on `device` straight in `dtype` (a 35B model never exists in
-    fp32), then drawn by random_checkpoint.randomize with the seed in `spec`; dtypes and tying as _load leaves them."""
+def random_model(family: Family, build: Callable[..., HybridCausalLM], hf_config, spec: Path, device: torch.device,
+                 dtype: torch.dtype) -> HybridCausalLM:
+    """A model whose weights are drawn, not read: built (by `build`) on `device` straight in `dtype` (a 35B model
+    never exists in fp32), then drawn by random_checkpoint.randomize with the seed in `spec`; dtypes and tying as
+    _load leaves them. Under tensor parallelism each rank draws its own shards: a different model from tp 1's, the
+    same per-rank work (for timing)."""
     import json
 
     from .random_checkpoint import randomize
@@ -127,7 +136,7 @@ def random_model(family: Family, hf_config, spec: Path, device: torch.device, dt
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = family.build(hf_config)
+            model = build(hf_config)
     finally:
         torch.set_default_dtype(default)
     randomize(model, json.loads(spec.read_text())["seed"])
@@ -239,26 +248,57 @@ def _load(model: HybridCausalLM, family: Family, plan: _Plan, files: list[Path],
         keep = any(name.endswith(suffix) for suffix in family.keep_fp32)
         return tensor.to(device=device, dtype=torch.float32 if keep else dtype)
 
-    for name, tensor in iter_tensors(files, device):
+    for name, handle in iter_handles(files, device):
         if name in plan.targets:
             target = plan.targets[name]
-            _check_shape(name, tensor.shape, _expected_shape(model, target))
-            _assign(model, target, cast(target, tensor))
+            _assign(model, target, cast(target, _read_target(model, name, target, handle)))
         elif name in plan.experts:
             target, expert, block, blocks = plan.experts[name]
             if target not in stacked:
                 stacked[target] = torch.empty(expected[target].shape, device=device, dtype=dtype)
             size = stacked[target].shape[1] // blocks
             rows = slice(block * size, (block + 1) * size)
-            _check_shape(name, tensor.shape, stacked[target][expert, rows].shape)
+            tensor = _read_expert(model, name, target, block, stacked[target][expert, rows].shape, handle)
             stacked[target][expert, rows] = tensor.to(device=device, dtype=dtype)
         elif name in plan.mtp:
-            model.mtp_weights[plan.mtp[name]] = cast(name, tensor)
+            model.mtp_weights[plan.mtp[name]] = cast(name, handle.get_tensor(name))
     for target, tensor in stacked.items():
         _assign(model, target, tensor)
     if plan.tie_lm_head:
         embedding = getattr(model.model, "embed_tokens", None) or model.model.embeddings
         model.lm_head.weight = embedding.weight
+
+
+def _read_target(model: nn.Module, name: str, target: str, handle) -> torch.Tensor:
+    """Checkpoint tensor `name` for our parameter `target`: whole, or the rank's slice where the parameter is
+    sharded (only that slice is read from the file)."""
+    return _read(handle, name, _shard_of(model, target), _expected_shape(model, target))
+
+
+def _read_expert(model: nn.Module, name: str, target: str, block: int, want: torch.Size, handle) -> torch.Tensor:
+    """One expert's tensor `name` (block `block` of stacked parameter `target`, e.g. gate_proj of gate_up_proj),
+    whole or the rank's slice: the stacked parameter's Shard one dim down, on that block's part alone."""
+    shard = _shard_of(model, target)
+    if shard is not None:
+        shard = Shard(shard.dim - 1, (shard.parts[block],), shard.pieces, shard.index)
+    return _read(handle, name, shard, want)
+
+
+def _shard_of(model: nn.Module, name: str) -> Shard | None:
+    module_name, _, leaf = name.rpartition(".")
+    return getattr(model.get_submodule(module_name), "tp_shards", {}).get(leaf)
+
+
+def _read(handle, name: str, shard: Shard | None, want: torch.Size) -> torch.Tensor:
+    """Tensor `name` of an open safetensors file, checked against the shape the model wants: whole, or (shard) only
+    the rank's slice read."""
+    if shard is None:
+        tensor = handle.get_tensor(name)
+        _check_shape(name, tensor.shape, want)
+        return tensor
+    lazy = handle.get_slice(name)
+    _check_shape(name, torch.Size(lazy.get_shape()), shard.full_shape(tuple(want)))
+    return shard.read(lazy)
 
 
 def _expected_shape(model: nn.Module, name: str) -> torch.Size:

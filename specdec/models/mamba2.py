@@ -7,6 +7,7 @@ from torch import nn
 
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
+from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear, shard_parameters
 
 from .layers import GroupGatedRMSNorm, glue_for
 
@@ -19,33 +20,44 @@ class Mamba2Mixer(nn.Module):
     dt = softplus(dt + dt_bias) clamped to config.time_step_limit, identically for prefill, decode and verify.
     (transformers' NemotronH clamps at time_step_min in its chunked path only; mamba_ssm, vLLM and SGLang use
     the configured limit, by default (0, inf), which is what we follow.)
+    Under tensor parallelism (specdec.parallel) the layer holds NG / size groups and their heads (head h reads group
+    h // (NH / NG)); every count and dim below is the rank's.
     """
 
-    def __init__(self, config, linear_index: int):
+    def __init__(self, config, linear_index: int, tp: TensorParallel = SINGLE):
         super().__init__()
         self.linear_index = linear_index
-        self.num_heads = config.mamba_num_heads
+        heads, groups = config.mamba_num_heads, config.n_groups
+        if heads % groups:
+            raise ValueError(f"mamba_num_heads ({heads}) must be a multiple of n_groups ({groups})")
+        # groups split, not shared: the output norm normalises over a group's channels, which must sit on one rank
+        self.n_groups = tp.divide(groups, "n_groups")
+        self.num_heads = heads // tp.size  # the heads of the rank's groups
         self.head_dim = config.mamba_head_dim
-        self.n_groups = config.n_groups
         self.state_size = config.ssm_state_size
-        if self.num_heads % self.n_groups:
-            raise ValueError(f"mamba_num_heads ({self.num_heads}) must be a multiple of n_groups ({self.n_groups})")
         self.intermediate_size = self.num_heads * self.head_dim
         self.conv_dim = self.intermediate_size + 2 * self.n_groups * self.state_size
         self.conv_kernel_size = config.conv_kernel
         low, high = config.time_step_limit
         self.time_step_limit = (float(low), float(high))
         hidden = config.hidden_size
+        inner, group_dims = heads * self.head_dim, groups * self.state_size
+        xbc = (inner, group_dims, group_dims)  # the conv channels: x, B, C
+        in_proj = tp.split(0, inner, *xbc, heads)  # the rank's z, x, B, C and dt
 
-        self.in_proj = nn.Linear(hidden, self.intermediate_size + self.conv_dim + self.num_heads, bias=config.use_bias)
+        self.in_proj = column_linear(hidden, in_proj.full_size, tp, bias=config.use_bias, shard=in_proj)
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.conv_kernel_size, groups=self.conv_dim,
                                 bias=config.use_conv_bias, padding=self.conv_kernel_size - 1)
+        shard_parameters(self.conv1d, tp, weight=tp.split(0, *xbc), **({"bias": tp.split(0, *xbc)}
+                                                                       if config.use_conv_bias else {}))
         self.dt_bias = nn.Parameter(torch.ones(self.num_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_heads))
         self.D = nn.Parameter(torch.ones(self.num_heads))
+        shard_parameters(self, tp, **{name: tp.split(0, heads) for name in ("dt_bias", "A_log", "D")})
         self.norm = GroupGatedRMSNorm(self.intermediate_size, self.intermediate_size // self.n_groups,
                                       eps=config.layer_norm_epsilon)
-        self.out_proj = nn.Linear(self.intermediate_size, hidden, bias=config.use_bias)
+        shard_parameters(self.norm, tp, weight=tp.split(0, inner))
+        self.out_proj = row_linear(inner, hidden, tp, bias=config.use_bias)  # all-reduce
 
     def cache_spec(self) -> LinearLayerSpec:
         return LinearLayerSpec(

@@ -3,6 +3,11 @@
 
 Expert weights are stored stacked, as transformers does: gate_up_proj [E, 2I, D] / up_proj [E, I, D],
 down_proj [E, D, I]. The loader also accepts checkpoints with one tensor per expert.
+
+Tensor parallelism (specdec.parallel) shards every expert as an MLP: each rank holds all E experts with I / size
+of their intermediate channels (first column-, second row-parallel), so routing, replicated, needs no exchange of
+tokens and each rank's experts produce partial sums, all-reduced once; the shared expert is an MLP sharded alike.
+(Expert parallelism, whole experts per rank, would exchange tokens twice per block: left for measurement.)
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.backend import backend_for
+from specdec.parallel import SINGLE, TensorParallel, all_reduce, shard_parameters
 
 from .layers import GatedMLP, PlainMLP, act_and_mul, activation, apply_act
 
@@ -75,10 +81,15 @@ class StackedExperts(nn.Module):
 
 
 class Qwen35Experts(StackedExperts):
-    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, act: str):
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, act: str,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
-        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
-        self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+        local = tp.divide(intermediate_size, "moe_intermediate_size")
+        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * local, hidden_size))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, local))
+        # the rank's channels of the gate half and of the up half; down_proj's matching input channels
+        shard_parameters(self, tp, gate_up_proj=tp.split(1, intermediate_size, intermediate_size),
+                         down_proj=tp.split(2, intermediate_size))
         activation(act)  # a name we know
         self.act = act
 
@@ -106,27 +117,31 @@ class Qwen35Router(nn.Module):
 
 
 class Qwen35SparseMoe(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, tp: TensorParallel = SINGLE):
         super().__init__()
         hidden = config.hidden_size
+        self.tp = tp
         self.gate = Qwen35Router(config.num_experts, hidden, config.num_experts_per_tok)
-        self.experts = Qwen35Experts(config.num_experts, hidden, config.moe_intermediate_size, config.hidden_act)
-        self.shared_expert = GatedMLP(hidden, config.shared_expert_intermediate_size, config.hidden_act)
+        self.experts = Qwen35Experts(config.num_experts, hidden, config.moe_intermediate_size, config.hidden_act, tp)
+        self.shared_expert = GatedMLP(hidden, config.shared_expert_intermediate_size, config.hidden_act, tp)
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         x = hidden.reshape(-1, hidden.shape[-1])
         top_index, top_weight = self.gate(x)
-        routed = self.experts(x, top_index, top_weight).to(x.dtype)
+        routed = all_reduce(self.experts(x, top_index, top_weight).to(x.dtype), self.tp)
         shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return (routed + shared).view_as(hidden)
 
 
 class NemotronExperts(StackedExperts):
-    def __init__(self, num_experts: int, input_dim: int, intermediate_size: int, act: str):
+    def __init__(self, num_experts: int, input_dim: int, intermediate_size: int, act: str,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
-        self.up_proj = nn.Parameter(torch.empty(num_experts, intermediate_size, input_dim))
-        self.down_proj = nn.Parameter(torch.empty(num_experts, input_dim, intermediate_size))
+        local = tp.divide(intermediate_size, "moe_intermediate_size")
+        self.up_proj = nn.Parameter(torch.empty(num_experts, local, input_dim))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, input_dim, local))
+        shard_parameters(self, tp, up_proj=tp.split(1, intermediate_size), down_proj=tp.split(2, intermediate_size))
         activation(act)  # a name we know
         self.act = act
 
@@ -170,15 +185,19 @@ class NemotronRouter(nn.Module):
 
 
 class NemotronMoe(nn.Module):
-    def __init__(self, config):
+    """Under tensor parallelism the routed experts' partial sums are all-reduced in the latent dim (smaller than the
+    hidden one), before the replicated fc2_latent_proj; the shared experts all-reduce on their own."""
+
+    def __init__(self, config, tp: TensorParallel = SINGLE):
         super().__init__()
         hidden = config.hidden_size
         latent = config.moe_latent_size
+        self.tp = tp
         self.gate = NemotronRouter(config)
         self.experts = NemotronExperts(config.n_routed_experts, latent or hidden, config.moe_intermediate_size,
-                                       config.mlp_hidden_act)
+                                       config.mlp_hidden_act, tp)
         self.shared_experts = PlainMLP(hidden, config.moe_shared_expert_intermediate_size, config.mlp_hidden_act,
-                                       bias=config.mlp_bias)
+                                       bias=config.mlp_bias, tp=tp)
         if latent is not None:
             self.fc1_latent_proj = nn.Linear(hidden, latent, bias=config.mlp_bias)
             self.fc2_latent_proj = nn.Linear(latent, hidden, bias=config.mlp_bias)
@@ -189,5 +208,5 @@ class NemotronMoe(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         x = hidden.reshape(-1, hidden.shape[-1])
         top_index, top_weight = self.gate(x)
-        routed = self.experts(self.fc1_latent_proj(x), top_index, top_weight).to(x.dtype)
+        routed = all_reduce(self.experts(self.fc1_latent_proj(x), top_index, top_weight).to(x.dtype), self.tp)
         return self.fc2_latent_proj(routed).view_as(hidden) + self.shared_experts(hidden)

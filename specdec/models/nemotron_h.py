@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specdec.parallel import SINGLE, TensorParallel, vocab_embedding, vocab_lm_head
+
 from .attention import PlainAttention
 from .base import HybridCausalLM
 from .layers import PlainMLP, RMSNorm
@@ -16,19 +18,19 @@ BLOCK_TYPES = ("linear_attention", "full_attention", "mlp", "moe")
 
 
 class NemotronHBlock(nn.Module):
-    def __init__(self, config, block_type: str, mixer_index: int):
+    def __init__(self, config, block_type: str, mixer_index: int, tp: TensorParallel = SINGLE):
         super().__init__()
         self.block_type = block_type
         self.norm = RMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
         if block_type == "linear_attention":
-            self.mixer = Mamba2Mixer(config, mixer_index)
+            self.mixer = Mamba2Mixer(config, mixer_index, tp)
         elif block_type == "full_attention":
-            self.mixer = PlainAttention(config, mixer_index)
+            self.mixer = PlainAttention(config, mixer_index, tp)
         elif block_type == "mlp":
             self.mixer = PlainMLP(config.hidden_size, config.intermediate_size, config.mlp_hidden_act,
-                                  bias=config.mlp_bias)
+                                  bias=config.mlp_bias, tp=tp)
         else:
-            self.mixer = NemotronMoe(config)
+            self.mixer = NemotronMoe(config, tp)
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None, ctx,
                 cache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,29 +46,29 @@ class NemotronHBlock(nn.Module):
 
 
 class NemotronHBackbone(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, tp: TensorParallel = SINGLE):
         super().__init__()
         block_types = list(config.layers_block_type)
         unknown = sorted(set(block_types) - set(BLOCK_TYPES))
         if unknown:
             raise ValueError(f"config.layers_block_type has unsupported entries {unknown}; expected {BLOCK_TYPES}")
-        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embeddings = vocab_embedding(config.vocab_size, config.hidden_size, tp)
         counters = {kind: 0 for kind in BLOCK_TYPES}
         blocks = []
         for block_type in block_types:
-            blocks.append(NemotronHBlock(config, block_type, counters[block_type]))
+            blocks.append(NemotronHBlock(config, block_type, counters[block_type], tp))
             counters[block_type] += 1
         self.layers = nn.ModuleList(blocks)
         self.norm_f = RMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
 
 
 class NemotronHForCausalLM(HybridCausalLM):
-    """`model_type` nemotron_h."""
+    """`model_type` nemotron_h. tp: this process's rank of a tensor-parallel group (specdec.parallel)."""
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = NemotronHBackbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+    def __init__(self, config, tp: TensorParallel = SINGLE):
+        super().__init__(config, tp)
+        self.model = NemotronHBackbone(config, tp)
+        self.lm_head = vocab_lm_head(config.hidden_size, config.vocab_size, tp)  # gathers full logits
 
     def forward_features(self, tokens: torch.Tensor, ctx, cache,
                          layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:

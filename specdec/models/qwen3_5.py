@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specdec.parallel import SINGLE, TensorParallel, vocab_embedding, vocab_lm_head
+
 from .attention import GatedAttention
 from .base import HybridCausalLM
 from .gated_deltanet import GatedDeltaNet
@@ -15,15 +17,15 @@ LAYER_TYPES = ("linear_attention", "full_attention")
 
 
 class Qwen35DecoderLayer(nn.Module):
-    def __init__(self, config, layer_type: str, mixer_index: int, moe: bool):
+    def __init__(self, config, layer_type: str, mixer_index: int, moe: bool, tp: TensorParallel = SINGLE):
         super().__init__()
         self.layer_type = layer_type
         if layer_type == "linear_attention":
-            self.linear_attn = GatedDeltaNet(config, mixer_index)
+            self.linear_attn = GatedDeltaNet(config, mixer_index, tp)
         else:
-            self.self_attn = GatedAttention(config, mixer_index)
-        self.mlp = Qwen35SparseMoe(config) if moe else GatedMLP(config.hidden_size, config.intermediate_size,
-                                                                 config.hidden_act)
+            self.self_attn = GatedAttention(config, mixer_index, tp)
+        self.mlp = Qwen35SparseMoe(config, tp) if moe else GatedMLP(config.hidden_size, config.intermediate_size,
+                                                                 config.hidden_act, tp)
         self.input_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -44,17 +46,17 @@ class Qwen35DecoderLayer(nn.Module):
 
 
 class Qwen35TextModel(nn.Module):
-    def __init__(self, config, moe: bool):
+    def __init__(self, config, moe: bool, tp: TensorParallel = SINGLE):
         super().__init__()
         layer_types = list(config.layer_types)
         unknown = sorted(set(layer_types) - set(LAYER_TYPES))
         if unknown:
             raise ValueError(f"config.layer_types has unsupported entries {unknown}; expected {LAYER_TYPES}")
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = vocab_embedding(config.vocab_size, config.hidden_size, tp)
         counters = {kind: 0 for kind in LAYER_TYPES}
         layers = []
         for layer_type in layer_types[: config.num_hidden_layers]:
-            layers.append(Qwen35DecoderLayer(config, layer_type, counters[layer_type], moe))
+            layers.append(Qwen35DecoderLayer(config, layer_type, counters[layer_type], moe, tp))
             counters[layer_type] += 1
         self.layers = nn.ModuleList(layers)
         self.norm = OffsetRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -63,12 +65,13 @@ class Qwen35TextModel(nn.Module):
 
 
 class Qwen35ForCausalLM(HybridCausalLM):
-    """`model_type` qwen3_5_text / qwen3_5_moe_text (and the text part of qwen3_5 / qwen3_5_moe checkpoints)."""
+    """`model_type` qwen3_5_text / qwen3_5_moe_text (and the text part of qwen3_5 / qwen3_5_moe checkpoints).
+    tp: this process's rank of a tensor-parallel group (specdec.parallel); the dense model shards."""
 
-    def __init__(self, config, moe: bool = False):
-        super().__init__(config)
-        self.model = Qwen35TextModel(config, moe)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+    def __init__(self, config, moe: bool = False, tp: TensorParallel = SINGLE):
+        super().__init__(config, tp)
+        self.model = Qwen35TextModel(config, moe, tp)
+        self.lm_head = vocab_lm_head(config.hidden_size, config.vocab_size, tp)  # gathers full logits
 
     def forward_features(self, tokens: torch.Tensor, ctx, cache,
                          layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -1,0 +1,138 @@
+"""What each rank of the tensor-parallel tests runs, in processes of their own (torch.multiprocessing, spawn), and
+the launcher. A rank writes its results (or its traceback) to files in OUT, for the test to compare."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from drafters import NgramDrafter
+from specdec import CacheConfig, ModelRunner, load_model
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.parallel import SINGLE, TensorParallel, TensorParallelError, init_tensor_parallel, shutdown
+from specdec.speculation import SamplingParams, TreeShape
+
+DECODE_STEPS = 4
+NEW_TOKENS = 24
+
+
+def prompts(vocab: int) -> list[list[int]]:
+    """Ragged prompts across the flush length; repeated patterns, so the n-gram drafter gets tokens accepted."""
+    generator = torch.Generator().manual_seed(5)
+    pattern = torch.randint(0, vocab, (5,), generator=generator).tolist()
+    return [pattern * 3, torch.randint(0, vocab, (2,), generator=generator).tolist(),
+            torch.randint(0, vocab, (7,), generator=generator).tolist() + pattern * 2]
+
+
+def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
+    """The runner's prefill logits [B, T, V] and DECODE_STEPS greedy decode logits [steps, B, V]; the engine's
+    greedy outputs, plain and n-gram speculative (with the tokens accepted beyond the root), from CUDA graphs on a
+    GPU. fp32 throughout."""
+    model = load_model(directory, device=device, dtype=torch.float32, tp=tp)
+    batch = prompts(model.hf_config.vocab_size)
+    runner = ModelRunner.create(model, CacheConfig(max_requests=3, max_seq_len=64, flush_length=3))
+    slots = [runner.cache.allocate_request() for _ in batch]
+    prefill = runner.prefill(slots, batch, all_logits=True)
+    tokens = [int(prefill[row, len(prompt) - 1].argmax()) for row, prompt in enumerate(batch)]
+    steps = []
+    for _ in range(DECODE_STEPS):
+        steps.append(runner.decode(slots, tokens))
+        tokens = steps[-1].argmax(-1).tolist()
+    result = {"prefill": prefill.cpu(), "decode": torch.stack(steps).cpu(), "spec": model.cache_spec()}
+    for name, drafter in (("plain", None), ("ngram", NgramDrafter())):
+        config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=96, flush_length=3),
+                              shape=TreeShape(steps=3))
+        engine = Engine(model, drafter, config)
+        requests = [engine.add_request(prompt, SamplingParams(), NEW_TOKENS) for prompt in batch]
+        engine.run()
+        result[name] = [request.output for request in requests]
+        result[f"{name}_accepted"] = sum(sum(r.stats.emitted_per_step) - len(r.stats.emitted_per_step)
+                                         for r in requests)
+    return result
+
+
+def single_process(directory: Path, device: str = "cpu") -> dict:
+    """The reference, in the test's process, on one thread as the ranks (several threads per process on the busy
+    CI cores make torch's small matmuls a hundred times slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return logits_and_outputs(directory, SINGLE, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def rank_main(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
+    """Each checkpoint through logits_and_outputs (-> OUT/rank{r}.pt). Then the failures, each on a group of its
+    own with a short collective timeout: the last rank stalls (alive, in no collective), and the others' prefill
+    must fail when the timeout passes; then it exits, and their next prefill must fail at once, or at the latest
+    when the timeout passes (-> OUT/failures{r}.pt: the stalled and the dead case)."""
+    tp = init_tensor_parallel(rank, size, init_method, backend="gloo", timeout_s=60)
+    torch.save([logits_and_outputs(directory, tp) for directory in directories], out / f"rank{rank}.pt")
+
+    timeout_s = {"stalled": 2.0, "dead": 5.0}
+    groups = {case: TensorParallel(rank, size, dist.new_group(timeout=timedelta(seconds=seconds)), seconds)
+              for case, seconds in timeout_s.items()}
+    models = {case: load_model(directories[0], device="cpu", tp=group) for case, group in groups.items()}
+    if rank == size - 1:  # stalls until the others timed out, then dies
+        while len(list(out.glob("stalled-over*"))) < size - 1:
+            time.sleep(0.05)
+        os._exit(0)
+    failures = {}
+    for case, model in models.items():
+        runner = ModelRunner.create(model, CacheConfig(max_requests=1, max_seq_len=32, flush_length=3))
+        start = time.monotonic()
+        try:
+            runner.prefill([runner.cache.allocate_request()], [[1, 2, 3]])
+            message = "no error"
+        except TensorParallelError as error:
+            message = str(error)
+        failures[case] = {"message": message, "seconds": time.monotonic() - start, "timeout_s": timeout_s[case]}
+        if case == "stalled":
+            (out / f"stalled-over{rank}").touch()
+    torch.save(failures, out / f"failures{rank}.pt")
+
+
+def rank_main_cuda(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
+    """Each checkpoint through logits_and_outputs on the rank's GPU, over nccl (-> OUT/rank{r}.pt)."""
+    tp = init_tensor_parallel(rank, size, init_method, backend="nccl", timeout_s=120)
+    torch.save([logits_and_outputs(directory, tp, f"cuda:{rank}") for directory in directories], out / f"rank{rank}.pt")
+    shutdown(tp)
+
+
+def _entry(rank: int, size: int, target, init_method: str, directories: list[Path], out: Path) -> None:
+    torch.set_num_threads(1)  # the ranks share the machine's cores
+    try:
+        target(rank, size, init_method, directories, out)
+    except BaseException:
+        (out / f"rank{rank}.err").write_text(traceback.format_exc())
+        raise
+
+
+def run_ranks(target, size: int, directories: list[Path], out: Path, limit_s: float = 120.0) -> None:
+    """`target`(rank, size, init_method, directories, out) in `size` spawned processes joined through a file store,
+    for their files in `out`. Ranks still alive after limit_s are killed; a rank's exception fails the call."""
+    context = mp.get_context("spawn")
+    init_method = f"file://{out / 'store'}"
+    ranks = [context.Process(target=_entry, args=(rank, size, target, init_method, directories, out))
+             for rank in range(size)]
+    for process in ranks:
+        process.start()
+    deadline = time.monotonic() + limit_s
+    for process in ranks:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in ranks:
+        if process.is_alive():
+            process.kill()
+            process.join()
+    errors = [(out / f"rank{rank}.err").read_text() for rank in range(size) if (out / f"rank{rank}.err").exists()]
+    assert not errors, "a rank failed:\n" + "\n".join(errors)
+    codes = [process.exitcode for process in ranks]
+    assert codes == [0] * size, f"the ranks exited with {codes} (negative: killed after {limit_s:.0f} s or by a signal)"
