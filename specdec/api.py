@@ -24,6 +24,7 @@ from specdec.models.checkpoint import resolve_checkpoint
 from specdec.models.tokenizer import load_tokenizer
 from specdec.presets import resolve
 from specdec.speculation import Acceptance, SamplingParams
+from specdec.speculation.adaptive import StepCostPrior
 
 Prompt = str | Sequence[int]
 
@@ -54,11 +55,14 @@ class LLM:
         slots and lengths, and the target's flush length (16 when the target keeps intermediate states).
     state_memory_gb: size the committed-state pool to this budget instead of config.cache.num_state_slots.
     acceptance: who decides which drafts are kept (default: the target, losslessly).
+    step_cost: with config.speculation = "adaptive", the prior cost of a step, (batch, width, context) -> seconds
+        (specdec/eval/step_cost.py: roofline_step_cost; default flat: each shape is measured before it is trusted).
     """
 
     def __init__(self, target: str = "qwen3.5", draft: str | Drafter | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, config: EngineConfig = EngineConfig(),
-                 state_memory_gb: float | None = None, acceptance: Acceptance | None = None):
+                 state_memory_gb: float | None = None, acceptance: Acceptance | None = None,
+                 step_cost: StepCostPrior | None = None):
         target_path = resolve_checkpoint(resolve(target))
         self.model = load_model(target_path, device=device, dtype=dtype)
         cache = config.cache
@@ -74,7 +78,7 @@ class LLM:
             draft = make_drafter(draft, DraftContext(self.model, target, self.tokenizer, cache, config.shape,
                                                      draft_flush, device, dtype, config.cuda_graphs))
         self.drafter = draft
-        self.engine = Engine(self.model, self.drafter, config, acceptance)
+        self.engine = Engine(self.model, self.drafter, config, acceptance, step_cost)
 
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,

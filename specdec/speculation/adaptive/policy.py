@@ -93,7 +93,9 @@ class AdaptivePolicy:
         due = [self.idle.get(rid, 0) >= self.config.probe_every for rid in request_ids]
         active = [d or s.conditional(0) >= self.config.collapse for s, d in zip(stats, due, strict=True)]
         rates = {s: self._rate(stats, active, batch, s, context) for s in self.config.shapes}
-        steps = self._explore(batch) or max(rates, key=lambda s: (rates[s], -s))
+        steps = self._explore(batch)
+        if steps is None:
+            steps = max(rates, key=lambda s: (rates[s], -s))
         if steps == 0 and (any(due) or self.since_drafting >= self.config.probe_every):
             # a probe: the best drafting shape, every row drafting (those off see whether they recovered)
             steps, active = max(self.config.chain_lengths, key=lambda s: (rates[s], -s)), [True] * batch
