@@ -25,9 +25,10 @@ class AdaptiveConfig:
     new request starts from (default: the shipped Qwen3.5 drafters on MT-bench, about 0.75 at each position);
     prior_weight: its weight in observations; decay: per observation of a position. collapse: a request whose
     first-position acceptance falls below this stops drafting. probe_every: steps without drafting before a request
-    (or, when the batch runs plain steps, the batch) drafts again. refresh_every: steps between re-measuring the
-    shape measured least recently in the batch's bucket (a cost can drift with context). max_steps: the longest
-    chain (the engine's TreeShape.steps); chains: the lengths offered (default 1..max_steps)."""
+    (or, when the batch runs plain steps, the batch) drafts again; requests halfway there probe in the same step.
+    refresh_every: steps between re-measuring the shape measured least recently in the batch's bucket (a cost can
+    drift with context). max_steps: the longest chain (the engine's TreeShape budget); chains: the lengths offered
+    (default 1..max_steps)."""
 
     max_steps: int = 4
     chains: tuple[int, ...] | None = None
@@ -90,7 +91,10 @@ class AdaptivePolicy:
         """The plan for a step of these requests (their tokens so far: contexts)."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         stats = [self._stats(rid) for rid in request_ids]
-        due = [self.idle.get(rid, 0) >= self.config.probe_every for rid in request_ids]
+        idle = [self.idle.get(rid, 0) for rid in request_ids]
+        # one probe step for many: once a request is due, those halfway there come along
+        due = [n >= (self.config.probe_every + 1) // 2 for n in idle] if max(idle) >= self.config.probe_every else \
+            [False] * batch
         active = [d or s.conditional(0) >= self.config.collapse for s, d in zip(stats, due, strict=True)]
         rates = {s: self._rate(stats, active, batch, s, context) for s in self.config.shapes}
         steps = self._explore(batch)

@@ -24,7 +24,7 @@ class StepCost:
     the old value) of measured / prior; each (bucket, width)'s first measurement is a warm-up and dropped (CUDA
     graph capture, first-call allocations), and a measurement is clipped to `clip` times the current estimate so
     that one stall does not condemn a width. An unmeasured (bucket, width) borrows the factor of the same width in
-    the nearest measured bucket, else the mean factor of its bucket, else 1."""
+    the nearest measured bucket, else the mean factor of its bucket, else of all, else 1."""
 
     def __init__(self, prior: StepCostPrior = flat_prior, decay: float = 0.8, clip: float = 3.0):
         self.prior = prior
@@ -43,8 +43,8 @@ class StepCost:
                       if w == width]
         if same_width:
             return min(same_width)[1]
-        same_bucket = [f for (b, _), f in self.factors.items() if b == bucket]
-        return sum(same_bucket) / len(same_bucket) if same_bucket else 1.0
+        pool = [f for (b, _), f in self.factors.items() if b == bucket] or list(self.factors.values())
+        return sum(pool) / len(pool) if pool else 1.0
 
     def measured(self, width: int) -> int:
         """Measurements of this width kept, over all buckets."""
