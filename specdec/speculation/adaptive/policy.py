@@ -21,14 +21,14 @@ from .step_cost import StepCost, StepCostPrior, batch_bucket, flat_prior
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), what a
-    new request starts from (default: the shipped Qwen3.5 drafters on MT-bench, about 0.75 at each position);
-    prior_weight: its weight in observations; decay: per observation of a position. collapse: a request whose
-    first-position acceptance falls below this stops drafting. probe_every: steps without drafting before a request
-    (or, when the batch runs plain steps, the batch) drafts again; requests halfway there probe in the same step.
-    refresh_every: steps between re-measuring the shape measured least recently in the batch's bucket (a cost can
-    drift with context). max_steps: the longest chain (the engine's TreeShape budget); chains: the lengths offered
-    (default 1..max_steps)."""
+    """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), what a new
+    request starts from (default: the shipped Qwen3.5 drafters on MT-bench, about 0.75 at each position); prior_weight:
+    its weight in observations; decay: per observation of a position. collapse: a request whose first-position
+    acceptance falls below this stops drafting. probe_every: steps without drafting before a request (or, when the batch
+    runs plain steps, the batch) drafts again; requests halfway there probe in the same step. refresh_every: steps
+    between re-measuring the contender (a shape within 20% of the best) measured least recently in the batch's bucket (a
+    cost drifts with context, and with whatever else the machine runs). max_steps: the longest chain (the engine's
+    TreeShape budget); chains: the lengths offered (default 1..max_steps)."""
 
     max_steps: int = 4
     chains: tuple[int, ...] | None = None
@@ -37,7 +37,7 @@ class AdaptiveConfig:
     decay: float = 0.9
     collapse: float = 0.2
     probe_every: int = 16
-    refresh_every: int = 64
+    refresh_every: int = 16
 
     def __post_init__(self):
         if self.max_steps < 1 or any(not 1 <= s <= self.max_steps for s in self.chain_lengths):
@@ -97,7 +97,7 @@ class AdaptivePolicy:
             [False] * batch
         active = [d or s.conditional(0) >= self.config.collapse for s, d in zip(stats, due, strict=True)]
         rates = {s: self._rate(stats, active, batch, s, context) for s in self.config.shapes}
-        steps = self._explore(batch)
+        steps = self._explore(batch, rates)
         if steps is None:
             steps = max(rates, key=lambda s: (rates[s], -s))
         if steps == 0 and (any(due) or self.since_drafting >= self.config.probe_every):
@@ -141,13 +141,15 @@ class AdaptivePolicy:
         emitted = sum(s.expected_emitted(steps) if a else 1.0 for s, a in zip(stats, active, strict=True))
         return emitted / self.cost.seconds(batch, steps + 1, context)
 
-    def _explore(self, batch: int) -> int | None:
+    def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up), else every refresh_every
-        steps the one in this bucket measured least recently."""
+        steps, of the shapes whose expected rate is within 20% of the best, the one measured least recently in
+        this bucket (so that a cost measured while the machine was busy is not trusted for ever)."""
         for steps in self.config.shapes:
             if self.cost.measured(steps + 1) < 1:
                 return steps
         if self.config.refresh_every and self.steps % self.config.refresh_every == self.config.refresh_every - 1:
-            bucket = batch_bucket(batch)
-            return min(self.config.shapes, key=lambda s: self.last_measured.get((bucket, s), -1))
+            bucket, best = batch_bucket(batch), max(rates.values())
+            contenders = [s for s in self.config.shapes if rates[s] >= 0.8 * best]
+            return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None

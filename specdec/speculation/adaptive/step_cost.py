@@ -21,10 +21,10 @@ def batch_bucket(batch: int) -> int:
 
 class StepCost:
     """seconds(batch, width, context) = prior(...) * factor[(bucket, width)]. A factor is the EWMA (weight `decay` on
-    the old value) of measured / prior; each (bucket, width)'s first measurement is a warm-up and dropped (CUDA
-    graph capture, first-call allocations), and a measurement is clipped to `clip` times the current estimate so
-    that one stall does not condemn a width. An unmeasured (bucket, width) borrows the factor of the same width in
-    the nearest measured bucket, else the mean factor of its bucket, else of all, else 1."""
+    the old value) of measured / prior; each (bucket, width)'s first measurement is a warm-up and dropped (CUDA graph
+    capture, first-call allocations), and a measurement is clipped to `clip` times the current estimate (the borrowed
+    one for a first measurement) so that one stall does not condemn a width. An unmeasured (bucket, width) borrows the
+    factor of the same width in the nearest measured bucket, else the mean factor of its bucket, else of all, else 1."""
 
     def __init__(self, prior: StepCostPrior = flat_prior, decay: float = 0.8, clip: float = 3.0):
         self.prior = prior
@@ -56,8 +56,9 @@ class StepCost:
         if self.samples[key] == 1:
             return
         ratio = seconds / self.prior(batch, width, context)
-        if key not in self.factors:
+        old = self.factor(*key)  # (a first measurement is held against the borrowed factor)
+        if key not in self.factors and not self.factors:
             self.factors[key] = ratio
             return
-        old = self.factors[key]
-        self.factors[key] = self.decay * old + (1 - self.decay) * min(ratio, self.clip * old)
+        ratio = min(ratio, self.clip * old)
+        self.factors[key] = self.decay * old + (1 - self.decay) * ratio if key in self.factors else ratio
