@@ -25,7 +25,8 @@ class Drafter(ABC):
     supports_dynamic_trees = False  # drafters that score their drafts (MTP, EAGLE-3 heads) draft dynamic trees
 
     """Proposes a token tree per request. Lifecycle: start(request) when a request joins, then every step
-    propose(requests) and accepted(requests, ...) for the same batch, and finish(request_id) when it leaves
+    propose(requests) and accepted(requests, ...) for the same batch, or skipped(requests, ...) for requests verified
+    without drafts (both in one step for different requests), and finish(request_id) when it leaves
     (also on abort). A drafter with target_features set gets the target's features of the prompt in start and of
     the verified trees' nodes in accepted (others get None): its final hidden states (after the last norm) for
     target_features = () (MTP), the outputs of those decoder layers concatenated for layer ids (EAGLE-3)."""
@@ -50,6 +51,13 @@ class Drafter(ABC):
         """For the batch of the last propose: the target accepted, per request, tree nodes `path` (root first) and
         emitted a bonus token after them (results[i] = (path, bonus)); target_hidden: [B, T, F] of the trees'
         nodes (target_features)."""
+
+    def skipped(self, requests: list[DraftRequest], roots: list[int],  # noqa: B027 - stateless drafters
+                target_hidden: torch.Tensor | None = None) -> None:
+        """The target verified these requests' roots alone, without asking for drafts (adaptive speculation), and
+        emitted a token after each: roots[i] is the token scored, request.tokens[-1] the new root; target_hidden:
+        [B, F] the roots' features (target_features). A drafter whose cache follows the request takes the roots
+        as pending tokens, scored with its next proposal."""
 
     def finish(self, request_id: int) -> None:  # noqa: B027
         """The request left; free what it held."""

@@ -79,6 +79,11 @@ class DraftModelDrafter(Drafter):
         self.runner.commit(ctx, accepted, torch.tensor([len(r) for r in rows]))
         self._last = None
 
+    def skipped(self, requests: list[DraftRequest], roots: list[int], target_hidden=None) -> None:
+        """The roots were never scored by the draft model: they wait in `pending`, in front of the next tree."""
+        for request, root in zip(requests, roots, strict=True):
+            self.pending[request.request_id].append(root)
+
     def _score(self, requests: list[DraftRequest], trees: list[DraftTree]):
         """Score pending tokens + tree per request as one token tree each; -> logits [B, T, V] (on the draft's
         device), context."""

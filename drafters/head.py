@@ -144,6 +144,17 @@ class HeadDrafter(Drafter):
         self.cache.commit(ctx, accepted, torch.tensor(keep))
         self._last = None
 
+    @torch.inference_mode()
+    def skipped(self, requests: list[DraftRequest], roots: list[int],
+                target_hidden: torch.Tensor | None = None) -> None:
+        """Each root row (its hidden input built from target features) waits as a pending row; the new root pairs
+        with the target's features of the old one. target_hidden: [B, F]."""
+        hidden = self.head.project(target_hidden)
+        for row, (request, root) in enumerate(zip(requests, roots, strict=True)):
+            rows = self.rows[request.request_id]
+            pending = torch.cat([rows.hidden, rows.root_hidden[None]])
+            self.rows[request.request_id] = _Rows(rows.tokens + [root], pending, hidden[row])
+
     def _score(self, requests: list[DraftRequest], trees: list[DraftTree], node_hidden):
         """Pending rows + tree per request as one token tree each; -> (outputs [B, T, D], context)."""
         tokens, parents, hidden = [], [], []

@@ -26,6 +26,7 @@ from specdec.models.tokenizer import load_tokenizer
 from specdec.parallel import join, rank_device
 from specdec.presets import eagle3_head_for, resolve, small_draft_for
 from specdec.speculation import Acceptance, SamplingParams
+from specdec.speculation.adaptive import StepCostPrior
 
 Prompt = str | Sequence[int]
 
@@ -59,11 +60,14 @@ class LLM:
     tp: tensor-parallel ranks (specdec.parallel): the target sharded over `tp` GPUs of this host, the drafter
         replicated; the process must be one of `tp` ranks (`specdec ... --tp N` or torchrun), each running the same
         calls; device "cuda" (or None) means the rank's own GPU.
+    step_cost: with config.speculation = "adaptive", the prior cost of a step, (batch, width, context) -> seconds
+        (specdec/eval/step_cost.py: roofline_step_cost; default flat: each shape is measured before it is trusted).
     """
 
     def __init__(self, target: str = "qwen3.5", draft: str | Drafter | None = None, *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, config: EngineConfig = EngineConfig(),
-                 state_memory_gb: float | None = None, acceptance: Acceptance | None = None, tp: int = 1):
+                 state_memory_gb: float | None = None, acceptance: Acceptance | None = None,
+                 step_cost: StepCostPrior | None = None, tp: int = 1):
         check_device(device)
         target_path = resolve_checkpoint(resolve(target))
         if isinstance(draft, str):  # a misspelt drafter fails here, before any model loads
@@ -85,7 +89,7 @@ class LLM:
             draft = make_drafter(draft, DraftContext(self.model, target, self.tokenizer, cache, config.shape,
                                                      draft_flush, device, dtype, config.cuda_graphs))
         self.drafter = draft
-        self.engine = Engine(self.model, self.drafter, config, acceptance)
+        self.engine = Engine(self.model, self.drafter, config, acceptance, step_cost)
 
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,

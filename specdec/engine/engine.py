@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -30,6 +30,7 @@ from specdec.speculation import (
     TreeShape,
     sample,
 )
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, StepCostPrior, StepPlan, flat_prior
 from specdec.speculation.sampler import SamplerRows, SamplerShape
 from specdec.speculation.sampling import target_distribution
 from specdec.speculation.tree import MAX_TREE_NODES
@@ -41,32 +42,47 @@ from .scheduler import Scheduler
 @dataclass(frozen=True)
 class EngineConfig:
     """cache: the target's pools; shape: what the drafter proposes per step; cuda_graphs: replay the decode /
-    verify steps from CUDA graphs on a GPU where the model allows it (runner.graph_note says why not otherwise)."""
+    verify steps from CUDA graphs on a GPU where the model allows it (runner.graph_note says why not otherwise);
+    speculation: "fixed" (every step drafts `shape`) or "adaptive" (each step a chain of up to shape.steps drafts,
+    or none, chosen by specdec/speculation/adaptive; adaptive: its settings, max_steps taken from shape)."""
 
     cache: CacheConfig = CacheConfig()
     shape: TreeShape = TreeShape()
     cuda_graphs: bool = True
+    speculation: str = "fixed"
+    adaptive: AdaptiveConfig = AdaptiveConfig()
+
+    def __post_init__(self):
+        if self.speculation not in SPECULATION:
+            raise ValueError(f"speculation must be one of {SPECULATION}, got {self.speculation!r}")
+        if self.speculation == "adaptive" and (self.shape.topk > 1 or self.shape.dynamic):
+            raise ValueError("adaptive speculation chooses chain lengths: use --topk 1 without --dynamic-tree, or "
+                             "--speculation fixed for trees")
 
     @classmethod
     def from_flags(cls, *, max_batch: int = 8, max_seq_len: int = 4096, flush_length: int = 16,
                    num_state_slots: int | None = None, linear_state: str = "kvbuffer", num_steps: int = 4,
                    topk: int = 1, num_draft_tokens: int | None = None, dynamic_tree: bool = False,
-                   cuda_graphs: bool = True) -> EngineConfig:
+                   cuda_graphs: bool = True, speculation: str = "fixed") -> EngineConfig:
         """From the flags of `specdec run / eval / bench`, one to one. Intermediate states keep no buffer: their
         cache runs with flush length 1 whatever flush_length says."""
         cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, num_state_slots=num_state_slots,
                             flush_length=1 if linear_state == "intermediate" else flush_length,
                             linear_state=linear_state)
         shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens, dynamic=dynamic_tree)
-        return cls(cache, shape, cuda_graphs)
+        return cls(cache, shape, cuda_graphs, speculation)
+
+
+SPECULATION = ("fixed", "adaptive")
 
 
 class Engine:
     """acceptance: who decides which drafts are kept (default: the target, losslessly; benchmarks on random
-    weights inject a synthetic one, specdec/eval/synthetic.py)."""
+    weights inject a synthetic one, specdec/eval/synthetic.py). step_cost: the adaptive policy's prior step cost
+    (specdec/eval/step_cost.py: the roofline of the target's step; default flat, every shape measured first)."""
 
     def __init__(self, target: HybridCausalLM, drafter: Drafter | None = None, config: EngineConfig = EngineConfig(),
-                 acceptance: Acceptance | None = None):
+                 acceptance: Acceptance | None = None, step_cost: StepCostPrior | None = None):
         if config.shape.dynamic and not (drafter is not None and drafter.supports_dynamic_trees):
             raise ValueError("dynamic trees need a drafter that scores its drafts: use --draft mtp or eagle3:PATH, "
                              "or a static tree (leave out --dynamic-tree)")
@@ -90,6 +106,10 @@ class Engine:
         self._ids = itertools.count()
         self._decoding = None  # (requests, DecodeHandle) of the plain decoding step in flight
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
+        self.policy = None  # chooses each step's shape (adaptive speculation)
+        if drafter is not None and config.speculation == "adaptive":
+            adaptive = replace(config.adaptive, max_steps=config.shape.budget)  # a chain: budget = its steps
+            self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior)
 
     def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
         """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs
@@ -153,15 +173,19 @@ class Engine:
         if self.drafter is None:  # plain decoding, one step ahead of the host (decode_step)
             self.decode_step([r for r in ready if len(r.output) + r.in_flight < r.max_new_tokens])
         elif ready:
-            trees = self.propose(ready)
+            start, plan = time.perf_counter(), self.plan(ready)
+            trees = self.propose(ready, plan)
             logits, features, scored = self.score(ready, trees)
             results = self.acceptance.accept(trees, logits, [r.params for r in ready], [r.generator for r in ready])
             self.commit(scored, results)
-            self.emit(ready, trees, results, features)
+            self.emit(ready, trees, results, features, plan)
+            self.observe(ready, trees, results, time.perf_counter() - start)
         finished = self.scheduler.retire()
         if self.drafter is not None:
             for request in finished:
                 self.drafter.finish(request.request_id)
+                if self.policy is not None:
+                    self.policy.finish(request.request_id)
         return finished
 
     def run(self) -> None:
@@ -182,11 +206,27 @@ class Engine:
         if self.drafter is None:  # decode steps read each request's newest token on the device
             self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
 
-    def propose(self, requests: list[Request]) -> list[DraftTree]:
-        """A tree per request rooted at its newest token (emitted, not yet scored by the target)."""
+    def plan(self, requests: list[Request]) -> StepPlan | None:
+        """Adaptive speculation: this step's chain length and drafting rows (None: every row drafts config.shape)."""
+        if self.policy is None:
+            return None
+        return self.policy.plan([r.request_id for r in requests], [len(r.tokens) for r in requests])
+
+    def propose(self, requests: list[Request], plan: StepPlan | None = None) -> list[DraftTree]:
+        """A tree per request rooted at its newest token (emitted, not yet scored by the target); a row the plan
+        leaves out of drafting is its root alone."""
         if self.drafter is None:
             return [DraftTree([r.output[-1]], [-1]) for r in requests]
-        trees = self.drafter.propose([self._draft_view(r) for r in requests], self.config.shape)
+        if plan is None:  # fixed speculation: every row drafts the configured shape
+            trees = self.drafter.propose([self._draft_view(r) for r in requests], self.config.shape)
+        else:
+            trees = [DraftTree([r.output[-1]], [-1]) for r in requests]
+            drafting = [i for i in range(len(requests)) if plan.drafting[i]]
+            if drafting:
+                shape = replace(self.config.shape, steps=plan.steps)
+                drafted = self.drafter.propose([self._draft_view(requests[i]) for i in drafting], shape)
+                for i, tree in zip(drafting, drafted, strict=True):
+                    trees[i] = tree
         for tree, request in zip(trees, requests, strict=True):
             if tree.tokens[0] != request.output[-1]:
                 raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
@@ -244,14 +284,40 @@ class Engine:
         accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
         self.runner.commit(scored, accepted, torch.tensor([len(path) for path, _ in results]))
 
-    def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None) -> None:
+    def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None,
+             plan: StepPlan | None = None) -> None:
         for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):
             request.emit([tree.tokens[j] for j in path[1:]] + [bonus])
             request.stats.steps += 1
             request.stats.emitted_per_step.append(len(path))
             request.stats.drafted_per_step.append(len(tree) - 1)
-        if self.drafter is not None:
-            self.drafter.accepted([self._draft_view(r) for r in requests], trees, results, features)
+            if plan is not None:
+                request.stats.shapes[plan.label] += 1
+        if self.drafter is None:
+            return
+        if plan is None:  # fixed speculation: every row drafted
+            self._tell_accepted(requests, trees, results, features)
+            return
+        drafting = [i for i in range(len(requests)) if plan.drafting[i]]
+        skipped = [i for i in range(len(requests)) if not plan.drafting[i]]
+        for rows, tell in ((drafting, self._tell_accepted), (skipped, self._tell_skipped)):
+            if rows:
+                tell([requests[i] for i in rows], [trees[i] for i in rows], [results[i] for i in rows],
+                     features[rows] if features is not None else None)
+
+    def _tell_accepted(self, requests: list[Request], trees, results, features) -> None:
+        self.drafter.accepted([self._draft_view(r) for r in requests], trees, results, features)
+
+    def _tell_skipped(self, requests: list[Request], trees, results, features) -> None:
+        roots = [tree.tokens[0] for tree in trees]
+        self.drafter.skipped([self._draft_view(r) for r in requests], roots,
+                             features[:, 0] if features is not None else None)
+
+    def observe(self, requests: list[Request], trees: list[DraftTree], results, seconds: float) -> None:
+        """Tell the adaptive policy what its step did: drafts offered and kept per row, the step's wall time."""
+        if self.policy is not None:
+            self.policy.observe([r.request_id for r in requests], [len(t) - 1 for t in trees],
+                                [len(path) - 1 for path, _ in results], seconds)
 
     @staticmethod
     def _draft_view(request: Request) -> DraftRequest:

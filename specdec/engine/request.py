@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -13,11 +14,13 @@ from specdec.speculation import SamplingParams
 @dataclass
 class RequestStats:
     """steps: target forwards after the prefill; emitted_per_step: tokens each step emitted (accepted drafts plus
-    the bonus token); drafted_per_step: draft tokens proposed on each step's accepted path's tree."""
+    the bonus token); drafted_per_step: draft tokens proposed on each step's accepted path's tree; shapes: steps per
+    speculation shape the adaptive policy chose ("plain", "chain-2", ...; empty for fixed speculation)."""
 
     steps: int = 0
     emitted_per_step: list[int] = field(default_factory=list)
     drafted_per_step: list[int] = field(default_factory=list)
+    shapes: Counter[str] = field(default_factory=Counter)
     prefill_seconds: float = 0.0
     start: float = field(default_factory=time.perf_counter)  # submitted
     admitted: float | None = None                           # joined the batch (after waiting for room)

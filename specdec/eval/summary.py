@@ -4,7 +4,8 @@ and the summary of a run computed from those two alone (so a resumed run sums up
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specdec.engine.request import Request
@@ -12,7 +13,8 @@ from specdec.engine.request import Request
 
 def request_record(prompt_id: str, request: Request) -> dict:
     """One line of a run's JSONL. emitted_per_step: tokens each target step emitted (accepted drafts + the bonus
-    token); drafted_per_step: draft tokens on the tree that step verified; wall_seconds: from joining the batch to
+    token); drafted_per_step: draft tokens on the tree that step verified; shapes: steps per shape the adaptive
+    policy chose (absent for fixed speculation); wall_seconds: from joining the batch to
     the last token; latency_seconds: from submission (waiting for room included)."""
     stats = request.stats
     return {"id": prompt_id, "prompt_tokens": len(request.prompt), "new_tokens": len(request.output),
@@ -20,7 +22,7 @@ def request_record(prompt_id: str, request: Request) -> dict:
             "wall_seconds": stats.end - (stats.admitted or stats.start), "latency_seconds": stats.end - stats.start,
             "prefill_seconds": stats.prefill_seconds,
             "emitted_per_step": list(stats.emitted_per_step), "drafted_per_step": list(stats.drafted_per_step),
-            "token_ids": list(request.output)}
+            "token_ids": list(request.output), **({"shapes": dict(stats.shapes)} if stats.shapes else {})}
 
 
 def read_records(path: Path) -> list[dict]:
@@ -72,6 +74,7 @@ class RunSummary:
     peak_memory_gib: float
     speedup: float | None = None        # tokens/s over plain decoding at the same batch size, same run
     same_as_plain: float | None = None  # share of requests whose tokens equal plain decoding's (greedy evals)
+    shapes: dict[str, int] = field(default_factory=dict)  # request-steps per shape adaptive speculation chose
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,6 +96,7 @@ def summarize(mode: str, batch_size: int, records: list[dict], segments: list[Se
         mean_accepted_length=sum(emitted) / len(emitted) if emitted else 0.0,
         draft_acceptance_rate=(sum(emitted) - len(emitted)) / sum(drafted) if sum(drafted) else None,
         position_acceptance=positions,
+        shapes=dict(sum((Counter(record.get("shapes", {})) for record in records), Counter())),
         peak_memory_gib=max((segment.peak_memory_gib for segment in segments), default=0.0))
 
 
@@ -112,9 +116,13 @@ def against_plain(row: RunSummary, plain: RunSummary | None, records: list[dict]
 
 
 def markdown_table(rows: list[RunSummary]) -> str:
+    """The runs as a table; a last column gives the shapes adaptive speculation chose (share of request-steps), when
+    a run has them."""
+    adaptive = any(row.shapes for row in rows)
     lines = ["| mode | batch | requests | new tokens | tokens/s | speedup | mean accepted length | "
-             "draft acceptance | acceptance at position 1, 2, ... | same tokens as plain | peak memory (GiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "draft acceptance | acceptance at position 1, 2, ... | same tokens as plain | peak memory (GiB) |"
+             + (" shapes chosen |" if adaptive else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")]
     for row in rows:
         speedup = f"{row.speedup:.2f}x" if row.speedup is not None else ""
         rate = f"{row.draft_acceptance_rate:.1%}" if row.draft_acceptance_rate is not None else ""
@@ -122,5 +130,12 @@ def markdown_table(rows: list[RunSummary]) -> str:
         same = f"{row.same_as_plain:.0%}" if row.same_as_plain is not None else ""
         lines.append(f"| {row.mode} | {row.batch_size} | {row.requests} | {row.new_tokens} | "
                      f"{row.tokens_per_second:.1f} | {speedup} | {row.mean_accepted_length:.2f} | {rate} | "
-                     f"{positions} | {same} | {row.peak_memory_gib:.2f} |")
+                     f"{positions} | {same} | {row.peak_memory_gib:.2f} |" + (f" {shape_shares(row.shapes)} |"
+                                                                             if adaptive else ""))
     return "\n".join(lines)
+
+
+def shape_shares(shapes: dict[str, int]) -> str:
+    """{"plain": 3, "chain-4": 1} -> "plain 75%, chain-4 25%"."""
+    total = sum(shapes.values())
+    return ", ".join(f"{name} {count / total:.0%}" for name, count in sorted(shapes.items(), key=lambda x: -x[1]))

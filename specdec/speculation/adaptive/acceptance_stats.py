@@ -1,0 +1,39 @@
+"""A request's running acceptance per draft position, as exponentially weighted counts with a prior."""
+
+from __future__ import annotations
+
+
+class RunningAcceptance:
+    """p[k] = P(draft k+1 accepted | drafts 1..k accepted), k < positions, estimated as
+
+        (accepted[k] + weight prior[k]) / (reached[k] + weight)
+
+    where reached / accepted count the steps that offered draft k+1 after k accepted drafts, each count decayed by
+    `decay` per observation of that position (an effective window of 1 / (1 - decay) observations), so a request
+    whose text turns hard stops looking good after a few steps. The prior (the drafter's per-position figures) is
+    what a new request starts from and what a position never reached keeps."""
+
+    def __init__(self, prior: tuple[float, ...], weight: float, decay: float):
+        self.prior = prior
+        self.weight = weight
+        self.decay = decay
+        self.reached = [0.0] * len(prior)
+        self.accepted = [0.0] * len(prior)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """A chain step: `drafted` drafts offered, the first `accepted` of them kept."""
+        for k in range(min(drafted, accepted + 1, len(self.prior))):  # positions up to the first rejection
+            self.reached[k] = self.decay * self.reached[k] + 1.0
+            self.accepted[k] = self.decay * self.accepted[k] + (1.0 if k < accepted else 0.0)
+
+    def conditional(self, k: int) -> float:
+        return (self.accepted[k] + self.weight * self.prior[k]) / (self.reached[k] + self.weight)
+
+    def expected_emitted(self, steps: int) -> float:
+        """Expected tokens a step with a chain of `steps` drafts emits (the bonus token included):
+        1 + sum_j prod_{k <= j} p[k]."""
+        total, reach = 1.0, 1.0
+        for k in range(min(steps, len(self.prior))):
+            reach *= self.conditional(k)
+            total += reach
+        return total

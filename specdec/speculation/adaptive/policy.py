@@ -1,0 +1,155 @@
+"""The per-step choice of the speculation shape for a batch: no drafting or a chain of 1..S drafts, one width for the
+whole batch (the engine verifies one width per step, each a captured CUDA graph width on a GPU), and which rows
+draft in it.
+
+    rate(s) = sum_i E_i(s) / cost(B, s + 1),   E_i(s) = expected tokens request i emits with a chain of s drafts
+
+with E_i = 1 for a request that does not draft. A request whose first draft is rarely accepted (p[0] < collapse)
+stops drafting; it drafts again once `probe_every` of its steps passed without drafting (a probe), which is also
+the longest a request goes without drafting at all, so a drafter's pending tokens stay few (Drafter.skipped).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .acceptance_stats import RunningAcceptance
+from .step_cost import StepCost, StepCostPrior, batch_bucket, flat_prior
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), what a new
+    request starts from (default: the shipped Qwen3.5 drafters on MT-bench, about 0.75 at each position); prior_weight:
+    its weight in observations; decay: per observation of a position. collapse: a request whose first-position
+    acceptance falls below this stops drafting. probe_every: steps without drafting before a request (or, when the batch
+    runs plain steps, the batch) drafts again; requests halfway there probe in the same step. refresh_every: steps
+    between re-measuring the contender (a shape within 20% of the best) measured least recently in the batch's bucket (a
+    cost drifts with context, and with whatever else the machine runs). max_steps: the longest chain (the engine's
+    TreeShape budget); chains: the lengths offered (default 1..max_steps)."""
+
+    max_steps: int = 4
+    chains: tuple[int, ...] | None = None
+    prior_acceptance: tuple[float, ...] = (0.75,)
+    prior_weight: float = 2.0
+    decay: float = 0.9
+    collapse: float = 0.2
+    probe_every: int = 16
+    refresh_every: int = 16
+
+    def __post_init__(self):
+        if self.max_steps < 1 or any(not 1 <= s <= self.max_steps for s in self.chain_lengths):
+            raise ValueError(f"chain lengths must lie in [1, max_steps={self.max_steps}], got {self.chains}")
+        if not self.prior_acceptance or not all(0.0 <= p <= 1.0 for p in self.prior_acceptance):
+            raise ValueError(f"prior_acceptance needs values in [0, 1], got {self.prior_acceptance}")
+        if not 0.0 < self.decay < 1.0 or self.prior_weight <= 0 or self.probe_every < 1:
+            raise ValueError("need 0 < decay < 1, prior_weight > 0 and probe_every >= 1")
+
+    @property
+    def chain_lengths(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.chains))) if self.chains else tuple(range(1, self.max_steps + 1))
+
+    @property
+    def shapes(self) -> tuple[int, ...]:
+        """Drafts per row of each shape offered: 0 (no drafting) and the chains."""
+        return (0, *self.chain_lengths)
+
+    def prior_at(self, positions: int) -> tuple[float, ...]:
+        p = self.prior_acceptance
+        return tuple(p[min(k, len(p) - 1)] for k in range(positions))
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """steps: drafts per drafting row (0: nobody drafts); drafting[i]: whether row i drafts."""
+
+    steps: int
+    drafting: tuple[bool, ...]
+
+    @property
+    def label(self) -> str:
+        return "plain" if self.steps == 0 else f"chain-{self.steps}"
+
+
+class AdaptivePolicy:
+    """Chooses each step's plan (plan), learns from its outcome (observe); counts: steps per shape label."""
+
+    def __init__(self, config: AdaptiveConfig = AdaptiveConfig(), prior: StepCostPrior = flat_prior):
+        self.config = config
+        self.cost = StepCost(prior)
+        self.acceptance: dict[int, RunningAcceptance] = {}
+        self.idle: dict[int, int] = {}  # request id -> its steps since it last drafted
+        self.counts: Counter[str] = Counter()
+        self.steps = 0
+        self.since_drafting = 0  # batch steps since the last step in which anyone drafted
+        self.last_measured: dict[tuple[int, int], int] = {}  # (bucket, shape) -> step it last ran
+        self._planned: tuple[int, float, StepPlan] | None = None  # (batch, context, plan) awaiting its outcome
+
+    def plan(self, request_ids: Sequence[int], contexts: Sequence[int]) -> StepPlan:
+        """The plan for a step of these requests (their tokens so far: contexts)."""
+        batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
+        stats = [self._stats(rid) for rid in request_ids]
+        idle = [self.idle.get(rid, 0) for rid in request_ids]
+        # one probe step for many: once a request is due, those halfway there come along
+        due = [n >= (self.config.probe_every + 1) // 2 for n in idle] if max(idle) >= self.config.probe_every else \
+            [False] * batch
+        active = [d or s.conditional(0) >= self.config.collapse for s, d in zip(stats, due, strict=True)]
+        rates = {s: self._rate(stats, active, batch, s, context) for s in self.config.shapes}
+        steps = self._explore(batch, rates)
+        if steps is None:
+            steps = max(rates, key=lambda s: (rates[s], -s))
+        if steps == 0 and (any(due) or self.since_drafting >= self.config.probe_every):
+            # a probe: the best drafting shape, every row drafting (those off see whether they recovered)
+            steps, active = max(self.config.chain_lengths, key=lambda s: (rates[s], -s)), [True] * batch
+        if steps > 0 and not any(active):
+            active = due if any(due) else [True] * batch
+        plan = StepPlan(steps, tuple(active) if steps else (False,) * batch)
+        self._planned = (batch, context, plan)
+        return plan
+
+    def observe(self, request_ids: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
+                seconds: float) -> None:
+        """The outcome of the planned step: drafts offered and accepted per row, the step's wall time."""
+        batch, context, plan = self._planned
+        self._planned = None
+        self.cost.observe(batch, plan.steps + 1, context, seconds)
+        self.last_measured[(batch_bucket(batch), plan.steps)] = self.steps
+        self.counts[plan.label] += 1
+        self.steps += 1
+        self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
+        for rid, drafts, kept, drafting in zip(request_ids, drafted, accepted, plan.drafting, strict=True):
+            if drafting:
+                self._stats(rid).observe(drafts, kept)
+                self.idle[rid] = 0
+            else:
+                self.idle[rid] = self.idle.get(rid, 0) + 1
+
+    def finish(self, request_id: int) -> None:
+        self.acceptance.pop(request_id, None)
+        self.idle.pop(request_id, None)
+
+    def _stats(self, request_id: int) -> RunningAcceptance:
+        if request_id not in self.acceptance:
+            c = self.config
+            self.acceptance[request_id] = RunningAcceptance(c.prior_at(c.max_steps), c.prior_weight, c.decay)
+        return self.acceptance[request_id]
+
+    def _rate(self, stats, active, batch: int, steps: int, context: float) -> float:
+        """Expected emitted tokens per second of a step of `steps` drafts per active row."""
+        emitted = sum(s.expected_emitted(steps) if a else 1.0 for s, a in zip(stats, active, strict=True))
+        return emitted / self.cost.seconds(batch, steps + 1, context)
+
+    def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
+        """A shape to measure now: one never measured (twice: the first is a warm-up), else every refresh_every
+        steps, of the shapes whose expected rate is within 20% of the best, the one measured least recently in
+        this bucket (so that a cost measured while the machine was busy is not trusted for ever)."""
+        for steps in self.config.shapes:
+            if self.cost.measured(steps + 1) < 1:
+                return steps
+        if self.config.refresh_every and self.steps % self.config.refresh_every == self.config.refresh_every - 1:
+            bucket, best = batch_bucket(batch), max(rates.values())
+            contenders = [s for s in self.config.shapes if rates[s] >= 0.8 * best]
+            return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
+        return None

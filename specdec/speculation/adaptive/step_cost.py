@@ -1,0 +1,64 @@
+"""What a step costs: a prior (the roofline of the target's verify step, specdec/eval/step_cost.py, or flat) times a
+factor learnt from measured step times per (batch bucket, width), so the drafter's own work, the host and whatever
+the roofline leaves out are in it once a width has been measured."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+StepCostPrior = Callable[[int, int, float], float]  # (batch, width = nodes per row, mean context) -> seconds
+
+
+def flat_prior(batch: int, width: int, context: float) -> float:
+    """No model of the step: every shape costs the same until measured (the policy measures each shape first)."""
+    return 1e-3
+
+
+def batch_bucket(batch: int) -> int:
+    """Batches grouped by powers of two: 1, 2, 4, 8, ..."""
+    return 1 << (batch - 1).bit_length()
+
+
+class StepCost:
+    """seconds(batch, width, context) = prior(...) * factor[(bucket, width)]. A factor is the EWMA (weight `decay` on
+    the old value) of measured / prior; each (bucket, width)'s first measurement is a warm-up and dropped (CUDA graph
+    capture, first-call allocations), and a measurement is clipped to `clip` times the current estimate (the borrowed
+    one for a first measurement) so that one stall does not condemn a width. An unmeasured (bucket, width) borrows the
+    factor of the same width in the nearest measured bucket, else the mean factor of its bucket, else of all, else 1."""
+
+    def __init__(self, prior: StepCostPrior = flat_prior, decay: float = 0.8, clip: float = 3.0):
+        self.prior = prior
+        self.decay = decay
+        self.clip = clip
+        self.factors: dict[tuple[int, int], float] = {}
+        self.samples: dict[tuple[int, int], int] = {}  # measurements seen, the dropped warm-up included
+
+    def seconds(self, batch: int, width: int, context: float) -> float:
+        return self.prior(batch, width, context) * self.factor(batch_bucket(batch), width)
+
+    def factor(self, bucket: int, width: int) -> float:
+        if (bucket, width) in self.factors:
+            return self.factors[(bucket, width)]
+        same_width = [(abs(b.bit_length() - bucket.bit_length()), f) for (b, w), f in self.factors.items()
+                      if w == width]
+        if same_width:
+            return min(same_width)[1]
+        pool = [f for (b, _), f in self.factors.items() if b == bucket] or list(self.factors.values())
+        return sum(pool) / len(pool) if pool else 1.0
+
+    def measured(self, width: int) -> int:
+        """Measurements of this width kept, over all buckets."""
+        return sum(max(n - 1, 0) for (_, w), n in self.samples.items() if w == width)
+
+    def observe(self, batch: int, width: int, context: float, seconds: float) -> None:
+        key = (batch_bucket(batch), width)
+        self.samples[key] = self.samples.get(key, 0) + 1
+        if self.samples[key] == 1:
+            return
+        ratio = seconds / self.prior(batch, width, context)
+        old = self.factor(*key)  # (a first measurement is held against the borrowed factor)
+        if key not in self.factors and not self.factors:
+            self.factors[key] = ratio
+            return
+        ratio = min(ratio, self.clip * old)
+        self.factors[key] = self.decay * old + (1 - self.decay) * ratio if key in self.factors else ratio

@@ -1,0 +1,132 @@
+"""Adaptive speculation: the policy on synthetic acceptance and cost traces (off when acceptance collapses, back on
+through probing, longer chains when drafting is cheap, none when dear), its step cost model, and the engine with it:
+greedy outputs of the shipped Qwen3.5 pair unchanged, chosen shapes counted in the stats and the eval summary."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from transformers import AutoTokenizer
+
+from specdec.api import LLM
+from specdec.engine.engine import EngineConfig
+from specdec.eval.summary import markdown_table, summarize
+from specdec.presets import SHIPPED_DIR
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, RunningAcceptance, StepCost
+from tests.test_shipped_models import held_out_text
+
+NEW_TOKENS = 20
+
+
+def run_trace(policy: AdaptivePolicy, acceptance, cost, steps: int, batch: int = 4, seed: int = 0) -> list:
+    """Drive the policy for `steps` steps: each drafted chain keeps each draft with probability acceptance(step)
+    until the first rejection; a step of width w takes cost(batch, w) seconds. -> the plans."""
+    rng, plans = random.Random(seed), []
+    ids = list(range(batch))
+    for step in range(steps):
+        plan = policy.plan(ids, [100] * batch)
+        drafted = [plan.steps if d else 0 for d in plan.drafting]
+        kept = [next((k for k in range(n) if rng.random() >= acceptance(step)), n) for n in drafted]
+        policy.observe(ids, drafted, kept, cost(batch, plan.steps + 1))
+        plans.append(plan)
+    return plans
+
+
+def cheap(batch, width):  # a memory-bound step: width nearly free
+    return 1e-3 * (1 + 0.02 * (width - 1))
+
+
+def dear(batch, width):  # a compute-bound step: cost grows with the nodes
+    return 1e-3 * width
+
+
+def test_off_when_acceptance_collapses_and_back_on_through_probes():
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=8, refresh_every=0))
+    phases = (0.8, 0.0, 0.8)  # acceptance per draft in steps [0, 60), [60, 160), [160, 240)
+    plans = run_trace(policy, lambda step: phases[min(step // 60, 1) if step < 160 else 2], cheap, 240)
+    drafting = [sum(plan.drafting) for plan in plans]
+    assert all(plan.steps == 4 for plan in plans[20:60])  # cheap steps, good acceptance: the longest chain
+    collapsed = drafting[90:160]  # (the running acceptance forgets the good phase in some 20 steps)
+    assert 0 < sum(n > 0 for n in collapsed) <= 70 // 8 + 1  # plain steps but for a probe every probe_every steps
+    assert all(n == 4 for n in drafting[200:240])  # a probe saw the drafts accepted again: all rows back on
+    assert policy.counts["plain"] > 60 and policy.counts["chain-4"] > 60
+
+
+def test_longer_chains_when_steps_are_cheap_shorter_or_none_when_dear():
+    def chosen(cost, acceptance):
+        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, refresh_every=0))
+        plans = run_trace(policy, lambda step: acceptance, cost, 80)
+        return max(set(p.steps for p in plans[40:]), key=[p.steps for p in plans[40:]].count)
+
+    assert chosen(cheap, 0.8) == 4
+    assert chosen(dear, 0.8) == 0  # 1 + 0.8 tokens for twice the time: slower than plain
+    assert chosen(lambda b, w: 1e-3 * (1 + 0.3 * (w - 1)), 0.7) in (2, 3)  # in between: a medium chain
+
+
+def test_running_acceptance_follows_the_prior_then_the_observations():
+    stats = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)
+    assert stats.expected_emitted(0) == 1.0 and stats.expected_emitted(2) == pytest.approx(1 + 0.8 + 0.4)
+    for _ in range(50):
+        stats.observe(drafted=2, accepted=0)  # the first draft always rejected: the second never reached
+    assert stats.conditional(0) < 0.2 and stats.conditional(1) == 0.5
+
+
+def test_step_cost_drops_the_warm_up_clips_stalls_and_borrows_factors():
+    cost = StepCost(prior=lambda batch, width, context: 1e-3 * width, decay=0.5, clip=3.0)
+    cost.observe(4, 2, 0.0, 1.0)  # warm-up (a graph capture): dropped
+    assert cost.seconds(4, 2, 0.0) == pytest.approx(2e-3)
+    cost.observe(4, 2, 0.0, 4e-3)  # twice the prior
+    assert cost.seconds(4, 2, 0.0) == pytest.approx(4e-3)
+    cost.observe(4, 2, 0.0, 1.0)  # a stall: counted as 3x the estimate at most
+    assert cost.seconds(4, 2, 0.0) == pytest.approx(0.5 * 4e-3 + 0.5 * 12e-3)
+    assert cost.factor(8, 2) == cost.factor(4, 2)  # same width, nearest bucket
+    assert cost.factor(4, 5) == cost.factor(4, 2)  # same bucket, mean of its widths
+    assert cost.factor(16, 5) == cost.factor(4, 2)
+
+
+def test_adaptive_speculation_takes_chains_only():
+    with pytest.raises(ValueError, match="topk 1"):
+        EngineConfig.from_flags(topk=2, speculation="adaptive")
+    with pytest.raises(ValueError, match="speculation must be one of"):
+        EngineConfig.from_flags(speculation="sometimes")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_DIR / "qwen3.5-tiny")
+    prompts = [tokenizer(held_out_text(name, 300), add_special_tokens=False)["input_ids"][-40:]
+               for name in ("wiki_en", "python_stdlib")]
+    config = EngineConfig.from_flags(max_batch=2, max_seq_len=128)
+    return prompts, config, LLM("qwen3.5", device="cpu", config=config).generate(prompts, max_new_tokens=NEW_TOKENS)
+
+
+@pytest.mark.parametrize("draft, collapse", [("small", 1.01), ("mtp", 1.01), ("mtp", 0.2)],
+                         ids=["draft-model-always-off", "mtp-always-off", "mtp-learnt"])
+def test_adaptive_greedy_equals_plain_and_counts_shapes(draft, collapse, shipped):
+    """always-off: every request counts as collapsed, so steps are plain but for probes every 3 steps: the
+    drafters catch up on the roots they skipped (Drafter.skipped) and still draft what the target accepts."""
+    prompts, config, plain = shipped
+    config = replace(config, speculation="adaptive", adaptive=AdaptiveConfig(collapse=collapse, probe_every=3))
+    llm = LLM("qwen3.5", draft, device="cpu", config=config)
+    outputs = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
+    assert [out.token_ids for out in outputs] == [out.token_ids for out in plain]
+    for out in outputs:
+        assert sum(out.stats.shapes.values()) == out.stats.steps
+    counts = llm.engine.policy.counts
+    assert counts["plain"] > 0 and sum(n for name, n in counts.items() if name != "plain") > 0
+    drafting_steps = [e for out in outputs for e, d in zip(out.stats.emitted_per_step, out.stats.drafted_per_step,
+                                                          strict=True) if d > 0]
+    assert sum(drafting_steps) / len(drafting_steps) > 1.5  # what is drafted after skipping is still accepted
+
+
+def test_summary_sums_the_shapes_of_its_records():
+    records = [{"new_tokens": 4, "emitted_per_step": [1, 3], "drafted_per_step": [0, 2],
+                "shapes": {"plain": 1, "chain-2": 1}},
+               {"new_tokens": 2, "emitted_per_step": [2], "drafted_per_step": [2], "shapes": {"chain-2": 1}}]
+    row = summarize("speculative", 2, records, [], depth=2)
+    assert row.shapes == {"plain": 1, "chain-2": 2}
+    assert "shapes chosen" in markdown_table([row]) and "chain-2 67%, plain 33%" in markdown_table([row])
+    fixed = summarize("speculative", 2, [{**r, "shapes": {}} for r in records], [], depth=2)
+    assert "shapes chosen" not in markdown_table([fixed])
