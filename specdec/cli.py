@@ -26,6 +26,7 @@ from specdec.options import (
     add_engine_arguments,
     add_model_arguments,
     add_speculation_arguments,
+    add_speculation_mode_argument,
     add_tp_argument,
     check_tree,
     int_at_least,
@@ -69,6 +70,7 @@ def add_run_command(commands) -> None:
     sampling.add_argument("--seed", type=int_at_least(0), default=None)
     sampling.add_argument("--stop", type=non_empty, action="append", default=[], help="a stop string (repeatable)")
     add_speculation_arguments(run_parser)
+    add_speculation_mode_argument(run_parser)
     add_engine_arguments(run_parser)
     add_tp_argument(run_parser)
     run_parser.set_defaults(handler=run)
@@ -145,7 +147,7 @@ def run(args) -> None:
     config = EngineConfig.from_flags(
         max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
-        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph)
+        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph, speculation=args.speculation)
     llm = LLM(args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft), device=args.device,
               dtype=args.dtype, config=config, state_memory_gb=args.state_memory_gb, tp=args.tp)
     chat = llm.has_chat_template if args.chat is None else args.chat

@@ -98,6 +98,14 @@ def add_speculation_arguments(parser) -> None:
     group.add_argument("--flush-length", type=int_at_least(1), default=16, help="KVBuffer flush length L (default 16)")
 
 
+def add_speculation_mode_argument(parser) -> None:
+    """--speculation fixed | adaptive (run and serve; eval and bench measure fixed shapes)."""
+    parser.add_argument("--speculation", choices=("fixed", "adaptive"), default="fixed",
+                        help="fixed: every step drafts the --num-steps / --topk shape (default); adaptive: each step "
+                        "a chain of up to --num-steps drafts, or none, chosen from the running acceptance and the "
+                        "measured step time (chains only)")
+
+
 def add_engine_arguments(parser) -> None:
     """Batch, lengths, state memory and CUDA graphs."""
     group = parser.add_argument_group("engine")

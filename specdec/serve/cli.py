@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import socket
 
-from specdec.options import add_engine_arguments, add_model_arguments, add_speculation_arguments, check_tree
+from specdec.options import (
+    add_engine_arguments,
+    add_model_arguments,
+    add_speculation_arguments,
+    add_speculation_mode_argument,
+    check_tree,
+)
 
 
 def add_command(commands) -> None:
@@ -17,6 +23,7 @@ def add_command(commands) -> None:
                                 "requests are batched continuously through one engine.")
     add_model_arguments(serve)
     add_speculation_arguments(serve)
+    add_speculation_mode_argument(serve)
     add_engine_arguments(serve)
     server = serve.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for "
@@ -45,7 +52,7 @@ def serve_command(args) -> None:
     config = EngineConfig.from_flags(
         max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
-        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph)
+        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph, speculation=args.speculation)
     target = args.target or DEFAULT_TARGET
     llm = LLM(target, drafter_asked(args.target, args.draft), device=args.device, dtype=args.dtype, config=config,
               state_memory_gb=args.state_memory_gb)

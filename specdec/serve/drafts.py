@@ -63,6 +63,9 @@ class PerRequestDrafts(Drafter):
             for tree, (path, _bonus) in zip(trees, results, strict=True):
                 self.observe(max(depths(tree)), len(path) - 1)
 
+    def skipped(self, requests: list[DraftRequest], roots: list[int], target_hidden=None) -> None:
+        self.inner.skipped(requests, roots, target_hidden)
+
     def finish(self, request_id: int) -> None:
         self.caps.pop(request_id, None)
         self.inner.finish(request_id)
