@@ -62,8 +62,11 @@ def test_a_dynamic_tree_too_large_for_the_drafter_is_refused_before_any_work(tmp
     with pytest.raises(ValueError, match="lower --num-steps or --topk"):
         Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=8, topk=8,
                                                                                           dynamic=True)))
-    Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=5, topk=8, max_tokens=64,
+    Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=5, topk=8, max_tokens=63,
                                                                                       dynamic=True)))
+    with pytest.raises(ValueError, match="more than the 63 a step verifies"):  # the verify kernels' 64 nodes
+        Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=5, topk=8,
+                                                                                          max_tokens=64, dynamic=True)))
 
 
 def test_dynamic_budget_defaults_to_steps_times_topk():

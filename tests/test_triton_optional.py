@@ -46,3 +46,19 @@ def test_cpu_decoding_without_triton():
     assert lines[-1].startswith("kernels without triton: the GPU kernels need triton, which is not installed: "
                                 "pip install 'specdec[gpu]'"), result.stdout
     assert "mean accepted length" in result.stderr
+
+
+LAZY_KERNELS = """
+import importlib, types
+for package in ("attention", "conv", "gdn", "glue", "intermediate", "mamba2", "moe"):
+    module = importlib.import_module("verify_kernels." + package)
+    for name in sorted(getattr(module, "_KERNELS", {})):  # ExpertBlocks before grouped_linear
+        assert not isinstance(getattr(module, name), types.ModuleType), (package, name)
+print("ok")
+"""
+
+
+def test_lazy_kernels_are_the_functions_not_their_modules():
+    """A kernel named like its module (moe.grouped_linear) stays the function whichever name is asked first."""
+    result = subprocess.run([sys.executable, "-c", LAZY_KERNELS], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]

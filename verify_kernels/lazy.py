@@ -13,8 +13,12 @@ def kernels_on_first_use(package: dict, kernels: dict[str, str]) -> Callable[[st
     def __getattr__(name: str):
         if name not in kernels:
             raise AttributeError(f"module {package['__name__']!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(kernels[name]), name)
-        package[name] = value  # later lookups skip this function
-        return value
+        module = importlib.import_module(kernels[name])
+        # bind every kernel of that module now (later lookups skip this function): importing a submodule sets it as
+        # a package attribute, which would hide a kernel of the same name (moe.grouped_linear, glue.mamba2_inputs)
+        for other, where in kernels.items():
+            if where == kernels[name]:
+                package[other] = getattr(module, other)
+        return package[name]
 
     return __getattr__

@@ -87,11 +87,11 @@ class Engine:
             raise ValueError("dynamic trees need a drafter that scores its drafts: use --draft mtp or eagle3:PATH, "
                              "or a static tree (leave out --dynamic-tree)")
         if drafter is not None:
+            drafter.check_shape(config.shape)  # (the drafter's own limits first: its message is the more precise)
             if config.shape.budget + 1 > MAX_TREE_NODES:
                 raise ValueError(f"this draft shape drafts {config.shape.budget} tokens per step, more than the "
                                  f"{MAX_TREE_NODES - 1} a step verifies: cap it with num_draft_tokens (at most "
                                  f"{MAX_TREE_NODES - 1}) or lower num_steps / topk")
-            drafter.check_shape(config.shape)
         self.target = target
         self.drafter = drafter
         self.config = config
