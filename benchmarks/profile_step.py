@@ -16,7 +16,15 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specdec.eval.bench import BenchSettings, bench_peaks, bench_prompt, load_llm, step_workloads, warm_up_and_prefill
+from specdec.eval.bench import (
+    BenchSettings,
+    bench_peaks,
+    bench_prompts,
+    free_device_memory,
+    load_llm,
+    step_workloads,
+    warm_up_and_prefill,
+)
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import roofline
 
@@ -24,8 +32,7 @@ from specdec.eval.roofline import roofline
 def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int, peaks: Peaks) -> list[str]:
     mode = "speculative" if settings.draft else "plain"
     llm = load_llm(settings, backend, mode)
-    prompt = bench_prompt(llm, settings)
-    requests = warm_up_and_prefill(llm, prompt, batch, settings)
+    requests = warm_up_and_prefill(llm, bench_prompts(llm, settings, batch), batch, settings)
     graphs = llm.engine.runner.graphs
     captured_before = len(graphs._steps) if graphs is not None else 0
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
@@ -43,7 +50,7 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
             kernels[event.name][1] += 1
     busy = sum(total for total, _ in kernels.values())
     wall = 1e3 * seconds / steps
-    ops = roofline_by_op(llm, requests, settings, backend, len(prompt), peaks, steps)
+    ops = roofline_by_op(llm, requests, settings, backend, settings.prompt_tokens, peaks, steps)
     lines = [f"## {backend} {mode}, batch {batch}: {wall:.2f} ms/step wall, {busy / steps:.2f} ms/step on the GPU "
              f"(host gap {wall - busy / steps:.2f}), roofline {sum(ops.values()):.2f} ms/step, {steps} steps; "
              f"CUDA graphs: {llm.engine.runner.graph_note or 'on'}, {captured} captured while timed", "",
@@ -59,8 +66,6 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
                          f"{event.self_device_time_total / 1e3 / steps:.3f} | {event.count / steps:.1f} |")
     lines += ["", f"The roofline of the same steps, by op ({peaks}):", "", "| op | ms/step |", "|---|---|"]
     lines += [f"| {name} | {ms:.3f} |" for name, ms in sorted(ops.items(), key=lambda item: -item[1]) if ms >= 0.001]
-    del llm
-    torch.cuda.empty_cache()
     return lines
 
 
@@ -97,6 +102,7 @@ def main() -> None:
             f"({torch.cuda.get_device_name()}, torch {torch.__version__})", ""]
     for backend in args.backends:
         lines = profile_backend(settings, backend, args.batch, args.top, peaks)
+        free_device_memory()  # the engine's pools and graphs (reference cycles) before the next backend's load
         print("\n".join(lines) + "\n", flush=True)
         text += lines + [""]
     if args.out is not None:

@@ -14,7 +14,7 @@ import torch
 
 from specdec.cli import main as cli_main
 from specdec.engine.engine import EngineConfig
-from specdec.eval.bench import BenchSettings, run_bench
+from specdec.eval.bench import BenchSettings, bench_prompts, run_bench
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import Workload, roofline
 from specdec.models import load_model
@@ -83,6 +83,21 @@ def check_roofline_columns(row: dict, batch: int, peaks: Peaks) -> None:
 def test_bad_batch_sizes_are_refused():
     with pytest.raises(ValueError, match="--batch-sizes needs values >= 1"):
         run_bench(BenchSettings(target="qwen3.5", batch_sizes=(0,)))
+
+
+def test_each_request_gets_its_own_prompt():
+    """A batch of one prompt would route every token of a MoE layer to the same experts: the prompts differ, are of
+    one length, and are the same in every run."""
+    class Model:  # bench_prompts reads the vocabulary size only
+        hf_config = type("Config", (), {"vocab_size": 1000})()
+
+    llm = type("LLM", (), {"model": Model()})()
+    settings = BenchSettings(target="qwen3.5", prompt_tokens=16)
+    prompts = bench_prompts(llm, settings, 64)
+    assert len(prompts) == 64 and {len(p) for p in prompts} == {16}
+    assert len({tuple(p) for p in prompts}) == 64
+    assert all(2 <= t < 1000 for p in prompts for t in p)
+    assert bench_prompts(llm, settings, 64) == prompts
 
 
 def test_synthetic_drafts_are_accepted_at_the_mean_asked_for():

@@ -3,8 +3,9 @@
 "intermediate"): linear layers run as SGLang and vLLM run them), so that every comparison is made in one run on
 the same code.
 
-Each row: B requests of a fixed random prompt, greedy, max_new_tokens each, all queued at once. First the warm-up:
-every CUDA graph the batch will replay is captured, and a round at that batch size folds each buffer once
+Each row: B requests, each of its own fixed random prompt (identical prompts would send every token of a MoE layer
+to the same few experts and understate its weight reads), greedy, max_new_tokens each, all queued at once. First
+the warm-up: every CUDA graph the batch will replay is captured, and a round at that batch size folds each buffer once
 (compilation); then the batch is prefilled and its decoding timed, from the first step to the last request's end.
 Beside the speed: the step's roofline (specdec/eval/roofline.py: the least time the step's bytes and GEMM FLOPs
 allow at the copy bandwidth and GEMM throughput measured at the start of the run, specdec/eval/peaks.py) and how far
@@ -100,7 +101,7 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
         backends, modes = [settings.only[0]], [settings.only[1]]
     rows = []
     batch_sizes = sorted(set(settings.batch_sizes))
-    prompt, device, dtype = None, None, None  # from the first engine that loads: the reference's too
+    prompts, device, dtype = None, None, None  # from the first engine that loads: the reference's too
     for backend in backends:
         for mode in modes:
             try:
@@ -111,12 +112,12 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                 continue
             per_request = linear_state_bytes(llm, settings, backend, mode)
             fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
-            prompt = bench_prompt(llm, settings)
+            prompts = bench_prompts(llm, settings, max(batch_sizes))
             device, dtype = llm.model.device, llm.model.dtype
             memory = device_memory.engine_memory(llm)
             for index, batch_size in enumerate(tqdm(batch_sizes, desc=f"{backend} {mode}", unit="batch")):
                 try:
-                    row = time_batch(llm, prompt, batch_size, settings, backend, mode, per_request, fits, peaks)
+                    row = time_batch(llm, prompts, batch_size, settings, backend, mode, per_request, fits, peaks)
                     if memory is not None:
                         largest = device_memory.largest_batch(memory, device_memory.peak_reserved(device), batch_size)
                         row = BenchRow(**{**asdict(row), "largest_batch_in_memory": largest})
@@ -126,10 +127,10 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                     break
             del llm
             free_device_memory()  # the next engine's pools and graphs start from a clean allocator
-    if settings.hf_reference and prompt is not None:
+    if settings.hf_reference and prompts is not None:
         from specdec.eval.hf_reference import time_transformers
 
-        rows += time_transformers(settings, prompt, device, dtype)
+        rows += time_transformers(settings, prompts, device, dtype)
     return with_speedups(rows)
 
 
@@ -174,12 +175,12 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
                acceptance=acceptance, tp=settings.tp)
 
 
-def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings, backend: str, mode: str,
+def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSettings, backend: str, mode: str,
                per_request: int, fits: int, peaks: Peaks) -> BenchRow:
     """Decode throughput: the batch's prefill runs before the clock starts (its first new token per request is
     not counted), then every step to the last request's end, as the batch shrinks. Its roofline: the same steps."""
     device_memory.start_peak(llm.model.device)
-    requests = warm_up_and_prefill(llm, prompt, batch_size, settings)
+    requests = warm_up_and_prefill(llm, prompts, batch_size, settings)
     start = time.perf_counter()
     llm.engine.run()
     synchronize(llm.model.device)
@@ -188,7 +189,7 @@ def time_batch(llm, prompt: list[int], batch_size: int, settings: BenchSettings,
     emitted = [n for r in requests for n in r.stats.emitted_per_step]
     steps = max(max(r.stats.steps for r in requests), 1)
     ms_per_step = 1e3 * seconds / steps
-    work = step_workloads(requests, llm, settings, backend, len(prompt))
+    work = step_workloads(requests, llm, settings, backend, settings.prompt_tokens)
     roofline_ms, by_part = run_roofline(llm.model.hf_config, work, peaks, steps)
     ratio = None
     if backend == "kvbuffer":  # the baseline's roofline over the very same steps
@@ -219,22 +220,27 @@ def step_workloads(requests: list, llm, settings: BenchSettings, backend: str, p
     return work
 
 
-def bench_prompt(llm, settings: BenchSettings) -> list[int]:
-    """The fixed random prompt every request of a run gets."""
-    return torch.randint(2, llm.model.hf_config.vocab_size, (settings.prompt_tokens,),
-                         generator=torch.Generator().manual_seed(0)).tolist()
+def bench_prompts(llm, settings: BenchSettings, count: int) -> list[list[int]]:
+    """`count` fixed random prompts of settings.prompt_tokens tokens, one per request of a batch: the same in every
+    run (seeded), different from each other so that a MoE layer routes the batch's tokens as real traffic would."""
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(2, llm.model.hf_config.vocab_size, (count, settings.prompt_tokens), generator=generator)
+    return tokens.tolist()
 
 
-def warm_up_and_prefill(llm, prompt: list[int], batch_size: int, settings: BenchSettings) -> list:
+def warm_up_and_prefill(llm, prompts: list[list[int]], batch_size: int, settings: BenchSettings) -> list:
     """Everything before the clock starts: capture every CUDA graph the shrinking batch will replay, run a round
-    long enough to fold each buffer (compilation), then queue the timed batch and prefill it. -> its requests."""
+    long enough to fold each buffer (compilation), then queue the timed batch (request i: prompts[i], all of one
+    length) and prefill it. -> its requests."""
+    if len(prompts) < batch_size or len({len(p) for p in prompts}) != 1:
+        raise ValueError(f"a batch of {batch_size} needs as many prompts of one length, got {len(prompts)}")
     engine = llm.engine
     engine.scheduler.max_batch = batch_size
-    engine.prepare_steps(batch_size, len(prompt), settings.max_new_tokens)
-    for _ in range(batch_size):
+    engine.prepare_steps(batch_size, len(prompts[0]), settings.max_new_tokens)
+    for prompt in prompts[:batch_size]:
         llm.submit(prompt, settings.flush_length + WARMUP_TOKENS)
     engine.run()
-    requests = [llm.submit(prompt, settings.max_new_tokens)[0] for _ in range(batch_size)]
+    requests = [llm.submit(prompt, settings.max_new_tokens)[0] for prompt in prompts[:batch_size]]
     engine.step()  # admits the batch and prefills it
     synchronize(llm.model.device)
     return requests

@@ -11,9 +11,9 @@ from tqdm.auto import tqdm
 from specdec.eval.bench import WARMUP_TOKENS, BenchRow, BenchSettings, synchronize
 
 
-def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.device,
+def time_transformers(settings: BenchSettings, prompts: list[list[int]], device: torch.device,
                       dtype: torch.dtype) -> list[BenchRow]:
-    """transformers' generate() on the same checkpoint, dtype, prompt and batch sizes: greedy, exactly
+    """transformers' generate() on the same checkpoint, dtype, prompts and batch sizes: greedy, exactly
     max_new_tokens per request, a warm-up call first. Decode throughput as for our rows: the time of a call that
     makes one new token (the prefill) is taken off, and so is that token."""
     from transformers import AutoModelForCausalLM
@@ -31,14 +31,14 @@ def time_transformers(settings: BenchSettings, prompt: list[int], device: torch.
     rows = []
     batch_sizes = settings.hf_batch_sizes or settings.batch_sizes
     for batch_size in tqdm(sorted(set(batch_sizes)), desc="transformers plain", unit="batch"):
-        inputs = torch.tensor([prompt] * batch_size, device=device)
+        inputs = torch.tensor(prompts[:batch_size], device=device)
         options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
         with torch.no_grad():
             model.generate(inputs, max_new_tokens=WARMUP_TOKENS, min_new_tokens=WARMUP_TOKENS, **options)
             prefill, _ = _timed_generate(model, inputs, 1, options)
             seconds, output = _timed_generate(model, inputs, settings.max_new_tokens, options)
         seconds = max(seconds - prefill, 1e-9)
-        new_tokens = (output.shape[1] - len(prompt) - 1) * batch_size
+        new_tokens = (output.shape[1] - inputs.shape[1] - 1) * batch_size
         rows.append(BenchRow(backend="transformers", mode="plain", batch_size=batch_size, new_tokens=new_tokens,
                              seconds=seconds, tokens_per_second=new_tokens / seconds,
                              ms_per_step=1e3 * seconds / settings.max_new_tokens, mean_accepted_length=1.0,
