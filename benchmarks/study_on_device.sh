@@ -3,11 +3,14 @@
 # engine (KVBuffer / baseline, plain / speculative) runs in a process of its own, so that one that fails, runs out of
 # memory or out of the call's time loses only its own row; building an engine costs the same either way (random
 # weights are drawn in GPU memory in seconds). Items run in the order given, the target points first:
-# BATCH runs its four engines, BATCH:plain or BATCH:speculative both backends of one mode. Results go to
-# $OUT/study_MODEL_bBATCH_BACKEND_MODE.json (the parts `python -m benchmarks.study --report` joins), logs to
+# BATCHES runs its four engines, BATCHES:plain or BATCHES:speculative both backends of one mode; BATCHES is one
+# batch size or several joined by commas, timed by one process per engine (one build and compile for all of them;
+# its pools are sized for the largest, so keep a batch that may not fit in an item of its own). Results go to
+# $OUT/study_MODEL_bBATCHES_BACKEND_MODE.json (the parts `python -m benchmarks.study --report` joins), logs to
 # $OUT/study_MODEL.log.
 #   usage: benchmarks/study_on_device.sh MODEL SECONDS ITEM... [-- STUDY_ARGS...]
-# e.g.  benchmarks/study_on_device.sh qwen3.5-9b 570 256:plain 128:speculative 1 -- --new-tokens 64
+# e.g.  benchmarks/study_on_device.sh qwen3.5-9b 570 1,16,64,128,256 512 -- --new-tokens 64
+#       (the 2026-12-02 full-layer runs: those two items, --no-hf-reference for the MoE models)
 set -u
 model=$1 seconds=$2
 shift 2
@@ -27,8 +30,8 @@ for item in "${items[@]}"; do
       name="$model batch $batch $backend $mode"
       if [ "$left" -lt 45 ]; then echo "[study] $name skipped: ${left}s left" | tee -a "$log"; continue; fi
       echo "[study] $name, ${left}s left" | tee -a "$log"
-      timeout "$left" python -m benchmarks.study --model "$model" --batches "$batch" --only "$backend" "$mode" \
-        --out "$out/study_${model}_b${batch}_${backend}_${mode}.json" "$@" >>"$log" 2>&1 \
+      timeout "$left" python -m benchmarks.study --model "$model" --batches ${batch//,/ } --only "$backend" "$mode" \
+        --out "$out/study_${model}_b${batch//,/-}_${backend}_${mode}.json" "$@" >>"$log" 2>&1 \
         || echo "[study] $name failed or timed out (exit $?)" | tee -a "$log"
     done
   done
