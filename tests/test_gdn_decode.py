@@ -1,0 +1,39 @@
+"""The Gated DeltaNet decode and decode + commit (verify_kernels/gdn/decode.py), the fold in the fold kernel or in the
+decode's own programs, against the torch references (verify_kernels/gdn/naive.py) through tests/gdn_checks.py.
+Without a GPU the kernels run in Triton's interpreter (tests/conftest.py) on small heads."""
+
+import pytest
+
+from tests.gdn_checks import DIMS, ROWS, L, check_decode, check_decode_commit, make_batch
+from verify_kernels.gdn import decode as decode_module
+
+# every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nan_empty")
+
+
+@pytest.fixture(params=["fold-kernel", "fold-in-place"])
+def decode_path(request, monkeypatch):
+    """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs:
+    test both on the same rows."""
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0 if request.param == "fold-kernel" else len(ROWS))
+    return request.param
+
+
+
+@pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
+def test_decode(d, decode_path):
+    check_decode(make_batch(d, ROWS, seed=1))
+
+
+DECODE_COMMITS = {
+    # flush_length: which rows of ROWS (buffered 0, 7, 3, 0, 5) fold, buf_len + 1 >= flush_length
+    "fold-rows-1-4": 6,
+    "fold-all": 1,
+    "fold-full-buffer": L,
+}
+
+
+@pytest.mark.parametrize("flush_length", DECODE_COMMITS.values(), ids=DECODE_COMMITS.keys())
+@pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
+def test_decode_commit(d, flush_length, decode_path):
+    check_decode_commit(make_batch(d, ROWS, seed=2), flush_length)

@@ -1,0 +1,37 @@
+"""The Gated DeltaNet fold of the buffer into the state (verify_kernels/gdn/fold.py): the flush, and the fold lanes of
+the commit and the decode + commit, against the torch references (verify_kernels/gdn/naive.py) through
+tests/gdn_checks.py. Without a GPU the kernels run in Triton's interpreter (tests/conftest.py) on small heads."""
+
+import pytest
+
+from tests.gdn_checks import COMMITS, DIMS, ROWS, check_commit, check_decode_commit, check_flush, make_batch
+from tests.reference_checks import TREE
+from verify_kernels.gdn import commit as commit_module
+from verify_kernels.gdn import decode as decode_module
+from verify_kernels.gdn import fold as fold_module
+
+# every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nan_empty")
+
+
+@pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
+def test_flush(d):
+    check_flush(make_batch(d, ROWS, seed=5))
+
+
+@pytest.mark.parametrize(("lanes", "scan_block", "prefetch"), [(2, 2, False), (1, 4, True)],
+                         ids=["2-lanes", "1-lane-prefetching"])
+def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, prefetch):
+    """Fewer fold lanes than folding rows (each lane folds several, in rank order, loading the next row's tile
+    before folding the current one or not) and the rows' flags scanned a few at a time: the fold of the commit, the
+    flush and the decode + commit."""
+    monkeypatch.setattr(fold_module, "FOLD_LANES", lanes)
+    monkeypatch.setattr(fold_module, "SCAN_BLOCK", scan_block)
+    monkeypatch.setattr(fold_module, "FOLD_PREFETCH", prefetch)
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    d = DIMS["k16-hv2-bf16"]
+    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
+        check_commit(make_batch(d, ROWS, seed=11, T=len(TREE), shape="tree"), lengths, flush_length)
+    check_flush(make_batch(d, ROWS, seed=11))
+    assert check_decode_commit(make_batch(d, ROWS, seed=11), 1).all()

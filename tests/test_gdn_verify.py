@@ -1,0 +1,59 @@
+"""The Gated DeltaNet verify (verify_kernels/gdn/verify.py) on chains and trees, in two passes or fused, against the
+torch references (verify_kernels/gdn/naive.py) through tests/gdn_checks.py. Without a GPU the kernels run in Triton's
+interpreter (tests/conftest.py) on small heads."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.gdn_checks import DIMS, ROWS, Dims, check_verify, make_batch
+from tests.reference_checks import TreeBatch, tree_batches
+from verify_kernels.gdn import verify as verify_module
+
+# every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nan_empty")
+
+
+@pytest.fixture(params=["two-passes", "fused"])
+def verify_path(request, monkeypatch):
+    """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel."""
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0 if request.param == "two-passes" else len(ROWS))
+    return request.param
+
+
+
+VERIFIES = {
+    # dims, T, tree shape, nodes per row of ROWS (ragged, 0 included)
+    "T1-chain": ("k16-hv1", 1, "chain", [1, 1, 0, 1, 1]),
+    "T3-flat": ("k16-hv1", 3, "flat", [3, 2, 3, 0, 1]),
+    "T17-random": ("k16-hv1", 17, "random", [17, 9, 16, 1, 0]),
+    "T33-chain": ("k16-hv1", 33, "chain", [33, 32, 5, 0, 17]),
+    "T64-random": ("k16-hv1", 64, "random", [64, 63, 0, 40, 1]),
+    "T64-chain-k32-hv2": ("k32-hv2", 64, "chain", [64, 64, 64, 64, 64]),
+}
+
+
+@pytest.mark.parametrize("case", VERIFIES.values(), ids=VERIFIES.keys())
+def test_verify_trees(case, verify_path):
+    dims, T, shape, num_nodes = case
+    check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
+
+
+@pytest.mark.parametrize(("T", "pass_ancestors"), [(12, True), (6, False)],
+                         ids=["T12-S0-dots-ancestors-given", "T6-S0-node-at-a-time-ancestors-computed"])
+@pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
+def test_verify_dims(d, T, pass_ancestors):
+    """Both ways of the state pass (a key head's value heads in one program when one node at a time) on every
+    head layout."""
+    b = make_batch(d, ROWS, seed=3, T=T, num_nodes=[T, 5, T - 3, 0, T], shape="random")
+    check_verify(b, pass_ancestors=pass_ancestors)
+
+
+@settings(max_examples=12, deadline=None)
+@given(batch=tree_batches(max_rows=3, max_nodes=24, max_capacity=8), ratio=st.sampled_from([1, 2]))
+def test_verify_random_trees(batch: TreeBatch, ratio: int):
+    rows = [(r.buffered, r.has_state) for r in batch.rows]
+    b = make_batch(Dims(1, ratio, 16, 16), rows, batch.seed, T=batch.num_tokens,
+                   num_nodes=[r.num_nodes for r in batch.rows], shape=[r.parents for r in batch.rows],
+                   capacity=batch.capacity)
+    check_verify(b)
