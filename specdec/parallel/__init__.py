@@ -52,7 +52,7 @@ within the timeout) raises TensorParallelError naming the rank and the timeout, 
 with that error instead of a hang.
 """
 
-from .comm import TensorParallelError, all_gather_last, all_reduce, broadcast_int
+from .comm import TensorParallelError, all_gather_last, all_reduce, broadcast_int, broadcast_object
 from .group import SINGLE, TensorParallel, init_from_env, init_tensor_parallel, rank_device, shutdown
 from .launch import is_primary, join, relaunch, under_launcher
 from .layers import (
@@ -78,6 +78,7 @@ __all__ = [
     "all_gather_last",
     "all_reduce",
     "broadcast_int",
+    "broadcast_object",
     "column_linear",
     "init_from_env",
     "init_tensor_parallel",
