@@ -18,7 +18,16 @@ from specdec.cli import main
 from specdec.models import load_model
 from specdec.parallel import SINGLE, Shard, TensorParallel, join
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
-from tests.tp_workers import EVAL_ARGS, SHIPPED_DRAFTERS, rank_main, rank_main_cuda, run_ranks, single_process
+from tests.tp_workers import (
+    EVAL_ARGS,
+    SHIPPED_DRAFTERS,
+    logits,
+    rank_logits,
+    rank_main,
+    rank_main_cuda,
+    run_ranks,
+    single_process,
+)
 
 RANKS = 2
 # what every rank holds whole: norms, routers, the shared-expert gate, the latent projections (all small)
@@ -108,6 +117,19 @@ def test_heads_the_ranks_cannot_split_are_refused(checkpoints):
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))
 def test_sharded_runs_equal_the_single_process(checkpoints, ranks, name):
     check_parity(single_process(checkpoints[name]), [results[name] for results in ranks[0]])
+
+
+def test_four_ranks_give_the_single_process_logits(checkpoints, tmp_path):
+    """The dense Qwen3.5 over 4 ranks: a key head and 2 value heads each, KV heads shared by pairs of ranks, the odd
+    vocabulary padded (25 rows a rank, 3 of them padding on the last)."""
+    directory = checkpoints["qwen3_5-kv-split"]
+    run_ranks(rank_logits, 4, [directory], tmp_path)
+    reference = single_process(directory, what=logits)
+    for rank in range(4):
+        (result,) = torch.load(tmp_path / f"rank{rank}.pt")
+        for key in ("prefill", "decode"):
+            diff = ((result[key] - reference[key]).abs().max() / reference[key].abs().max()).item()
+            assert diff <= TOLERANCE, f"rank {rank} of 4: {key} logits differ from one process by {diff:.2e}"
 
 
 @pytest.mark.gpu

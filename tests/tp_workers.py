@@ -1,5 +1,6 @@
 """What each rank of the tensor-parallel tests runs, in processes of their own (torch.multiprocessing, spawn), and
-the launcher. A rank writes its results (or its traceback) to files in OUT, for the test to compare."""
+the launcher. A rank writes its results (or its traceback) to files in OUT, for the test to compare. The engine and
+the drafters are imported where used: a rank that only computes logits starts in half the time."""
 
 from __future__ import annotations
 
@@ -14,11 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from drafters import NgramDrafter
 from specdec import CacheConfig, ModelRunner, load_model
-from specdec.engine.engine import Engine, EngineConfig
 from specdec.parallel import SINGLE, TensorParallel, TensorParallelError, init_tensor_parallel, shutdown
-from specdec.speculation import SamplingParams, TreeShape
 
 DECODE_STEPS = 4
 NEW_TOKENS = 24
@@ -60,6 +58,10 @@ def logits(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
 def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
     """runner_logits, and the engine's greedy outputs, plain and n-gram speculative (with the tokens accepted
     beyond the root), from CUDA graphs on a GPU. fp32 throughout."""
+    from drafters import NgramDrafter
+    from specdec.engine.engine import Engine, EngineConfig
+    from specdec.speculation import SamplingParams, TreeShape
+
     model = load_model(directory, device=device, dtype=torch.float32, tp=tp)
     batch = prompts(model.hf_config.vocab_size)
     result = {**runner_logits(model), "spec": model.cache_spec()}
@@ -79,6 +81,7 @@ def shipped_drafters(tp_size: int) -> dict:
     """Greedy answers of the shipped Qwen3.5 to SHIPPED_PROMPTS through specdec.LLM: plain, and with each of
     SHIPPED_DRAFTERS (with the draft tokens each got accepted)."""
     from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
 
     config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3)
     result = {}
