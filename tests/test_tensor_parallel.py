@@ -135,12 +135,15 @@ def test_four_ranks_give_the_single_process_logits(checkpoints, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < RANKS, reason=f"needs {RANKS} CUDA devices")
 def test_sharded_runs_on_gpus_equal_one_gpu(tmp_path_factory, tmp_path):
-    """The same over nccl, one GPU per rank, the engine's steps replayed from CUDA graphs (collectives captured)."""
+    """The same over nccl, one GPU per rank, the engine's steps replayed from CUDA graphs (collectives captured);
+    the shipped drafters too."""
     checkpoints = save_checkpoints(tmp_path_factory, GPU_DIMS)
     run_ranks(rank_main_cuda, RANKS, list(checkpoints.values()), tmp_path, limit_s=600)
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(RANKS)]
     for index, name in enumerate(checkpoints):
         check_parity(single_process(checkpoints[name], "cuda:0"), [results[index] for results in ranks])
+    drafters = [torch.load(tmp_path / f"drafters{rank}.pt") for rank in range(RANKS)]
+    check_drafters(single_process(None, "cuda:0"), drafters)
 
 
 def check_parity(reference: dict, ranks: list[dict]) -> None:
@@ -168,8 +171,11 @@ def test_a_failed_rank_ends_the_others_with_a_clear_error(ranks, case):
 def test_drafters_are_lossless_under_tp(ranks):
     """The shipped Qwen3.5 with its draft model, MTP layer and EAGLE-3 head, each replicated on every rank
     (drafters/base.py): greedy speculative answers equal plain ones, which equal one process's."""
-    reference = single_process(None)
-    for rank, answers in enumerate(ranks[2]):
+    check_drafters(single_process(None), ranks[2])
+
+
+def check_drafters(reference: dict, ranks: list[dict]) -> None:
+    for rank, answers in enumerate(ranks):
         assert answers["plain"] == reference["plain"], f"rank {rank}: plain greedy differs from one process"
         for draft in SHIPPED_DRAFTERS:
             assert answers[draft] == answers["plain"], f"rank {rank}: {draft} speculative greedy differs from plain"

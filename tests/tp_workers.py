@@ -77,16 +77,16 @@ def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu")
     return result
 
 
-def shipped_drafters(tp_size: int) -> dict:
-    """Greedy answers of the shipped Qwen3.5 to SHIPPED_PROMPTS through specdec.LLM: plain, and with each of
-    SHIPPED_DRAFTERS (with the draft tokens each got accepted)."""
+def shipped_drafters(tp_size: int, device: str = "cpu") -> dict:
+    """Greedy answers of the shipped Qwen3.5 to SHIPPED_PROMPTS through specdec.LLM in fp32: plain, and with each
+    of SHIPPED_DRAFTERS (with the draft tokens each got accepted). device "cuda": the rank's GPU."""
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
 
     config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3)
     result = {}
     for draft in (None, *SHIPPED_DRAFTERS):
-        llm = LLM("qwen3.5", draft, device="cpu", config=config, tp=tp_size)
+        llm = LLM("qwen3.5", draft, device=device, dtype="fp32", config=config, tp=tp_size)
         outputs = llm.generate(SHIPPED_PROMPTS, max_new_tokens=SHIPPED_TOKENS)
         result[draft or "plain"] = [out.token_ids for out in outputs]
         result[f"{draft}_accepted"] = sum(sum(out.stats.emitted_per_step) - out.stats.steps for out in outputs)
@@ -96,11 +96,11 @@ def shipped_drafters(tp_size: int) -> dict:
 def single_process(directory: Path | None, device: str = "cpu", what=logits_and_outputs):
     """The reference, in the test's process, on one thread as the ranks (several threads per process on the busy
     CI cores make torch's small matmuls a hundred times slower). what(directory, SINGLE, device); directory None:
-    shipped_drafters(1)."""
+    shipped_drafters(1, device)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return shipped_drafters(1) if directory is None else what(directory, SINGLE, device)
+        return shipped_drafters(1, device) if directory is None else what(directory, SINGLE, device)
     finally:
         torch.set_num_threads(threads)
 
@@ -151,9 +151,12 @@ def rank_logits(rank: int, size: int, init_method: str, directories: list[Path],
 
 
 def rank_main_cuda(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
-    """Each checkpoint through logits_and_outputs on the rank's GPU, over nccl (-> OUT/rank{r}.pt)."""
+    """Each checkpoint through logits_and_outputs on the rank's GPU, over nccl (-> OUT/rank{r}.pt); the shipped
+    pair's drafters, their steps replayed from CUDA graphs (-> OUT/drafters{r}.pt)."""
     tp = init_tensor_parallel(rank, size, init_method, backend="nccl", timeout_s=120)
     torch.save([logits_and_outputs(directory, tp, f"cuda:{rank}") for directory in directories], out / f"rank{rank}.pt")
+    os.environ.update(WORLD_SIZE=str(size), RANK=str(rank))
+    torch.save(shipped_drafters(size, "cuda"), out / f"drafters{rank}.pt")
     shutdown(tp)
 
 
