@@ -112,6 +112,10 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
     fail when the timeout passes; then it exits, and their next prefill must fail at once, or at the latest when the
     timeout passes (-> OUT/failures{r}.pt: the stalled and the dead case)."""
     tp = init_tensor_parallel(rank, size, init_method, backend="gloo", timeout_s=60)
+    # the failure cases' groups now, while the ranks are in step: a group connects within its own short timeout
+    timeout_s = {"stalled": 2.0, "dead": 5.0}
+    groups = {case: TensorParallel(rank, size, dist.new_group(timeout=timedelta(seconds=seconds)), seconds)
+              for case, seconds in timeout_s.items()}
     torch.save([logits_and_outputs(directory, tp) for directory in directories], out / f"rank{rank}.pt")
     os.environ.update(WORLD_SIZE=str(size), RANK=str(rank))  # as torchrun's ranks: LLM(tp=) and the CLI join `tp`
     torch.save(shipped_drafters(size), out / f"drafters{rank}.pt")
@@ -121,9 +125,6 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
     assert main([*EVAL_ARGS, "--tp", str(size), "--output", str(out / "eval")]) == 0
     sys.stdout = stdout
 
-    timeout_s = {"stalled": 2.0, "dead": 5.0}
-    groups = {case: TensorParallel(rank, size, dist.new_group(timeout=timedelta(seconds=seconds)), seconds)
-              for case, seconds in timeout_s.items()}
     models = {case: load_model(directories[0], device="cpu", tp=group) for case, group in groups.items()}
     if rank == size - 1:  # stalls until the others timed out, then dies
         while len(list(out.glob("stalled-over*"))) < size - 1:

@@ -37,7 +37,7 @@ from specdec.eval.summary import (
     request_record,
     summarize,
 )
-from specdec.parallel import is_primary
+from specdec.parallel import broadcast_object, is_primary, join
 
 MODES = ("plain", "speculative")
 
@@ -70,16 +70,25 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
     batch_sizes = sorted(set(batch_sizes))
     out = Path(out)
     (out / "requests").mkdir(parents=True, exist_ok=True)
-    check_settings(out, settings)
+    tp = join(settings.tp)  # under --tp, rank 0 alone reads and writes the folder and tells the others
+    refused = None
+    if is_primary():
+        try:
+            check_settings(out, settings)
+        except ValueError as error:
+            refused = str(error)
+    refused = broadcast_object(refused, tp)
+    if refused:
+        raise ValueError(refused)
     modes = [mode for mode in MODES if (mode == "plain" and (baseline or settings.draft is None))
              or (mode == "speculative" and settings.draft is not None)]
-    segments = read_segments(out)
+    segments = read_segments(out) if is_primary() else {}
     for mode in modes:
         llm = None  # loaded once per mode, and only when a run has work left
         for batch_size in batch_sizes:
             key = run_key(mode, batch_size)
             path = out / "requests" / f"{key}.jsonl"
-            done = {record["id"] for record in drop_broken_lines(path)}
+            done = broadcast_object({record["id"] for record in drop_broken_lines(path)} if is_primary() else None, tp)
             todo = [(index, prompt) for index, prompt in enumerate(prompts) if prompt.id not in done]
             if not todo:
                 continue
@@ -159,7 +168,7 @@ def check_settings(out: Path, settings: EvalSettings) -> None:
             said = ", ".join(f"{key}: {old!r} there, {new!r} now" for key, (old, new) in changed.items())
             raise ValueError(f"{out} holds an eval with other settings ({said}); pass another --output, or delete "
                              "the folder to start over")
-    elif is_primary():
+    else:
         path.write_text(json.dumps(wanted, indent=1))
 
 
