@@ -1,12 +1,13 @@
 """`specdec serve --tp N`: requests arrive at rank 0 alone, and every rank's engine must hold the same requests.
 
 Rank 0's engine loop records what it changes in its engine (a request added, with everything that decides its tokens;
-a request aborted) and, before each step, sends those changes to the other ranks with the word to step
-(`Commands.send`, one broadcast of a few hundred bytes). The other ranks run `follow`: apply the changes to their own
-engine in the same order, then step. Request ids are given in order of addition, so they agree across ranks, and
-every rank steps the same batch in lockstep: the sharded target's collectives pair up, and the replicated drafter
-(drafters/base.py) drafts alike everywhere. Rank 0 alone decodes text, checks stop strings and answers clients; a
-request it stops early reaches the others as an abort before the next step.
+a request aborted) and, before each step, sends the other ranks the word to step and those changes, if any
+(`Commands.send`: one broadcast of an integer, and one of a few hundred bytes when requests came or went). The other
+ranks run `follow`: apply the changes to their own engine in the same order, then step. Request ids are given in
+order of addition, so they agree across ranks, and every rank steps the same batch in lockstep: the sharded target's
+collectives pair up, and the replicated drafter (drafters/base.py) drafts alike everywhere. Rank 0 alone decodes
+text, checks stop strings and answers clients; a request it stops early reaches the others as an abort before the
+next step.
 
 While no request is running rank 0 sends an empty tick every half second (the engine loop's idle wait), so the
 others never sit in a collective past its timeout; on shutdown it sends STOP and they return.
@@ -18,7 +19,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
-from specdec.parallel import TensorParallel, TensorParallelError, broadcast_object
+from specdec.parallel import TensorParallel, TensorParallelError, broadcast_int, broadcast_object
 from specdec.speculation import SamplingParams
 
 from .drafts import PerRequestDrafts
@@ -41,7 +42,8 @@ class Abort:
     request_id: int
 
 
-STEP, TICK, STOP = "step", "tick", "stop"  # what the others do after applying a message's changes
+STEP, TICK, STOP = 0, 1, 2  # what the others do after applying a message's changes
+CHANGES = 4  # added to the word when changes follow it
 
 
 class Commands:
@@ -61,11 +63,13 @@ class Commands:
         if self.tp.size > 1:
             self.pending.append(Abort(request_id))
 
-    def send(self, then: str) -> None:
-        """The changes, and `then` (STEP, TICK or STOP), to the other ranks."""
+    def send(self, then: int) -> None:
+        """`then` (STEP, TICK or STOP) to the other ranks, one integer, and the changes, if any, after it."""
         if self.tp.size > 1:
-            changes, self.pending = self.pending, []
-            broadcast_object((changes, then), self.tp)
+            broadcast_int(then + (CHANGES if self.pending else 0), self.tp)
+            if self.pending:
+                broadcast_object(self.pending, self.tp)
+                self.pending = []
 
 
 def follow(llm) -> None:
@@ -78,7 +82,8 @@ def follow(llm) -> None:
     if engine.drafter is not None:  # the same per-request caps as rank 0's engine loop puts on its drafter
         drafts = engine.drafter = PerRequestDrafts(engine.drafter)
     while True:
-        changes, then = broadcast_object(None, llm.tp)
+        word = broadcast_int(0, llm.tp)
+        then, changes = word % CHANGES, broadcast_object(None, llm.tp) if word >= CHANGES else []
         for change in changes:
             if isinstance(change, Abort):
                 engine.abort(change.request_id)
