@@ -1,4 +1,15 @@
-"""What every draft proposer implements, and the part of a request it sees."""
+"""What every draft proposer implements, and the part of a request it sees.
+
+Under tensor parallelism (specdec/parallel) every drafter is replicated: each rank holds the whole draft model, MTP
+layer or EAGLE-3 head and drafts by itself. Its inputs are the same on every rank (the tokens; the target's features,
+which the sharded target ends with an all-reduce, so they agree bit for bit), it runs the same kernels on the same
+kind of device, and sampled drafts draw from generators seeded alike, so every rank drafts the same trees without a
+word exchanged. The alternatives cost more: rank 0 drafting and broadcasting its trees adds a broadcast to every
+step while the other ranks wait instead of drafting (no time saved); a sharded drafter adds an all-reduce per
+layer to every draft depth, latency that outweighs the matmuls of a model this small. The price is the drafter's
+weights on every GPU (a tenth of the target's or less). MTP and EAGLE-3 heads share the target's vocabulary-parallel
+embedding (MTP its LM head too): every rank calls them in the same order, so their collectives pair up.
+"""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from specdec.options import (
     add_speculation_arguments,
     add_speculation_mode_argument,
     add_tp_argument,
+    check_tp,
     check_tree,
     int_at_least,
     non_empty,
@@ -73,7 +74,7 @@ def add_run_command(commands) -> None:
     add_speculation_mode_argument(run_parser)
     add_engine_arguments(run_parser)
     add_tp_argument(run_parser)
-    run_parser.set_defaults(handler=run)
+    run_parser.set_defaults(handler=run, launch_check=check_run)
 
 
 class Parser(argparse.ArgumentParser):
@@ -136,6 +137,12 @@ def check_output(path: Path | None) -> None:
 
 
 # ---- specdec run ------------------------------------------------------------------------------------------------
+def check_run(args) -> None:
+    read_prompts(args)
+    check_output(args.output)
+    check_tree(args)
+
+
 def run(args) -> None:
     prompts = read_prompts(args)
     check_output(args.output)
@@ -253,7 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "tp", 1) > 1 and "WORLD_SIZE" not in os.environ:
         from specdec.parallel import relaunch
 
-        return relaunch(args.tp, sys.argv[1:] if argv is None else argv)  # this command again, as args.tp ranks
+        try:
+            check_tp(args)  # before the ranks start: GPUs, heads, and the command's own checks
+        except (ValueError, FileNotFoundError) as error:
+            print(f"specdec: error: {error}", file=sys.stderr)
+            return 2
+        try:
+            return relaunch(args.tp, sys.argv[1:] if argv is None else argv)  # this command again, as args.tp ranks
+        except KeyboardInterrupt:
+            return INTERRUPTED
     if not primary_rank():
         sys.stdout = open(os.devnull, "w")  # every rank runs the command; rank 0 alone prints
     try:

@@ -139,6 +139,47 @@ def check_tree(args) -> None:
                          "or fewer, or lower --num-steps / --topk")
 
 
+def check_tp(args) -> None:
+    """--tp N, before N ranks start (seconds of imports each): a GPU per rank (on a host with GPUs), and a target
+    whose heads, groups and channels N ranks can split. First the command's own checks (args.launch_check); then the
+    target is built on the meta device as rank 0 of N (no weights read), so the sharded layers' own rules speak."""
+    size = args.tp
+    if size == 1:
+        return
+    if getattr(args, "speculation", "fixed") == "adaptive":
+        raise ValueError(f"--speculation adaptive chooses each step's drafts from the step time each rank measures, so "
+                         f"the ranks could choose apart; use --speculation fixed with --tp {size}")
+    if getattr(args, "launch_check", None) is not None:  # the command's own, cheap checks first
+        args.launch_check(args)
+    import torch
+
+    from specdec.parallel import TensorParallel
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.startswith("cuda") and ":" in device:
+        raise ValueError(f"--tp {size} gives rank r the GPU cuda:r; leave --device out or give 'cuda', not {device!r}")
+    if device.startswith("cuda") and gpus < size:
+        raise ValueError(f"--tp {size} needs {size} GPUs (one per rank), but torch sees {gpus} on this machine; "
+                         + (f"use --tp {gpus} or fewer" if gpus > 1 else "--device cpu runs the ranks on the CPU"))
+    from transformers import AutoConfig
+
+    from specdec.models.checkpoint import read_config, resolve_checkpoint
+    from specdec.models.loading import FAMILIES
+    from specdec.presets import resolve
+
+    target = args.target or DEFAULT_TARGET
+    directory = resolve_checkpoint(resolve(target))
+    family = FAMILIES.get(read_config(directory).get("model_type"))
+    if family is not None:  # else the loading fails, with the list of the model types specdec runs
+        config = AutoConfig.from_pretrained(directory)
+        try:
+            with torch.device("meta"):
+                family.build(config.get_text_config() if family.multimodal else config, tp=TensorParallel(0, size))
+        except ValueError as error:
+            raise ValueError(f"--tp {size} cannot shard {target}: {error}") from None
+
+
 def not_utf8(path: Path | str, error: UnicodeDecodeError) -> ValueError:
     """A file that is not UTF-8, with the line and the byte at fault."""
     line = error.object[:error.start].count(b"\n") + 1

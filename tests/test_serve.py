@@ -9,9 +9,15 @@ import asyncio
 import http.client
 import json
 import logging
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import openai
 import pytest
@@ -27,6 +33,8 @@ from specdec.serve.drafts import depths, prefix
 from specdec.serve.text import IncrementalText
 from specdec.speculation import DraftTree
 
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]  # as --tp 2 does
 MODEL = "qwen3.5"
 TOKENS = 8  # max_tokens everywhere: short answers keep the module quick
 PROMPTS = ["The history of Rome", "Once upon a time", "The river flows", "In the year 1850"]
@@ -306,3 +314,46 @@ def test_serve_refuses_a_taken_port_or_a_bad_one_before_loading_models(capsys):
     assert main(["serve", "--port", "70000"]) == 2
     err = capsys.readouterr().err
     assert "cannot listen on 127.0.0.1" in err and "--port must be in [0, 65535]" in err and "Traceback" not in err
+
+
+def test_serve_under_tp_answers_as_one_process(served, tmp_path):
+    """`specdec serve --tp 2` on the CPU: two gloo ranks, rank 0 serving, rank 1 mirroring its engine
+    (specdec/serve/ranks.py). Concurrent clients (one cut by a stop string, so aborted mid-answer; one without
+    speculation; one chat) get the one-process answers; Ctrl-C stops every process. Started as `specdec serve --tp 2`
+    starts it, minus the launcher's checks (test_cli_refuses_tp_it_cannot_run)."""
+    _, llm, solo = served
+    log = tmp_path / "ranks.log"
+    with open(log, "w") as stderr:
+        launcher = subprocess.Popen(
+            [*TORCHRUN, "-m", "specdec", "serve", "--tp", "2", "--device", "cpu", "--port", "0", "--max-batch", "16",
+             "--max-seq-len", "192", "--log-level", "warning"], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=stderr, text=True, start_new_session=True)
+    watchdog = threading.Timer(240, launcher.terminate)  # torchrun stops its ranks
+    watchdog.start()
+    try:
+        line = launcher.stdout.readline()
+        assert line.startswith("[specdec] serving"), f"no server: {line!r}\n{log.read_text()[-3000:]}"
+        url = line.split(" on ")[1].strip().removesuffix("/v1")
+        full = solo[(PROMPTS[0], False)].text
+        stop = full.split()[2]
+        asks = [("/v1/completions", {"prompt": PROMPTS[0], "stop": [stop]}),
+                ("/v1/completions", {"prompt": PROMPTS[1]}),
+                ("/v1/completions", {"prompt": PROMPTS[3], "speculation": False}),
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTIONS[0]}]})]
+        with ThreadPoolExecutor(len(asks)) as pool:
+            answers = list(pool.map(lambda ask: post(url, ask[0], {"model": MODEL, "max_tokens": TOKENS,
+                                                                    "temperature": 0, **ask[1]}), asks))
+        assert all(status == 200 for status, _ in answers), answers
+        texts = [answer["choices"][0].get("text", answer["choices"][0].get("message", {}).get("content"))
+                 for _, answer in answers]
+        assert texts[0] == full[:full.index(stop)]
+        assert texts[1:] == [solo[(PROMPTS[1], False)].text, solo[(PROMPTS[3], False)].text,
+                             solo[(QUESTIONS[0], True)].text]
+        os.killpg(launcher.pid, signal.SIGINT)
+        launcher.wait(timeout=60)
+        assert "Error" not in log.read_text().split("SignalException")[0], log.read_text()[-3000:]
+    finally:
+        watchdog.cancel()
+        if launcher.poll() is None:
+            launcher.terminate()
+            launcher.wait(timeout=60)

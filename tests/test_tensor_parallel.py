@@ -7,29 +7,43 @@ check: starting a rank (imports) costs far more than its work here."""
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 
 import pytest
 import torch
 
+from specdec.cli import main
 from specdec.models import load_model
 from specdec.parallel import SINGLE, Shard, TensorParallel, join
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
-from tests.tp_workers import rank_main, rank_main_cuda, run_ranks, single_process
+from tests.tp_workers import (
+    EVAL_ARGS,
+    SHIPPED_DRAFTERS,
+    logits,
+    rank_logits,
+    rank_main,
+    rank_main_cuda,
+    run_ranks,
+    single_process,
+)
 
 RANKS = 2
 # what every rank holds whole: norms, routers, the shared-expert gate, the latent projections (all small)
 REPLICATED = re.compile(r"norm|\.gate\.|shared_expert_gate|latent_proj")
 TOLERANCE = 1e-5  # relative to the largest logit: the ranks sum partial matmuls, one process sums in one
+ODD_VOCAB = 97  # no rank count divides it: the vocabulary shards are padded (specdec/parallel/layers.py vocab_shard)
 CHECKPOINTS = {
-    # 4 key heads, 8 value heads (2 per key head); 4 query heads over 2 KV heads: KV heads split; tied head
+    # 4 key heads, 8 value heads (2 per key head); 4 query heads over 2 KV heads: KV heads split; tied head; odd vocab
     "qwen3_5-kv-split": lambda **dims: qwen35_text_config(linear_num_key_heads=4, linear_num_value_heads=8,
-                                                          tie_word_embeddings=True, **dims),
+                                                          tie_word_embeddings=True, vocab_size=ODD_VOCAB, **dims),
     # 2 key heads, 6 value heads (3 per key head); 1 KV head, shared by both ranks; MoE
     "qwen3_5_moe-kv-shared": lambda **dims: qwen35_text_config(value_heads_per_key=3, moe=True, num_key_value_heads=1,
                                                                **dims),
-    # 2 groups of 2 Mamba heads, attention, MLP and MoE blocks with a latent projection
-    "nemotron_h": lambda **dims: nemotron_h_config(heads_per_group=2, moe_latent_size=16, **dims),
+    # 2 groups of 2 Mamba heads, attention, MLP and MoE blocks with a latent projection; odd vocab, untied head
+    "nemotron_h": lambda **dims: nemotron_h_config(heads_per_group=2, moe_latent_size=16, vocab_size=ODD_VOCAB - 2,
+                                                   **dims),
 }
 # on GPUs: state head dims the Triton kernels take (specdec.backend.KERNEL_HEAD_DIMS), so that the steps run the
 # kernels and replay from CUDA graphs, with the collectives captured
@@ -53,12 +67,14 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ranks(checkpoints, tmp_path_factory):
-    """-> (per rank: {checkpoint name: results}, the surviving ranks' failure records)."""
+    """-> (per rank: {checkpoint name: results}, the surviving ranks' failure records, per rank: the shipped
+    drafters' answers, rank 0's eval folder)."""
     out = tmp_path_factory.mktemp("ranks")
-    run_ranks(rank_main, RANKS, list(checkpoints.values()), out)
+    run_ranks(rank_main, RANKS, list(checkpoints.values()), out, limit_s=240)
     results = [dict(zip(checkpoints, torch.load(out / f"rank{rank}.pt", weights_only=False), strict=True))
                for rank in range(RANKS)]
-    return results, [torch.load(out / f"failures{rank}.pt") for rank in range(RANKS - 1)]
+    return (results, [torch.load(out / f"failures{rank}.pt") for rank in range(RANKS - 1)],
+            [torch.load(out / f"drafters{rank}.pt") for rank in range(RANKS)], out / "eval")
 
 
 def test_shard_reads_its_piece_of_each_part():
@@ -67,6 +83,9 @@ def test_shard_reads_its_piece_of_each_part():
     assert Shard(0, (4, 8), 2, 1).full_shape((6, 1)) == (12, 1)
     with pytest.raises(ValueError, match="equal pieces"):
         Shard(0, (3,), 2, 0)
+    padded = [Shard(0, (9,), 3, index, length=7) for index in range(3)]  # 7 rows in 3 pieces of 3, zeros after
+    assert [shard.read(torch.arange(1, 8)).tolist() for shard in padded] == [[1, 2, 3], [4, 5, 6], [7, 0, 0]]
+    assert padded[2].full_shape((3,)) == (7,)
 
 
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))
@@ -100,15 +119,31 @@ def test_sharded_runs_equal_the_single_process(checkpoints, ranks, name):
     check_parity(single_process(checkpoints[name]), [results[name] for results in ranks[0]])
 
 
+def test_four_ranks_give_the_single_process_logits(checkpoints, tmp_path):
+    """The dense Qwen3.5 over 4 ranks: a key head and 2 value heads each, KV heads shared by pairs of ranks, the odd
+    vocabulary padded (25 rows a rank, 3 of them padding on the last)."""
+    directory = checkpoints["qwen3_5-kv-split"]
+    run_ranks(rank_logits, 4, [directory], tmp_path)
+    reference = single_process(directory, what=logits)
+    for rank in range(4):
+        (result,) = torch.load(tmp_path / f"rank{rank}.pt")
+        for key in ("prefill", "decode"):
+            diff = ((result[key] - reference[key]).abs().max() / reference[key].abs().max()).item()
+            assert diff <= TOLERANCE, f"rank {rank} of 4: {key} logits differ from one process by {diff:.2e}"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < RANKS, reason=f"needs {RANKS} CUDA devices")
 def test_sharded_runs_on_gpus_equal_one_gpu(tmp_path_factory, tmp_path):
-    """The same over nccl, one GPU per rank, the engine's steps replayed from CUDA graphs (collectives captured)."""
+    """The same over nccl, one GPU per rank, the engine's steps replayed from CUDA graphs (collectives captured);
+    the shipped drafters too."""
     checkpoints = save_checkpoints(tmp_path_factory, GPU_DIMS)
     run_ranks(rank_main_cuda, RANKS, list(checkpoints.values()), tmp_path, limit_s=600)
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(RANKS)]
     for index, name in enumerate(checkpoints):
         check_parity(single_process(checkpoints[name], "cuda:0"), [results[index] for results in ranks])
+    drafters = [torch.load(tmp_path / f"drafters{rank}.pt") for rank in range(RANKS)]
+    check_drafters(single_process(None, "cuda:0"), drafters)
 
 
 def check_parity(reference: dict, ranks: list[dict]) -> None:
@@ -131,6 +166,62 @@ def test_a_failed_rank_ends_the_others_with_a_clear_error(ranks, case):
         assert failure["seconds"] < failure["timeout_s"] + 3, f"rank {rank} took {failure['seconds']:.1f} s to fail"
         if case == "stalled":
             assert failure["seconds"] >= failure["timeout_s"] * 0.9, "failed before the timeout: not a timeout"
+
+
+def test_drafters_are_lossless_under_tp(ranks):
+    """The shipped Qwen3.5 with its draft model, MTP layer and EAGLE-3 head, each replicated on every rank
+    (drafters/base.py): greedy speculative answers equal plain ones, which equal one process's."""
+    check_drafters(single_process(None), ranks[2])
+
+
+def check_drafters(reference: dict, ranks: list[dict]) -> None:
+    for rank, answers in enumerate(ranks):
+        assert answers["plain"] == reference["plain"], f"rank {rank}: plain greedy differs from one process"
+        for draft in SHIPPED_DRAFTERS:
+            assert answers[draft] == answers["plain"], f"rank {rank}: {draft} speculative greedy differs from plain"
+            assert answers[f"{draft}_accepted"] > 0, f"rank {rank}: no {draft} draft accepted"
+
+
+def test_eval_under_tp_gives_the_single_process_summary(ranks, tmp_path):
+    """`specdec eval --tp 2` (rank 0 writes) and `--tp 1`: the same tokens and accepted lengths per request."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main([*EVAL_ARGS, "--tp", "1", "--output", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (tmp_path, ranks[3])]
+    assert summaries[1]["settings"] == {**summaries[0]["settings"], "tp": RANKS}
+    keys = ("mode", "batch_size", "requests", "new_tokens", "mean_accepted_length", "draft_acceptance_rate",
+            "same_as_plain")
+    rows = [[{key: row[key] for key in keys} for row in summary["runs"]] for summary in summaries]
+    assert rows[0] == rows[1] and len(rows[0]) == 2 and rows[0][1]["same_as_plain"] == 1.0
+    for name in ("plain-b2", "speculative-b2"):
+        records = [[(r["id"], r["token_ids"], r["emitted_per_step"]) for r in
+                    map(json.loads, (folder / "requests" / f"{name}.jsonl").read_text().splitlines())]
+                   for folder in (tmp_path, ranks[3])]
+        assert sorted(records[0]) == sorted(records[1]), name
+
+
+def test_launch_refuses_what_it_cannot_run(capsys):
+    """--tp is checked before any rank starts: heads the ranks cannot split, more GPUs than the host has, adaptive
+    speculation, and the command's own checks (a taken port for serve), each one line."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        assert main(["serve", "--tp", "2", "--device", "cpu", "--port", port]) == 2
+    assert main(["run", "--tp", "4", "--device", "cpu"]) == 2
+    assert main(["eval", "--tp", "2", "--device", "cpu", "--dataset", "nope.jsonl"]) == 2
+    assert main(["run", "--tp", "2", "--device", "cpu", "--speculation", "adaptive"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4 and "cannot listen on 127.0.0.1" in lines[0], lines
+    assert "--tp 4 cannot shard qwen3.5: linear_num_key_heads (2) must be a multiple of the tensor-parallel size (4)" \
+        in lines[1]
+    assert "neither a shipped set" in lines[2] and "--speculation adaptive" in lines[3]
+    if not torch.cuda.is_available():
+        assert main(["run", "--tp", "2", "--device", "cuda"]) == 2
+        assert "--tp 2 needs 2 GPUs (one per rank), but torch sees 0" in capsys.readouterr().err
 
 
 def test_more_ranks_than_processes_is_refused_with_the_way_to_launch(monkeypatch):

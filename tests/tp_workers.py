@@ -1,9 +1,11 @@
 """What each rank of the tensor-parallel tests runs, in processes of their own (torch.multiprocessing, spawn), and
-the launcher. A rank writes its results (or its traceback) to files in OUT, for the test to compare."""
+the launcher. A rank writes its results (or its traceback) to files in OUT, for the test to compare. The engine and
+the drafters are imported where used: a rank that only computes logits starts in half the time."""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from datetime import timedelta
@@ -13,14 +15,18 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from drafters import NgramDrafter
 from specdec import CacheConfig, ModelRunner, load_model
-from specdec.engine.engine import Engine, EngineConfig
 from specdec.parallel import SINGLE, TensorParallel, TensorParallelError, init_tensor_parallel, shutdown
-from specdec.speculation import SamplingParams, TreeShape
 
 DECODE_STEPS = 4
 NEW_TOKENS = 24
+# the shipped Qwen3.5 pair (specdec/checkpoints): its draft model, MTP layer and EAGLE-3 head under TP
+SHIPPED_DRAFTERS = ("small", "mtp", "eagle3")
+SHIPPED_PROMPTS = ["The history of Rome", "def fibonacci(n):", "Once upon a time there was"]
+SHIPPED_TOKENS = 16
+# `specdec eval` on two prompts of a shipped set, plain and speculative (the shipped draft)
+EVAL_ARGS = ["eval", "--device", "cpu", "--dataset", "mt-bench", "--num-prompts", "2", "--max-new-tokens", "12",
+             "--batch-size", "2"]
 
 
 def prompts(vocab: int) -> list[list[int]]:
@@ -31,11 +37,8 @@ def prompts(vocab: int) -> list[list[int]]:
             torch.randint(0, vocab, (7,), generator=generator).tolist() + pattern * 2]
 
 
-def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
-    """The runner's prefill logits [B, T, V] and DECODE_STEPS greedy decode logits [steps, B, V]; the engine's
-    greedy outputs, plain and n-gram speculative (with the tokens accepted beyond the root), from CUDA graphs on a
-    GPU. fp32 throughout."""
-    model = load_model(directory, device=device, dtype=torch.float32, tp=tp)
+def runner_logits(model) -> dict:
+    """The runner's prefill logits [B, T, V] and DECODE_STEPS greedy decode logits [steps, B, V] for prompts()."""
     batch = prompts(model.hf_config.vocab_size)
     runner = ModelRunner.create(model, CacheConfig(max_requests=3, max_seq_len=64, flush_length=3))
     slots = [runner.cache.allocate_request() for _ in batch]
@@ -45,7 +48,23 @@ def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu")
     for _ in range(DECODE_STEPS):
         steps.append(runner.decode(slots, tokens))
         tokens = steps[-1].argmax(-1).tolist()
-    result = {"prefill": prefill.cpu(), "decode": torch.stack(steps).cpu(), "spec": model.cache_spec()}
+    return {"prefill": prefill.cpu(), "decode": torch.stack(steps).cpu()}
+
+
+def logits(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
+    return runner_logits(load_model(directory, device=device, dtype=torch.float32, tp=tp))
+
+
+def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
+    """runner_logits, and the engine's greedy outputs, plain and n-gram speculative (with the tokens accepted
+    beyond the root), from CUDA graphs on a GPU. fp32 throughout."""
+    from drafters import NgramDrafter
+    from specdec.engine.engine import Engine, EngineConfig
+    from specdec.speculation import SamplingParams, TreeShape
+
+    model = load_model(directory, device=device, dtype=torch.float32, tp=tp)
+    batch = prompts(model.hf_config.vocab_size)
+    result = {**runner_logits(model), "spec": model.cache_spec()}
     for name, drafter in (("plain", None), ("ngram", NgramDrafter())):
         config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=96, flush_length=3),
                               shape=TreeShape(steps=3))
@@ -58,28 +77,54 @@ def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu")
     return result
 
 
-def single_process(directory: Path, device: str = "cpu") -> dict:
+def shipped_drafters(tp_size: int, device: str = "cpu") -> dict:
+    """Greedy answers of the shipped Qwen3.5 to SHIPPED_PROMPTS through specdec.LLM in fp32: plain, and with each
+    of SHIPPED_DRAFTERS (with the draft tokens each got accepted). device "cuda": the rank's GPU."""
+    from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
+
+    config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3)
+    result = {}
+    for draft in (None, *SHIPPED_DRAFTERS):
+        llm = LLM("qwen3.5", draft, device=device, dtype="fp32", config=config, tp=tp_size)
+        outputs = llm.generate(SHIPPED_PROMPTS, max_new_tokens=SHIPPED_TOKENS)
+        result[draft or "plain"] = [out.token_ids for out in outputs]
+        result[f"{draft}_accepted"] = sum(sum(out.stats.emitted_per_step) - out.stats.steps for out in outputs)
+    return result
+
+
+def single_process(directory: Path | None, device: str = "cpu", what=logits_and_outputs):
     """The reference, in the test's process, on one thread as the ranks (several threads per process on the busy
-    CI cores make torch's small matmuls a hundred times slower)."""
+    CI cores make torch's small matmuls a hundred times slower). what(directory, SINGLE, device); directory None:
+    shipped_drafters(1, device)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return logits_and_outputs(directory, SINGLE, device)
+        return shipped_drafters(1, device) if directory is None else what(directory, SINGLE, device)
     finally:
         torch.set_num_threads(threads)
 
 
 def rank_main(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
-    """Each checkpoint through logits_and_outputs (-> OUT/rank{r}.pt). Then the failures, each on a group of its
-    own with a short collective timeout: the last rank stalls (alive, in no collective), and the others' prefill
-    must fail when the timeout passes; then it exits, and their next prefill must fail at once, or at the latest
-    when the timeout passes (-> OUT/failures{r}.pt: the stalled and the dead case)."""
+    """Each checkpoint through logits_and_outputs (-> OUT/rank{r}.pt); the shipped pair's drafters (-> OUT/
+    drafters{r}.pt); `specdec eval --tp` (-> OUT/eval/, rank 0's). Then the failures, each on a group of its own
+    with a short collective timeout: the last rank stalls (alive, in no collective), and the others' prefill must
+    fail when the timeout passes; then it exits, and their next prefill must fail at once, or at the latest when the
+    timeout passes (-> OUT/failures{r}.pt: the stalled and the dead case)."""
     tp = init_tensor_parallel(rank, size, init_method, backend="gloo", timeout_s=60)
-    torch.save([logits_and_outputs(directory, tp) for directory in directories], out / f"rank{rank}.pt")
-
+    # the failure cases' groups now, while the ranks are in step: a group connects within its own short timeout
     timeout_s = {"stalled": 2.0, "dead": 5.0}
     groups = {case: TensorParallel(rank, size, dist.new_group(timeout=timedelta(seconds=seconds)), seconds)
               for case, seconds in timeout_s.items()}
+    torch.save([logits_and_outputs(directory, tp) for directory in directories], out / f"rank{rank}.pt")
+    os.environ.update(WORLD_SIZE=str(size), RANK=str(rank))  # as torchrun's ranks: LLM(tp=) and the CLI join `tp`
+    torch.save(shipped_drafters(size), out / f"drafters{rank}.pt")
+    from specdec.cli import main
+
+    stdout = sys.stdout  # the CLI silences ranks other than 0
+    assert main([*EVAL_ARGS, "--tp", str(size), "--output", str(out / "eval")]) == 0
+    sys.stdout = stdout
+
     models = {case: load_model(directories[0], device="cpu", tp=group) for case, group in groups.items()}
     if rank == size - 1:  # stalls until the others timed out, then dies
         while len(list(out.glob("stalled-over*"))) < size - 1:
@@ -100,10 +145,19 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
     torch.save(failures, out / f"failures{rank}.pt")
 
 
+def rank_logits(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
+    """Each checkpoint through logits() alone (-> OUT/rank{r}.pt)."""
+    tp = init_tensor_parallel(rank, size, init_method, backend="gloo", timeout_s=60)
+    torch.save([logits(directory, tp) for directory in directories], out / f"rank{rank}.pt")
+
+
 def rank_main_cuda(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
-    """Each checkpoint through logits_and_outputs on the rank's GPU, over nccl (-> OUT/rank{r}.pt)."""
+    """Each checkpoint through logits_and_outputs on the rank's GPU, over nccl (-> OUT/rank{r}.pt); the shipped
+    pair's drafters, their steps replayed from CUDA graphs (-> OUT/drafters{r}.pt)."""
     tp = init_tensor_parallel(rank, size, init_method, backend="nccl", timeout_s=120)
     torch.save([logits_and_outputs(directory, tp, f"cuda:{rank}") for directory in directories], out / f"rank{rank}.pt")
+    os.environ.update(WORLD_SIZE=str(size), RANK=str(rank))
+    torch.save(shipped_drafters(size, "cuda"), out / f"drafters{rank}.pt")
     shutdown(tp)
 
 

@@ -30,11 +30,12 @@ def add_commands(commands) -> None:
     evaluate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     evaluate.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     add_speculation_arguments(evaluate)
+    add_tp_argument(evaluate)
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="skip the plain-decoding runs (no speedup column)")
     evaluate.add_argument("--output", type=Path, default=None,
                           help="results folder (default: eval-results/TARGET_DRAFT_DATASET)")
-    evaluate.set_defaults(handler=evaluate_command)
+    evaluate.set_defaults(handler=evaluate_command, launch_check=check_eval)
 
     bench = commands.add_parser(
         "bench", help="throughput sweep over batch sizes, KVBuffer against the intermediate-state baseline",
@@ -63,7 +64,7 @@ def add_commands(commands) -> None:
     bench.add_argument("--hf-reference", action="store_true",
                        help="also time transformers' generate() on the same checkpoint and batch sizes")
     bench.add_argument("--output", type=Path, default=None, help="write the rows and settings to this JSON file")
-    bench.set_defaults(handler=bench_command)
+    bench.set_defaults(handler=bench_command, launch_check=check_bench)
 
 
 def check_before_loading(args: argparse.Namespace, draft_name: bool) -> None:
@@ -78,8 +79,22 @@ def check_before_loading(args: argparse.Namespace, draft_name: bool) -> None:
         check_draft_name(args.target or DEFAULT_TARGET, draft)
 
 
-def bench_command(args: argparse.Namespace) -> None:
+def check_bench(args: argparse.Namespace) -> None:
     check_before_loading(args, draft_name=False)  # --draft synthetic:RATE is bench's own
+
+
+def check_eval(args: argparse.Namespace) -> None:
+    from specdec.eval.datasets import load_prompts
+
+    check_before_loading(args, draft_name=True)
+    try:
+        load_prompts(args.dataset, args.num_prompts, chat=args.chat)
+    except UnicodeDecodeError as error:
+        raise not_utf8(args.dataset, error) from None
+
+
+def bench_command(args: argparse.Namespace) -> None:
+    check_bench(args)
     bench(args)
 
 
@@ -129,7 +144,7 @@ def evaluate(args: argparse.Namespace) -> None:
         target=args.target or DEFAULT_TARGET, draft=drafter_asked(args.target, args.draft), dataset=args.dataset,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, num_steps=args.num_steps,
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
-        flush_length=args.flush_length, device=args.device, dtype=args.dtype)
+        flush_length=args.flush_length, device=args.device, dtype=args.dtype, tp=args.tp)
     try:
         prompts = load_prompts(args.dataset, args.num_prompts, chat=args.chat)
     except UnicodeDecodeError as error:

@@ -18,7 +18,7 @@ import gc
 import json
 import resource
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -37,6 +37,7 @@ from specdec.eval.summary import (
     request_record,
     summarize,
 )
+from specdec.parallel import broadcast_object, is_primary, join
 
 MODES = ("plain", "speculative")
 
@@ -58,6 +59,7 @@ class EvalSettings:
     flush_length: int = 16
     device: str | None = None
     dtype: str | None = None
+    tp: int = 1  # tensor-parallel ranks: every rank runs the eval, rank 0 alone writes
 
 
 def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: list[int], out: Path,
@@ -68,22 +70,32 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
     batch_sizes = sorted(set(batch_sizes))
     out = Path(out)
     (out / "requests").mkdir(parents=True, exist_ok=True)
-    check_settings(out, settings)
+    tp = join(settings.tp)  # under --tp, rank 0 alone reads and writes the folder and tells the others
+    refused = None
+    if is_primary():
+        try:
+            check_settings(out, settings)
+        except ValueError as error:
+            refused = str(error)
+    refused = broadcast_object(refused, tp)
+    if refused:
+        raise ValueError(refused)
     modes = [mode for mode in MODES if (mode == "plain" and (baseline or settings.draft is None))
              or (mode == "speculative" and settings.draft is not None)]
-    segments = read_segments(out)
+    segments = read_segments(out) if is_primary() else {}
     for mode in modes:
         llm = None  # loaded once per mode, and only when a run has work left
         for batch_size in batch_sizes:
             key = run_key(mode, batch_size)
             path = out / "requests" / f"{key}.jsonl"
-            done = {record["id"] for record in drop_broken_lines(path)}
+            done = broadcast_object({record["id"] for record in drop_broken_lines(path)} if is_primary() else None, tp)
             todo = [(index, prompt) for index, prompt in enumerate(prompts) if prompt.id not in done]
             if not todo:
                 continue
             if llm is None:
                 llm = load_llm(settings, mode, max(batch_sizes))
-            progress = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=key, unit="request")
+            progress = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=key, unit="request",
+                            disable=not is_primary())
             try:
                 run_requests(llm, todo, batch_size, settings, path, progress, segments.setdefault(key, []))
             finally:
@@ -113,7 +125,8 @@ def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, setti
     try:
         while not engine.scheduler.idle:
             for request in engine.step():
-                append_record(path, request_record(prompt_of[request.request_id], request))
+                if is_primary():
+                    append_record(path, request_record(prompt_of[request.request_id], request))
                 new_tokens += len(request.output)
                 progress.update(1)
     finally:
@@ -130,7 +143,7 @@ def load_llm(settings: EvalSettings, mode: str, max_batch: int):
                                      num_steps=settings.num_steps, topk=settings.topk,
                                      num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree)
     return LLM(settings.target, settings.draft if mode == "speculative" else None, device=settings.device,
-               dtype=settings.dtype, config=config)
+               dtype=settings.dtype, config=config, tp=settings.tp)
 
 
 def peak_memory_gib(device: torch.device) -> float:
@@ -149,7 +162,7 @@ def check_settings(out: Path, settings: EvalSettings) -> None:
     path = out / "eval.json"
     wanted = asdict(settings)
     if path.is_file():
-        found = json.loads(path.read_text())
+        found = {field.name: field.default for field in fields(EvalSettings)} | json.loads(path.read_text())
         changed = {key: (found.get(key), value) for key, value in wanted.items() if found.get(key) != value}
         if changed:
             said = ", ".join(f"{key}: {old!r} there, {new!r} now" for key, (old, new) in changed.items())
@@ -167,12 +180,16 @@ def read_segments(out: Path) -> dict[str, list[Segment]]:
 
 
 def write_segments(out: Path, segments: dict[str, list[Segment]]) -> None:
+    if not is_primary():
+        return
     (out / "segments.json").write_text(json.dumps({key: [asdict(s) for s in value]
                                                    for key, value in segments.items()}, indent=1))
 
 
 def write_summary(out: Path, settings: EvalSettings, modes: list[str]) -> list[RunSummary]:
-    """summary.json / summary.md / plots from every run the folder holds."""
+    """summary.json / summary.md / plots from every run the folder holds (rank 0's work alone under --tp)."""
+    if not is_primary():
+        return []
     segments = read_segments(out)
     rows, emitted, plain = [], [], {}
     for mode in modes:

@@ -30,11 +30,13 @@ one all-reduce; the residual stream, the norms and the rotary tables are replica
   exchanged; the routed partial sums take one all-reduce (Nemotron: in the latent dim, before the replicated
   fc2_latent_proj), the shared expert, an MLP sharded alike, another. Expert parallelism (whole experts per rank,
   tokens exchanged twice per block) and fusing the two all-reduces into one are left for measurement.
-- Embedding: vocabulary-parallel (rows split evenly; a token outside the rank's rows embeds to zero; all-reduce).
+- Embedding: vocabulary-parallel (ceil(V / size) rows per rank, the last rank's padded with zero rows where size
+  does not divide V; a token outside the rank's rows embeds to zero; all-reduce).
 - LM head: vocabulary-parallel over the same rows (so a tied head stays tied), then an all-gather of the logits:
-  [B, T, V / size] per rank -> [B, T, V] on every rank. Gathering costs B * T * V floats per step, but the
-  acceptance (greedy argmax, sampling, the top-k / top-p filters) then reads full logits unchanged; a sharded
-  argmax / sampler would gather less and is left for when the gather shows in a profile.
+  [B, T, V / size] per rank -> [B, T, V] on every rank (the padding rows' logits dropped). Gathering costs
+  B * T * V floats per step, but the acceptance (greedy argmax, sampling, the top-k / top-p filters) then reads
+  full logits unchanged; a sharded argmax / sampler would gather less and is left for when the gather shows in a
+  profile.
 A layer learns its per-rank head counts from TensorParallel at construction, so cache_spec() (and with it the
 KVBuffer pools) is per rank without the cache knowing about ranks.
 
@@ -42,17 +44,20 @@ Loading: each sharded parameter's module carries `tp_shards` (Shard: which rows 
 tensor the rank holds); the loader reads exactly those through safetensors' get_slice, so no rank ever holds the
 full tensor. Replicated tensors are read whole by every rank.
 
-Launching (launch.py): `--tp N` on a command re-runs it as N ranks under torchrun (one process per GPU); every
-rank runs the whole command, rank 0 alone prints and writes. Unseeded sampling draws from generators seeded alike
-on every rank (one seed broadcast at join). Inputs that arrive at one process only (a server's requests) would need
-rank 0 to broadcast them: not built yet.
+Launching (launch.py): `--tp N` on a command (run, serve, eval, bench) is checked first (specdec/options.py
+check_tp: a GPU per rank, heads the ranks can split, the command's own checks), then re-runs it as N ranks under
+torchrun (one process per GPU); every rank runs the whole command, rank 0 alone prints and writes. Unseeded sampling
+draws from generators seeded alike on every rank (one seed broadcast at join). A server's requests arrive at rank 0
+alone: it broadcasts its engine's changes before each step and the other ranks mirror them (specdec/serve/ranks.py).
+Drafters are replicated, every rank drafting the same trees (drafters/base.py says why). Adaptive speculation is
+refused: it chooses from step times each rank measures apart.
 
 Failure: the process group carries a collective timeout; a collective that fails (a peer died, or did not arrive
 within the timeout) raises TensorParallelError naming the rank and the timeout, so a dead rank ends the others
 with that error instead of a hang.
 """
 
-from .comm import TensorParallelError, all_gather_last, all_reduce, broadcast_int
+from .comm import TensorParallelError, all_gather_last, all_reduce, broadcast_int, broadcast_object
 from .group import SINGLE, TensorParallel, init_from_env, init_tensor_parallel, rank_device, shutdown
 from .launch import is_primary, join, relaunch, under_launcher
 from .layers import (
@@ -78,6 +83,7 @@ __all__ = [
     "all_gather_last",
     "all_reduce",
     "broadcast_int",
+    "broadcast_object",
     "column_linear",
     "init_from_env",
     "init_tensor_parallel",

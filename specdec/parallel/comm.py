@@ -1,6 +1,9 @@
-"""The two collectives the sharded layers need, failing with a TensorParallelError that says what happened."""
+"""The collectives the sharded layers (and a server's rank 0) need, failing with a TensorParallelError that says
+what happened."""
 
 from __future__ import annotations
+
+import pickle
 
 import torch
 import torch.distributed as dist
@@ -54,3 +57,21 @@ def broadcast_int(value: int, tp: TensorParallel) -> int:
     except (RuntimeError, dist.DistError) as error:
         raise _failed("broadcast", tp, error) from error
     return int(tensor.item())
+
+
+def broadcast_object(value, tp: TensorParallel):
+    """Rank 0's `value` (any picklable object; the others pass None) on every rank: its pickled length, then its
+    bytes. For inputs that arrive at rank 0 alone (a server's requests), once per engine step."""
+    if tp.size == 1:
+        return value
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(tp.group) == "nccl" else "cpu"
+    payload = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8) if tp.rank == 0 else None
+    size = torch.tensor([0 if payload is None else payload.numel()], dtype=torch.long, device=device)
+    try:
+        dist.broadcast(size, src=0, group=tp.group)
+        data = payload.to(device) if payload is not None else torch.empty(int(size.item()), dtype=torch.uint8,
+                                                                          device=device)
+        dist.broadcast(data, src=0, group=tp.group)
+    except (RuntimeError, dist.DistError) as error:
+        raise _failed("broadcast", tp, error) from error
+    return value if tp.rank == 0 else pickle.loads(data.cpu().numpy().tobytes())

@@ -25,7 +25,16 @@ def relaunch(size: int, argv: list[str]) -> int:
     launcher's exit status."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={size}",
                "-m", "specdec", *argv]
-    return subprocess.call(command)
+    launcher = subprocess.Popen(command)
+    try:
+        return launcher.wait()
+    except KeyboardInterrupt:  # Ctrl-C in a terminal reaches the launcher and the ranks too: let them stop in order
+        try:
+            launcher.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # the interrupt reached this process alone: the launcher stops the ranks
+            launcher.terminate()
+            launcher.wait()
+        raise
 
 
 def join(size: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
@@ -53,3 +62,4 @@ def join(size: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
 def is_primary() -> bool:
     """Rank 0, or a process outside any group: the one that prints and writes results."""
     return not dist.is_initialized() or dist.get_rank() == 0
+

@@ -55,15 +55,23 @@ def row_linear(in_features: int, out_features: int, tp: TensorParallel, bias: bo
     return RowParallelLinear(in_features, out_features, tp, bias, tp.split(1, in_features))
 
 
+def vocab_shard(vocab_size: int, tp: TensorParallel) -> Shard:
+    """The rank's vocabulary rows: ceil(V / size) each, the last rank's padded with zero rows where size does not
+    divide V (the padding's logits are dropped after the gather; no token embeds through it)."""
+    rows = -(-vocab_size // tp.size)
+    return Shard(0, (rows * tp.size,), tp.size, tp.rank, None if rows * tp.size == vocab_size else vocab_size)
+
+
 class VocabParallelEmbedding(nn.Embedding):
-    """The rank holds vocabulary rows [rank * V/size, (rank + 1) * V/size); tokens elsewhere embed to zero and one
-    all-reduce sums the ranks' rows: tokens [...] -> [..., D] on every rank."""
+    """The rank holds vocabulary rows [rank * R, (rank + 1) * R), R = ceil(V / size) (vocab_shard); tokens
+    elsewhere embed to zero and one all-reduce sums the ranks' rows: tokens [...] -> [..., D] on every rank."""
 
     def __init__(self, vocab_size: int, dim: int, tp: TensorParallel):
-        super().__init__(tp.divide(vocab_size, "vocab_size"), dim)
+        shard = vocab_shard(vocab_size, tp)
+        super().__init__(shard.size, dim)
         self.tp = tp
         self.start = tp.rank * self.num_embeddings
-        shard_parameters(self, tp, weight=tp.split(0, vocab_size))
+        shard_parameters(self, tp, weight=shard)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         local = tokens - self.start
@@ -74,15 +82,19 @@ class VocabParallelEmbedding(nn.Embedding):
 
 class VocabParallelLMHead(nn.Linear):
     """hidden [..., D] -> logits [..., V] on every rank: each rank scores its vocabulary rows (the embedding's rows,
-    so tying holds), then one all-gather; acceptance (greedy and sampled) reads full logits as on one device."""
+    so tying holds), then one all-gather, less the padding rows' logits; acceptance (greedy and sampled) reads full
+    logits as on one device."""
 
     def __init__(self, dim: int, vocab_size: int, tp: TensorParallel):
-        super().__init__(dim, tp.divide(vocab_size, "vocab_size"), bias=False)
+        shard = vocab_shard(vocab_size, tp)
+        super().__init__(dim, shard.size, bias=False)
         self.tp = tp
-        shard_parameters(self, tp, weight=tp.split(0, vocab_size))
+        self.vocab_size = vocab_size
+        shard_parameters(self, tp, weight=shard)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return all_gather_last(super().forward(hidden), self.tp)
+        logits = all_gather_last(super().forward(hidden), self.tp)  # [..., size * R]
+        return logits if logits.shape[-1] == self.vocab_size else logits[..., :self.vocab_size].contiguous()
 
 
 def vocab_embedding(vocab_size: int, dim: int, tp: TensorParallel) -> nn.Embedding:

@@ -3,6 +3,7 @@ server's own) and its start. Imports nothing heavy until the command runs, so `s
 
 from __future__ import annotations
 
+import os
 import socket
 
 from specdec.options import (
@@ -10,6 +11,7 @@ from specdec.options import (
     add_model_arguments,
     add_speculation_arguments,
     add_speculation_mode_argument,
+    add_tp_argument,
     check_tree,
 )
 
@@ -25,6 +27,7 @@ def add_command(commands) -> None:
     add_speculation_arguments(serve)
     add_speculation_mode_argument(serve)
     add_engine_arguments(serve)
+    add_tp_argument(serve)
     server = serve.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for "
                         "every interface)")
@@ -32,10 +35,18 @@ def add_command(commands) -> None:
     server.add_argument("--served-model-name", default=None,
                         help="the model name clients send and /v1/models lists (default: --target as given)")
     server.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    serve.set_defaults(handler=serve_command)
+    serve.set_defaults(handler=serve_command, launch_check=check_serve)
+
+
+def check_serve(args) -> None:
+    """What fails before any model loads (with --tp, before the ranks start): the tree, the port."""
+    check_tree(args)
+    listen(args.host, args.port).close()
 
 
 def serve_command(args) -> None:
+    """Load, listen, serve until Ctrl-C. Under --tp, rank 0 listens and serves and the other ranks mirror its
+    engine (specdec/serve/ranks.py)."""
     check_tree(args)
     try:
         import uvicorn
@@ -48,21 +59,27 @@ def serve_command(args) -> None:
     from specdec.engine.engine import EngineConfig
     from specdec.presets import DEFAULT_TARGET, drafter_asked
 
-    sock = listen(args.host, args.port)  # before the models load: a taken port fails at once
+    primary = os.environ.get("RANK", "0") == "0"  # the rank that serves (torchrun sets RANK)
+    sock = listen(args.host, args.port) if primary else None  # before the models load: a taken port fails at once
     config = EngineConfig.from_flags(
         max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
         dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph, speculation=args.speculation)
     target = args.target or DEFAULT_TARGET
     llm = LLM(target, drafter_asked(args.target, args.draft), device=args.device, dtype=args.dtype, config=config,
-              state_memory_gb=args.state_memory_gb)
+              state_memory_gb=args.state_memory_gb, tp=args.tp)
+    if not primary:
+        from .ranks import follow
+
+        follow(llm)
+        return
     server = Server(llm, args.served_model_name or target)
     print(f"[specdec] serving {server.model_name!r} on http://{args.host}:{sock.getsockname()[1]}/v1", flush=True)
     uvicorn.Server(uvicorn.Config(server.app, log_level=args.log_level)).run(sockets=[sock])
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port (port 0: any free one), or a ValueError saying why not."""
+    """A socket listening on host:port (port 0: any free one), or a ValueError saying why not."""
     if not 0 <= port < 65536:
         raise ValueError(f"--port must be in [0, 65535], got {port}")
     try:
@@ -73,6 +90,7 @@ def listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen()  # clients that connect while the models load wait in the backlog
     except OSError as error:
         sock.close()
         raise ValueError(f"cannot listen on {host}:{port}: {error.strerror}") from None

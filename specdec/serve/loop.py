@@ -8,23 +8,30 @@ job its new text through the job's `deliver`, which the handler made thread-safe
 
 A cancelled job (its client went away) is aborted in the engine at once: its request slot, state slot and drafter
 state are free for the next step.
+
+Under tensor parallelism this loop runs on rank 0 and tells the other ranks' engines what to do alike before each
+step (specdec/serve/ranks.py).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specdec.engine.request import Request
+from specdec.parallel import TensorParallelError
 from specdec.speculation import SamplingParams
 
 from .drafts import PerRequestDrafts
 from .metrics import Metrics
 from .protocol import OpenAIError, usage
+from .ranks import STEP, STOP, TICK, Commands
 from .text import IncrementalText
 
 logger = logging.getLogger("specdec.serve")
@@ -72,6 +79,7 @@ class EngineLoop:
             self.drafts = PerRequestDrafts(self.engine.drafter, metrics.observe_tree)
             self.engine.drafter = self.drafts
         self.eos = llm.eos_token_ids()
+        self.commands = Commands(llm.tp)  # what the other ranks' engines must do alike (specdec/serve/ranks.py)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.jobs: dict[int, Job] = {}  # engine request id -> job
         self._stopping = threading.Event()
@@ -111,17 +119,29 @@ class EngineLoop:
         while not self._stopping.is_set():
             self._take_commands(wait=self.engine.scheduler.idle)
             if self.engine.scheduler.idle or self._stopping.is_set():
+                self.commands.send(TICK)
                 continue
             start = time.perf_counter()
             try:
+                self.commands.send(STEP)
                 self.engine.step()
                 self.metrics.step_seconds.observe(time.perf_counter() - start)
                 self._publish()
+            except TensorParallelError:  # another rank is gone: no step can run again
+                logger.exception("the tensor-parallel group failed; stopping the server")
+                self._fail_all(OpenAIError("a tensor-parallel rank failed; see the server log", 500,
+                                           kind="server_error"))
+                os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown
+                return
             except Exception:  # a bug, not bad input: say so on the console, fail the batch, keep serving
                 logger.exception("engine step failed; failing the requests in flight")
                 self._fail_all(OpenAIError("the engine failed on this batch; see the server log", 500,
                                            kind="server_error"))
         self._fail_all(OpenAIError("the server is shutting down", 503, kind="server_error"))
+        try:
+            self.commands.send(STOP)
+        except TensorParallelError:
+            logger.warning("the other tensor-parallel ranks were gone before the shutdown")
 
     def _take_commands(self, wait: bool) -> None:
         try:
@@ -137,8 +157,10 @@ class EngineLoop:
         try:
             job.request = self.engine.add_request(job.prompt, job.params, job.max_tokens, self.eos)
         except ValueError as error:
+            self.commands.add(job.prompt, job.params, job.max_tokens, self.eos, job.draft_cap, None)
             job.deliver(Event(error=OpenAIError(str(error), param="prompt")))
             return
+        self.commands.add(job.prompt, job.params, job.max_tokens, self.eos, job.draft_cap, job.request.request_id)
         if self.drafts is not None and job.draft_cap is not None:
             self.drafts.limit(job.request.request_id, job.draft_cap)
         job.text = IncrementalText(self.decode, job.stop)
@@ -149,6 +171,7 @@ class EngineLoop:
     def _abort(self, job: Job) -> None:
         if job.request is not None and self.jobs.pop(job.request.request_id, None) is not None:
             self.engine.abort(job.request.request_id)
+            self.commands.abort(job.request.request_id)
             self.metrics.requests.labels(job.endpoint, "abort").inc()
 
     def _publish(self) -> None:
@@ -167,6 +190,7 @@ class EngineLoop:
             job.steps_seen = len(stats.emitted_per_step)
             if job.text.stopped and not request.finished:
                 self.engine.abort(request_id)  # its slot is free for the next step
+                self.commands.abort(request_id)
             if job.text.stopped or request.finished:
                 self._finish(job, "stop" if job.text.stopped or request.finish_reason == "eos" else "length")
             else:
@@ -186,4 +210,5 @@ class EngineLoop:
         for request_id, job in list(self.jobs.items()):
             self.jobs.pop(request_id)
             self.engine.abort(request_id)
+            self.commands.abort(request_id)
             job.deliver(Event(error=error))
