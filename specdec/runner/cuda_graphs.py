@@ -5,15 +5,14 @@ One pair of graphs per (step width, batch bucket, key-length bucket), captured t
 widths are a small fixed set: the engine's step width T alone (1 for plain decoding, draft budget + 1 with a
 drafter), or every width adaptive speculation may choose (set_widths: e.g. 1, 2, 3, 5 for no drafting and chains
 of 1, 2 and 4 drafts), so that a narrow step runs a narrow graph instead of one padded to T. A step of
-B <= bucket requests and width <= T replays the narrowest width that holds it, the smallest batch bucket that holds
-it, at the smallest key length (a power of two from
-MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention kernel reads each row's own keys in
-place and sizes its key splits from it (the reference gathers that many positions per row, masked), and no shape
-depends on the data. The host packs each row's inputs into one int64 row (tokens, parents, node count, request
-slot, state slot, committed length), copies them to the device in one transfer, and the graph builds the rest of the
-step context (ancestor masks, positions) itself. Rows past B are padding rows: a request slot kept for them, no
-committed state (slot -1: the kernels never read the state pool for them), one node, nothing accepted. Prefill, and
-steps wider or larger than the graphs, run eagerly on the same code.
+B <= bucket requests and width <= T replays the narrowest width and the smallest batch bucket that hold it, at the
+smallest key length (a power of two from MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention
+kernel reads each row's own keys in place and sizes its key splits from it (the reference gathers that many
+positions per row, masked), and no shape depends on the data. The host packs each row's inputs into one int64 row
+(tokens, parents, node count, request slot, state slot, committed length), copies them to the device in one
+transfer, and the graph builds the rest of the step context (ancestor masks, positions) itself. Rows past B are
+padding rows: a request slot kept for them, no committed state (slot -1: the kernels never read the state pool for
+them), one node, nothing accepted. Prefill, and steps wider or larger than the graphs, run eagerly on the same code.
 
 All graphs share one memory pool, as torch allows for graphs that never replay concurrently: a capture reuses the
 scratch that earlier captures freed (captured widest and largest first, the later ones fit in it), and each graph's
