@@ -301,6 +301,26 @@ def mode_table(result: dict, mode: str) -> list[str]:
     return _table(header, body)
 
 
+def adaptive_table(result: dict) -> list[str]:
+    """Issue 17's comparison, KVBuffer rows per batch size: adaptive speculation's tokens/s against plain and fixed
+    4-token chains (its targets: >= 0.95x the better of them, >= plain), and the shapes it chose."""
+    from specdec.eval.summary import shape_shares
+
+    rows = study_rows(result)
+    speed = {(m, b): r["tokens_per_second"] for (backend, m, b), r in rows.items()
+             if backend == "kvbuffer" and not r.get("out_of_memory")}
+    header = ["batch", "plain tok/s", "fixed tok/s", "adaptive tok/s", "adaptive / best of plain, fixed",
+              "adaptive / plain", "shapes chosen (share of steps)"]
+    body = []
+    for batch in sorted(b for (m, b) in speed if m == "adaptive"):
+        plain, fixed, adaptive = (speed.get((m, batch)) for m in ("plain", "speculative", "adaptive"))
+        best = max((v for v in (plain, fixed) if v is not None), default=None)
+        body.append([str(batch), _fmt(plain, 0), _fmt(fixed, 0), f"{adaptive:.0f}",
+                     _times(adaptive / best if best else None), _times(adaptive / plain if plain else None),
+                     shape_shares(rows["kvbuffer", "adaptive", batch].get("shapes") or {})])
+    return _table(header, body)
+
+
 def memory_table(result: dict) -> list[str]:
     """Per backend and mode: linear-attention state per request, requests in the state budget, and the largest
     batch the engine would fit in the GPU's memory (specdec/eval/device_memory.py), read off its largest batch."""
@@ -389,7 +409,12 @@ def study_model_lines(result: dict, plot: Path | None) -> list[str]:
              + (f", both measured in the run: {_peaks_text(peaks)}." if peaks else "."), "",
              "Plain decoding:", "", *mode_table(result, "plain"), "",
              f"Speculative decoding (4-token chains, accepted at {accepted}):", "",
-             *mode_table(result, "speculative"), "", "Memory:", "", *memory_table(result), ""]
+             *mode_table(result, "speculative"), ""]
+    adaptive = adaptive_table(result)
+    if len(adaptive) > 2:
+        lines += [f"Adaptive speculation (chains of 1, 2 or 4 drafts or none per step, accepted at {accepted}), "
+                  "KVBuffer:", "", *adaptive, ""]
+    lines += ["Memory:", "", *memory_table(result), ""]
     parts = roofline_parts_table(result)
     if parts:
         lines += ["The roofline by part at the targets' batch sizes (ms/step):", "", *parts, ""]

@@ -5,6 +5,9 @@ CUDA graphs on, batch 1 to 512:
 - plain decoding, KVBuffer against the in-place recurrent backend of the same engine;
 - speculative decoding with 4-token chains accepted at the mean length measured on the shipped models
   (`--draft synthetic:MEAN`; random weights accept no real draft), KVBuffer against intermediate states;
+- adaptive speculation (issue 17: each step a chain of 1, 2 or 4 drafts or none, each width its own CUDA graph) on
+  the same drafts, to hold against plain and fixed at every batch size; `--accepted-length 1.2` runs the lot at a
+  collapsed acceptance (a section of its own in the report);
 - beside every measured step its roofline (specdec/eval/roofline.py, both peaks measured at the start of the run)
   and, per backend, the largest batch that fits the GPU's memory (specdec/eval/device_memory.py);
 - transformers' generate() on the same shapes at the smaller batches, the outside reference.
@@ -12,6 +15,7 @@ CUDA graphs on, batch 1 to 512:
 A run writes one JSON; a model's batch sizes and engines can be spread over processes and device calls
 (benchmarks/study_on_device.sh runs one process per batch size and engine), and the report joins the parts:
     python -m benchmarks.study --model qwen3.5-9b --batches 128 --out benchmarks/results/study_qwen3.5-9b_b128.json
+    python -m benchmarks.study --model qwen3.5-9b --batches 1 16 64 --only kvbuffer adaptive --accepted-length 1.2
     python -m benchmarks.study --report      # BENCHMARKS.md's end-to-end section from benchmarks/results/study_*.json
 `--tiny --device cpu` runs the same code on the shipped Qwen3.5 (a smoke run).
 """
@@ -39,16 +43,20 @@ HF_BATCHES = (1, 16)
 
 
 def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: int, device: str, tiny: bool,
-        hf_reference: bool = True, only: tuple[str, str] | None = None) -> dict:
-    """Every backend and mode at `batches` (or the one engine `only` = (backend, mode)); transformers' reference at
-    the small batches, in the run that has the KVBuffer's plain engine."""
+        hf_reference: bool = True, only: tuple[str, str] | None = None, accepted_length: float | None = None,
+        adaptive: bool = False) -> dict:
+    """Every backend and mode (plain, speculative, and with `adaptive` adaptive) at `batches`, or the one engine
+    `only` = (backend, mode); drafts accepted at `accepted_length` (default: the model's measured figure);
+    transformers' reference at the small batches, in the run that has the KVBuffer's plain engine."""
+    adaptive = adaptive or (only is not None and only[1] == "adaptive")
     layers = layers or SHAPES[model][1]
     target = "qwen3.5" if tiny else f"random:{model}:{layers}"
     hf_reference = hf_reference and only in (None, ("kvbuffer", "plain"))
     hf_batches = tuple(b for b in HF_BATCHES if b in batches) if hf_reference else ()  # only where it is quick
-    settings = BenchSettings(target=target, draft=f"synthetic:{ACCEPTED_LENGTH[model]}", batch_sizes=batches,
-                             baseline=True, max_new_tokens=new_tokens, prompt_tokens=128, device=device,
-                             hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None, only=only)
+    settings = BenchSettings(target=target, draft=f"synthetic:{accepted_length or ACCEPTED_LENGTH[model]}",
+                             batch_sizes=batches, baseline=True, max_new_tokens=new_tokens, prompt_tokens=128,
+                             device=device, hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None,
+                             only=only, speculation=("fixed", "adaptive") if adaptive else ("fixed",))
     peaks = bench_peaks(settings)
     print(f"[study] roofline peaks: {peaks}", flush=True)
     rows = run_bench(settings, peaks)
@@ -62,11 +70,11 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
 
 
 def merge(results: list[dict]) -> list[dict]:
-    """One result per model and layer count: runs split over processes and device calls joined (the first part's
-    settings and peaks head the section; each row keeps its own roofline)."""
-    merged: dict[tuple[str, int], dict] = {}
+    """One result per model, layer count and acceptance: runs split over processes and device calls joined (the
+    first part's settings and peaks head the section; each row keeps its own roofline)."""
+    merged: dict[tuple[str, int, str], dict] = {}
     for result in results:
-        key = (result["model"], result["layers"])
+        key = (result["model"], result["layers"], result.get("settings", {}).get("draft"))
         if key not in merged:
             merged[key] = {**result, "rows": list(result["rows"]), "transformers": list(result["transformers"])}
         else:
@@ -105,9 +113,15 @@ def plot(result: dict, path: Path) -> Path:
     return path
 
 
+def acceptance_suffix(result: dict) -> str:
+    """"" at the model's measured acceptance, else "_accepted1.2" (file names of a collapsed-acceptance run)."""
+    accepted = float(result["settings"]["draft"].removeprefix("synthetic:"))
+    return "" if accepted == ACCEPTED_LENGTH.get(result["model"]) else f"_accepted{accepted:g}"
+
+
 def report(markdown: Path) -> None:
     results = merge([json.loads(p.read_text()) for p in sorted(RESULTS.glob("study_*.json"))])
-    plots = [plot(r, RESULTS / f"study_{r['model']}_{r['layers']}layers.png") for r in results]
+    plots = [plot(r, RESULTS / f"study_{r['model']}_{r['layers']}layers{acceptance_suffix(r)}.png") for r in results]
     replace_section(markdown, STUDY_START, STUDY_END, study_section(results, plots))
 
 
@@ -120,7 +134,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-hf-reference", action="store_true", help="skip transformers' generate()")
     parser.add_argument("--only", nargs=2, metavar=("BACKEND", "MODE"), default=None,
-                        help="one engine alone: kvbuffer|recurrent plain|speculative (study_on_device.sh)")
+                        help="one engine alone: kvbuffer|recurrent plain|speculative|adaptive (study_on_device.sh)")
+    parser.add_argument("--adaptive", action="store_true", help="also the adaptive rows (implied by --only X adaptive)")
+    parser.add_argument("--accepted-length", type=float, default=None,
+                        help="the drafts' mean accepted length, bonus included (default: the model's measured "
+                        "figure; 1.2: a collapsed acceptance)")
     parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="write BENCHMARKS.md from the results and stop")
@@ -132,8 +150,9 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu --tiny for a smoke run")
     result = run(args.model, args.layers, tuple(args.batches), args.new_tokens, args.device, args.tiny,
-                 hf_reference=not args.no_hf_reference, only=tuple(args.only) if args.only else None)
-    out = args.out or RESULTS / f"study_{args.model}.json"
+                 hf_reference=not args.no_hf_reference, only=tuple(args.only) if args.only else None,
+                 accepted_length=args.accepted_length, adaptive=args.adaptive)
+    out = args.out or RESULTS / f"study_{args.model}{acceptance_suffix(result)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
 

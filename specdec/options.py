@@ -98,12 +98,14 @@ def add_speculation_arguments(parser) -> None:
     group.add_argument("--flush-length", type=int_at_least(1), default=16, help="KVBuffer flush length L (default 16)")
 
 
-def add_speculation_mode_argument(parser) -> None:
-    """--speculation fixed | adaptive (run and serve; eval and bench measure fixed shapes)."""
-    parser.add_argument("--speculation", choices=("fixed", "adaptive"), default="fixed",
+def add_speculation_mode_argument(parser, several: bool = False) -> None:
+    """--speculation fixed | adaptive (run and serve); several: eval and bench take both, one run each."""
+    parser.add_argument("--speculation", choices=("fixed", "adaptive"), default=["fixed"] if several else "fixed",
+                        nargs="+" if several else None,
                         help="fixed: every step drafts the --num-steps / --topk shape (default); adaptive: each step "
                         "a chain of up to --num-steps drafts, or none, chosen from the running acceptance and the "
-                        "measured step time (chains only)")
+                        "measured step time (chains only)" + ("; both: one run of each, side by side" if several
+                                                              else ""))
 
 
 def add_engine_arguments(parser) -> None:
@@ -146,7 +148,8 @@ def check_tp(args) -> None:
     size = args.tp
     if size == 1:
         return
-    if getattr(args, "speculation", "fixed") == "adaptive":
+    speculation = getattr(args, "speculation", "fixed")
+    if "adaptive" in ([speculation] if isinstance(speculation, str) else speculation):  # eval / bench: a list
         raise ValueError(f"--speculation adaptive chooses each step's drafts from the step time each rank measures, so "
                          f"the ranks could choose apart; use --speculation fixed with --tp {size}")
     if getattr(args, "launch_check", None) is not None:  # the command's own, cheap checks first

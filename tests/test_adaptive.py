@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
-from specdec.eval.summary import markdown_table, summarize
+from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, RunningAcceptance, StepCost
 from tests.test_shipped_models import held_out_text
@@ -130,3 +130,23 @@ def test_summary_sums_the_shapes_of_its_records():
     assert "shapes chosen" in markdown_table([row]) and "chain-2 67%, plain 33%" in markdown_table([row])
     fixed = summarize("speculative", 2, [{**r, "shapes": {}} for r in records], [], depth=2)
     assert "shapes chosen" not in markdown_table([fixed])
+
+
+def test_eval_runs_adaptive_beside_fixed_and_counts_its_shapes(tmp_path):
+    """`specdec eval --speculation fixed adaptive` takes both; an adaptive run beside plain decoding, lossless, its
+    summary row counting the shapes chosen per request-step."""
+    from specdec.cli import build_parser
+    from specdec.eval.datasets import load_prompts
+    from specdec.eval.run import EvalSettings, run_eval
+
+    args = build_parser().parse_args(["eval", "--speculation", "fixed", "adaptive"])
+    assert args.speculation == ["fixed", "adaptive"]
+    assert build_parser().parse_args(["bench"]).speculation == ["fixed"]
+    settings = EvalSettings(target="qwen3.5", draft="ngram", dataset="gsm8k", max_new_tokens=8)
+    prompts = load_prompts("gsm8k", 2)
+    rows = run_eval(settings, prompts, [1], tmp_path, speculation=("adaptive",))
+    assert [row.mode for row in rows] == ["plain", "adaptive"]
+    adaptive = rows[1]
+    steps = sum(len(record["emitted_per_step"]) for record in read_records(tmp_path / "requests" / "adaptive-b1.jsonl"))
+    assert sum(adaptive.shapes.values()) == steps and adaptive.same_as_plain == 1.0 and not rows[0].shapes
+    assert "shapes chosen" in (tmp_path / "summary.md").read_text()

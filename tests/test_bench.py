@@ -14,7 +14,7 @@ import torch
 
 from specdec.cli import main as cli_main
 from specdec.engine.engine import EngineConfig
-from specdec.eval.bench import BenchSettings, bench_prompts, run_bench
+from specdec.eval.bench import BenchSettings, bench_prompts, markdown_table, run_bench
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import Workload, roofline
 from specdec.models import load_model
@@ -116,6 +116,48 @@ def test_synthetic_drafts_are_accepted_at_the_mean_asked_for():
         drafter.check_shape(TreeShape(steps=1))
     with pytest.raises(ValueError, match="drafts chains"):
         drafter.check_shape(TreeShape(steps=4, topk=2))
+
+
+def test_synthetic_acceptance_of_a_draft_does_not_depend_on_the_chain_length():
+    """Quoted at a depth (the engine's chains), a shorter chain (adaptive speculation) keeps each draft with that
+    depth's alpha: a collapsed mean of 1.2 at depth 4 keeps a lone draft some 17% of the time, not 20%."""
+    from specdec.eval.synthetic import SyntheticAcceptance
+    from specdec.speculation import DraftTree
+
+    acceptance = SyntheticAcceptance(1.2, seed=1, depth=4)
+    alpha = acceptance.alpha(4)
+    assert sum(alpha**i for i in range(1, 5)) == pytest.approx(0.2) and 0.16 < alpha < 0.17
+    lone = [len(acceptance.forced_path(DraftTree([0, 1], [-1, 0]))) - 1 for _ in range(20000)]
+    assert sum(lone) / len(lone) == pytest.approx(alpha, abs=0.01)
+    assert acceptance.forced_path(DraftTree([0], [-1])) == [0]
+    unquoted = SyntheticAcceptance(1.2, seed=1)  # each chain meets the mean at its own length
+    lone = [len(unquoted.forced_path(DraftTree([0, 1], [-1, 0]))) - 1 for _ in range(20000)]
+    assert sum(lone) / len(lone) == pytest.approx(0.2, abs=0.01)
+
+
+def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen():
+    """--speculation fixed adaptive: a row per mode (here the adaptive engine alone); it counts the shapes of its
+    timed steps, its policy starting from the roofline of the target's step."""
+    from specdec.eval.bench import load_llm, with_roofline_prior
+
+    settings = BenchSettings(target="qwen3.5", draft="synthetic:1.2", batch_sizes=(2,), max_new_tokens=8,
+                             prompt_tokens=8, flush_length=4, device="cpu", speculation=("fixed", "adaptive"),
+                             only=("kvbuffer", "adaptive"))
+    peaks = Peaks(20e9, 200e9, "test")
+    (row,) = run_bench(settings, peaks)
+    steps = round(1e3 * row.seconds / row.ms_per_step)
+    assert row.mode == "adaptive" and sum(row.shapes.values()) == steps
+    assert set(row.shapes) <= {"plain", "chain-1", "chain-2", "chain-4"}
+    table = markdown_table([row], 40.0)
+    assert "shapes chosen" in table and "| kvbuffer | adaptive | 2 |" in table
+    llm = load_llm(settings, "kvbuffer", "adaptive")
+    with_roofline_prior(llm, settings, "kvbuffer", peaks)
+    prior = llm.engine.policy.cost.prior
+    assert 0 < prior(1, 2, 100.0) < prior(64, 5, 100.0)
+    with pytest.raises(ValueError, match=r"modes \['plain', 'speculative'\]"):
+        run_bench(BenchSettings(**{**settings.__dict__, "speculation": ("fixed",)}), peaks)
+    with pytest.raises(ValueError, match="speculation takes"):
+        BenchSettings(target="qwen3.5", speculation=("sometimes",))
 
 
 def test_the_engine_accepts_what_the_synthetic_acceptance_forces():

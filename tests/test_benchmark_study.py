@@ -30,3 +30,24 @@ def test_parts_of_a_model_are_joined_per_layer_count():
     assert [r["batch_size"] for r in joined["rows"]] == [1, 512] and len(joined["transformers"]) == 1
     assert eight["layers"] == 8 and len(eight["rows"]) == 1
     assert part["rows"] == [{"batch_size": 1}]  # the inputs stay as they were
+
+
+def test_adaptive_rows_are_held_against_plain_and_fixed_and_collapsed_runs_kept_apart():
+    from benchmarks.report import adaptive_table
+    from benchmarks.study import acceptance_suffix
+
+    def row(mode, batch, speed, shapes=None):
+        return {"backend": "kvbuffer", "mode": mode, "batch_size": batch, "tokens_per_second": speed,
+                "shapes": shapes}
+
+    rows = [row("plain", 1, 100.0), row("speculative", 1, 200.0), row("adaptive", 1, 190.0, {"chain-4": 9, "plain": 1}),
+            row("plain", 256, 9000.0), row("speculative", 256, 8000.0), row("adaptive", 256, 9000.0, {"plain": 4})]
+    table = adaptive_table({"rows": rows})
+    assert table[2] == "| 1 | 100 | 200 | 190 | 0.95x | 1.90x | chain-4 90%, plain 10% |"
+    assert table[3] == "| 256 | 9000 | 8000 | 9000 | 1.00x | 1.00x | plain 100% |"
+    assert adaptive_table({"rows": rows[:2]})[2:] == []  # no adaptive rows: no table
+    measured = {"model": "qwen3.5-9b", "layers": 32, "rows": rows[:3], "transformers": [],
+                "settings": {"draft": "synthetic:2.72"}}
+    collapsed = {**measured, "rows": rows[3:], "settings": {"draft": "synthetic:1.2"}}
+    assert len(merge([measured, collapsed])) == 2
+    assert (acceptance_suffix(measured), acceptance_suffix(collapsed)) == ("", "_accepted1.2")

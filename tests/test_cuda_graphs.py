@@ -16,6 +16,7 @@ from specdec.models.moe import StackedExperts
 from specdec.runner import ModelRunner, cuda_graphs
 from specdec.runner.cuda_graphs import StepGraphs, batch_buckets, capture_blocker
 from specdec.speculation import SamplingParams, TreeShape
+from specdec.speculation.adaptive import AdaptiveConfig
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 
 NEW_TOKENS = 32
@@ -96,9 +97,35 @@ def test_capturing_ahead_builds_every_step_the_batches_will_replay(tmp_path):
     graphed = StepGraphs(runner, width=5, max_batch=32, capture=False)
     # 20 requests: buckets up to 24; rows needing 200 to 600 keys: key lengths 256, 512 and the cache's 1000
     assert graphed.capture_buckets(rows=20, shortest=200, longest=600) == 6 * 3
-    assert set(graphed._steps) == {(size, kv) for size in (1, 2, 4, 8, 16, 24) for kv in (256, 512, 1000)}
+    assert set(graphed._steps) == {(5, size, kv) for size in (1, 2, 4, 8, 16, 24) for kv in (256, 512, 1000)}
     assert graphed.capture_buckets(rows=20, shortest=200, longest=600) == 0, "nothing is built twice"
     assert graphed.capture_buckets(rows=99, shortest=1, longest=1) == 1  # the largest bucket (32), at 256 keys
+    graphed.set_widths(AdaptiveConfig(max_steps=4).widths)  # adaptive speculation: 1, 2, 3, 5
+    assert graphed.widths == (1, 2, 3, 5)
+    assert graphed.capture_buckets(rows=20, shortest=200, longest=600) == 3 * 6 * 3, "every width it may replay"
+    with pytest.raises(ValueError, match="widest step"):
+        graphed.set_widths([6])
+
+
+def test_each_width_replays_the_narrowest_static_step_and_gives_the_plain_logits(checkpoint):
+    """Steps of 1 to 5 nodes per row (chains, with rows narrower than the step) on static steps captured at widths
+    1, 2, 3 and 5: each replays the narrowest width that holds it (the runner's record) and gives the plain logits."""
+    model = load_model(checkpoint, device="cpu")
+    runner = ModelRunner.create(model, CacheConfig(max_requests=4, max_seq_len=64, flush_length=4))
+    slots = [runner.cache.allocate_request() for _ in range(3)]
+    runner.prefill(slots, [[5, 6, 7, 8, 9], [3], [11, 12, 13]])
+    batches = {width: StepBatch.trees(slots, [[1, 2, 3, 4, 5][:width], [6], [7, 8, 9, 10, 11][:max(width - 1, 1)]],
+                                      [list(range(-1, width - 1)), [-1], list(range(-1, max(width - 1, 1) - 1))])
+               for width in range(1, 6)}
+    plain = {width: runner.score_logits(batch)[0] for width, batch in batches.items()}
+    runner.enable_graphs(width=5, max_batch=3, capture=False)
+    runner.graphs.set_widths((1, 2, 3))
+    for width, replayed in ((1, 1), (2, 2), (3, 3), (4, 5), (5, 5)):
+        before = runner.graphs.replays.copy()
+        static, step = runner.score_logits(batches[width])
+        assert runner.graphs.replays - before == {replayed: 1}
+        assert static.shape[:2] == (3, replayed) and step.bucket.layout.width == replayed
+        torch.testing.assert_close(static[:, :width], plain[width], atol=1e-5, rtol=1e-5)
 
 
 def test_static_step_gives_the_plain_logits(checkpoint):
@@ -127,6 +154,41 @@ def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter
     assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
 
 
+def adaptive_engine(checkpoint, cuda_graphs: bool, device: str = "cpu") -> Engine:
+    """The draft model, adaptive speculation over chains of up to 4 drafts, requests mostly off (collapse above 1)
+    and probing every other step, so that plain steps and chains alternate."""
+    cache = CacheConfig(max_requests=3, max_seq_len=128, flush_length=3)
+    shape = TreeShape(steps=4)
+    drafter = DraftModelDrafter(load_model(checkpoint / "draft", device=device), cache, shape, cuda_graphs)
+    config = EngineConfig(cache=cache, shape=shape, cuda_graphs=cuda_graphs, speculation="adaptive",
+                          adaptive=AdaptiveConfig(collapse=1.01, probe_every=2))
+    return Engine(load_model(checkpoint, device=device), drafter, config)
+
+
+@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h"])
+def linear_checkpoint(request, tmp_path_factory):
+    """Both kinds of linear layer (Gated DeltaNet; Mamba2 with MoE, attention, MLP): what a step width changes."""
+    return save(request.param, tmp_path_factory)
+
+
+def test_adaptive_static_steps_replay_the_chosen_width_and_generate_the_plain_tokens(linear_checkpoint, monkeypatch):
+    """Every step on the static path replays the width of the shape the policy chose (plain: 1, a chain of s
+    drafts: s + 1), commits what it accepted at that width, and greedy decoding still gives plain decoding's
+    tokens."""
+    checkpoint = linear_checkpoint
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
+    plain = generate(engine_for(checkpoint, None, 3, cuda_graphs=False))
+    engine = adaptive_engine(checkpoint, cuda_graphs=False)
+    engine.runner.enable_graphs(5, max_batch=3, capture=False)
+    engine.runner.graphs.set_widths(engine.policy.config.widths)  # what the engine does when it captures
+    engine.drafter.runner.enable_graphs(6, max_batch=2, capture=False)
+    assert engine.runner.graphs.widths == (1, 2, 3, 5)
+    assert generate(engine) == plain
+    chosen = {(1 if label == "plain" else int(label.removeprefix("chain-")) + 1): count
+              for label, count in engine.policy.counts.items()}
+    assert dict(engine.runner.graphs.replays) == chosen and 1 in chosen and len(chosen) > 1
+
+
 @pytest.mark.skipif(CUDA, reason="checks the CPU's answer")
 def test_graphs_are_off_without_a_gpu(tmp_path):
     save_tiny(qwen35_text_config(), tmp_path, seed=1)
@@ -150,6 +212,20 @@ def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, 
     assert graphed.runner.cache.free_request_slots == 3, "the padding slot comes on top of max_requests"
     if drafter == "model":
         assert graphed.drafter.runner.graphs is not None, "the draft model's steps are captured too"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_captured_adaptive_steps_replay_each_chosen_width(checkpoint):
+    """Adaptive speculation on the GPU: a graph per width it may choose, each step replaying its own, and the tokens
+    of eager plain decoding."""
+    eager = generate(engine_for(checkpoint, None, 3, cuda_graphs=False, device="cuda"))
+    graphed = adaptive_engine(checkpoint, cuda_graphs=True, device="cuda")
+    assert graphed.runner.graphs.widths == (1, 2, 3, 5)
+    assert generate(graphed) == eager
+    chosen = {(1 if label == "plain" else int(label.removeprefix("chain-")) + 1): count
+              for label, count in graphed.policy.counts.items()}
+    assert dict(graphed.runner.graphs.replays) == chosen and 1 in chosen and len(chosen) > 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

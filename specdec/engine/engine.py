@@ -110,6 +110,8 @@ class Engine:
         if drafter is not None and config.speculation == "adaptive":
             adaptive = replace(config.adaptive, max_steps=config.shape.budget)  # a chain: budget = its steps
             self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior)
+            if self.runner.graphs is not None:  # a graph per width the policy may choose: none padded to the widest
+                self.runner.graphs.set_widths(adaptive.widths)
 
     def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
         """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs

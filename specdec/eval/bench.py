@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -28,6 +29,8 @@ from specdec.cache.budget import state_bytes
 from specdec.eval import device_memory
 from specdec.eval.peaks import Peaks, measure_peaks
 from specdec.eval.roofline import Workload, run_roofline
+from specdec.eval.step_cost import roofline_step_cost
+from specdec.eval.summary import shape_shares
 from specdec.eval.synthetic import PREFIX as SYNTHETIC
 from specdec.eval.synthetic import synthetic_speculation
 
@@ -35,6 +38,8 @@ BACKENDS = ("kvbuffer", "recurrent")
 # the linear state each backend's engine runs (specdec/cache/linear_state.py): "recurrent" is the baseline of
 # SGLang and vLLM, intermediate states (in place for plain decoding)
 LINEAR_STATE = {"kvbuffer": "kvbuffer", "recurrent": "intermediate"}
+# the row's mode for each --speculation: every step drafts the shape, or adaptive speculation chooses it per step
+SPECULATION_MODES = {"fixed": "speculative", "adaptive": "adaptive"}
 WARMUP_TOKENS = 8
 
 
@@ -60,9 +65,12 @@ class BenchSettings:
     peak_copy_gbs: float | None = None     # the roofline's ceilings as given, instead of measured at the start
     peak_gemm_tflops: float | None = None
     only: tuple[str, str] | None = None    # (backend, mode): that engine alone (the study: one per process)
+    speculation: tuple[str, ...] = ("fixed",)  # with a drafter: rows "speculative" (fixed) and / or "adaptive"
     tp: int = 1                     # tensor-parallel ranks (the command runs once per rank; memory figures per rank)
 
     def __post_init__(self):
+        if not self.speculation or not set(self.speculation) <= set(SPECULATION_MODES):
+            raise ValueError(f"speculation takes {tuple(SPECULATION_MODES)}, got {self.speculation}")
         if self.tp > 1 and self.hf_reference:
             raise ValueError("--hf-reference times transformers on one device: leave it out with --tp")
 
@@ -70,7 +78,7 @@ class BenchSettings:
 @dataclass(frozen=True)
 class BenchRow:
     backend: str                    # kvbuffer | recurrent | transformers (generate(), the outside reference)
-    mode: str                       # plain | speculative
+    mode: str                       # plain | speculative (every step drafts the shape) | adaptive
     batch_size: int
     new_tokens: int
     seconds: float
@@ -86,6 +94,7 @@ class BenchRow:
     roofline_speedup_over_recurrent: float | None = None  # kvbuffer rows: the baseline's roofline / ours, same steps
     roofline_ms_by_part: dict[str, float] | None = None
     largest_batch_in_memory: int | None = None  # GPU: the batch this engine would fill the device with
+    shapes: dict[str, int] | None = None  # adaptive rows: the timed steps per shape the policy chose
 
 
 def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[BenchRow]:
@@ -94,7 +103,8 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
         raise ValueError(f"--batch-sizes needs values >= 1, got {list(settings.batch_sizes)}")
     peaks = peaks or bench_peaks(settings)
     backends = BACKENDS if settings.baseline else BACKENDS[:1]
-    modes = ["plain"] + (["speculative"] if settings.draft is not None else [])
+    modes = ["plain"] + ([SPECULATION_MODES[s] for s in dict.fromkeys(settings.speculation)]
+                         if settings.draft is not None else [])
     if settings.only is not None:
         if settings.only[0] not in backends or settings.only[1] not in modes:
             raise ValueError(f"{settings.only} is not among the runs asked: backends {backends}, modes {modes}")
@@ -110,6 +120,7 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                 rows += [out_of_memory_row(backend, mode, batch_size) for batch_size in batch_sizes]
                 free_device_memory()
                 continue
+            with_roofline_prior(llm, settings, backend, peaks)
             per_request = linear_state_bytes(llm, settings, backend, mode)
             fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
             prompts = bench_prompts(llm, settings, max(batch_sizes))
@@ -167,12 +178,21 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
         max_batch=max(settings.batch_sizes), max_seq_len=settings.prompt_tokens + settings.max_new_tokens + 64,
         flush_length=settings.flush_length, linear_state=LINEAR_STATE[backend], num_steps=settings.num_steps,
         topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
-        cuda_graphs=settings.cuda_graphs)
-    draft, acceptance = settings.draft if mode == "speculative" else None, None
+        cuda_graphs=settings.cuda_graphs, speculation="adaptive" if mode == "adaptive" else "fixed")
+    draft, acceptance = settings.draft if mode != "plain" else None, None
     if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
-        draft, acceptance = synthetic_speculation(draft)
+        draft, acceptance = synthetic_speculation(draft, config.shape.budget)
     return LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config,
                acceptance=acceptance, tp=settings.tp)
+
+
+def with_roofline_prior(llm, settings: BenchSettings, backend: str, peaks: Peaks) -> None:
+    """An adaptive engine's policy assumes, of a step it has not measured yet, the roofline of the target's step at
+    the run's peaks (specdec/eval/step_cost.py); its measured factors take over from there."""
+    policy = llm.engine.policy
+    if policy is not None:
+        flush_length = 1 if backend == "recurrent" else settings.flush_length
+        policy.cost.prior = roofline_step_cost(llm.model.hf_config, peaks, flush_length, llm.model.dtype.itemsize)
 
 
 def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSettings, backend: str, mode: str,
@@ -181,10 +201,13 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
     not counted), then every step to the last request's end, as the batch shrinks. Its roofline: the same steps."""
     device_memory.start_peak(llm.model.device)
     requests = warm_up_and_prefill(llm, prompts, batch_size, settings)
+    policy = llm.engine.policy
+    chosen = Counter(policy.counts) if policy is not None else None  # the warm-up's, left out
     start = time.perf_counter()
     llm.engine.run()
     synchronize(llm.model.device)
     seconds = time.perf_counter() - start
+    shapes = dict(policy.counts - chosen) if policy is not None else None
     new_tokens = sum(len(r.output) - 1 for r in requests)
     emitted = [n for r in requests for n in r.stats.emitted_per_step]
     steps = max(max(r.stats.steps for r in requests), 1)
@@ -200,19 +223,21 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
                     mean_accepted_length=sum(emitted) / max(len(emitted), 1),
                     state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits,
                     roofline_ms_per_step=roofline_ms, x_roofline=ms_per_step / roofline_ms,
-                    roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part)
+                    roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part, shapes=shapes)
 
 
 def step_workloads(requests: list, llm, settings: BenchSettings, backend: str, prompt_tokens: int) -> list[Workload]:
     """The timed steps as the roofline sees them: step s runs the requests with more than s steps, each with the
-    nodes of a step (1, or the root and its drafts), keeping what it emitted at s, attending to its prompt, the
-    prefill's token and what it emitted before s."""
-    nodes = llm.engine.config.shape.budget + 1 if llm.drafter is not None else 1
+    nodes of a step (1, or the root and its drafts: with adaptive speculation those of the step's widest row),
+    keeping what it emitted at s, attending to its prompt, the prefill's token and what it emitted before s."""
+    fixed = llm.engine.config.shape.budget + 1 if llm.drafter is not None else 1
     flush_length = 1 if backend == "recurrent" else settings.flush_length
     dtype_bytes = llm.model.dtype.itemsize
     work = []
     for step in range(max(len(r.stats.emitted_per_step) for r in requests)):
         emitted = [r.stats.emitted_per_step for r in requests if len(r.stats.emitted_per_step) > step]
+        nodes = fixed if llm.engine.policy is None else \
+            1 + max(r.stats.drafted_per_step[step] for r in requests if len(r.stats.drafted_per_step) > step)
         accepted = sum(e[step] for e in emitted) / len(emitted)
         context = prompt_tokens + 1 + sum(sum(e[:step]) for e in emitted) / len(emitted)
         work.append(Workload(batch=len(emitted), nodes=nodes, accepted=min(max(accepted, 1.0), nodes),
@@ -254,7 +279,7 @@ def linear_state_bytes(llm, settings: BenchSettings, backend: str, mode: str) ->
     if backend == "kvbuffer":
         per_entry = sum(layer_entry_bytes(layer) for layer in spec.linear)
         return state_bytes(spec) + settings.flush_length * per_entry
-    nodes = llm.engine.config.shape.budget + 1 if mode == "speculative" else 0
+    nodes = llm.engine.config.shape.budget + 1 if mode != "plain" else 0
     return state_bytes(spec) * (1 + nodes)
 
 
@@ -278,21 +303,25 @@ def with_speedups(rows: list[BenchRow]) -> list[BenchRow]:
 
 
 def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
+    """The rows as a table; with adaptive rows, a last column gives the shapes chosen (share of the timed steps)."""
+    adaptive = any(r.shapes for r in rows)
     lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | roofline ms/step | x roofline | "
              "roofline x recurrent | mean accepted length | state MiB / request | requests in "
-             f"{budget_gb:g} GiB | largest batch in memory |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{budget_gb:g} GiB | largest batch in memory |" + (" shapes chosen |" if adaptive else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")]
     for r in rows:
+        shapes = f" {shape_shares(r.shapes) if r.shapes else ''} |" if adaptive else ""
         speedup = _fmt(r.speedup_over_recurrent, "{:.2f}x")
         memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests} | "
                   f"{_fmt(r.largest_batch_in_memory, '{}')}" if r.backend != "transformers" else " |  | ")
         if r.out_of_memory:
-            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  |  |  |  | {memory} |")
+            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  |  |  |  | {memory} |"
+                         + shapes)
             continue
         lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
                      f"{r.ms_per_step:.2f} | {_fmt(r.roofline_ms_per_step, '{:.2f}')} | "
                      f"{_fmt(r.x_roofline, '{:.2f}x')} | {_fmt(r.roofline_speedup_over_recurrent, '{:.2f}x')} | "
-                     f"{r.mean_accepted_length:.2f} | {memory} |")
+                     f"{r.mean_accepted_length:.2f} | {memory} |" + shapes)
     return "\n".join(lines)
 
 

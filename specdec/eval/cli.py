@@ -7,7 +7,14 @@ import argparse
 import re
 from pathlib import Path
 
-from specdec.options import add_model_arguments, add_speculation_arguments, add_tp_argument, check_tree, not_utf8
+from specdec.options import (
+    add_model_arguments,
+    add_speculation_arguments,
+    add_speculation_mode_argument,
+    add_tp_argument,
+    check_tree,
+    not_utf8,
+)
 
 
 def add_commands(commands) -> None:
@@ -31,6 +38,7 @@ def add_commands(commands) -> None:
     evaluate.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     add_speculation_arguments(evaluate)
     add_tp_argument(evaluate)
+    add_speculation_mode_argument(evaluate, several=True)
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="skip the plain-decoding runs (no speedup column)")
     evaluate.add_argument("--output", type=Path, default=None,
@@ -52,6 +60,7 @@ def add_commands(commands) -> None:
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--prompt-tokens", type=int, default=128, help="tokens of the random prompt")
     add_speculation_arguments(bench)
+    add_speculation_mode_argument(bench, several=True)
     bench.add_argument("--state-memory-gb", type=float, default=40.0,
                        help="the budget for the requests-that-fit column (default: 40)")
     bench.add_argument("--peak-copy-gbs", type=float, default=None,
@@ -122,7 +131,7 @@ def bench(args: argparse.Namespace) -> None:
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
         flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
         cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference, peak_copy_gbs=args.peak_copy_gbs,
-        peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp)
+        peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp, speculation=tuple(args.speculation))
     peaks = bench_peaks(settings)
     print(f"[specdec] roofline peaks: {peaks}")
     rows = run_bench(settings, peaks)
@@ -150,7 +159,8 @@ def evaluate(args: argparse.Namespace) -> None:
     except UnicodeDecodeError as error:
         raise not_utf8(args.dataset, error) from None
     out = output_folder(args)
-    rows = run_eval(settings, prompts, args.batch_size, out, baseline=not args.no_baseline)
+    rows = run_eval(settings, prompts, args.batch_size, out, baseline=not args.no_baseline,
+                    speculation=tuple(args.speculation))
     print(markdown_table(rows))
     print(f"[specdec] results in {out}")
 

@@ -39,7 +39,7 @@ from specdec.eval.summary import (
 )
 from specdec.parallel import broadcast_object, is_primary, join
 
-MODES = ("plain", "speculative")
+MODES = ("plain", "speculative", "adaptive")  # speculative: every step drafts the shape; adaptive: chosen per step
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,9 @@ class EvalSettings:
 
 
 def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: list[int], out: Path,
-             baseline: bool = True) -> list[RunSummary]:
-    """Run what the folder lacks, then summarise it all. baseline: also run plain decoding (for the speedup)."""
+             baseline: bool = True, speculation: tuple[str, ...] = ("fixed",)) -> list[RunSummary]:
+    """Run what the folder lacks, then summarise it all. baseline: also run plain decoding (for the speedup);
+    speculation: the drafter's runs, "fixed" (mode speculative) and / or "adaptive" (a folder may gain either)."""
     if not batch_sizes or min(batch_sizes) < 1:
         raise ValueError(f"--batch-size needs values >= 1, got {batch_sizes}")
     batch_sizes = sorted(set(batch_sizes))
@@ -81,7 +82,8 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
     if refused:
         raise ValueError(refused)
     modes = [mode for mode in MODES if (mode == "plain" and (baseline or settings.draft is None))
-             or (mode == "speculative" and settings.draft is not None)]
+             or (settings.draft is not None and {"speculative": "fixed", "adaptive": "adaptive"}.get(mode)
+                 in speculation)]
     segments = read_segments(out) if is_primary() else {}
     for mode in modes:
         llm = None  # loaded once per mode, and only when a run has work left
@@ -103,7 +105,7 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
                 write_segments(out, segments)
         del llm
         gc.collect()
-    return write_summary(out, settings, modes)
+    return write_summary(out, settings, list(MODES))  # every run the folder holds: fixed beside adaptive
 
 
 def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, settings: EvalSettings, path: Path,
@@ -141,8 +143,9 @@ def load_llm(settings: EvalSettings, mode: str, max_batch: int):
 
     config = EngineConfig.from_flags(max_batch=max_batch, flush_length=settings.flush_length,
                                      num_steps=settings.num_steps, topk=settings.topk,
-                                     num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree)
-    return LLM(settings.target, settings.draft if mode == "speculative" else None, device=settings.device,
+                                     num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
+                                     speculation="adaptive" if mode == "adaptive" else "fixed")
+    return LLM(settings.target, settings.draft if mode != "plain" else None, device=settings.device,
                dtype=settings.dtype, config=config, tp=settings.tp)
 
 

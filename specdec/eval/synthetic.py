@@ -58,10 +58,16 @@ class SyntheticDrafter(Drafter):
 
 class SyntheticAcceptance:
     """Keeps the first k drafts of each chain, k with mean `mean_accepted_length` - 1; the bonus token is the target's
-    argmax after the last kept node (so the target's logits are still read, as a real step reads them)."""
+    argmax after the last kept node (so the target's logits are still read, as a real step reads them).
 
-    def __init__(self, mean_accepted_length: float, seed: int = 0):
+    depth: the chain length the mean is quoted at. With it every draft is accepted with that length's alpha whatever
+    the length of its chain, as a real drafter's acceptance of a draft does not depend on how many follow it: what
+    adaptive speculation, choosing shorter chains or none, must see (a chain of 1 then keeps its draft with
+    probability alpha, not with the mean's). Without it each chain's alpha meets the mean at the chain's own length."""
+
+    def __init__(self, mean_accepted_length: float, seed: int = 0, depth: int | None = None):
         self.mean_accepted_length = mean_accepted_length
+        self.depth = depth
         self.coins = random.Random(seed)  # acceptance draws, on the host: a step draws up to depth per request
         self._alpha: dict[int, float] = {}  # chain depth -> per-draft acceptance probability
 
@@ -76,7 +82,7 @@ class SyntheticAcceptance:
 
     def forced_path(self, tree: DraftTree) -> list[int]:
         depth = len(tree) - 1
-        alpha = self.alpha(depth)
+        alpha = self.alpha(self.depth or depth)
         accepted = 0
         while accepted < depth and self.coins.random() < alpha:
             accepted += 1
@@ -94,12 +100,13 @@ class SyntheticAcceptance:
         return self._alpha[depth]
 
 
-def synthetic_speculation(draft: str) -> tuple[SyntheticDrafter, SyntheticAcceptance]:
-    """`synthetic:MEAN` -> the drafter and the acceptance to give the engine together."""
+def synthetic_speculation(draft: str, depth: int | None = None) -> tuple[SyntheticDrafter, SyntheticAcceptance]:
+    """`synthetic:MEAN` -> the drafter and the acceptance to give the engine together; depth: the chain length the
+    mean is quoted at (the engine's draft budget), which fixes the acceptance of each draft (SyntheticAcceptance)."""
     mean = draft.removeprefix(PREFIX)
     try:
         value = float(mean)
-        return SyntheticDrafter(value), SyntheticAcceptance(value)
+        return SyntheticDrafter(value), SyntheticAcceptance(value, depth=depth)
     except ValueError as error:
         raise ValueError(f"--draft synthetic:MEAN takes a mean accepted length, e.g. synthetic:2.9; "
                          f"{mean!r}: {error}") from None

@@ -1,16 +1,23 @@
 """CUDA graphs of a runner's decode and verify steps: the forward (with the LM head) and the commit of the accepted
 paths. Only the runner (model_runner.py) uses them.
 
-One pair of graphs per (batch bucket, key-length bucket), all at the engine's step width T (1 for plain decoding,
-draft budget + 1 with a drafter), captured the first time a step needs it. A step of B <= bucket requests and
-width <= T replays the smallest batch bucket that holds it, at the smallest key length (a power of two from
-MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention kernel reads each row's own keys in
-place and sizes its key splits from it (the reference gathers that many positions per row, masked), and no shape
-depends on the data. The host packs each row's inputs into one int64 row (tokens, parents, node count, request
-slot, state slot, committed length), copies them to the device in one transfer, and the graph builds the rest of the
-step context (ancestor masks, positions) itself. Rows past B are padding rows: a request slot kept for them, no
-committed state (slot -1: the kernels never read the state pool for them), one node, nothing accepted. Prefill, and
-steps wider or larger than the graphs, run eagerly on the same code.
+One pair of graphs per (step width, batch bucket, key-length bucket), captured the first time a step needs it. The
+widths are a small fixed set: the engine's step width T alone (1 for plain decoding, draft budget + 1 with a
+drafter), or every width adaptive speculation may choose (set_widths: e.g. 1, 2, 3, 5 for no drafting and chains
+of 1, 2 and 4 drafts), so that a narrow step runs a narrow graph instead of one padded to T. A step of
+B <= bucket requests and width <= T replays the narrowest width and the smallest batch bucket that hold it, at the
+smallest key length (a power of two from MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention
+kernel reads each row's own keys in place and sizes its key splits from it (the reference gathers that many
+positions per row, masked), and no shape depends on the data. The host packs each row's inputs into one int64 row
+(tokens, parents, node count, request slot, state slot, committed length), copies them to the device in one
+transfer, and the graph builds the rest of the step context (ancestor masks, positions) itself. Rows past B are
+padding rows: a request slot kept for them, no committed state (slot -1: the kernels never read the state pool for
+them), one node, nothing accepted. Prefill, and steps wider or larger than the graphs, run eagerly on the same code.
+
+All graphs share one memory pool, as torch allows for graphs that never replay concurrently: a capture reuses the
+scratch that earlier captures freed (captured widest and largest first, the later ones fit in it), and each graph's
+outputs stay live; so outputs are valid until the next replay of any of these graphs, which no caller outlives (a
+step is scored, accepted and committed before the next one replays).
 
 Graphs replay on CUDA; `capture=False` runs the very same static, padded steps eagerly (the CPU tests use it to
 check the packing, the padding and the static context against the plain path).
@@ -18,6 +25,8 @@ check the packing, the padding and the static context against the plain path).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -55,9 +64,10 @@ def batch_buckets(max_batch: int) -> list[int]:
 
 
 class _Layout:
-    """Where each input sits in a packed row of step inputs ([2T + 4] int64) or commit inputs ([T + 2])."""
+    """One width's packed rows: where each input sits in a row of step inputs ([2T + 4] int64) or commit inputs
+    ([T + 2]), and the rows a padding row packs to (one node, the padding slot, no state, nothing committed)."""
 
-    def __init__(self, width: int):
+    def __init__(self, width: int, padding_slot: int):
         self.width = width
         self.tokens = slice(0, width)
         self.parents = slice(width, 2 * width)
@@ -66,13 +76,20 @@ class _Layout:
         self.accepted = slice(0, width)
         self.num_accepted, self.commit_state_slot = width, width + 1
         self.commit_fields = width + 2
+        self.padding_inputs = torch.zeros(self.step_fields, dtype=torch.long)
+        self.padding_inputs[self.parents] = -1
+        self.padding_inputs[self.num_nodes], self.padding_inputs[self.req_slot] = 1, padding_slot
+        self.padding_inputs[self.state_slot] = -1
+        self.padding_commit = torch.full((self.commit_fields,), -1, dtype=torch.long)
+        self.padding_commit[self.num_accepted] = 0
 
 
 @dataclass
 class _Bucket:
     """One bucket: packed inputs on the host (pinned on CUDA) and the device, the graphs, and their outputs (the
-    step context with the layers' scratch, and the logits), which stay valid until the bucket's next replay."""
+    step context with the layers' scratch, and the logits), valid until the next replay of any graph of the pool."""
 
+    layout: _Layout  # the step width T and its packed rows
     kv_len: int  # key positions the attention layers read per row
     host_inputs: list[torch.Tensor]  # two [bucket, step_fields] int64, used in turn (the other may still be copying)
     inputs: torch.Tensor
@@ -97,7 +114,10 @@ class GraphStep:
 class StepGraphs:
     """Scores verify steps of one runner through CUDA graphs and commits them through their own graph; or, at width
     1 (plain decoding, `decodes`), runs decode steps that commit in their forward, one graph per bucket. Takes one
-    request slot of the runner's cache for the padding rows, for as long as it lives."""
+    request slot of the runner's cache for the padding rows, for as long as it lives.
+
+    widths: the step widths it captures, `width` (the widest) and those set_widths adds; replays: forward replays
+    per width (what the steps ran, for tests and benchmarks)."""
 
     def __init__(self, runner: ModelRunner, width: int, max_batch: int, capture: bool = True):
         if capture:
@@ -109,22 +129,30 @@ class StepGraphs:
         self.width = width
         self.decodes = width == 1
         self.capture = capture
-        self.layout = _Layout(width)
         self.padding_slot = self.cache.allocate_request()
-        self._padding_inputs, self._padding_commit = self._padding_rows()
+        self.layouts = {width: _Layout(width, self.padding_slot)}
+        self.replays: Counter[int] = Counter()
         self.buckets = batch_buckets(max_batch)
-        self._pool = torch.cuda.graph_pool_handle() if capture else None
-        self._steps: dict[tuple[int, int], _Bucket] = {}  # (batch bucket, key length) -> captured step
+        self._pool = torch.cuda.graph_pool_handle() if capture else None  # one for every width and bucket
+        self._steps: dict[tuple[int, int, int], _Bucket] = {}  # (width, batch bucket, key length) -> its step
 
-    def _padding_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The packed inputs of a padding row: one node, the padding slot, no state, nothing committed."""
-        lay = self.layout
-        inputs = torch.zeros(lay.step_fields, dtype=torch.long)
-        inputs[lay.parents] = -1
-        inputs[lay.num_nodes], inputs[lay.req_slot], inputs[lay.state_slot] = 1, self.padding_slot, -1
-        commit = torch.full((lay.commit_fields,), -1, dtype=torch.long)
-        commit[lay.num_accepted] = 0
-        return inputs, commit
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(sorted(self.layouts))
+
+    def set_widths(self, widths: Iterable[int]) -> None:
+        """Capture these step widths too (each from 1 to `width`): a step replays the narrowest that holds it, so a
+        step that drafts less than the widest (adaptive speculation) costs what its own width costs. Not for decode
+        graphs (width 1 alone: nothing narrower)."""
+        widths = set(widths)
+        if not all(1 <= w <= self.width for w in widths):
+            raise ValueError(f"graph widths must lie in [1, {self.width}] (the widest step), got {sorted(widths)}")
+        for width in widths - set(self.layouts):
+            self.layouts[width] = _Layout(width, self.padding_slot)
+
+    def step_width(self, width: int) -> int:
+        """The narrowest captured width that holds a step of `width` nodes per row."""
+        return next(w for w in self.widths if w >= width)
 
     def kv_bucket(self, longest: int) -> int:
         """The key length a step reads when its longest row needs `longest` positions."""
@@ -133,8 +161,9 @@ class StepGraphs:
     def capture_buckets(self, rows: int, shortest: int, longest: int) -> int:
         """Build now every step that batches of up to `rows` requests will replay while their longest row needs
         `shortest` to `longest` key positions (committed tokens + the step's nodes), as a server does at start-up:
-        later steps, batches shrinking as requests finish included, then never stop to capture. Returns how many
-        steps were built."""
+        later steps, batches shrinking as requests finish included, then never stop to capture; at every width, the
+        widest and largest first (the narrower and smaller captures then fit in the scratch they freed). Returns
+        how many steps were built."""
         top = next((size for size in self.buckets if size >= rows), self.buckets[-1])
         kv_lens, kv_len = [], self.kv_bucket(shortest)
         while True:
@@ -142,24 +171,24 @@ class StepGraphs:
             if kv_len >= self.kv_bucket(longest):
                 break
             kv_len = min(2 * kv_len, self.cache.config.max_seq_len)
-        built = 0
-        for size in (size for size in self.buckets if size <= top):
-            for kv_len in kv_lens:
-                if (size, kv_len) not in self._steps:
-                    self._steps[(size, kv_len)] = self._build(size, kv_len)
-                    built += 1
-        return built
+        keys = [(width, size, kv_len) for width in reversed(self.widths)
+                for size in reversed([size for size in self.buckets if size <= top]) for kv_len in reversed(kv_lens)]
+        built = [key for key in keys if key not in self._steps]
+        for key in built:
+            self._steps[key] = self._build(*key)
+        return len(built)
 
     def _host_rows(self, row: torch.Tensor, bucket: int) -> torch.Tensor:
         """`bucket` copies of a packed row on the host, pinned under capture (the copies to the device are async)."""
         rows = row.expand(bucket, -1).clone()
         return rows.pin_memory() if self.capture else rows
 
-    def _build(self, bucket: int, kv_len: int) -> _Bucket:
-        host_inputs = [self._host_rows(self._padding_inputs, bucket) for _ in range(2)]
-        host_commit = [self._host_rows(self._padding_commit, bucket) for _ in range(2)]
+    def _build(self, width: int, bucket: int, kv_len: int) -> _Bucket:
+        lay = self.layouts[width]
+        host_inputs = [self._host_rows(lay.padding_inputs, bucket) for _ in range(2)]
+        host_commit = [self._host_rows(lay.padding_commit, bucket) for _ in range(2)]
         device = self.cache.device
-        step = _Bucket(kv_len, host_inputs, host_inputs[0].to(device), host_commit, host_commit[0].to(device))
+        step = _Bucket(lay, kv_len, host_inputs, host_inputs[0].to(device), host_commit, host_commit[0].to(device))
         if self.capture:
             # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
             self._forward(step)
@@ -179,7 +208,7 @@ class StepGraphs:
     def _forward(self, step: _Bucket) -> None:
         """The captured forward: unpack the inputs, build the context, run the model and the LM head (and, for
         decode steps, commit their nodes in the layers)."""
-        lay, x = self.layout, step.inputs
+        lay, x = step.layout, step.inputs
         bucket = x.shape[0]
         seq_lens = x[:, lay.seq_len].contiguous()
         parents, num_nodes = x[:, lay.parents].contiguous(), x[:, lay.num_nodes].contiguous()
@@ -202,7 +231,7 @@ class StepGraphs:
     @torch.inference_mode()
     def _commit(self, step: _Bucket) -> None:
         """The captured commit: every row keeps its accepted path (padding rows accept nothing)."""
-        lay, c = self.layout, step.commit_inputs
+        lay, c = step.layout, step.commit_inputs
         ctx = replace(step.ctx, state_slots=c[:, lay.commit_state_slot].contiguous())  # slots taken by folds
         self.cache.commit_layers(ctx, c[:, lay.accepted].contiguous(), c[:, lay.num_accepted].contiguous())
 
@@ -213,9 +242,9 @@ class StepGraphs:
 
     @torch.inference_mode()
     def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep]:
-        """A step that fits -> (logits [B, T, vocab] fp32 and features [B, T, F] of the real rows, T = self.width >=
-        batch.width; the step to commit)."""
-        batch = batch.padded_to(self.width)
+        """A step that fits -> (logits [B, T, vocab] fp32 and features [B, T, F] of the real rows, T >= batch.width
+        the narrowest width captured that holds it; the step to commit)."""
+        batch = batch.padded_to(self.step_width(batch.width))
         step = self._replay(batch, self.cache.check_step(batch))
         rows = len(batch.req_slots)
         return step.logits[:rows], step.features[:rows], GraphStep(step, batch)
@@ -223,7 +252,7 @@ class StepGraphs:
     @torch.inference_mode()
     def decode(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step that fits (its tokens: the runner's, on the device), committed in its forward -> (fp32
-        logits [B, vocab], the rows' request slots on the device), valid until the bucket's next replay: the host
+        logits [B, vocab], the rows' request slots on the device), valid until the next replay: the host
         half of the commit first (the state slots of the rows whose buffer fills), the graph, the committed
         lengths. Nothing here waits for the device."""
         num_nodes = self.cache.check_step(batch)  # (width 1: nothing to pad)
@@ -231,14 +260,15 @@ class StepGraphs:
         step = self._replay(batch, num_nodes)
         self.cache.finish_decode(batch.req_slots, folds)
         rows = len(batch.req_slots)
-        return step.logits[:rows, 0], step.inputs[:rows, self.layout.req_slot]
+        return step.logits[:rows, 0], step.inputs[:rows, step.layout.req_slot]
 
     def _replay(self, batch: StepBatch, num_nodes: list[int]) -> _Bucket:
-        """Pack the step's rows (padded to the graphs' width and checked: num_nodes per row) into its bucket's inputs,
-        copy them over and replay the forward."""
-        rows, lay = len(batch.req_slots), self.layout
+        """Pack the step's rows (padded to a captured width and checked: num_nodes per row) into its bucket's
+        inputs, copy them over and replay the forward."""
+        rows, lay = len(batch.req_slots), self.layouts[batch.width]
         seq_lens, state_slots = self.cache.committed_rows(batch.req_slots)
-        key = (next(size for size in self.buckets if size >= rows), self.kv_bucket(max(seq_lens) + self.width))
+        key = (lay.width, next(size for size in self.buckets if size >= rows),
+               self.kv_bucket(max(seq_lens) + lay.width))
         if key not in self._steps:
             self._steps[key] = self._build(*key)
         step = self._steps[key]
@@ -246,14 +276,15 @@ class StepGraphs:
         host = step.host_inputs[step.turn]
         host[:rows, lay.tokens] = batch.tokens
         host[:rows, lay.parents] = batch.parents
-        if self.width > 1:  # (a one-node tree is always valid) the graph builds the masks without checking
+        if lay.width > 1:  # (a one-node tree is always valid) the graph builds the masks without checking
             check_tree(batch.parents, batch.num_nodes)
         host[:rows, lay.num_nodes] = torch.tensor(num_nodes)
         host[:rows, lay.req_slot] = torch.tensor(batch.req_slots)
         host[:rows, lay.state_slot] = torch.tensor(state_slots)
         host[:rows, lay.seq_len] = torch.tensor(seq_lens)
-        host[rows:] = self._padding_inputs
+        host[rows:] = lay.padding_inputs
         step.inputs.copy_(host, non_blocking=True)
+        self.replays[lay.width] += 1
         if step.forward_graph is not None:
             step.forward_graph.replay()
         else:
@@ -264,7 +295,7 @@ class StepGraphs:
     def commit(self, graph_step: GraphStep, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """Keep the accepted paths (as KVBufferCache.commit: accepted [B, A] root first, -1 padded; num_accepted
         [B]) of a step that score_all ran: the host halves of the cache's commit around the captured device half."""
-        slots, rows, lay = graph_step.batch.req_slots, len(graph_step.batch.req_slots), self.layout
+        slots, rows, lay = graph_step.batch.req_slots, len(graph_step.batch.req_slots), graph_step.bucket.layout
         counts = num_accepted.tolist()
         folds = self.cache.prepare_commit(slots, counts, [True] * rows)
         host = graph_step.bucket.host_commit[graph_step.bucket.turn]
@@ -272,7 +303,7 @@ class StepGraphs:
         host[:rows, : accepted.shape[1]] = accepted
         host[:rows, lay.num_accepted] = num_accepted
         host[:rows, lay.commit_state_slot] = torch.tensor(self.cache.committed_rows(slots)[1])
-        host[rows:] = self._padding_commit
+        host[rows:] = lay.padding_commit
         graph_step.bucket.commit_inputs.copy_(host, non_blocking=True)
         if graph_step.bucket.commit_graph is not None:
             graph_step.bucket.commit_graph.replay()

@@ -28,7 +28,8 @@ class AdaptiveConfig:
     runs plain steps, the batch) drafts again; requests halfway there probe in the same step. refresh_every: steps
     between re-measuring the contender (a shape within 20% of the best) measured least recently in the batch's bucket (a
     cost drifts with context, and with whatever else the machine runs). max_steps: the longest chain (the engine's
-    TreeShape budget); chains: the lengths offered (default 1..max_steps)."""
+    TreeShape budget); chains: the lengths offered (default: 1, 2, 4, ... up to max_steps, and max_steps: a small
+    fixed set, since on a GPU each is a CUDA graph of its own width, `widths`)."""
 
     max_steps: int = 4
     chains: tuple[int, ...] | None = None
@@ -49,12 +50,19 @@ class AdaptiveConfig:
 
     @property
     def chain_lengths(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.chains))) if self.chains else tuple(range(1, self.max_steps + 1))
+        if self.chains:
+            return tuple(sorted(set(self.chains)))
+        return tuple(sorted({1 << k for k in range(self.max_steps.bit_length())} | {self.max_steps}))
 
     @property
     def shapes(self) -> tuple[int, ...]:
         """Drafts per row of each shape offered: 0 (no drafting) and the chains."""
         return (0, *self.chain_lengths)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Nodes per row of each shape's step (the root and its drafts): the step widths to capture."""
+        return tuple(steps + 1 for steps in self.shapes)
 
     def prior_at(self, positions: int) -> tuple[float, ...]:
         p = self.prior_acceptance
