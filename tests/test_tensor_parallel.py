@@ -214,7 +214,9 @@ def test_launch_refuses_what_it_cannot_run(capsys):
     assert main(["run", "--tp", "4", "--device", "cpu"]) == 2
     assert main(["eval", "--tp", "2", "--device", "cpu", "--dataset", "nope.jsonl"]) == 2
     assert main(["run", "--tp", "2", "--device", "cpu", "--speculation", "adaptive"]) == 2
+    assert main(["eval", "--tp", "2", "--device", "cpu", "--speculation", "fixed", "adaptive"]) == 2
     lines = capsys.readouterr().err.splitlines()
+    assert "--speculation adaptive" in lines.pop(), "eval's list form of --speculation"
     assert len(lines) == 4 and "cannot listen on 127.0.0.1" in lines[0], lines
     assert "--tp 4 cannot shard qwen3.5: linear_num_key_heads (2) must be a multiple of the tensor-parallel size (4)" \
         in lines[1]
