@@ -75,7 +75,7 @@ class TargetAcceptance:
 def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[Accepted]:
     """accept_greedy for a batch of chains, at once: draft j + 1 is kept while every draft up to it holds the
     argmax at its parent. logits [B, T, V] -> per row (path 0..n, the argmax after node n); two small reads."""
-    width = max(len(tree) for tree in trees)
+    width = max(len(tree.tokens) for tree in trees)
     argmax = logits[:, :width].argmax(-1)  # [B, T]
     if all(len(tree.tokens) == width for tree in trees):  # chains of one length: no padding
         flat = list(chain.from_iterable(tree.tokens[1:] for tree in trees))
