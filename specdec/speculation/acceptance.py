@@ -206,7 +206,8 @@ def accept_chains(trees: list[DraftTree], probs: torch.Tensor, generators: list[
         laws = [(row, j) for row, tree in enumerate(trees) for j in range(1, len(tree.tokens))
                 if tree.draft_probs[j] is not None]
         if laws:
-            q_x[[row for row, _ in laws], [j - 1 for _, j in laws]] = torch.stack(
+            at = host_longs([row for row, _ in laws]).to(device), host_longs([j - 1 for _, j in laws]).to(device)
+            q_x[at] = torch.stack(
                 [_law_at(trees[row].draft_probs[j], trees[row].tokens[j], device) for row, j in laws])
         p_x, q_x = torch.stack([p_x, q_x]).tolist()  # the one read
         walking = [row for row in range(rows) if lengths[row] > 1]
@@ -224,10 +225,16 @@ def accept_chains(trees: list[DraftTree], probs: torch.Tensor, generators: list[
     p = probs[torch.arange(rows, device=device), host_longs(kept).to(device)]  # [B, V] at each last kept node
     if rejected:
         rejected.sort()
-        drafts = torch.stack([_law(trees[row], kept[row] + 1, vocab, device) for row in rejected])
-        rest = (p[rejected] - drafts).clamp_min(0)
+        index = host_longs(rejected).to(device)  # (indexing by a list of ints converts them one by one)
+        if all(trees[row].draft_probs[kept[row] + 1] is None for row in rejected):  # point masses, in one op
+            rejected_tokens = host_longs([trees[row].tokens[kept[row] + 1] for row in rejected]).to(device)
+            drafts = torch.nn.functional.one_hot(rejected_tokens, vocab).float()
+        else:
+            drafts = torch.stack([_law(trees[row], kept[row] + 1, vocab, device) for row in rejected])
+        before = p[index]
+        rest = (before - drafts).clamp_min(0)
         total = rest.sum(-1, keepdim=True)
-        p[rejected] = torch.where(total > 0, rest / total.clamp_min(1e-30), p[rejected])  # as accept_batch
+        p[index] = torch.where(total > 0, rest / total.clamp_min(1e-30), before)  # as accept_batch
     paths = [list(range(n + 1)) for n in range(depth + 1)]
     return [(paths[n][:], token) for n, token in zip(kept, _bonus(p, generators), strict=True)]
 
