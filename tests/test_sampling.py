@@ -218,6 +218,43 @@ def test_batched_greedy_chains_equal_the_walk_per_row():
     assert {len(path) for path, _ in expected} == {1, 2, 3, 4}, "the case covers rejections at every depth"
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own-generators", "one-generator"])
+def test_batched_chains_walk_as_the_general_batched_walk(shared):
+    """accept_chains (what TargetAcceptance takes when every sampled row is a chain: one read for the whole walk)
+    against accept_batch, from the same generator states: the very same paths and bonus tokens, on chains of every
+    length, with point-mass drafts and with drawn ones (their laws), drafts likely under the target and not, and one
+    generator for every row (the walk's order of draws then matters) or one per row."""
+    from specdec.speculation.acceptance import accept_chains
+
+    gen = torch.Generator().manual_seed(5)
+    rows, width = 48, 5
+    probs = torch.softmax(3 * torch.randn(rows, width, VOCAB, generator=gen), -1)
+    probs[::7, :, 2] = 0  # some drafts the target never emits (p(x) = 0)
+    probs = probs / probs.sum(-1, keepdim=True)
+    trees = []
+    for row in range(rows):
+        depth = row % width
+        if row % 3 == 0:  # drawn from a law: accepted with probability min(1, p / q)
+            laws = [torch.softmax(torch.randn(VOCAB, generator=gen), -1) for _ in range(depth)]
+            drafts = [sample(law, gen) for law in laws]
+        else:  # point masses: likely tokens (p's argmax at the parent) or token 2
+            laws = None
+            drafts = [int(probs[row, j].argmax()) if (row + j) % 6 else 2 for j in range(depth)]
+        trees.append(DraftTree.chain(1, drafts, laws))
+
+    def generators(seed):
+        if shared:
+            return [torch.Generator().manual_seed(seed)] * rows
+        return [torch.Generator().manual_seed(seed + row) for row in range(rows)]
+
+    lengths = set()
+    for seed in range(4):
+        expected = accept_batch(trees, probs, generators(seed))
+        assert accept_chains(trees, probs, generators(seed)) == expected
+        lengths |= {len(path) for path, _ in expected}
+    assert lengths == set(range(1, width + 1)), f"the case covers every accepted length, got {lengths}"
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_plain_decoding_samples_what_a_draftless_tree_accepts(temperature):
     """The batched sampler (plain decoding) draws what accept gives trees that are their root alone, from the same

@@ -19,7 +19,7 @@ import torch
 
 from drafters.base import Drafter, DraftRequest
 from specdec.cache.spec import CacheConfig
-from specdec.cache.step import StepBatch
+from specdec.cache.step import StepBatch, host_longs
 from specdec.models.base import HybridCausalLM
 from specdec.runner import ModelRunner
 from specdec.speculation import (
@@ -105,6 +105,7 @@ class Engine:
                                    max_batch=config.cache.max_requests)
         self._ids = itertools.count()
         self._decoding = None  # (requests, DecodeHandle) of the plain decoding step in flight
+        self._greedy_rows: dict[int, SamplerRows] = {}  # batch size -> the sampler's rows of a greedy batch
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
         self.policy = None  # chooses each step's shape (adaptive speculation)
         if drafter is not None and config.speculation == "adaptive":
@@ -244,14 +245,24 @@ class Engine:
         slots until then (Scheduler.retire)."""
         previous, self._decoding = self._decoding, None
         if requests:
-            params = [r.params for r in requests]
-            rows = SamplerRows.of(params, [r.generator for r in requests])
-            handle = self.runner.decode_next([r.slot for r in requests], rows, SamplerShape.of(params))
+            rows, shape = self._sampler_rows(requests)
+            handle = self.runner.decode_next([r.slot for r in requests], rows, shape)
             for request in requests:
                 request.in_flight += 1
             self._decoding = (requests, handle)
         if previous is not None:
             self.emit_decoded(*previous)
+
+    def _sampler_rows(self, requests: list[Request]) -> tuple[SamplerRows, SamplerShape]:
+        """The sampler's inputs for a decode step of these requests: a greedy batch draws no uniforms and reads only
+        its argmax, so its (all-zero) rows are made once per batch size (four tensors of a list each cost more than
+        the rest of the step's set-up at a batch of 256)."""
+        params = [r.params for r in requests]
+        if not all(p.greedy for p in params):
+            return SamplerRows.of(params, [r.generator for r in requests]), SamplerShape.of(params)
+        if len(requests) not in self._greedy_rows:
+            self._greedy_rows[len(requests)] = SamplerRows.of(params, [None] * len(requests))
+        return self._greedy_rows[len(requests)], SamplerShape()
 
     def finish_decode(self) -> None:
         """Emit the step in flight, if any (before a prefill, and at the end)."""
@@ -282,19 +293,31 @@ class Engine:
 
     def commit(self, scored, results: list[tuple[list[int], int]]) -> None:
         """Keep each row's accepted path (root first) of the scored step."""
-        width = max(len(path) for path, _ in results)
-        accepted = torch.tensor([path + [-1] * (width - len(path)) for path, _ in results])
-        self.runner.commit(scored, accepted, torch.tensor([len(path) for path, _ in results]))
+        counts = [len(path) for path, _ in results]
+        width = max(counts)
+        num_accepted = host_longs(counts)
+        if all(path[-1] == count - 1 for (path, _), count in zip(results, counts, strict=True)):
+            # every path is its tree's first nodes 0..count-1 (a chain's paths: node indices grow along a path)
+            nodes = torch.arange(width)
+            accepted = torch.where(nodes < num_accepted[:, None], nodes, -1)
+        else:
+            accepted = host_longs([j for path, _ in results for j in (*path, *[-1] * (width - len(path)))],
+                                  len(results), width)
+        self.runner.commit(scored, accepted, num_accepted)
 
     def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None,
              plan: StepPlan | None = None) -> None:
         for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):
-            request.emit([tree.tokens[j] for j in path[1:]] + [bonus])
-            request.stats.steps += 1
-            request.stats.emitted_per_step.append(len(path))
-            request.stats.drafted_per_step.append(len(tree) - 1)
+            count = len(path)  # a path 0..count-1 (every chain's) is a slice of the tree's tokens
+            tokens = tree.tokens[1:count] if path[-1] == count - 1 else [tree.tokens[j] for j in path[1:]]
+            tokens.append(bonus)
+            request.emit(tokens)
+            stats = request.stats
+            stats.steps += 1
+            stats.emitted_per_step.append(count)
+            stats.drafted_per_step.append(len(tree.tokens) - 1)
             if plan is not None:
-                request.stats.shapes[plan.label] += 1
+                stats.shapes[plan.label] += 1
         if self.drafter is None:
             return
         if plan is None:  # fixed speculation: every row drafted

@@ -75,6 +75,10 @@ class Request:
 
     def emit(self, tokens: list[int]) -> list[int]:
         """Append emitted tokens up to an end-of-sequence token or max_new_tokens; returns those kept."""
+        if len(tokens) < self.max_new_tokens - len(self.output) and self.eos_token_ids.isdisjoint(tokens):
+            self.output += tokens  # every token kept and the request goes on: the common case, without a loop
+            self._tokens += tokens
+            return tokens
         kept = []
         for token in tokens:
             if len(self.output) >= self.max_new_tokens:

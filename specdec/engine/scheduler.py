@@ -51,6 +51,8 @@ class Scheduler:
     def retire(self) -> list[Request]:
         """Take finished requests out of the batch and free their slots (once no step of theirs is in flight)."""
         done = [request for request in self.running if request.finished and not request.in_flight]
+        if not done:  # most steps: nothing to rebuild
+            return done
         for request in done:
             self._release(request)
         gone = set(done)

@@ -159,7 +159,7 @@ class ModelRunner:
         requests' parameters and uniforms) into self.tokens, ready for the next step, and copied to the host in the
         background. -> a handle whose tokens() waits for this step alone."""
         logits, slots = self._decode(req_slots)
-        sampled = sample_rows(logits, rows.to(logits.device), shape)
+        sampled = sample_rows(logits, rows.to(logits.device) if shape.sampled else rows, shape)  # (greedy: unread)
         self.tokens[slots] = sampled
         self._sampled_turn ^= 1  # the other buffer may still hold the step before, not yet read
         host = self._sampled[self._sampled_turn].host[: len(req_slots)]

@@ -8,25 +8,30 @@ is tried. If no child is accepted the bonus token is drawn from the current p. W
 the earlier rejections), each step emits exactly p in distribution, so the output is the target's: lossless. With
 temperature 0 the target is a point mass at its argmax: a child is accepted iff it holds the argmax.
 
-Three forms of the same walk:
-- accept_greedy: argmax ids only (greedy rows; only [B, T] ints leave the device);
+Forms of the same walk:
+- accept_greedy: argmax ids only (greedy rows; only [B, T] ints leave the device); accept_greedy_chains: all greedy
+  chains of a step at once (two small reads);
 - accept_path: one row on its [T, V] distributions, the per-row reference;
 - accept_batch: all sampled rows of a step advancing together on the device, each round reading back only the few
-  numbers p(x) of the tried tokens (at a 248k vocabulary a row's [T, V] distributions are 5 MB per step).
+  numbers p(x) of the tried tokens (at a 248k vocabulary a row's [T, V] distributions are 5 MB per step);
+  accept_chains: the same for chains, every round's numbers read at once (a chain's tried drafts are known ahead).
 Random numbers come from each request's own generator on the host, drawn in the walk's order (an acceptance test
 only where p(x) < q(x), then one for the bonus), so a seed makes a request reproducible. The bonus token is drawn
 by inverse CDF with that number, which is exact.
 
 TargetAcceptance puts them together for a step: greedy rows by argmax, sampled rows grouped by their sampling
-filters (one target_distribution call per group) and walked in one batch. The engine takes any Acceptance, so a
-benchmark can inject its own (specdec/eval/synthetic.py).
+filters (one target_distribution call per group) and walked in one batch (accept_chains when every one is a
+chain). The engine takes any Acceptance, so a benchmark can inject its own (specdec/eval/synthetic.py).
 """
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Protocol
 
 import torch
+
+from specdec.cache.step import host_longs
 
 from .sampling import SamplingParams, sample, target_distribution
 from .tree import DraftTree
@@ -46,10 +51,7 @@ class TargetAcceptance:
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
-        chains: dict[int, list[int]] = {}  # length -> a chain's parents, built once per step
-        if all(p.greedy for p in params) and all(
-                tree.parents == chains.setdefault(len(tree.parents), list(range(-1, len(tree.parents) - 1)))
-                for tree in trees):
+        if all(p.greedy for p in params) and all(tree.is_chain for tree in trees):
             return accept_greedy_chains(trees, logits)
         argmax = logits.argmax(-1).tolist() if any(p.greedy for p in params) else None  # [B, T] ints
         results: list[Accepted | None] = [accept_greedy(tree, argmax[row]) if p.greedy else None
@@ -63,7 +65,8 @@ class TargetAcceptance:
             for group in groups.values():
                 rows = [sampled[index] for index in group]
                 probs[group] = target_distribution(logits[rows], params[rows[0]])
-            walks = accept_batch([trees[row] for row in sampled], probs, [generators[row] for row in sampled])
+            walk = accept_chains if all(trees[row].is_chain for row in sampled) else accept_batch
+            walks = walk([trees[row] for row in sampled], probs, [generators[row] for row in sampled])
             for row, walk in zip(sampled, walks, strict=True):
                 results[row] = walk
         return results
@@ -72,14 +75,18 @@ class TargetAcceptance:
 def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[Accepted]:
     """accept_greedy for a batch of chains, at once: draft j + 1 is kept while every draft up to it holds the
     argmax at its parent. logits [B, T, V] -> per row (path 0..n, the argmax after node n); two small reads."""
-    width = max(len(tree) for tree in trees)
+    width = max(len(tree.tokens) for tree in trees)
     argmax = logits[:, :width].argmax(-1)  # [B, T]
-    drafts = torch.tensor([tree.tokens[1:] + [-1] * (width - len(tree)) for tree in trees],
-                          dtype=torch.long).to(argmax.device)  # [B, T - 1], -1 past a chain's end
+    if all(len(tree.tokens) == width for tree in trees):  # chains of one length: no padding
+        flat = list(chain.from_iterable(tree.tokens[1:] for tree in trees))
+    else:
+        flat = list(chain.from_iterable(tree.tokens[1:] + [-1] * (width - len(tree.tokens)) for tree in trees))
+    drafts = host_longs(flat, len(trees), width - 1).to(argmax.device)  # [B, T - 1], -1 past a chain's end
     kept = (drafts == argmax[:, :-1]).long().cumprod(-1).sum(-1)  # [B] drafts accepted
     bonus = argmax.gather(1, kept[:, None])[:, 0]
     kept, bonus = torch.stack([kept, bonus]).tolist()
-    return [(list(range(n + 1)), token) for n, token in zip(kept, bonus, strict=True)]
+    paths = [list(range(n + 1)) for n in range(width)]  # copied per row: a caller may keep or change its path
+    return [(paths[n][:], token) for n, token in zip(kept, bonus, strict=True)]
 
 
 # ---- one row ---------------------------------------------------------------------------------------------------
@@ -178,11 +185,67 @@ def accept_batch(trees: list[DraftTree], probs: torch.Tensor, generators: list[t
             p[rej_rows] = torch.where(total > 0, rest / total.clamp_min(1e-30), p[rej_rows])
             for row in rej_rows:
                 rank[row] += 1
+    return list(zip(paths, _bonus(p, generators), strict=True))
+
+
+def accept_chains(trees: list[DraftTree], probs: torch.Tensor, generators: list[torch.Generator | None]
+                  ) -> list[Accepted]:
+    """accept_batch for chains (any lengths), the same walk drawing the same numbers, with one read of every draft's
+    p(x) and q(x) instead of a read per round: along a chain a tried draft's p is the target's own distribution at
+    its parent (a rejection ends the walk), so all of them are gathered at once and the walk runs on the host over
+    those floats, round by round and row by row as accept_batch draws its uniforms."""
+    rows, vocab, device = len(trees), probs.shape[-1], probs.device
+    lengths = [len(tree.tokens) for tree in trees]
+    depth = max(lengths) - 1
+    kept, rejected = [0] * rows, []  # drafts kept per row; rows whose walk ended on a rejected draft
+    if depth:
+        drafted = list(chain.from_iterable(tree.tokens[1:] + [0] * (depth + 1 - len(tree.tokens)) for tree in trees))
+        tokens = host_longs(drafted, rows, depth)  # [B, D] each row's drafts, 0 past its end
+        p_x = probs[:, :depth].gather(-1, tokens.to(device)[..., None])[..., 0]  # [B, D] p at each draft's parent
+        q_x = torch.ones_like(p_x)
+        laws = [(row, j) for row, tree in enumerate(trees) for j in range(1, len(tree.tokens))
+                if tree.draft_probs[j] is not None]
+        if laws:
+            at = host_longs([row for row, _ in laws]).to(device), host_longs([j - 1 for _, j in laws]).to(device)
+            q_x[at] = torch.stack(
+                [_law_at(trees[row].draft_probs[j], trees[row].tokens[j], device) for row, j in laws])
+        p_x, q_x = torch.stack([p_x, q_x]).tolist()  # the one read
+        walking = [row for row in range(rows) if lengths[row] > 1]
+        for j in range(depth):
+            going = []
+            for row in walking:
+                px, qx = p_x[row][j], q_x[row][j]
+                if px >= qx or (px > 0 and float(torch.rand((), generator=generators[row])) < px / qx):
+                    kept[row] = j + 1
+                    if j + 2 < lengths[row]:
+                        going.append(row)
+                else:
+                    rejected.append(row)
+            walking = going
+    p = probs[torch.arange(rows, device=device), host_longs(kept).to(device)]  # [B, V] at each last kept node
+    if rejected:
+        rejected.sort()
+        index = host_longs(rejected).to(device)  # (indexing by a list of ints converts them one by one)
+        if all(trees[row].draft_probs[kept[row] + 1] is None for row in rejected):  # point masses, in one op
+            rejected_tokens = host_longs([trees[row].tokens[kept[row] + 1] for row in rejected]).to(device)
+            drafts = torch.nn.functional.one_hot(rejected_tokens, vocab).float()
+        else:
+            drafts = torch.stack([_law(trees[row], kept[row] + 1, vocab, device) for row in rejected])
+        before = p[index]
+        rest = (before - drafts).clamp_min(0)
+        total = rest.sum(-1, keepdim=True)
+        p[index] = torch.where(total > 0, rest / total.clamp_min(1e-30), before)  # as accept_batch
+    paths = [list(range(n + 1)) for n in range(depth + 1)]
+    return [(paths[n][:], token) for n, token in zip(kept, _bonus(p, generators), strict=True)]
+
+
+def _bonus(p: torch.Tensor, generators: list[torch.Generator | None]) -> list[int]:
+    """A token per row from p [B, V] by inverse CDF, one uniform from each row's generator in row order."""
     uniforms = torch.tensor([float(torch.rand((), generator=gen)) for gen in generators], dtype=torch.float64,
-                            device=device)
+                            device=p.device)
     cdf = p.double().cumsum(-1)  # [B, V]
-    bonus = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).clamp_max(vocab - 1)
-    return [(path, token) for path, token in zip(paths, bonus[:, 0].tolist(), strict=True)]
+    bonus = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).clamp_max(p.shape[-1] - 1)
+    return bonus[:, 0].tolist()
 
 
 def _law_at(q: torch.Tensor | None, token: int, device: torch.device) -> torch.Tensor:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -27,6 +28,8 @@ class DraftTree:
             self.draft_probs = [None] * len(self.tokens)
         if not (len(self.tokens) == len(self.parents) == len(self.draft_probs)) or not self.tokens:
             raise ValueError("a draft tree needs as many tokens, parents and draft distributions, and a root")
+        if self.is_chain:  # (the common case, checked by one list comparison: a drafter makes 128 trees a step)
+            return
         if self.parents[0] != -1 or not all(0 <= p < j for j, p in enumerate(self.parents[1:], 1)):
             raise ValueError(f"parents must be -1 for the root and point to earlier nodes, got {self.parents}")
 
@@ -36,6 +39,11 @@ class DraftTree:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def is_chain(self) -> bool:
+        """Node j's parent is j - 1 for every node (a chain of drafts, or the root alone)."""
+        return self.parents == chain_parents(len(self.parents))
 
     def children(self, node: int) -> list[int]:
         return [j for j, parent in enumerate(self.parents) if parent == node]
@@ -47,6 +55,13 @@ class DraftTree:
         for j, parent in enumerate(self.parents[1:], 1):
             kids[parent].append(j)
         return kids
+
+
+@functools.cache
+def chain_parents(length: int) -> list[int]:
+    """The parents of a chain of `length` nodes, [-1, 0, 1, ...]: one shared list per length (read it, never change
+    it)."""
+    return list(range(-1, length - 1))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,192 @@
+"""The host's work per engine step, by phase: HOST WORK ONLY, never model speed.
+
+On a GPU a speculative step cannot run ahead of the host (the next drafts need this step's accepted tokens), so
+every millisecond the host spends between reading the accepted tokens and launching the next verify graph is a
+millisecond the GPU idles (issue 14: ~4-5 ms of a 22.7 ms step at batch 128). This benchmark measures that host
+work on this machine's CPU, with no GPU and no model cost:
+
+- the target is a tiny random Qwen3.5 (transformers' config class, random weights drawn at load);
+- the engine runs its static-step path (the CUDA-graph code: StepGraphs with capture=False), so the packing,
+  padding, acceptance, commit bookkeeping and emission are exactly the GPU path's host code;
+- the graph's forward and commit are replaced by StubForward (below): the forward returns logits built from the
+  step's own inputs, agreeing with each chain's first k drafts (k drawn for a mean accepted length), so that the
+  target's acceptance keeps realistic paths; the commit does nothing. The stub's own time is measured and left out.
+
+Printed: host ms per step (CPU time of the best of several runs) and its split by engine phase (plan, propose,
+score, accept, commit, emit, observe, scheduler; plain decoding: decode_step), and with --profile the cProfile of
+the timed steps:
+
+    python -m benchmarks.host_step --batch 128 --speculative [--profile]
+    python -m benchmarks.host_step --batch 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import tempfile
+import time
+from collections import defaultdict
+
+import torch
+from transformers import Qwen3_5TextConfig
+
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.eval.synthetic import SyntheticAcceptance, SyntheticDrafter
+from specdec.models.loading import load_model
+from specdec.models.random_checkpoint import random_target
+from specdec.speculation import SamplingParams
+
+VOCAB = 32  # tensor ops run on this CPU: a tiny vocabulary keeps their compute (device work on a GPU) small
+
+
+def tiny_target(directory: str):
+    """A 4-layer Qwen3.5 (3 Gated DeltaNet : 1 attention) at toy widths, random weights, on the CPU."""
+    config = Qwen3_5TextConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, intermediate_size=48, max_position_embeddings=8192,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    return load_model(random_target(config, directory), device="cpu")
+
+
+class StubForward:
+    """Stands in for StepGraphs._forward / _commit (the device's work): fixed-cost logits from the step's inputs.
+
+    Verify steps: node j's argmax is the token of node j + 1 while j < k (k per row, cycling through `kept`, so
+    greedy acceptance keeps k drafts), another token after. Decode steps: a fixed token. seconds: its own time."""
+
+    def __init__(self, graphs, kept: list[int]):
+        self.graphs, self.seconds = graphs, 0.0
+        self.kept = torch.tensor(kept)
+        self.turn = 0
+
+    def forward(self, step) -> None:
+        start = time.thread_time()
+        graphs, lay = self.graphs, self.graphs.layout
+        rows, width = step.inputs.shape[0], graphs.width
+        if graphs.decodes:
+            target = torch.full((rows, 1), 7, dtype=torch.long)
+        else:
+            tokens = step.inputs[:, lay.tokens]
+            following = torch.roll(tokens, -1, dims=1)
+            kept = self.kept.roll(self.turn).repeat(rows // len(self.kept) + 1)[:rows]
+            self.turn += 1
+            target = torch.where(torch.arange(width)[None] < kept[:, None], following, (following + 1) % VOCAB)
+        step.logits = torch.nn.functional.one_hot(target, VOCAB).float()
+        step.features = torch.zeros(rows, width, 8)
+        step.ctx = None  # nothing reads it: the stub commit ignores it
+        self.seconds += time.thread_time() - start
+
+    def commit(self, step) -> None:
+        pass
+
+
+PHASES = ("plan", "propose", "score", "commit", "emit", "observe", "decode_step", "prefill")
+
+
+def instrument(engine: Engine, totals: dict[str, float]) -> None:
+    """Wrap the engine's phases (instance attributes, the class untouched) to add their wall time into totals."""
+    def timed(owner, name, label):
+        inner = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                totals[label] += time.thread_time() - start
+        setattr(owner, name, wrapper)
+
+    for name in PHASES:
+        timed(engine, name, name)
+    timed(engine.acceptance, "accept", "accept")
+    timed(engine.scheduler, "admit", "scheduler")
+    timed(engine.scheduler, "retire", "scheduler")
+
+
+def build(batch: int, speculative: bool, acceptance: str, temperature: float, steps: int, accepted: float):
+    torch.set_num_threads(1)
+    directory = tempfile.mkdtemp(prefix="host_step_")
+    target = tiny_target(directory)
+    drafter = SyntheticDrafter(accepted) if speculative else None
+    chosen = SyntheticAcceptance(accepted) if speculative and acceptance == "synthetic" else None
+    config = EngineConfig.from_flags(max_batch=batch, max_seq_len=2048, num_steps=steps, cuda_graphs=False)
+    engine = Engine(target, drafter, config, acceptance=chosen)
+    width = steps + 1 if speculative else 1
+    engine.runner.enable_graphs(width, batch, capture=False)  # the CUDA-graph path's host code, run on the CPU
+    # kept drafts per row: a repeating pattern whose mean is accepted - 1 (0..steps)
+    pattern = [min(steps, max(0, round(accepted - 1 + offset))) for offset in (-1.5, -0.5, 0.5, 1.5)]
+    stub = StubForward(engine.runner.graphs, pattern)
+    engine.runner.graphs._forward, engine.runner.graphs._commit = stub.forward, stub.commit
+    params = SamplingParams(temperature=temperature, seed=0 if temperature else None)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(batch):
+        prompt = torch.randint(2, VOCAB, (32,), generator=generator).tolist()
+        engine.add_request(prompt, params, max_new_tokens=1500)
+    engine.step()  # admit and prefill every request (not timed)
+    for _ in range(3):
+        engine.step()
+    return engine, stub
+
+
+def measure(engine: Engine, stub: StubForward, steps: int, repeats: int) -> tuple[float, dict[str, float]]:
+    """-> (host ms per step, the best of `repeats` runs of `steps` steps; ms per step by phase of that run). Thread
+    CPU time, not wall time: other processes on this machine do not count."""
+    runs = []
+    for _ in range(repeats):
+        totals: dict[str, float] = defaultdict(float)
+        instrument(engine, totals)
+        stub.seconds = 0.0
+        start = time.thread_time()
+        for _ in range(steps):
+            engine.step()
+        wall = time.thread_time() - start - stub.seconds
+        totals["score"] -= stub.seconds if engine.drafter is not None else 0.0
+        totals["decode_step"] -= stub.seconds if engine.drafter is None else 0.0
+        for name in PHASES:  # unwrap
+            engine.__dict__.pop(name)
+        for owner, name in ((engine.acceptance, "accept"), (engine.scheduler, "admit"), (engine.scheduler, "retire")):
+            owner.__dict__.pop(name)
+        runs.append((wall, totals))
+    wall, totals = min(runs, key=lambda run: run[0])  # the least disturbed run: this machine is shared
+    phases = {name: 1e3 * seconds / steps for name, seconds in totals.items() if seconds > 0}
+    phases["other"] = 1e3 * wall / steps - sum(phases.values())
+    return 1e3 * wall / steps, phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--speculative", action="store_true", help="chains from the synthetic drafter")
+    parser.add_argument("--num-steps", type=int, default=4, help="drafts per chain")
+    parser.add_argument("--accepted", type=float, default=2.7, help="mean accepted length (the bonus included)")
+    parser.add_argument("--acceptance", choices=("target", "synthetic"), default="target",
+                        help="target: the engine's lossless acceptance; synthetic: `specdec bench`'s")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy rows")
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed run")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="cProfile the timed steps, by own time")
+    args = parser.parse_args()
+    engine, stub = build(args.batch, args.speculative, args.acceptance, args.temperature, args.num_steps,
+                         args.accepted)
+    mode = (f"speculative chains of {args.num_steps}, {args.acceptance} acceptance" if args.speculative
+            else "plain decoding")
+    wall, phases = measure(engine, stub, args.steps, args.repeats)
+    print(f"host work, B={args.batch}, {mode}, temperature {args.temperature}: {wall:.3f} ms/step "
+          f"(stub forward excluded)")
+    for name, ms in sorted(phases.items(), key=lambda item: -item[1]):
+        print(f"  {name:12} {ms:7.3f} ms")
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.steps):
+            engine.step()
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()

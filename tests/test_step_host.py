@@ -1,0 +1,64 @@
+"""The host side of a step, on its fast paths: step batches built through arrays (host_longs) against torch.tensor of
+the padded lists, chains told from trees, and a request's emission with and without its per-token walk."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.cache.step import StepBatch, host_longs
+from specdec.engine.request import Request
+from specdec.speculation import DraftTree, SamplingParams
+
+
+def test_host_longs_shapes():
+    assert host_longs([3, -1, 7]).tolist() == [3, -1, 7]
+    assert host_longs([1, 2, 3, 4, 5, 6], 2, 3).tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert host_longs([], 4, 0).shape == (4, 0) and host_longs([]).shape == (0,)
+    assert host_longs([2**40]).dtype == torch.long and host_longs([2**40]).item() == 2**40
+
+
+@pytest.mark.parametrize("rows", [
+    [([5, 6, 7], [-1, 0, 1]), ([1, 2, 3], [-1, 0, 1])],  # chains of one length: the parents expanded from one row
+    [([5, 6, 7], [-1, 0, 1]), ([1], [-1]), ([4, 2], [-1, 0])],  # ragged chains
+    [([5, 6, 7, 8], [-1, 0, 0, 1]), ([1, 2, 3, 9], [-1, 0, 1, 2])],  # a tree beside a chain of its length
+    [([5, 6, 7], [-1, 0, 0]), ([1, 2], [-1, 0])],  # ragged trees
+], ids=["chains", "ragged-chains", "tree-and-chain", "ragged-trees"])
+def test_tree_batches_equal_the_padded_lists(rows):
+    tokens, parents = [list(t) for t, _ in rows], [list(p) for _, p in rows]
+    batch = StepBatch.trees(list(range(len(rows))), tokens, parents)
+    width = max(len(t) for t in tokens)
+    assert batch.tokens.tolist() == [t + [0] * (width - len(t)) for t in tokens]
+    assert batch.parents.tolist() == [p + [-1] * (width - len(p)) for p in parents]
+    assert batch.num_nodes.tolist() == [len(t) for t in tokens]
+    assert batch.tokens.dtype == batch.parents.dtype == batch.num_nodes.dtype == torch.long
+    batch.parents[0, 0] = 5  # each row its own memory (not a view of one expanded row)
+    assert batch.parents[1, 0] == -1
+
+
+def test_chain_and_decode_batches():
+    batch = StepBatch.chains([3, 1], [[4, 5, 6], [7]], prefill=True)
+    assert batch.tokens.tolist() == [[4, 5, 6], [7, 0, 0]] and batch.num_nodes.tolist() == [3, 1]
+    decode = StepBatch.decode([2, 0], [9, 8])
+    assert decode.tokens.tolist() == [[9], [8]] and decode.parents.tolist() == [[-1], [-1]]
+
+
+def test_chains_are_told_from_trees():
+    assert DraftTree.chain(1, [2, 3]).is_chain and DraftTree([1], [-1]).is_chain
+    assert not DraftTree([1, 2, 3], [-1, 0, 0]).is_chain
+    with pytest.raises(ValueError, match="parents must be -1"):
+        DraftTree([1, 2], [0, 0])
+
+
+@pytest.mark.parametrize("tokens, eos, limit, kept, reason", [
+    ([4, 5, 6], (), 10, [4, 5, 6], None),  # the fast path: all kept, the request goes on
+    ([4, 5, 6], (5,), 10, [4, 5], "eos"),  # stops at its end-of-sequence token
+    ([4, 5, 6], (), 5, [4, 5, 6], "length"),  # exactly reaches max_new_tokens
+    ([4, 5, 6], (), 4, [4, 5], "length"),  # cut at max_new_tokens
+], ids=["kept", "eos", "reaches-limit", "cut-at-limit"])
+def test_request_emission(tokens, eos, limit, kept, reason):
+    request = Request(0, [1, 2], SamplingParams(), limit, frozenset(eos))
+    request.emit([9, 9])
+    assert request.emit(list(tokens)) == kept
+    assert request.output == [9, 9, *kept] and request.tokens == [1, 2, 9, 9, *kept]
+    assert request.finish_reason == reason
