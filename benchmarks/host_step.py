@@ -65,8 +65,8 @@ class StubForward:
 
     def forward(self, step) -> None:
         start = time.thread_time()
-        graphs, lay = self.graphs, self.graphs.layout
-        rows, width = step.inputs.shape[0], graphs.width
+        graphs, lay = self.graphs, step.layout  # the bucket's width (graphs per adaptive width)
+        rows, width = step.inputs.shape[0], lay.width
         if graphs.decodes:
             target = torch.full((rows, 1), 7, dtype=torch.long)
         else:

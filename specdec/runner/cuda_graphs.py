@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.backend import backend_for
-from specdec.cache.step import StepBatch, StepContext, positions_for
+from specdec.cache.step import StepBatch, StepContext, host_longs, positions_for
 from specdec.models.base import HybridCausalLM
 from specdec.models.moe import StackedExperts
 from verify_kernels.tree import ancestor_mask, check_tree
@@ -278,10 +278,10 @@ class StepGraphs:
         host[:rows, lay.parents] = batch.parents
         if lay.width > 1:  # (a one-node tree is always valid) the graph builds the masks without checking
             check_tree(batch.parents, batch.num_nodes)
-        host[:rows, lay.num_nodes] = torch.tensor(num_nodes)
-        host[:rows, lay.req_slot] = torch.tensor(batch.req_slots)
-        host[:rows, lay.state_slot] = torch.tensor(state_slots)
-        host[:rows, lay.seq_len] = torch.tensor(seq_lens)
+        host[:rows, lay.num_nodes] = host_longs(num_nodes)
+        host[:rows, lay.req_slot] = host_longs(batch.req_slots)
+        host[:rows, lay.state_slot] = host_longs(state_slots)
+        host[:rows, lay.seq_len] = host_longs(seq_lens)
         host[rows:] = lay.padding_inputs
         step.inputs.copy_(host, non_blocking=True)
         self.replays[lay.width] += 1
@@ -302,7 +302,7 @@ class StepGraphs:
         host[:rows, lay.accepted] = -1
         host[:rows, : accepted.shape[1]] = accepted
         host[:rows, lay.num_accepted] = num_accepted
-        host[:rows, lay.commit_state_slot] = torch.tensor(self.cache.committed_rows(slots)[1])
+        host[:rows, lay.commit_state_slot] = host_longs(self.cache.committed_rows(slots)[1])
         host[rows:] = lay.padding_commit
         graph_step.bucket.commit_inputs.copy_(host, non_blocking=True)
         if graph_step.bucket.commit_graph is not None:
