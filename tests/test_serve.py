@@ -357,3 +357,33 @@ def test_serve_under_tp_answers_as_one_process(served, tmp_path):
         if launcher.poll() is None:
             launcher.terminate()
             launcher.wait(timeout=60)
+
+
+def test_adaptive_shapes_are_counted_in_the_metrics():
+    """--speculation adaptive: /metrics counts each request-step under the shape the policy chose, every step of a
+    request once (8 tokens, the first from the prefill: 2 to 7 steps of at most 5 tokens)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    config = EngineConfig.from_flags(max_batch=4, max_seq_len=192, num_state_slots=4, speculation="adaptive")
+    llm = LLM(MODEL, draft="small", device="cpu", config=config)
+    server = uvicorn.Server(uvicorn.Config(Server(llm, MODEL).app, log_config=None, log_level="warning"))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the server did not start"
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        status, _ = post(url, "/v1/completions", {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": TOKENS,
+                                                   "temperature": 0})
+        assert status == 200
+        shapes = {k: v for k, v in metrics(url).items() if k.startswith("specdec_speculation_shape_steps_total")}
+        assert shapes and all(k.split("shape=")[1].rstrip("}") in {"plain", "chain-1", "chain-2", "chain-3",
+                                                                   "chain-4"} for k in shapes), shapes
+        assert 2 <= sum(shapes.values()) <= TOKENS - 1, shapes
+    finally:
+        server.should_exit = True
+        thread.join()
+        torch.set_num_threads(threads)

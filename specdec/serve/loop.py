@@ -66,6 +66,7 @@ class Job:
     text: IncrementalText | None = None
     tokens_seen: int = 0
     steps_seen: int = 0
+    shapes_seen: dict[str, int] = field(default_factory=dict)  # the adaptive shapes already in the metrics
 
 
 class EngineLoop:
@@ -188,6 +189,7 @@ class EngineLoop:
             stats = request.stats
             self.metrics.observe_steps(stats.emitted_per_step[job.steps_seen:], stats.drafted_per_step[job.steps_seen:])
             job.steps_seen = len(stats.emitted_per_step)
+            self.metrics.observe_shapes(stats.shapes, job.shapes_seen)
             if job.text.stopped and not request.finished:
                 self.engine.abort(request_id)  # its slot is free for the next step
                 self.commands.abort(request_id)

@@ -46,6 +46,9 @@ class Metrics:
                                        registry=r)
         self.acceptance_rate = Gauge(f"{PREFIX}_draft_acceptance_rate", "Accepted over drafted tokens since start",
                                      registry=r)
+        self.speculation_shapes = Counter(
+            f"{PREFIX}_speculation_shape_steps", "Request-steps by the speculation shape the adaptive policy chose "
+            "(plain, chain-N; none with --speculation fixed)", ["shape"], registry=r)
         self.step_seconds = Histogram(f"{PREFIX}_step_seconds", "Wall time of one engine step (a prefill and / or "
                                       "one speculative step of the batch)", buckets=STEP_BUCKETS, registry=r)
         self.request_seconds = Histogram(f"{PREFIX}_request_seconds", "Arrival to last token",
@@ -76,6 +79,14 @@ class Metrics:
         self.accepted_tokens.inc(sum(emitted) - len(emitted))
         if self._drafted:
             self.acceptance_rate.set(self._accepted / self._drafted)
+
+    def observe_shapes(self, shapes: dict[str, int], seen: dict[str, int]) -> None:
+        """One request's steps per shape so far (Request.stats.shapes) against those already counted (`seen`,
+        updated)."""
+        for shape, steps in shapes.items():
+            if steps > seen.get(shape, 0):
+                self.speculation_shapes.labels(shape).inc(steps - seen.get(shape, 0))
+                seen[shape] = steps
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
