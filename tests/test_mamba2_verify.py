@@ -39,6 +39,16 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 NODES = [1, 3, 17, 33, 64]
 
 
+def assert_verify_and_decode_match(pools, x, dt, A, Bm, C, D, parents, num_nodes):
+    """The verify of the trees and the decode of their first nodes against the references, on the same pools."""
+    out = mamba2_verify(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    out += mamba2_decode(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
+    ref += mamba2_decode_ref(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
+    for o, r in zip(out, ref, strict=True):
+        assert_close(o, r)
+
+
 @pytest.mark.parametrize("T", NODES, ids=lambda t: f"T{t}")
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
 def test_verify_matches_reference(heads, T):
@@ -85,12 +95,7 @@ def test_batch_of_one_matches_reference():
     T = 5
     parents, num_nodes = chain_parents(1, T, DEVICE), torch.full((1,), T, device=DEVICE)
     x, dt, Bm, C = tokens(gen, SLICED, 1, T)
-    out = mamba2_verify(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
-    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
-    out += mamba2_decode(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
-    ref += mamba2_decode_ref(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
-    for o, r in zip(out, ref, strict=True):
-        assert_close(o, r)
+    assert_verify_and_decode_match(pools, x, dt, A, Bm, C, D, parents, num_nodes)
     (y, flushed, ours), (y_ref, _, ref) = decode_commit_both(pools, *first_node(x, dt), A, *first_node(Bm, C), D, L)
     assert_close(y, y_ref)
     assert flushed.tolist() == [True]
@@ -119,12 +124,7 @@ def test_bf16_inputs_match_reference():
     pools = kv_pools(gen, heads, ROWS[:3])
     parents, num_nodes = trees(gen, 3, 9)
     x, dt, Bm, C = (t.bfloat16() for t in tokens(gen, heads, 3, 9))
-    out = mamba2_verify(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
-    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
-    out += mamba2_decode(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
-    ref += mamba2_decode_ref(*first_node(x, dt), A, *first_node(Bm, C), D, *pools.args())
-    for o, r in zip(out, ref, strict=True):
-        assert_close(o, r)
+    assert_verify_and_decode_match(pools, x, dt, A, Bm, C, D, parents, num_nodes)
 
 
 
