@@ -54,6 +54,26 @@ def test_off_when_acceptance_collapses_and_back_on_through_probes():
     assert policy.counts["plain"] > 60 and policy.counts["chain-4"] > 60
 
 
+def test_every_row_drafts_in_a_drafting_step_and_collapsed_rows_count_one_token():
+    """The width is the batch's: a drafting step lets every row draft, a collapsed one included (it may recover);
+    a collapsed row adds no expected gain to the rates, so a batch of collapsed rows runs plain steps."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=100, refresh_every=0))
+    acceptance = {0: 0.9, 1: 0.0, 2: 0.9, 3: 0.0}  # per row: two good, two collapsed
+    rng, ids = random.Random(1), [0, 1, 2, 3]
+    for _ in range(60):
+        plan = policy.plan(ids, [100] * 4)
+        assert plan.drafting == (plan.steps > 0,) * 4
+        kept = [next((k for k in range(plan.steps) if rng.random() >= acceptance[i]), plan.steps) for i in ids]
+        policy.observe(ids, [plan.steps] * 4, kept, cheap(4, plan.steps + 1))
+    assert plan.steps == 4  # two good rows make the cheap chain worth it
+    assert policy.acceptance[1].conditional(0) < policy.config.collapse  # row 1 drafted and was seen to fail
+    collapsed = AdaptivePolicy(AdaptiveConfig(max_steps=4, collapse=1.01, probe_every=100, refresh_every=0))
+    for _ in range(20):
+        plan = collapsed.plan(ids, [100] * 4)
+        collapsed.observe(ids, [plan.steps] * 4, [plan.steps] * 4, cheap(4, plan.steps + 1))
+    assert plan.steps == 0  # every row collapsed (collapse above 1): plain, whatever it accepted
+
+
 def test_longer_chains_when_steps_are_cheap_shorter_or_none_when_dear():
     def chosen(cost, acceptance):
         policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, refresh_every=0))

@@ -1,12 +1,15 @@
 """The per-step choice of the speculation shape for a batch: no drafting or a chain of 1..S drafts, one width for the
-whole batch (the engine verifies one width per step, each a captured CUDA graph width on a GPU), and which rows
-draft in it.
+whole batch (the engine verifies one width per step, each a captured CUDA graph width on a GPU).
 
     rate(s) = sum_i E_i(s) / cost(B, s + 1),   E_i(s) = expected tokens request i emits with a chain of s drafts
 
-with E_i = 1 for a request that does not draft. A request whose first draft is rarely accepted (p[0] < collapse)
-stops drafting; it drafts again once `probe_every` of its steps passed without drafting (a probe), which is also
-the longest a request goes without drafting at all, so a drafter's pending tokens stay few (Drafter.skipped).
+In a drafting step every row drafts: the step's width, and so its cost, is the batch's, and a row left out of it
+would emit one token where drafting costs the target nothing more. (The first policy switched rows off one by one;
+in the H200 study of 2026-12-02 at batch 64 and acceptance 2.72 its batch took 49 steps where fixed chains took 31,
+each step still paying the widest row's width: 0.65x the fixed chains' tokens/s.) A request whose first draft is
+rarely accepted (p[0] < collapse) counts as emitting one token in the rates, its drafts not worth a wider step;
+once the batch has run `probe_every` steps without drafting, a probe step drafts again, so that requests that
+recovered are seen.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ class AdaptiveConfig:
     """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), what a new
     request starts from (default: the shipped Qwen3.5 drafters on MT-bench, about 0.75 at each position); prior_weight:
     its weight in observations; decay: per observation of a position. collapse: a request whose first-position
-    acceptance falls below this stops drafting. probe_every: steps without drafting before a request (or, when the batch
-    runs plain steps, the batch) drafts again; requests halfway there probe in the same step. refresh_every: steps
+    acceptance falls below this counts as emitting one token whatever it drafts. probe_every: steps the batch runs
+    without drafting before a probe step drafts (every row). refresh_every: steps
     between re-measuring the contender (a shape within 20% of the best) measured least recently in the batch's bucket (a
     cost drifts with context, and with whatever else the machine runs). max_steps: the longest chain (the engine's
     TreeShape budget); chains: the lengths offered (default: 1, 2, 4, ... up to max_steps, and max_steps: a small
@@ -71,7 +74,8 @@ class AdaptiveConfig:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """steps: drafts per drafting row (0: nobody drafts); drafting[i]: whether row i drafts."""
+    """steps: drafts per row (0: nobody drafts); drafting[i]: whether row i drafts (every row of a drafting step:
+    the policy's plans; the engine takes any mask)."""
 
     steps: int
     drafting: tuple[bool, ...]
@@ -88,7 +92,6 @@ class AdaptivePolicy:
         self.config = config
         self.cost = StepCost(prior)
         self.acceptance: dict[int, RunningAcceptance] = {}
-        self.idle: dict[int, int] = {}  # request id -> its steps since it last drafted
         self.counts: Counter[str] = Counter()
         self.steps = 0
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
@@ -99,21 +102,15 @@ class AdaptivePolicy:
         """The plan for a step of these requests (their tokens so far: contexts)."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         stats = [self._stats(rid) for rid in request_ids]
-        idle = [self.idle.get(rid, 0) for rid in request_ids]
-        # one probe step for many: once a request is due, those halfway there come along
-        due = [n >= (self.config.probe_every + 1) // 2 for n in idle] if max(idle) >= self.config.probe_every else \
-            [False] * batch
-        active = [d or s.conditional(0) >= self.config.collapse for s, d in zip(stats, due, strict=True)]
-        rates = {s: self._rate(stats, active, batch, s, context) for s in self.config.shapes}
+        worth = [s.conditional(0) >= self.config.collapse for s in stats]
+        rates = {s: self._rate(stats, worth, batch, s, context) for s in self.config.shapes}
         steps = self._explore(batch, rates)
         if steps is None:
             steps = max(rates, key=lambda s: (rates[s], -s))
-        if steps == 0 and (any(due) or self.since_drafting >= self.config.probe_every):
-            # a probe: the best drafting shape, every row drafting (those off see whether they recovered)
-            steps, active = max(self.config.chain_lengths, key=lambda s: (rates[s], -s)), [True] * batch
-        if steps > 0 and not any(active):
-            active = due if any(due) else [True] * batch
-        plan = StepPlan(steps, tuple(active) if steps else (False,) * batch)
+        if steps == 0 and self.since_drafting >= self.config.probe_every:
+            # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
+            steps = max(self.config.chain_lengths, key=lambda s: (rates[s], -s))
+        plan = StepPlan(steps, (steps > 0,) * batch)
         self._planned = (batch, context, plan)
         return plan
 
@@ -127,16 +124,12 @@ class AdaptivePolicy:
         self.counts[plan.label] += 1
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
-        for rid, drafts, kept, drafting in zip(request_ids, drafted, accepted, plan.drafting, strict=True):
-            if drafting:
+        for rid, drafts, kept in zip(request_ids, drafted, accepted, strict=True):
+            if drafts:
                 self._stats(rid).observe(drafts, kept)
-                self.idle[rid] = 0
-            else:
-                self.idle[rid] = self.idle.get(rid, 0) + 1
 
     def finish(self, request_id: int) -> None:
         self.acceptance.pop(request_id, None)
-        self.idle.pop(request_id, None)
 
     def _stats(self, request_id: int) -> RunningAcceptance:
         if request_id not in self.acceptance:
@@ -144,9 +137,9 @@ class AdaptivePolicy:
             self.acceptance[request_id] = RunningAcceptance(c.prior_at(c.max_steps), c.prior_weight, c.decay)
         return self.acceptance[request_id]
 
-    def _rate(self, stats, active, batch: int, steps: int, context: float) -> float:
-        """Expected emitted tokens per second of a step of `steps` drafts per active row."""
-        emitted = sum(s.expected_emitted(steps) if a else 1.0 for s, a in zip(stats, active, strict=True))
+    def _rate(self, stats, worth, batch: int, steps: int, context: float) -> float:
+        """Expected emitted tokens per second of a step of `steps` drafts per row (a collapsed row: 1 token)."""
+        emitted = sum(s.expected_emitted(steps) if w else 1.0 for s, w in zip(stats, worth, strict=True))
         return emitted / self.cost.seconds(batch, steps + 1, context)
 
     def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
