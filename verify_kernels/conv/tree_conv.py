@@ -18,13 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
-# Launch parameters: channels per program and warps. At decode (one node per row) a program per 128 channels made
-# the conv and its commit tiny programs, ~5x off their bytes on the H200 (2026-12-01 engine profile, batch 256:
-# 0.41 + 0.31 ms per step over 24 layers against 0.15 ms); 1024 channels on 4 warps give each thread 8 contiguous
-# channels (16-byte loads in bf16) and a row of Qwen3.5-9B's 8192 conv channels 8 programs.
-BLOCK_D = 1024
-COMMIT_BLOCK_D = 1024
-NUM_WARPS = 4
+# Launch parameters: channels per program and warps, from `python -m benchmarks.sweep_gdn --ops conv --batches 256`
+# on the H200 (2026-12-02, Qwen3.5-9B's 8192 conv channels, bf16, conv + its commit per layer): 256 channels on 2
+# warps 27.8 us at one node per row and 61.0 us at 4-node chains, against 38.4 / 95.2 us for 1024 channels on 4 warps
+# and 28.0 / 61.0 for 512 on 4; 2048 channels were slower still. Still some 3x off the bytes (32% of the bound).
+BLOCK_D = 256
+COMMIT_BLOCK_D = 256
+NUM_WARPS = 2
 
 WIDTHS = (2, 3, 4)
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
