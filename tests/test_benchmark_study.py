@@ -51,3 +51,24 @@ def test_adaptive_rows_are_held_against_plain_and_fixed_and_collapsed_runs_kept_
     collapsed = {**measured, "rows": rows[3:], "settings": {"draft": "synthetic:1.2"}}
     assert len(merge([measured, collapsed])) == 2
     assert (acceptance_suffix(measured), acceptance_suffix(collapsed)) == ("", "_accepted1.2")
+
+
+def test_a_collapsed_run_borrows_the_plain_rows_and_sets_no_targets():
+    """Plain decoding drafts nothing: a run at a collapsed acceptance shows the measured run's plain rows beside its
+    own adaptive ones; the issue's targets are read off the runs at the measured acceptance only."""
+    from benchmarks.study import with_plain_rows
+
+    def row(mode, batch, speed, backend="kvbuffer"):
+        return {"backend": backend, "mode": mode, "batch_size": batch, "tokens_per_second": speed,
+                "x_roofline": 1.5, "roofline_speedup_over_recurrent": 1.2}
+
+    measured = {"model": "qwen3.5-9b", "layers": 32, "transformers": [], "settings": {"draft": "synthetic:2.72"},
+                "rows": [row("plain", 256, 9000.0), row("speculative", 128, 8000.0)]}
+    collapsed = {**measured, "settings": {"draft": "synthetic:1.2"},
+                 "rows": [row("speculative", 128, 4000.0), row("adaptive", 256, 8500.0)]}
+    joined_measured, joined_collapsed = with_plain_rows([measured, collapsed])
+    assert joined_measured is measured
+    assert [r["mode"] for r in joined_collapsed["rows"]] == ["plain", "speculative", "adaptive"]
+    section = study_section([joined_measured, joined_collapsed], target_results=[joined_measured])
+    targets = section.split("### ")[0]
+    assert targets.count("speculative B=128: KVBuffer step") == 1 and "| 1.50x |" in targets
