@@ -421,6 +421,9 @@ def study_model_lines(result: dict, plot: Path | None) -> list[str]:
     parts = roofline_parts_table(result)
     if parts:
         lines += ["The roofline by part at the targets' batch sizes (ms/step):", "", *parts, ""]
+    traffic = experts_line(result)
+    if traffic:
+        lines += [traffic, ""]
     if result.get("transformers"):
         reference = ", ".join(f"{r['tokens_per_second']:.0f} tok/s at batch {r['batch_size']}"
                               for r in sorted(result["transformers"], key=lambda r: r["batch_size"]))
@@ -428,6 +431,18 @@ def study_model_lines(result: dict, plot: Path | None) -> list[str]:
     if plot is not None:
         lines += [f"![tokens/s against batch size]({plot.as_posix()})", ""]
     return lines
+
+
+def experts_line(result: dict) -> str:
+    """MoE rows: the distinct experts a layer call read, measured, against uniform routing's (the roofline's expert
+    reads scale by it); "" for a dense model or runs from before the count (2026-12-02)."""
+    measured = sorted((r["backend"], r["mode"], r["batch_size"], r["experts_vs_uniform"]) for r in result["rows"]
+                      if r.get("experts_vs_uniform") is not None)
+    if not measured:
+        return ""
+    cells = "; ".join(f"{backend} {mode} {batch}: {factor:.2f}" for backend, mode, batch, factor in measured)
+    return ("Distinct MoE experts read per layer call, measured, over those uniform routing of the same tokens would "
+            f"touch (the rooflines' expert reads are scaled by it): {cells}.")
 
 
 def _peaks_text(peaks: dict) -> str:

@@ -28,11 +28,12 @@ from tqdm.auto import tqdm
 from specdec.cache.budget import state_bytes
 from specdec.eval import device_memory
 from specdec.eval.peaks import Peaks, measure_peaks
-from specdec.eval.roofline import Workload, run_roofline
+from specdec.eval.roofline import Workload, expected_experts, run_roofline
 from specdec.eval.step_cost import roofline_step_cost
 from specdec.eval.summary import shape_shares
 from specdec.eval.synthetic import PREFIX as SYNTHETIC
 from specdec.eval.synthetic import synthetic_speculation
+from specdec.models.expert_traffic import ExpertTraffic
 
 BACKENDS = ("kvbuffer", "recurrent")
 # the linear state each backend's engine runs (specdec/cache/linear_state.py): "recurrent" is the baseline of
@@ -95,6 +96,7 @@ class BenchRow:
     roofline_ms_by_part: dict[str, float] | None = None
     largest_batch_in_memory: int | None = None  # GPU: the batch this engine would fill the device with
     shapes: dict[str, int] | None = None  # adaptive rows: the timed steps per shape the policy chose
+    experts_vs_uniform: float | None = None  # MoE: distinct experts read per call / uniform routing's (the roofline's)
 
 
 def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[BenchRow]:
@@ -121,6 +123,7 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                 free_device_memory()
                 continue
             with_roofline_prior(llm, settings, backend, peaks)
+            traffic = ExpertTraffic(llm.model)  # before any graph is captured: the counts are captured with it
             per_request = linear_state_bytes(llm, settings, backend, mode)
             fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
             prompts = bench_prompts(llm, settings, max(batch_sizes))
@@ -128,7 +131,8 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
             memory = device_memory.engine_memory(llm)
             for index, batch_size in enumerate(tqdm(batch_sizes, desc=f"{backend} {mode}", unit="batch")):
                 try:
-                    row = time_batch(llm, prompts, batch_size, settings, backend, mode, per_request, fits, peaks)
+                    row = time_batch(llm, prompts, batch_size, settings, backend, mode, per_request, fits, peaks,
+                                     traffic if traffic.any else None)
                     if memory is not None:
                         largest = device_memory.largest_batch(memory, device_memory.peak_reserved(device), batch_size)
                         row = BenchRow(**{**asdict(row), "largest_batch_in_memory": largest})
@@ -196,11 +200,14 @@ def with_roofline_prior(llm, settings: BenchSettings, backend: str, peaks: Peaks
 
 
 def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSettings, backend: str, mode: str,
-               per_request: int, fits: int, peaks: Peaks) -> BenchRow:
+               per_request: int, fits: int, peaks: Peaks, traffic: ExpertTraffic | None = None) -> BenchRow:
     """Decode throughput: the batch's prefill runs before the clock starts (its first new token per request is
-    not counted), then every step to the last request's end, as the batch shrinks. Its roofline: the same steps."""
+    not counted), then every step to the last request's end, as the batch shrinks. Its roofline: the same steps,
+    with a MoE model's expert reads scaled to the distinct experts the timed steps touched (traffic)."""
     device_memory.start_peak(llm.model.device)
     requests = warm_up_and_prefill(llm, prompts, batch_size, settings)
+    if traffic is not None:
+        traffic.reset()
     policy = llm.engine.policy
     chosen = Counter(policy.counts) if policy is not None else None  # the warm-up's, left out
     start = time.perf_counter()
@@ -213,6 +220,10 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
     steps = max(max(r.stats.steps for r in requests), 1)
     ms_per_step = 1e3 * seconds / steps
     work = step_workloads(requests, llm, settings, backend, settings.prompt_tokens)
+    factor = None
+    if traffic is not None:
+        factor = experts_vs_uniform(traffic, llm.model.hf_config, work)
+        work = [replace(w, expert_factor=factor) for w in work]
     roofline_ms, by_part = run_roofline(llm.model.hf_config, work, peaks, steps)
     ratio = None
     if backend == "kvbuffer":  # the baseline's roofline over the very same steps
@@ -223,7 +234,17 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
                     mean_accepted_length=sum(emitted) / max(len(emitted), 1),
                     state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits,
                     roofline_ms_per_step=roofline_ms, x_roofline=ms_per_step / roofline_ms,
-                    roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part, shapes=shapes)
+                    roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part, shapes=shapes,
+                    experts_vs_uniform=factor)
+
+
+def experts_vs_uniform(traffic: ExpertTraffic, config, work: list[Workload]) -> float:
+    """Distinct experts a MoE layer call read in the timed steps (mean over calls, padding rows of a CUDA graph's
+    bucket included: the kernel reads their experts too) / those uniform routing of the steps' tokens touches."""
+    distinct, calls = traffic.read()
+    num_experts = traffic.experts[0].first.shape[0]
+    uniform = sum(expected_experts(num_experts, config.num_experts_per_tok, w.tokens) for w in work) / len(work)
+    return (distinct / calls) / uniform if calls and uniform else 1.0
 
 
 def step_workloads(requests: list, llm, settings: BenchSettings, backend: str, prompt_tokens: int) -> list[Workload]:
@@ -303,25 +324,31 @@ def with_speedups(rows: list[BenchRow]) -> list[BenchRow]:
 
 
 def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
-    """The rows as a table; with adaptive rows, a last column gives the shapes chosen (share of the timed steps)."""
+    """The rows as a table; with adaptive rows, a column gives the shapes chosen (share of the timed steps); with a
+    MoE target, one gives the distinct experts read against uniform routing (the roofline's expert reads scale by
+    it)."""
     adaptive = any(r.shapes for r in rows)
+    moe = any(r.experts_vs_uniform is not None for r in rows)
     lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | roofline ms/step | x roofline | "
              "roofline x recurrent | mean accepted length | state MiB / request | requests in "
-             f"{budget_gb:g} GiB | largest batch in memory |" + (" shapes chosen |" if adaptive else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")]
+             f"{budget_gb:g} GiB | largest batch in memory |" + (" shapes chosen |" if adaptive else "")
+             + (" experts read / uniform routing |" if moe else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")
+             + ("---|" if moe else "")]
     for r in rows:
-        shapes = f" {shape_shares(r.shapes) if r.shapes else ''} |" if adaptive else ""
+        extra = (f" {shape_shares(r.shapes) if r.shapes else ''} |" if adaptive else "") + \
+            (f" {_fmt(r.experts_vs_uniform, '{:.2f}')} |" if moe else "")
         speedup = _fmt(r.speedup_over_recurrent, "{:.2f}x")
         memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests} | "
                   f"{_fmt(r.largest_batch_in_memory, '{}')}" if r.backend != "transformers" else " |  | ")
         if r.out_of_memory:
             lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  |  |  |  | {memory} |"
-                         + shapes)
+                         + extra)
             continue
         lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
                      f"{r.ms_per_step:.2f} | {_fmt(r.roofline_ms_per_step, '{:.2f}')} | "
                      f"{_fmt(r.x_roofline, '{:.2f}x')} | {_fmt(r.roofline_speedup_over_recurrent, '{:.2f}x')} | "
-                     f"{r.mean_accepted_length:.2f} | {memory} |" + shapes)
+                     f"{r.mean_accepted_length:.2f} | {memory} |" + extra)
     return "\n".join(lines)
 
 

@@ -13,7 +13,9 @@ entries fp32, as the pools hold them):
 
 - GEMMs (part "weights", "LM head"): the weight once, its N input and N output rows; 2 N in out FLOPs.
   Mixture of experts ("MoE experts"): the distinct experts that N tokens routed uniformly to k of E touch,
-  E (1 - (1 - k/E)^N) in expectation, each read once; 2 N k in out FLOPs. Routers and shared experts are GEMMs.
+  E (1 - (1 - k/E)^N) in expectation, each read once, times Workload.expert_factor (1, or what a run measured
+  against that expectation: specdec/models/expert_traffic.py); 2 N k in out FLOPs. Routers and shared experts are
+  GEMMs.
 - Linear-attention state per layer ("linear state"), S = one request's state, e = one buffered token's entry:
   * KVBuffer with flush length L: S0 read once per row that has a state (a request that has never folded has
     none: context < L), the buffer's entries read once per row (mean fill (L - a) / 2 for a tokens kept per step),
@@ -56,6 +58,7 @@ class Workload:
     flush_length: int = 16      # L of the KVBuffer (the baseline keeps no buffer)
     context: float = 0.0        # committed tokens per request: the attention KV read, and whether a state exists
     dtype_bytes: int = 2        # weights, activations, KV and conv windows (bf16)
+    expert_factor: float = 1.0  # MoE: distinct experts read / those uniform routing touches (measured by a run)
 
     def __post_init__(self):
         if self.batch < 1 or self.nodes < 1 or self.flush_length < 1:
@@ -157,9 +160,10 @@ def gemm(part: str, name: str, fan_in: int, fan_out: int, work: Workload, weight
 
 
 def experts(name: str, num_experts: int, top_k: int, fan_in: int, fan_out: int, work: Workload) -> Op:
-    """One grouped GEMM over the routed experts: the distinct experts touched, expected under uniform routing."""
+    """One grouped GEMM over the routed experts: the distinct experts touched, expected under uniform routing (times
+    the measured factor, at most all of them)."""
     n, w = work.tokens, work.dtype_bytes
-    touched = expected_experts(num_experts, top_k, n)
+    touched = min(expected_experts(num_experts, top_k, n) * work.expert_factor, num_experts)
     return Op("MoE experts", name, touched * fan_in * fan_out * w + n * top_k * (fan_in + fan_out) * w,
               2 * n * top_k * fan_in * fan_out, params=num_experts * fan_in * fan_out)
 

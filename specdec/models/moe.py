@@ -19,6 +19,7 @@ from torch import nn
 from specdec.backend import backend_for
 from specdec.parallel import SINGLE, TensorParallel, all_reduce, shard_parameters
 
+from .expert_traffic import count_touched
 from .layers import GatedMLP, PlainMLP, act_and_mul, activation, apply_act
 
 # The experts run as the fused Triton experts where the backend is Triton (CUDA): no host synchronisation, so MoE
@@ -45,8 +46,12 @@ class StackedExperts(nn.Module):
         dims = (self.first.shape[1], self.first.shape[2], self.second.shape[2])
         return GROUPED_MM is not None and all(dim * size % 16 == 0 for dim in dims)
 
+    traffic: torch.Tensor | None = None  # benchmarks: distinct experts touched, counted (expert_traffic.py)
+
     def forward(self, x: torch.Tensor, top_index: torch.Tensor, top_weight: torch.Tensor) -> torch.Tensor:
         """x [N, D]; top_index, top_weight [N, k] -> sum_k weight * expert(x) [N, D] in top_weight's dtype."""
+        if self.traffic is not None:
+            count_touched(self.traffic, top_index, self.first.shape[0])
         if backend_for(x.device) == "triton":
             return self._kernel(x, top_index, top_weight)
         if self.grouped:
