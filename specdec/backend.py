@@ -61,6 +61,7 @@ class IntermediateOps:
 class ConvOps:
     tree: Callable
     commit: Callable
+    decode: Callable  # plain decoding: the tree conv of one node and its commit in one op
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,8 @@ def mamba2_ops(backend: str) -> MixerOps:
 @functools.cache
 def conv_ops(backend: str) -> ConvOps:
     if backend == "reference":
-        return ConvOps(conv.causal_conv1d_tree_ref, conv.conv_commit_ref)
-    return ConvOps(conv.causal_conv1d_tree, conv.conv_commit)
+        return ConvOps(conv.causal_conv1d_tree_ref, conv.conv_commit_ref, conv.conv_decode_ref)
+    return ConvOps(conv.causal_conv1d_tree, conv.conv_commit, conv.conv_decode)
 
 
 @functools.cache

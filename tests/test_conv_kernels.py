@@ -16,6 +16,8 @@ from verify_kernels.conv import (
     causal_conv1d_tree_ref,
     conv_commit,
     conv_commit_ref,
+    conv_decode,
+    conv_decode_ref,
     conv_window_sources,
     tree_conv_windows_ref,
 )
@@ -165,6 +167,30 @@ def test_conv_commit_matches_reference(W, dtype):
     torch.testing.assert_close(ours, ref, atol=0, rtol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("W", [2, 3, 4], ids=lambda w: f"W{w}")
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+def test_conv_decode_is_the_tree_conv_then_the_commit(W, dtype, with_bias):
+    """Plain decoding's one kernel against its reference (the tree conv of one node, then its commit): outputs, a
+    padding row's zeros (its input NaN, its window untouched), the updated windows; the spare slots stay NaN."""
+    gen = torch.Generator().manual_seed(10 + W)
+    B, D = 4, 300
+    pool, req_slots = conv_pool(gen, B, D, W, dtype)
+    weight, bias = conv_layer(gen, D, W, with_bias, dtype)
+    x = torch.randn(B, 1, 2 * D, generator=gen).to(DEVICE, dtype)[..., :D]    # strided, as the model's split
+    num_nodes = torch.tensor([1, 1, 0, 1], device=DEVICE)
+    x[2] = NAN                                                                 # a padding row's input
+    ours, ref = pool.clone(), pool.clone()
+    y = conv_decode(x, num_nodes, ours, req_slots, weight, bias, "silu")
+    expected = conv_decode_ref(x, num_nodes, ref, req_slots, weight, bias, "silu")
+    assert_close(y, expected)
+    assert (y[2] == 0).all()
+    torch.testing.assert_close(ours, ref, atol=0, rtol=0, equal_nan=True)
+    assert torch.equal(ours[req_slots[2]], pool[req_slots[2]])
+    with pytest.raises(ValueError, match="one node per row"):
+        conv_decode(x.expand(B, 2, D), num_nodes, ours, req_slots, weight)
+
+
 def test_bad_arguments_raise():
     x, pool, slots = torch.zeros(1, 1, 8, device=DEVICE), torch.zeros(1, 8, 3, device=DEVICE), torch.zeros(
         1, dtype=torch.long, device=DEVICE)
@@ -198,4 +224,20 @@ def test_nemotron_nano_conv_matches_reference(dtype):
     ours, ref = pool.clone(), pool.clone()
     conv_commit(x.nan_to_num(), accepted, num_accepted, ours, req_slots)
     conv_commit_ref(x.nan_to_num(), accepted, num_accepted, ref, req_slots)
+    torch.testing.assert_close(ours, ref, atol=0, rtol=0, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device")
+def test_qwen35_decode_conv_matches_reference():
+    """Qwen3.5-9B's 8192 conv channels, W = 4, bf16, batch 256 with padding rows: plain decoding's one kernel."""
+    gen = torch.Generator().manual_seed(4)
+    B, D, W = 256, 8192, 4
+    pool, req_slots = conv_pool(gen, B, D, W, torch.bfloat16)
+    weight, _ = conv_layer(gen, D, W, False, torch.bfloat16)
+    x = torch.randn(B, 1, D, generator=gen).to(DEVICE, torch.bfloat16)
+    num_nodes = (torch.arange(B) % 7 != 3).long().to(DEVICE)
+    ours, ref = pool.clone(), pool.clone()
+    y = conv_decode(x, num_nodes, ours, req_slots, weight, None, "silu")
+    assert_close(y, conv_decode_ref(x, num_nodes, ref, req_slots, weight, None, "silu"))
     torch.testing.assert_close(ours, ref, atol=0, rtol=0, equal_nan=True)

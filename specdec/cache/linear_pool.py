@@ -74,18 +74,26 @@ class LinearLayerPool:
         """Fold the buffers of these requests into their committed states (state_slots >= 0)."""
         self.linear_state.flush(req_slots, state_slots, buf_len)
 
+    def short_conv(self, ctx, conv_input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+             activation: str | None) -> torch.Tensor:
+        """The layer's short conv of the step's nodes, conv_input [B, T, conv_dim] -> [B, T, conv_dim]; a step that
+        commits in its forward (plain decoding, one node per row) also appends its node to the conv window, in the
+        same op (one kernel: the window read once)."""
+        if ctx.commit_in_forward:
+            return self.conv_ops.decode(conv_input, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias, activation)
+        return self.conv_ops.tree(conv_input, ctx.parents, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias,
+                                  activation)
+
     def score(self, ctx, inputs: MixerInputs, conv_input: torch.Tensor,
               buf_len: torch.Tensor) -> tuple[torch.Tensor, LinearScratch | None]:
         """Every row of the step -> (outputs [B, T, heads, head_dim] fp32, what commit needs; None when the step
-        commits in the forward, ctx.commit_in_forward: plain decoding, conv window and state). Tree rows go through
-        the linear state; chunk rows (prompts longer than the buffer) through the chunked prefill, which starts
-        from the committed state and ends with the row's new one. Right padding of chunk rows leaves the state
-        untouched (zero decay and input), so the final state is the one at each row's end."""
+        commits in the forward, ctx.commit_in_forward: plain decoding, the state here, the conv window in short_conv()).
+        Tree rows go through the linear state; chunk rows (prompts longer than the buffer) through the chunked
+        prefill, which starts from the committed state and ends with the row's new one. Right padding of chunk rows
+        leaves the state untouched (zero decay and input), so the final state is the one at each row's end."""
         scratch = LinearScratch(conv_input=conv_input)
-        if ctx.commit_in_forward:  # plain decoding: every row's one node is accepted, commit it now
-            out = self.linear_state.decode_commit(ctx, inputs, buf_len)
-            self.conv_ops.commit(conv_input, ctx.accepted, ctx.num_nodes, self.conv, ctx.req_slots)
-            return out, None
+        if ctx.commit_in_forward:  # plain decoding: every row's one node is accepted, commit its state now
+            return self.linear_state.decode_commit(ctx, inputs, buf_len), None
         tree_out = chunk_out = None
         if ctx.tree_rows.numel():
             tree_out, scratch.tree = self.linear_state.score(ctx, inputs, buf_len)

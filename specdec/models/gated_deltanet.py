@@ -69,9 +69,7 @@ class GatedDeltaNet(nn.Module):
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         pool = cache.linear[self.linear_index]
         mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
-        conv_out = pool.conv_ops.tree(
-            mixed, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], None, "silu"
-        )
+        conv_out = pool.short_conv(ctx, mixed, self.conv1d.weight[:, 0], None, "silu")
         glue = glue_for(hidden, self.A_log, self.dt_bias)
         # fp32 contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K] and v [B, T, HV, V]
         query, key, value = glue.gdn_qkv(conv_out, self.num_k_heads, self.head_k_dim, self.num_v_heads,

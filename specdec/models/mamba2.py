@@ -74,10 +74,7 @@ class Mamba2Mixer(nn.Module):
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         pool = cache.linear[self.linear_index]
         gate, xbc, dt = self.in_proj(hidden).split([self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)
-        conv_out = pool.conv_ops.tree(
-            xbc, ctx.parents, ctx.num_nodes, pool.conv, ctx.req_slots, self.conv1d.weight[:, 0], self.conv1d.bias,
-            "silu",
-        )
+        conv_out = pool.short_conv(ctx, xbc, self.conv1d.weight[:, 0], self.conv1d.bias, "silu")
         # fp32 contiguous x [B, T, NH, P], dt = softplus(dt + dt_bias) clamped [B, T, NH], B and C [B, T, NG, N]
         # (the kernels take contiguous rows; splits of conv_out are strided views), A = -exp(A_log), D [NH]
         x, dt, bm, cm, A, D = glue_for(hidden, self.A_log, self.dt_bias, self.D).mamba2_inputs(

@@ -101,3 +101,25 @@ def conv_commit_ref(
     # the row's sequence is history[:, :, :keep + a]: its last `keep` columns start at column a
     last = (num_accepted[:, None] + torch.arange(keep, device=x.device))[:, None].expand(B, x.shape[-1], keep)
     conv_pool[req_slots] = history.gather(-1, last)
+
+
+def conv_decode_ref(
+    x: torch.Tensor,
+    num_nodes: torch.Tensor,
+    conv_pool: torch.Tensor,
+    req_slots: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = "silu",
+) -> torch.Tensor:
+    """Plain decoding's conv: each row's one node through its committed window, then the node appended to the
+    window, in place (causal_conv1d_tree_ref, then conv_commit_ref of the node).
+
+    x: [B, 1, D]; num_nodes: [B] int64, 1 or 0 (a padding row: output zeros, window untouched); conv_pool:
+    [R, D, W - 1]; req_slots: [B] int64; weight: [D, W]; bias: [D] or None; activation: "silu" or None.
+    Returns y [B, 1, D] in x.dtype."""
+    B = x.shape[0]
+    roots = torch.full((B, 1), -1, dtype=torch.long, device=x.device)
+    y = causal_conv1d_tree_ref(x, roots, num_nodes, conv_pool, req_slots, weight, bias, activation)
+    conv_commit_ref(x, torch.zeros_like(roots), num_nodes, conv_pool, req_slots)
+    return y

@@ -97,7 +97,7 @@ def gdn_chunk_prefill_ref(
         u = U[:, :, c] - W[:, :, c] @ S                                     # [B, HV, C, V]
         o[:, :, c] = q_decayed[:, :, c] @ S + qk[:, :, c] @ u
         S = G[:, :, c, -1, None, None].exp() * S + k_decayed[:, :, c].transpose(-1, -2) @ u
-    o = o.flatten(2, 3)[:, :, :T].transpose(1, 2)                           # [B, T, HV, V]
+    o = o.flatten(2, 3)[:, :, :T].transpose(1, 2).contiguous()              # [B, T, HV, V]
     return o, S
 
 
