@@ -30,7 +30,14 @@ import torch
 from benchmarks import checks, gdn
 from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
-from verify_kernels.conv import causal_conv1d_tree, causal_conv1d_tree_ref, conv_commit, conv_commit_ref, tree_conv
+from verify_kernels.conv import (
+    causal_conv1d_tree,
+    causal_conv1d_tree_ref,
+    conv_commit,
+    conv_commit_ref,
+    conv_decode,
+    tree_conv,
+)
 from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_commit, gdn_flush, gdn_verify, verify
 from verify_kernels.tree import ancestor_mask, chain_parents
 
@@ -95,7 +102,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bk, stages in ((32, 2), (64, 1)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
                                  {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
-    if "conv" in ops:
+    if "conv" in ops:  # (one node: the decode kernel, decode_conv.py, keeps its own setting)
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
             out.append(Candidate("conv", f"{block_d} channels, {warps} warps",
@@ -163,8 +170,9 @@ class Workloads:
         self.num_accepted = torch.full((batch,), 3, device="cuda")
 
     def conv(self, nodes: int) -> tuple[float, float]:
-        """The conv of a chain of `nodes` per row, then the commit of all of them (nodes 1: plain decoding), bf16
-        inputs and windows; bytes: the windows read and written, the nodes' inputs read and outputs written."""
+        """The conv of a chain of `nodes` per row, then the commit of all of them (nodes 1: plain decoding's one
+        kernel, conv_decode, as the engine runs it), bf16 inputs and windows; bytes: the windows read and written,
+        the nodes' inputs read and outputs written."""
         D, W, B = CONV_D, CONV_W, self.batch
         window = D * (W - 1) * 2
         rotations = rotations_for(B * window)
@@ -177,11 +185,14 @@ class Workloads:
         slots = [rotation_slots(r, B) for r in range(rotations)]
 
         def step(r: int) -> None:
+            if nodes == 1:
+                conv_decode(x[r], num_nodes, pool, slots[r], weight, None, "silu")
+                return
             causal_conv1d_tree(x[r], parents, num_nodes, pool, slots[r], weight, None, "silu")
             conv_commit(x[r], accepted, num_nodes, pool, slots[r])
 
         calls = [partial(step, r) for r in range(rotations)]
-        return self.time_us(calls, 0), B * (2 * window + 3 * nodes * D * 2)
+        return self.time_us(calls, 0), B * (2 * window + 2 * nodes * D * 2 + (nodes > 1) * nodes * D * 2)
 
     def _pools(self, r: int):
         return (self.pools.state, self.slots[r], *self.pools.args()[1:], self.slots[r])
@@ -268,7 +279,8 @@ def measurements(op: str, work: dict[int, Workloads], batches, small_batches) ->
     if op == "verify1":
         return [(f"verify {tree}", 1, *work[1].verify(tree)) for tree in ("chain4", "tree16")]
     if op == "conv":
-        return [(f"conv + commit, {nodes} nodes", b, *work[b].conv(nodes)) for nodes in (1, 4) for b in batches]
+        return [(f"conv + commit, {nodes} nodes" if nodes > 1 else "conv decode (one kernel)", b, *work[b].conv(nodes))
+                for nodes in (1, 4) for b in batches]
     return [(op, b, *getattr(work[b], op)()) for b in batches]
 
 
