@@ -2,7 +2,8 @@
 in the forward, sampled on the device, a run of them pipelined one step ahead of the host. Checked on the CPU against
 plain decoding (greedy, with requests ending mid-run on an end-of-sequence token or their length, one queued), the
 drafter told of every root scored without drafting, the stats and the policy's observations; sampled requests
-reproduce under a seed; drafters that read the target's features keep verify steps of width 1."""
+reproduce under a seed; drafters that read the target's features keep verify steps of width 1; a warm-up builds the
+decode graphs too."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from specdec.cache.spec import CacheConfig
 from specdec.engine import engine as engine_module
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.models import load_model
+from specdec.runner import cuda_graphs
 from specdec.speculation import SamplingParams, TreeShape
 from specdec.speculation.adaptive import AdaptiveConfig
 from tests.test_cuda_graphs import prompts, save
@@ -116,3 +118,15 @@ def test_drafters_reading_target_features_keep_verify_steps(checkpoint):
     target = load_model(checkpoint, device="cpu")
     assert Engine(target, NgramDrafter(), config).plain_decodes
     assert not Engine(target, FeatureNgram(), config).plain_decodes
+
+
+def test_prepare_steps_builds_the_decode_graphs_beside_the_verify_graphs(checkpoint, monkeypatch):
+    """Decode steps read from the prompt + 1 key positions on, verify steps from the prompt + their width: with a
+    30-token prompt, decode graphs at key lengths 32 and 64, verify graphs (widths 2 and 3) at 64 alone."""
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
+    engine = adaptive_engine(checkpoint)
+    engine.runner.enable_graphs(3, max_batch=3, capture=False, decode_steps=True)
+    engine.runner.graphs.set_widths(engine.verify_widths)
+    assert engine.prepare_steps(rows=3, prompt_tokens=30, max_new_tokens=20) == 12
+    assert set(engine.runner.decode_graphs._steps) == {(1, rows, kv) for rows in (1, 2, 3) for kv in (32, 64)}
+    assert set(engine.runner.graphs._steps) == {(width, rows, 64) for width in (2, 3) for rows in (1, 2, 3)}

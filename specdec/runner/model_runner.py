@@ -87,9 +87,14 @@ class ModelRunner:
 
     def capture(self, rows: int, shortest: int, longest: int) -> int:
         """Build now every graph that batches of up to `rows` requests will replay while their longest row needs
-        `shortest` to `longest` key positions (a server's or a benchmark's warm-up). -> graphs built (0 without)."""
-        graphs = [g for g in (self.graphs, self.decode_graphs) if g is not None]
-        return sum(g.capture_buckets(rows, shortest, longest) for g in dict.fromkeys(graphs))  # verify ones first
+        `shortest` to `longest` key positions (a server's or a benchmark's warm-up; `shortest`: the widest step's
+        first, so decode graphs beside verify ones start that width less one lower). -> graphs built (0 without)."""
+        if self.graphs is None:
+            return 0
+        built = self.graphs.capture_buckets(rows, shortest, longest)  # verify graphs first: the larger scratch
+        if self.decode_graphs is not None and self.decode_graphs is not self.graphs:
+            built += self.decode_graphs.capture_buckets(rows, max(1, shortest - self.graphs.width + 1), longest)
+        return built
 
     # ---- a step: score, then commit ----------------------------------------------------------------------------
     @torch.inference_mode()
