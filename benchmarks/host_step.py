@@ -14,10 +14,12 @@ work on this machine's CPU, with no GPU and no model cost:
 
 Printed: host ms per step (CPU time of the best of several runs) and its split by engine phase (plan, propose,
 score, accept, commit, emit, observe, scheduler; plain decoding: decode_step), and with --profile the cProfile of
-the timed steps:
+the timed steps. --adaptive: adaptive speculation whose requests never draft but in probes (collapse above 1), so
+nearly every step is plain (Engine.plain_step: the decode steps' host code):
 
     python -m benchmarks.host_step --batch 128 --speculative [--profile]
     python -m benchmarks.host_step --batch 256
+    python -m benchmarks.host_step --batch 256 --adaptive
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pstats
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 import torch
 from transformers import Qwen3_5TextConfig
@@ -37,6 +40,7 @@ from specdec.eval.synthetic import SyntheticAcceptance, SyntheticDrafter
 from specdec.models.loading import load_model
 from specdec.models.random_checkpoint import random_target
 from specdec.speculation import SamplingParams
+from specdec.speculation.adaptive import AdaptiveConfig
 
 VOCAB = 32  # tensor ops run on this CPU: a tiny vocabulary keeps their compute (device work on a GPU) small
 
@@ -53,21 +57,26 @@ def tiny_target(directory: str):
 
 
 class StubForward:
-    """Stands in for StepGraphs._forward / _commit (the device's work): fixed-cost logits from the step's inputs.
+    """Stands in for StepGraphs._forward / _commit (the device's work) of the graphs attached: fixed-cost logits from
+    the step's inputs.
 
     Verify steps: node j's argmax is the token of node j + 1 while j < k (k per row, cycling through `kept`, so
-    greedy acceptance keeps k drafts), another token after. Decode steps: a fixed token. seconds: its own time."""
+    greedy acceptance keeps k drafts), another token after. Decode steps: a fixed token. seconds: its own time, on
+    decode steps (True) and verify steps (False)."""
 
-    def __init__(self, graphs, kept: list[int]):
-        self.graphs, self.seconds = graphs, 0.0
+    def __init__(self, kept: list[int]):
+        self.seconds = {True: 0.0, False: 0.0}
         self.kept = torch.tensor(kept)
         self.turn = 0
 
-    def forward(self, step) -> None:
+    def attach(self, graphs) -> None:
+        graphs._forward, graphs._commit = lambda step: self.forward(step, graphs.decodes), self.commit
+
+    def forward(self, step, decodes: bool) -> None:
         start = time.thread_time()
-        graphs, lay = self.graphs, step.layout  # the bucket's width (graphs per adaptive width)
+        lay = step.layout  # the bucket's width (graphs per adaptive width)
         rows, width = step.inputs.shape[0], lay.width
-        if graphs.decodes:
+        if decodes:
             target = torch.full((rows, 1), 7, dtype=torch.long)
         else:
             tokens = step.inputs[:, lay.tokens]
@@ -78,7 +87,7 @@ class StubForward:
         step.logits = torch.nn.functional.one_hot(target, VOCAB).float()
         step.features = torch.zeros(rows, width, 8)
         step.ctx = None  # nothing reads it: the stub commit ignores it
-        self.seconds += time.thread_time() - start
+        self.seconds[decodes] += time.thread_time() - start
 
     def commit(self, step) -> None:
         pass
@@ -107,27 +116,40 @@ def instrument(engine: Engine, totals: dict[str, float]) -> None:
     timed(engine.scheduler, "retire", "scheduler")
 
 
-def build(batch: int, speculative: bool, acceptance: str, temperature: float, steps: int, accepted: float):
+def build(batch: int, speculative: bool, acceptance: str, temperature: float, steps: int, accepted: float,
+          adaptive: bool = False):
     torch.set_num_threads(1)
     directory = tempfile.mkdtemp(prefix="host_step_")
     target = tiny_target(directory)
+    speculative = speculative or adaptive
     drafter = SyntheticDrafter(accepted) if speculative else None
     chosen = SyntheticAcceptance(accepted) if speculative and acceptance == "synthetic" else None
-    config = EngineConfig.from_flags(max_batch=batch, max_seq_len=2048, num_steps=steps, cuda_graphs=False)
+    config = EngineConfig.from_flags(max_batch=batch, max_seq_len=2048, num_steps=steps, cuda_graphs=False,
+                                     speculation="adaptive" if adaptive else "fixed")
+    if adaptive:  # every request collapsed: plain steps, a probe every 64, no re-measuring of contenders
+        config = replace(config, adaptive=AdaptiveConfig(collapse=1.01, probe_every=64, refresh_every=0))
     engine = Engine(target, drafter, config, acceptance=chosen)
+    if adaptive:  # the stub's steps cost the host's time alone: drafting ones are charged ten times that, so that
+        observe = engine.policy.observe  # the policy keeps to plain steps (what this mode measures) on any machine
+        engine.policy.observe = lambda ids, drafted, kept, seconds: observe(ids, drafted, kept,
+                                                                             seconds * (10 if any(drafted) else 1))
     width = steps + 1 if speculative else 1
-    engine.runner.enable_graphs(width, batch, capture=False)  # the CUDA-graph path's host code, run on the CPU
+    # the CUDA-graph path's host code, run on the CPU (as ModelRunner.create and the engine set it up)
+    engine.runner.enable_graphs(width, batch, capture=False, decode_steps=engine.plain_decodes)
+    if adaptive:
+        engine.runner.graphs.set_widths(engine.verify_widths)
     # kept drafts per row: a repeating pattern whose mean is accepted - 1 (0..steps)
     pattern = [min(steps, max(0, round(accepted - 1 + offset))) for offset in (-1.5, -0.5, 0.5, 1.5)]
-    stub = StubForward(engine.runner.graphs, pattern)
-    engine.runner.graphs._forward, engine.runner.graphs._commit = stub.forward, stub.commit
+    stub = StubForward(pattern)
+    for graphs in {engine.runner.graphs, engine.runner.decode_graphs} - {None}:
+        stub.attach(graphs)
     params = SamplingParams(temperature=temperature, seed=0 if temperature else None)
     generator = torch.Generator().manual_seed(0)
     for _ in range(batch):
         prompt = torch.randint(2, VOCAB, (32,), generator=generator).tolist()
         engine.add_request(prompt, params, max_new_tokens=1500)
     engine.step()  # admit and prefill every request (not timed)
-    for _ in range(3):
+    for _ in range(3 + (2 * len(engine.policy.config.shapes) if adaptive else 0)):  # (adaptive: each shape measured)
         engine.step()
     return engine, stub
 
@@ -139,13 +161,13 @@ def measure(engine: Engine, stub: StubForward, steps: int, repeats: int) -> tupl
     for _ in range(repeats):
         totals: dict[str, float] = defaultdict(float)
         instrument(engine, totals)
-        stub.seconds = 0.0
+        stub.seconds = {True: 0.0, False: 0.0}
         start = time.thread_time()
         for _ in range(steps):
             engine.step()
-        wall = time.thread_time() - start - stub.seconds
-        totals["score"] -= stub.seconds if engine.drafter is not None else 0.0
-        totals["decode_step"] -= stub.seconds if engine.drafter is None else 0.0
+        wall = time.thread_time() - start - sum(stub.seconds.values())
+        totals["score"] -= stub.seconds[False]
+        totals["decode_step"] -= stub.seconds[True]
         for name in PHASES:  # unwrap
             engine.__dict__.pop(name)
         for owner, name in ((engine.acceptance, "accept"), (engine.scheduler, "admit"), (engine.scheduler, "retire")):
@@ -161,6 +183,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--speculative", action="store_true", help="chains from the synthetic drafter")
+    parser.add_argument("--adaptive", action="store_true", help="adaptive speculation, nearly every step plain")
     parser.add_argument("--num-steps", type=int, default=4, help="drafts per chain")
     parser.add_argument("--accepted", type=float, default=2.7, help="mean accepted length (the bonus included)")
     parser.add_argument("--acceptance", choices=("target", "synthetic"), default="target",
@@ -171,8 +194,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the timed steps, by own time")
     args = parser.parse_args()
     engine, stub = build(args.batch, args.speculative, args.acceptance, args.temperature, args.num_steps,
-                         args.accepted)
-    mode = (f"speculative chains of {args.num_steps}, {args.acceptance} acceptance" if args.speculative
+                         args.accepted, args.adaptive)
+    mode = ("adaptive speculation, plain steps but for probes" if args.adaptive else
+            f"speculative chains of {args.num_steps}, {args.acceptance} acceptance" if args.speculative
             else "plain decoding")
     wall, phases = measure(engine, stub, args.steps, args.repeats)
     print(f"host work, B={args.batch}, {mode}, temperature {args.temperature}: {wall:.3f} ms/step "

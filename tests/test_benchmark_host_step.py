@@ -1,5 +1,6 @@
-"""benchmarks/host_step.py on a small batch: the stubbed static-step engine runs plain and speculative steps, its
-stub's logits make the target's acceptance keep the planned drafts, and the phases add up to the step's host time."""
+"""benchmarks/host_step.py on a small batch: the stubbed static-step engine runs plain, speculative and adaptive
+(plain-heavy) steps, its stub's logits make the target's acceptance keep the planned drafts, and the phases add up to
+the step's host time."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import pytest
 from benchmarks.host_step import build, measure
 
 
-@pytest.mark.parametrize("speculative", [False, True])
-def test_host_step_measures_every_phase(speculative):
+@pytest.mark.parametrize("mode", ["plain", "speculative", "adaptive"])
+def test_host_step_measures_every_phase(mode):
+    speculative = mode == "speculative"
     engine, stub = build(batch=4, speculative=speculative, acceptance="target", temperature=0.0, steps=4,
-                         accepted=2.7)
+                         accepted=2.7, adaptive=mode == "adaptive")
+    before = engine.policy.counts.copy() if engine.policy else None
     host_ms, phases = measure(engine, stub, steps=3, repeats=2)
-    assert host_ms > 0 and stub.seconds > 0  # the stub ran (the device's work) and was left out
+    assert host_ms > 0 and stub.seconds[not speculative] > 0  # the stub ran (the device's work) and was left out
     assert sum(phases.values()) == pytest.approx(host_ms)  # "other" closes the sum
     named = {name for name, ms in phases.items() if ms > 0}
     assert ({"propose", "score", "accept", "commit", "emit"} if speculative else {"decode_step"}) <= named
+    if mode == "adaptive":  # the timed steps (past the policy's first measurements): plain, on the decode path
+        assert engine.policy.counts - before == {"plain": 6}
+        assert engine.runner.decode_graphs.replays[1] == engine.policy.counts["plain"]
     if speculative:  # the stub agrees with 0..4 drafts per row: rows emit more than one token a step
         emitted = [n for r in engine.scheduler.running for n in r.stats.emitted_per_step[1:]]
         assert max(emitted) > 1 and min(emitted) >= 1

@@ -171,22 +171,34 @@ def linear_checkpoint(request, tmp_path_factory):
     return save(request.param, tmp_path_factory)
 
 
+def check_replays(engine: Engine) -> None:
+    """Each step replayed the graphs of the shape the policy chose: a plain step the decode graphs (width 1), a
+    chain of s drafts the verify graphs of width s + 1; both kinds ran."""
+    chains = {int(label.removeprefix("chain-")) + 1: count for label, count in engine.policy.counts.items()
+              if label != "plain"}
+    assert dict(engine.runner.graphs.replays) == chains and chains
+    assert dict(engine.runner.decode_graphs.replays) == {1: engine.policy.counts["plain"]}
+    assert engine.policy.counts["plain"] > 0
+
+
 def test_adaptive_static_steps_replay_the_chosen_width_and_generate_the_plain_tokens(linear_checkpoint, monkeypatch):
-    """Every step on the static path replays the width of the shape the policy chose (plain: 1, a chain of s
-    drafts: s + 1), commits what it accepted at that width, and greedy decoding still gives plain decoding's
-    tokens."""
+    """Every step on the static path replays the graphs of the shape the policy chose (plain: the decode graphs,
+    committed in the forward and sampled on the device; a chain of s drafts: verify graphs of width s + 1),
+    commits what it accepted at that width, and greedy decoding still gives plain decoding's tokens. The decode
+    graphs share the verify graphs' padding slot."""
     checkpoint = linear_checkpoint
     monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
     plain = generate(engine_for(checkpoint, None, 3, cuda_graphs=False))
     engine = adaptive_engine(checkpoint, cuda_graphs=False)
-    engine.runner.enable_graphs(5, max_batch=3, capture=False)
-    engine.runner.graphs.set_widths(engine.policy.config.widths)  # what the engine does when it captures
+    assert engine.plain_decodes
+    engine.runner.enable_graphs(5, max_batch=3, capture=False, decode_steps=True)  # what ModelRunner.create does
+    engine.runner.graphs.set_widths(engine.verify_widths)  # and the engine
     engine.drafter.runner.enable_graphs(6, max_batch=2, capture=False)
-    assert engine.runner.graphs.widths == (1, 2, 3, 5)
+    assert engine.runner.graphs.widths == (2, 3, 5) and engine.runner.decode_graphs.widths == (1,)
+    assert engine.runner.cache.free_request_slots == 3 - 1, "one padding slot for both kinds of graph"
     assert generate(engine) == plain
-    chosen = {(1 if label == "plain" else int(label.removeprefix("chain-")) + 1): count
-              for label, count in engine.policy.counts.items()}
-    assert dict(engine.runner.graphs.replays) == chosen and 1 in chosen and len(chosen) > 1
+    check_replays(engine)
+    assert engine.runner.cache.free_request_slots == 3 - 1
 
 
 @pytest.mark.skipif(CUDA, reason="checks the CPU's answer")
@@ -225,11 +237,10 @@ def test_captured_adaptive_steps_replay_each_chosen_width(checkpoint):
     interpreter: test_adaptive_static_steps_replay_the_chosen_width_and_generate_the_plain_tokens.)"""
     eager = generate(adaptive_engine(checkpoint, cuda_graphs=False, device="cuda"))
     graphed = adaptive_engine(checkpoint, cuda_graphs=True, device="cuda")
-    assert graphed.runner.graphs.widths == (1, 2, 3, 5)
+    assert graphed.runner.graphs.widths == (2, 3, 5) and graphed.runner.decode_graphs.widths == (1,)
+    assert graphed.runner.cache.free_request_slots == 3, "one padding slot on top of max_requests"
     assert generate(graphed) == eager
-    chosen = {(1 if label == "plain" else int(label.removeprefix("chain-")) + 1): count
-              for label, count in graphed.policy.counts.items()}
-    assert dict(graphed.runner.graphs.replays) == chosen and 1 in chosen and len(chosen) > 1
+    check_replays(graphed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -98,21 +98,33 @@ class Engine:
         self.acceptance = acceptance or TargetAcceptance()
         width = config.shape.budget + 1 if drafter else 1  # nodes per verify step: the root and its drafts
         features = drafter.target_features if drafter is not None else None
+        adaptive = drafter is not None and config.speculation == "adaptive"
+        # adaptive speculation's plain steps (nobody drafts) run plain decoding's decode steps (plain_step), unless
+        # the drafter takes the target's features of every token scored (EAGLE-3, MTP): a decode step hands none
+        # back, so theirs stay verify steps of width 1, whose features drafter.skipped reads
+        self.plain_decodes = adaptive and features is None
         self.runner = ModelRunner.create(target, config.cache, step_width=width, cuda_graphs=config.cuda_graphs,
-                                         feature_layers=features or ())
+                                         feature_layers=features or (), decode_steps=self.plain_decodes)
         self.runner.cache.reserve(width)
         self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0,
                                    max_batch=config.cache.max_requests)
         self._ids = itertools.count()
-        self._decoding = None  # (requests, DecodeHandle) of the plain decoding step in flight
+        self._decoding = None  # (requests, DecodeHandle, adaptive) of the plain decoding step in flight
+        self._plain_run = False  # adaptive: the step before was a plain step, and no emit drained the pipeline since
         self._greedy_rows: dict[int, SamplerRows] = {}  # batch size -> the sampler's rows of a greedy batch
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
         self.policy = None  # chooses each step's shape (adaptive speculation)
-        if drafter is not None and config.speculation == "adaptive":
+        if adaptive:
             adaptive = replace(config.adaptive, max_steps=config.shape.budget)  # a chain: budget = its steps
             self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior)
             if self.runner.graphs is not None:  # a graph per width the policy may choose: none padded to the widest
-                self.runner.graphs.set_widths(adaptive.widths)
+                self.runner.graphs.set_widths(self.verify_widths)
+
+    @property
+    def verify_widths(self) -> tuple[int, ...]:
+        """Adaptive speculation: the verify steps' widths (nodes per row) its plans may choose; plain steps are
+        decode steps where plain_decodes."""
+        return tuple(w for w in self.policy.config.widths if w > 1 or not self.plain_decodes)
 
     def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
         """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs
@@ -167,7 +179,8 @@ class Engine:
     def step(self) -> list[Request]:
         """One round: admit and prefill new requests, then one speculative step for the others
         (propose -> score -> accept -> commit -> emit; plain decoding: launch a decode step that commits and samples
-        on the device, then emit the step before it). Returns the requests that finished in this round."""
+        on the device, then emit the step before it; adaptive speculation's plain steps likewise: adaptive_step).
+        Returns the requests that finished in this round."""
         admitted = self.scheduler.admit()
         if admitted:
             self.finish_decode()
@@ -175,14 +188,10 @@ class Engine:
         ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
         if self.drafter is None:  # plain decoding, one step ahead of the host (decode_step)
             self.decode_step([r for r in ready if len(r.output) + r.in_flight < r.max_new_tokens])
+        elif self.plain_decodes:
+            self.adaptive_step([r for r in ready if len(r.output) + r.in_flight < r.max_new_tokens])
         elif ready:
-            start, plan = time.perf_counter(), self.plan(ready)
-            trees = self.propose(ready, plan)
-            logits, features, scored = self.score(ready, trees)
-            results = self.acceptance.accept(trees, logits, [r.params for r in ready], [r.generator for r in ready])
-            self.commit(scored, results)
-            self.emit(ready, trees, results, features, plan)
-            self.observe(ready, trees, results, time.perf_counter() - start)
+            self.speculative_step(ready, time.perf_counter(), self.plan(ready))
         finished = self.scheduler.retire()
         if self.drafter is not None:
             for request in finished:
@@ -190,6 +199,55 @@ class Engine:
                 if self.policy is not None:
                     self.policy.finish(request.request_id)
         return finished
+
+    def speculative_step(self, requests: list[Request], start: float, plan: StepPlan | None) -> None:
+        """propose -> score -> accept -> commit -> emit, and the step's outcome to the adaptive policy (its wall time
+        since `start`, planning included)."""
+        trees = self.propose(requests, plan)
+        logits, features, scored = self.score(requests, trees)
+        results = self.acceptance.accept(trees, logits, [r.params for r in requests],
+                                         [r.generator for r in requests])
+        self.commit(scored, results)
+        self.emit(requests, trees, results, features, plan)
+        self.observe(requests, trees, results, time.perf_counter() - start)
+        self._plain_run = False
+
+    def adaptive_step(self, requests: list[Request]) -> None:
+        """Adaptive speculation whose plain steps decode (plain_decodes): the plan's plain step, or a speculative
+        one. A plain step may leave its tokens in flight; a speculative step first emits them (its drafters read
+        the requests' tokens) and plans again (its rows and their lengths may have changed)."""
+        start = time.perf_counter()
+        if not requests:  # (every row's last token in flight)
+            self.finish_decode()
+            return
+        plan = self.plan(requests)
+        if plan.steps > 0 and self._decoding is not None:
+            self.finish_decode()
+            requests = [r for r in requests if not r.finished]
+            if not requests:  # (the plan goes unobserved: the next one replaces it)
+                return
+            start, plan = time.perf_counter(), self.plan(requests)  # (the wait: the plain step's, measured there)
+        if plan.steps == 0:
+            self.plain_step(requests, start)
+        else:
+            self.speculative_step(requests, start, plan)
+
+    def plain_step(self, requests: list[Request], start: float) -> None:
+        """A step in which nobody drafts, as plain decoding runs it (decode_step: committed in its forward, the next
+        token sampled on the device, the host one step ahead). The first of a run of plain steps (after a
+        speculative step, a prefill or a drained pipeline) writes the rows' newest tokens to the device first (the
+        runner's tokens, which a speculative step leaves behind), and is waited for and emitted at once: the
+        policy then measures a whole step; the later ones emit the step before them, so that each measures the
+        time between two steps (what a plain step costs when pipelined). Emitted tokens are told to the drafter as
+        skipped rows' are (emit_decoded)."""
+        if not self._plain_run:
+            self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
+        self.decode_step(requests, adaptive=True)
+        if not self._plain_run:
+            self.finish_decode()
+        self._plain_run = True
+        zeros = [0] * len(requests)
+        self.policy.observe([r.request_id for r in requests], zeros, zeros, time.perf_counter() - start)
 
     def run(self) -> None:
         while not self.scheduler.idle:
@@ -206,14 +264,15 @@ class Engine:
             if self.drafter is not None:
                 wanted = self.drafter.target_features is not None
                 self.drafter.start(self._draft_view(request), features[index, :len(request.prompt)] if wanted else None)
-        if self.drafter is None:  # decode steps read each request's newest token on the device
+        if self.drafter is None or self.plain_decodes:  # decode steps read each request's newest token on the device
             self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
 
     def plan(self, requests: list[Request]) -> StepPlan | None:
-        """Adaptive speculation: this step's chain length and drafting rows (None: every row drafts config.shape)."""
+        """Adaptive speculation: this step's chain length and drafting rows (None: every row drafts config.shape).
+        A request's context counts its token in flight (a plain step's, not emitted yet)."""
         if self.policy is None:
             return None
-        return self.policy.plan([r.request_id for r in requests], [len(r.tokens) for r in requests])
+        return self.policy.plan([r.request_id for r in requests], [len(r.tokens) + r.in_flight for r in requests])
 
     def propose(self, requests: list[Request], plan: StepPlan | None = None) -> list[DraftTree]:
         """A tree per request rooted at its newest token (emitted, not yet scored by the target); a row the plan
@@ -235,21 +294,21 @@ class Engine:
                 raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
         return trees
 
-    def decode_step(self, requests: list[Request]) -> None:
+    def decode_step(self, requests: list[Request], adaptive: bool = False) -> None:
         """Plain decoding, overlapped with the host: launch this step for `requests` (each newest token, on the
         device, through the target, committed in the same forward; the next token sampled on the device:
         ModelRunner.decode_next), then, while the device runs it, emit what the step before it sampled. The host
         never waits for the step it just launched: its bookkeeping for a step needs no result of it (one token per
         request, known in advance), and a step's tokens come from the one before it on the device. A request that
         ends (end of sequence, a stop string) takes part in one step more, whose token is dropped, and keeps its
-        slots until then (Scheduler.retire)."""
+        slots until then (Scheduler.retire). adaptive: a plain step of adaptive speculation (plain_step)."""
         previous, self._decoding = self._decoding, None
         if requests:
             rows, shape = self._sampler_rows(requests)
             handle = self.runner.decode_next([r.slot for r in requests], rows, shape)
             for request in requests:
                 request.in_flight += 1
-            self._decoding = (requests, handle)
+            self._decoding = (requests, handle, adaptive)
         if previous is not None:
             self.emit_decoded(*previous)
 
@@ -265,23 +324,32 @@ class Engine:
         return self._greedy_rows[len(requests)], SamplerShape()
 
     def finish_decode(self) -> None:
-        """Emit the step in flight, if any (before a prefill, and at the end)."""
+        """Emit the step in flight, if any (before a prefill, a speculative step, and at the end); a plain step
+        after it then starts a new run (plain_step)."""
+        self._plain_run = False
         if self._decoding is not None:
             previous, self._decoding = self._decoding, None
             self.emit_decoded(*previous)
 
-    @staticmethod
-    def emit_decoded(requests: list[Request], handle) -> None:
+    def emit_decoded(self, requests: list[Request], handle, adaptive: bool = False) -> None:
         """A plain decoding step's tokens, one per request (waiting for that step only); a request that ended after
-        the step was launched drops its token."""
+        the step was launched drops its token. adaptive: a plain step of adaptive speculation, told to the drafter
+        as the roots its rows scored without drafting (as _tell_skipped)."""
+        emitted, roots = [], []
         for request, token in zip(requests, handle.tokens(), strict=True):
             request.in_flight -= 1
             if request.finished:
                 continue
+            if adaptive:
+                emitted.append(request)
+                roots.append(request.output[-1])
+                request.stats.shapes["plain"] += 1
             request.emit([token])
             request.stats.steps += 1
             request.stats.emitted_per_step.append(1)
             request.stats.drafted_per_step.append(0)
+        if emitted:
+            self.drafter.skipped([self._draft_view(r) for r in emitted], roots, None)
 
     def score(self, requests: list[Request], trees: list[DraftTree]):
         """Every node of every tree in one target forward. -> (logits [B, T, V], the nodes' features [B, T, F] for

@@ -4,7 +4,8 @@ paths. Only the runner (model_runner.py) uses them.
 One pair of graphs per (step width, batch bucket, key-length bucket), captured the first time a step needs it. The
 widths are a small fixed set: the engine's step width T alone (1 for plain decoding, draft budget + 1 with a
 drafter), or every width adaptive speculation may choose (set_widths: e.g. 1, 2, 3, 5 for no drafting and chains
-of 1, 2 and 4 drafts), so that a narrow step runs a narrow graph instead of one padded to T. A step of
+of 1, 2 and 4 drafts), so that a narrow step runs a narrow graph instead of one padded to T (adaptive speculation's
+plain steps replay decode graphs of their own beside those: ModelRunner.enable_graphs(decode_steps)). A step of
 B <= bucket requests and width <= T replays the narrowest width and the smallest batch bucket that hold it, at the
 smallest key length (a power of two from MIN_KV_LEN, at most max_seq_len) that holds its longest row: the attention
 kernel reads each row's own keys in place and sizes its key splits from it (the reference gathers that many
@@ -117,9 +118,12 @@ class StepGraphs:
     request slot of the runner's cache for the padding rows, for as long as it lives.
 
     widths: the step widths it captures, `width` (the widest) and those set_widths adds; replays: forward replays
-    per width (what the steps ran, for tests and benchmarks)."""
+    per width (what the steps ran, for tests and benchmarks). share: other graphs of the runner whose padding slot
+    and memory pool these use too (decode graphs beside verify graphs: their steps never replay at once, and
+    padding rows keep nothing)."""
 
-    def __init__(self, runner: ModelRunner, width: int, max_batch: int, capture: bool = True):
+    def __init__(self, runner: ModelRunner, width: int, max_batch: int, capture: bool = True,
+                 share: StepGraphs | None = None):
         if capture:
             blocker = capture_blocker(runner.model)
             if blocker is not None:
@@ -129,11 +133,12 @@ class StepGraphs:
         self.width = width
         self.decodes = width == 1
         self.capture = capture
-        self.padding_slot = self.cache.allocate_request()
+        self.padding_slot = self.cache.allocate_request() if share is None else share.padding_slot
         self.layouts = {width: _Layout(width, self.padding_slot)}
         self.replays: Counter[int] = Counter()
         self.buckets = batch_buckets(max_batch)
-        self._pool = torch.cuda.graph_pool_handle() if capture else None  # one for every width and bucket
+        # one pool for every width and bucket (and the graphs sharing it)
+        self._pool = share._pool if share is not None else torch.cuda.graph_pool_handle() if capture else None
         self._steps: dict[tuple[int, int, int], _Bucket] = {}  # (width, batch bucket, key length) -> its step
 
     @property

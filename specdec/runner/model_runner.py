@@ -38,13 +38,16 @@ class ModelRunner:
 
     feature_layers: what score_all and prefill_with_features hand back as the nodes' features for a drafter: the
     final hidden states when empty, else the outputs of those decoder layers concatenated (EAGLE-3).
-    graph_note: why the steps do not replay from CUDA graphs (None when they do)."""
+    graphs: the decode (width 1) or verify steps' graphs; decode_graphs: those that decode steps replay, `graphs`
+    itself at width 1, or graphs of their own beside the verify ones (decode_steps: adaptive speculation's plain
+    steps), else None. graph_note: why the steps do not replay from CUDA graphs (None when they do)."""
 
     def __init__(self, model: HybridCausalLM, cache: KVBufferCache, feature_layers: tuple[int, ...] = ()):
         self.model = model
         self.cache = cache
         self.feature_layers = feature_layers
         self.graphs: StepGraphs | None = None
+        self.decode_graphs: StepGraphs | None = None
         self.graph_note: str | None = "not enabled"
         # [R] each request slot's newest token, not yet scored: what decode steps read and write on the device
         self.tokens = torch.zeros(cache.config.max_requests, dtype=torch.long, device=cache.device)
@@ -53,10 +56,12 @@ class ModelRunner:
 
     @classmethod
     def create(cls, model: HybridCausalLM, config: CacheConfig, step_width: int | None = None,
-               cuda_graphs: bool = False, feature_layers: tuple[int, ...] = ()) -> ModelRunner:
+               cuda_graphs: bool = False, feature_layers: tuple[int, ...] = (),
+               decode_steps: bool = False) -> ModelRunner:
         """A runner with a fresh cache of `config`. cuda_graphs: replay decode / verify steps of up to step_width
         nodes per row from CUDA graphs where the model allows it; the cache then holds one request slot more than
-        config.max_requests, for the graphs' padding rows."""
+        config.max_requests, for the graphs' padding rows. decode_steps: decode steps too beside verify steps
+        (enable_graphs)."""
         note = "turned off" if not cuda_graphs else capture_blocker(model)
         if note is None and step_width is None:
             raise ValueError("CUDA graphs need the widest step (step_width)")
@@ -65,20 +70,31 @@ class ModelRunner:
         runner = cls(model, model.make_cache(config), feature_layers)
         runner.graph_note = note
         if note is None:
-            runner.enable_graphs(step_width, max_batch=config.max_requests - 1)
+            runner.enable_graphs(step_width, max_batch=config.max_requests - 1, decode_steps=decode_steps)
         return runner
 
-    def enable_graphs(self, width: int, max_batch: int, capture: bool = True) -> None:
+    def enable_graphs(self, width: int, max_batch: int, capture: bool = True, decode_steps: bool = False) -> None:
         """Run decode / verify steps of up to `width` nodes and `max_batch` rows as static, padded steps: captured
         in CUDA graphs, or (capture=False, the CPU tests) the very same steps run eagerly. Takes a request slot for
-        the padding rows."""
+        the padding rows. decode_steps (width > 1): decode graphs too, beside the verify ones, for steps that draft
+        nothing (adaptive speculation's plain steps: decode_next); they share the verify graphs' padding slot and
+        memory pool (no two steps replay at once)."""
         self.graphs = StepGraphs(self, width, max_batch, capture)
+        self.decode_graphs = self.graphs if self.graphs.decodes else None
+        if decode_steps and not self.graphs.decodes:
+            self.decode_graphs = StepGraphs(self, 1, max_batch, capture, share=self.graphs)
         self.graph_note = None if capture else "static steps run eagerly"
 
     def capture(self, rows: int, shortest: int, longest: int) -> int:
         """Build now every graph that batches of up to `rows` requests will replay while their longest row needs
-        `shortest` to `longest` key positions (a server's or a benchmark's warm-up). -> graphs built (0 without)."""
-        return 0 if self.graphs is None else self.graphs.capture_buckets(rows, shortest, longest)
+        `shortest` to `longest` key positions (a server's or a benchmark's warm-up; `shortest`: the widest step's
+        first, so decode graphs beside verify ones start that width less one lower). -> graphs built (0 without)."""
+        if self.graphs is None:
+            return 0
+        built = self.graphs.capture_buckets(rows, shortest, longest)  # verify graphs first: the larger scratch
+        if self.decode_graphs is not None and self.decode_graphs is not self.graphs:
+            built += self.decode_graphs.capture_buckets(rows, max(1, shortest - self.graphs.width + 1), longest)
+        return built
 
     # ---- a step: score, then commit ----------------------------------------------------------------------------
     @torch.inference_mode()
@@ -171,8 +187,9 @@ class ModelRunner:
 
     def _decode(self, req_slots: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step of these requests on their newest tokens -> (logits [B, V], their slots on the device)."""
-        if self.graphs is not None and self.graphs.decodes and len(req_slots) <= self.graphs.buckets[-1]:
-            return self.graphs.decode(StepBatch.decode(req_slots, [0] * len(req_slots)))  # (tokens: on the device)
+        graphs = self.decode_graphs
+        if graphs is not None and len(req_slots) <= graphs.buckets[-1]:
+            return graphs.decode(StepBatch.decode(req_slots, [0] * len(req_slots)))  # (tokens: on the device)
         slots = torch.tensor(list(req_slots), dtype=torch.long).to(self.cache.device)
         batch = StepBatch.decode(req_slots, self.tokens[slots].tolist())
         ctx, folds = self.cache.begin_decode(batch)

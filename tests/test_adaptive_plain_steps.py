@@ -1,0 +1,132 @@
+"""Adaptive speculation's plain steps (nobody drafts) run plain decoding's decode steps (Engine.plain_step): committed
+in the forward, sampled on the device, a run of them pipelined one step ahead of the host. Checked on the CPU against
+plain decoding (greedy, with requests ending mid-run on an end-of-sequence token or their length, one queued), the
+drafter told of every root scored without drafting, the stats and the policy's observations; sampled requests
+reproduce under a seed; drafters that read the target's features keep verify steps of width 1; a warm-up builds the
+decode graphs too."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from drafters import DraftModelDrafter, NgramDrafter
+from specdec.cache.spec import CacheConfig
+from specdec.engine import engine as engine_module
+from specdec.engine.engine import Engine, EngineConfig
+from specdec.models import load_model
+from specdec.runner import cuda_graphs
+from specdec.speculation import SamplingParams, TreeShape
+from specdec.speculation.adaptive import AdaptiveConfig
+from tests.test_cuda_graphs import prompts, save
+
+MAX_NEW = [24, 7, 15, 24]  # per prompt: rows whose last token is in flight while others go on
+CACHE = CacheConfig(max_requests=3, max_seq_len=128, flush_length=3)  # 4 prompts: one queues, prefilled mid-run
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save("qwen3_5", tmp_path_factory)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The engine's clock ticks 1 ms a reading: the policy's step costs, so its plans, repeat from run to run."""
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) * 1e-3))
+
+
+class TellingDrafter(DraftModelDrafter):
+    """The draft model (its cache follows the request: it catches up on skipped roots), recording what it is told:
+    every skipped root must be the token before the request's newest (Drafter.skipped)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.told: dict[int, int] = {}  # request id -> roots told skipped
+
+    def skipped(self, requests, roots, target_hidden=None):
+        for request, root in zip(requests, roots, strict=True):
+            assert request.tokens[-2] == root, "a skipped root is not the token scored before the newest"
+            self.told[request.request_id] = self.told.get(request.request_id, 0) + 1
+        super().skipped(requests, roots, target_hidden)
+
+
+def run(engine: Engine, params: SamplingParams, eos=()) -> tuple[list, list[int]]:
+    """Every prompt to the end, step by step. -> (the requests, the tokens in flight after each step)."""
+    requests = [engine.add_request(p, params, n, eos) for p, n in zip(prompts(), MAX_NEW, strict=True)]
+    in_flight = []
+    while not engine.scheduler.idle:
+        engine.step()
+        in_flight.append(sum(r.in_flight for r in requests))
+    return requests, in_flight
+
+
+def adaptive_engine(checkpoint) -> Engine:
+    """Requests always collapsed: plain steps, a drafting probe every 6 (runs of plain steps between)."""
+    shape = TreeShape(steps=2)
+    drafter = TellingDrafter(load_model(checkpoint / "draft", device="cpu"), CACHE, shape, cuda_graphs=False)
+    config = EngineConfig(cache=CACHE, shape=shape, cuda_graphs=False, speculation="adaptive",
+                          adaptive=AdaptiveConfig(collapse=1.01, probe_every=6))
+    return Engine(load_model(checkpoint, device="cpu"), drafter, config)
+
+
+def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, clock):
+    plain_engine = Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False))
+    first, _ = run(plain_engine, SamplingParams())
+    eos = {first[0].output[12]}  # request 0 ends on it (at 12 or before), maybe others too
+    plain, _ = run(Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False)),
+                   SamplingParams(), eos)
+    engine = adaptive_engine(checkpoint)
+    assert engine.plain_decodes and engine.runner.decode_graphs is None  # (no graphs on the CPU: eager decode steps)
+    calls = {"decode_next": 0, "score_all": 0}
+    for name in calls:  # count the runner's plain and verify steps
+        method = getattr(engine.runner, name)
+
+        def counted(*args, _method=method, _name=name, **kwargs):
+            calls[_name] += 1
+            return _method(*args, **kwargs)
+        setattr(engine.runner, name, counted)
+    adaptive, in_flight = run(engine, SamplingParams(), eos)
+
+    assert [r.output for r in adaptive] == [r.output for r in plain]
+    assert any(in_flight), "no plain step was left in flight (pipelined)"
+    counts = engine.policy.counts
+    assert calls == {"decode_next": counts["plain"], "score_all": sum(counts.values()) - counts["plain"]}
+    assert counts["plain"] > 0 and calls["score_all"] > 0
+    assert engine.policy.steps == sum(counts.values())  # every step observed, plain ones included
+    for request in adaptive:
+        stats = request.stats
+        assert sum(stats.shapes.values()) == stats.steps == len(stats.emitted_per_step) > 0
+        assert engine.drafter.told.get(request.request_id, 0) == stats.drafted_per_step.count(0)
+    assert engine.runner.cache.free_request_slots == CACHE.max_requests and not engine.drafter.slots
+
+
+def test_sampled_requests_reproduce_under_a_seed(checkpoint, clock):
+    params = SamplingParams(temperature=0.9, seed=5)
+    outputs = [[r.output for r in run(adaptive_engine(checkpoint), params)[0]] for _ in range(2)]
+    assert outputs[0] == outputs[1]
+
+
+def test_drafters_reading_target_features_keep_verify_steps(checkpoint):
+    """A decode step hands back no features: a drafter that reads them (MTP, EAGLE-3) verifies plain steps as
+    width-1 trees, as fixed speculation's steps (tests/test_adaptive.py checks their tokens)."""
+    class FeatureNgram(NgramDrafter):
+        target_features = ()
+
+    config = EngineConfig(cache=CACHE, shape=TreeShape(steps=2), cuda_graphs=False, speculation="adaptive")
+    target = load_model(checkpoint, device="cpu")
+    assert Engine(target, NgramDrafter(), config).plain_decodes
+    assert not Engine(target, FeatureNgram(), config).plain_decodes
+
+
+def test_prepare_steps_builds_the_decode_graphs_beside_the_verify_graphs(checkpoint, monkeypatch):
+    """Decode steps read from the prompt + 1 key positions on, verify steps from the prompt + their width: with a
+    30-token prompt, decode graphs at key lengths 32 and 64, verify graphs (widths 2 and 3) at 64 alone."""
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
+    engine = adaptive_engine(checkpoint)
+    engine.runner.enable_graphs(3, max_batch=3, capture=False, decode_steps=True)
+    engine.runner.graphs.set_widths(engine.verify_widths)
+    assert engine.prepare_steps(rows=3, prompt_tokens=30, max_new_tokens=20) == 12
+    assert set(engine.runner.decode_graphs._steps) == {(1, rows, kv) for rows in (1, 2, 3) for kv in (32, 64)}
+    assert set(engine.runner.graphs._steps) == {(width, rows, 64) for width in (2, 3) for rows in (1, 2, 3)}
