@@ -132,7 +132,9 @@ def test_a_real_ctrl_c_while_decoding(target, tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "specdec", "run", "--target", target, *SHORT, "--prompts-file", str(prompts),
          "--max-new-tokens", "40", "--max-batch", "1", "--output", str(answers)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # a user's Ctrl-C: SIGINT at its default, even where this test runs with it ignored (a background job)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while process.poll() is None and time.monotonic() < deadline and not (
             answers.is_file() and answers.read_text().count("\n") >= 1):
