@@ -143,6 +143,9 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
         if case == "stalled":
             (out / f"stalled-over{rank}").touch()
     torch.save(failures, out / f"failures{rank}.pt")
+    # its groups' peer is gone mid-collective: tearing them down at interpreter exit can abort in gloo's threads
+    # ("terminate called without an active exception", exit -6 after the work is saved); leave as the dead rank did
+    os._exit(0)
 
 
 def rank_logits(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
