@@ -135,6 +135,9 @@ def with_plain_rows(results: list[dict]) -> list[dict]:
 
 def report(markdown: Path) -> None:
     results = with_plain_rows(merge([json.loads(p.read_text()) for p in sorted(RESULTS.glob("study_*.json"))]))
+    # each model's run at its measured acceptance first, then its other acceptances (whatever the file names' order)
+    results.sort(key=lambda r: (r["model"], r["layers"], acceptance_suffix(r) != "",
+                                float(r["settings"]["draft"].removeprefix("synthetic:"))))
     plots = [plot(r, RESULTS / f"study_{r['model']}_{r['layers']}layers{acceptance_suffix(r)}.png") for r in results]
     shipped = [r for r in results if not acceptance_suffix(r)]
     replace_section(markdown, STUDY_START, STUDY_END, study_section(results, plots, shipped))

@@ -106,6 +106,29 @@ def test_step_cost_drops_the_warm_up_clips_stalls_and_borrows_factors():
     assert cost.factor(16, 5) == cost.factor(4, 2)
 
 
+def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():
+    """A cost borrowed from another bucket can be far off, and only a shape that runs corrects its own: here plain
+    steps cost 1.6x the prior at batch 16 (borrowed at batch 128) and 1x at 128, where drafts are never accepted.
+    Plain decoding is measured at 128 once that bucket has run EXPLORE_AFTER steps, and wins from then on."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=100, refresh_every=0),
+                            prior=lambda batch, width, context: 1e-3 * (1 + 0.25 * (width - 1)))
+
+    def cost(batch, width):
+        return 1.6e-3 if batch == 16 and width == 1 else 1e-3 * (1 + 0.25 * (width - 1))
+
+    run_trace(policy, lambda step: 0.9, cost, 30, batch=16)
+    plans = run_trace(policy, lambda step: 0.0, cost, 40, batch=128)
+    assert policy.cost.measured_in(128, 1) >= 1
+    assert all(plan.steps == 0 for plan in plans[-10:])
+
+
+def test_a_step_told_without_seconds_teaches_no_cost():
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=2))
+    policy.plan([0, 1], [10, 10])
+    policy.observe([0, 1], [0, 0], [0, 0], None)
+    assert policy.steps == 1 and not policy.cost.samples and not policy.last_measured
+
+
 def test_adaptive_speculation_takes_chains_only():
     with pytest.raises(ValueError, match="topk 1"):
         EngineConfig.from_flags(topk=2, speculation="adaptive")

@@ -32,9 +32,11 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture
 def clock(monkeypatch):
-    """The engine's clock ticks 1 ms a reading: the policy's step costs, so its plans, repeat from run to run."""
+    """The engine's clock ticks 2**-10 s a reading, exact in binary (1e-3 steps are not: 1 ms came out a few ulps
+    apart from reading to reading, and near-tied plans flipped): the policy's step costs, so its plans, repeat from
+    run to run."""
     ticks = iter(range(10**9))
-    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) * 1e-3))
+    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) / 1024))
 
 
 class TellingDrafter(DraftModelDrafter):
@@ -87,9 +89,20 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
             calls[_name] += 1
             return _method(*args, **kwargs)
         setattr(engine.runner, name, counted)
+    observed = []  # (shape label, seconds told) per step
+    observe = engine.policy.observe
+
+    def recorded(ids, drafted, accepted, seconds):
+        observed.append((engine.policy._planned[2].label, seconds))
+        observe(ids, drafted, accepted, seconds)
+    engine.policy.observe = recorded
     adaptive, in_flight = run(engine, SamplingParams(), eos)
 
     assert [r.output for r in adaptive] == [r.output for r in plain]
+    untimed = [i for i, (_, seconds) in enumerate(observed) if seconds is None]
+    assert untimed, "no run of plain steps reached its second step"
+    for i in untimed:  # only the second step of a run of plain steps: a launch, with no step before it to wait for
+        assert observed[i - 1][0] == "plain" == observed[i][0] and (i < 2 or observed[i - 2][0] != "plain")
     assert any(in_flight), "no plain step was left in flight (pipelined)"
     counts = engine.policy.counts
     assert calls == {"decode_next": counts["plain"], "score_all": sum(counts.values()) - counts["plain"]}

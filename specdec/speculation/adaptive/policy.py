@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from .acceptance_stats import RunningAcceptance
 from .step_cost import StepCost, StepCostPrior, batch_bucket, flat_prior
 
+# steps a batch bucket runs before its unmeasured shapes are explored (a shrinking batch's tail passes through small
+# buckets in a few steps each: not worth measuring every shape there)
+EXPLORE_AFTER = 4
+
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
@@ -96,6 +100,7 @@ class AdaptivePolicy:
         self.steps = 0
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
         self.last_measured: dict[tuple[int, int], int] = {}  # (bucket, shape) -> step it last ran
+        self.bucket_steps: Counter[int] = Counter()  # steps run per batch bucket
         self._planned: tuple[int, float, StepPlan] | None = None  # (batch, context, plan) awaiting its outcome
 
     def plan(self, request_ids: Sequence[int], contexts: Sequence[int]) -> StepPlan:
@@ -115,12 +120,16 @@ class AdaptivePolicy:
         return plan
 
     def observe(self, request_ids: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
-                seconds: float) -> None:
-        """The outcome of the planned step: drafts offered and accepted per row, the step's wall time."""
+                seconds: float | None) -> None:
+        """The outcome of the planned step: drafts offered and accepted per row, the step's wall time (None: a step
+        whose time says nothing of its cost, e.g. a pipelined plain step that waited for no earlier one)."""
         batch, context, plan = self._planned
         self._planned = None
-        self.cost.observe(batch, plan.steps + 1, context, seconds)
-        self.last_measured[(batch_bucket(batch), plan.steps)] = self.steps
+        bucket = batch_bucket(batch)
+        self.bucket_steps[bucket] += 1
+        if seconds is not None:
+            self.cost.observe(batch, plan.steps + 1, context, seconds)
+            self.last_measured[(bucket, plan.steps)] = self.steps
         self.counts[plan.label] += 1
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
@@ -143,14 +152,22 @@ class AdaptivePolicy:
         return emitted / self.cost.seconds(batch, steps + 1, context)
 
     def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
-        """A shape to measure now: one never measured (twice: the first is a warm-up), else every refresh_every
-        steps, of the shapes whose expected rate is within 20% of the best, the one measured least recently in
-        this bucket (so that a cost measured while the machine was busy is not trusted for ever)."""
+        """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
+        has run EXPLORE_AFTER steps, one not measured in this bucket whose rate, from a factor borrowed from other
+        buckets, is within 40% of the best (a borrowed cost can be far off, and only a shape that runs corrects its
+        cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at 1.2, plain
+        decoding never measured there and borrowed at 1.6x its cost); else every refresh_every steps, of the shapes
+        whose expected rate is within 20% of the best, the one measured least recently in this bucket (so that a cost
+        measured while the machine was busy is not trusted for ever)."""
         for steps in self.config.shapes:
             if self.cost.measured(steps + 1) < 1:
                 return steps
+        bucket, best = batch_bucket(batch), max(rates.values())
+        if self.bucket_steps[bucket] >= EXPLORE_AFTER:
+            for steps in self.config.shapes:
+                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= 0.6 * best:
+                    return steps
         if self.config.refresh_every and self.steps % self.config.refresh_every == self.config.refresh_every - 1:
-            bucket, best = batch_bucket(batch), max(rates.values())
             contenders = [s for s in self.config.shapes if rates[s] >= 0.8 * best]
             return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None

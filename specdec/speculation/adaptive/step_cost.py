@@ -50,6 +50,10 @@ class StepCost:
         """Measurements of this width kept, over all buckets."""
         return sum(max(n - 1, 0) for (_, w), n in self.samples.items() if w == width)
 
+    def measured_in(self, bucket: int, width: int) -> int:
+        """Measurements of this width kept in this batch bucket."""
+        return max(self.samples.get((bucket, width), 0) - 1, 0)
+
     def observe(self, batch: int, width: int, context: float, seconds: float) -> None:
         key = (batch_bucket(batch), width)
         self.samples[key] = self.samples.get(key, 0) + 1
