@@ -15,6 +15,7 @@ from specdec.engine.engine import EngineConfig
 from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, RunningAcceptance, StepCost
+from specdec.speculation.adaptive.policy import PROBE_BACKOFF
 from tests.test_shipped_models import held_out_text
 
 NEW_TOKENS = 20
@@ -120,6 +121,23 @@ def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():
     plans = run_trace(policy, lambda step: 0.0, cost, 40, batch=128)
     assert policy.cost.measured_in(128, 1) >= 1
     assert all(plan.steps == 0 for plan in plans[-10:])
+
+
+def test_probes_that_change_nothing_come_twice_as_far_apart_up_to_the_backoff():
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, collapse=1.01, probe_every=4, refresh_every=0))
+    plans = run_trace(policy, lambda step: 0.0, cheap, 120)
+    probes = [i for i, plan in enumerate(plans) if plan.steps > 0 and i >= 6]  # (after measuring every shape)
+    gaps = [b - a - 1 for a, b in zip(probes, probes[1:], strict=False)]
+    assert gaps[:3] == [8, 16, 16] and set(gaps[3:]) == {16}  # plain steps between probes: 4 x 2, then 4 x 4
+    assert policy.probe_interval == PROBE_BACKOFF * 4
+
+
+def test_an_unmeasured_width_borrows_from_its_own_bucket_first():
+    cost = StepCost(prior=lambda batch, width, context: 1e-3, decay=0.5)
+    for batch, width, seconds in ((1, 1, 3e-3), (1, 1, 3e-3), (16, 5, 1e-3), (16, 5, 1e-3)):
+        cost.observe(batch, width, 0.0, seconds)  # plain 3x its prior at batch 1; a chain 1x at 16
+    assert cost.seconds(16, 1, 0.0) == pytest.approx(1e-3)  # batch 16's own factor, not batch 1's plain one
+    assert cost.seconds(2, 1, 0.0) == pytest.approx(3e-3)  # nothing measured at 2: the same width nearest, at 1
 
 
 def test_a_step_told_without_seconds_teaches_no_cost():

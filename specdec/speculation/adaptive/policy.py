@@ -9,7 +9,10 @@ in the H200 study of 2026-12-02 at batch 64 and acceptance 2.72 its batch took 4
 each step still paying the widest row's width: 0.65x the fixed chains' tokens/s.) A request whose first draft is
 rarely accepted (p[0] < collapse) counts as emitting one token in the rates, its drafts not worth a wider step;
 once the batch has run `probe_every` steps without drafting, a probe step drafts again, so that requests that
-recovered are seen.
+recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF times).
+
+Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
+factor, and is measured there once the bucket has run a few steps if it may be the best (_explore).
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from dataclasses import dataclass
 from .acceptance_stats import RunningAcceptance
 from .step_cost import StepCost, StepCostPrior, batch_bucket, flat_prior
 
+# a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
+# nothing, up to PROBE_BACKOFF times probe_every (a probe's drafts cost a wider step for nothing, ~6% of the steps
+# at every 16: the H200 study's adaptive rows at acceptance 1.2 ran at 0.85-0.94x plain decoding)
+PROBE_BACKOFF = 4
 # steps a batch bucket runs before its unmeasured shapes are explored (a shrinking batch's tail passes through small
 # buckets in a few steps each: not worth measuring every shape there)
 EXPLORE_AFTER = 4
@@ -101,6 +108,8 @@ class AdaptivePolicy:
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
         self.last_measured: dict[tuple[int, int], int] = {}  # (bucket, shape) -> step it last ran
         self.bucket_steps: Counter[int] = Counter()  # steps run per batch bucket
+        self.probe_interval = config.probe_every  # plain steps before the next probe (doubled while probes fail)
+        self._probed = False  # the last plan was a probe
         self._planned: tuple[int, float, StepPlan] | None = None  # (batch, context, plan) awaiting its outcome
 
     def plan(self, request_ids: Sequence[int], contexts: Sequence[int]) -> StepPlan:
@@ -112,9 +121,14 @@ class AdaptivePolicy:
         steps = self._explore(batch, rates)
         if steps is None:
             steps = max(rates, key=lambda s: (rates[s], -s))
-        if steps == 0 and self.since_drafting >= self.config.probe_every:
-            # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
+        probing = steps == 0 and self.since_drafting >= self.probe_interval
+        if probing:  # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
             steps = max(self.config.chain_lengths, key=lambda s: (rates[s], -s))
+        elif steps == 0 and self._probed:  # the last probe changed nothing: wait twice as long for the next
+            self.probe_interval = min(2 * self.probe_interval, PROBE_BACKOFF * self.config.probe_every)
+        elif steps > 0:  # drafting pays again
+            self.probe_interval = self.config.probe_every
+        self._probed = probing
         plan = StepPlan(steps, (steps > 0,) * batch)
         self._planned = (batch, context, plan)
         return plan
@@ -153,8 +167,8 @@ class AdaptivePolicy:
 
     def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
-        has run EXPLORE_AFTER steps, one not measured in this bucket whose rate, from a factor borrowed from other
-        buckets, is within 40% of the best (a borrowed cost can be far off, and only a shape that runs corrects its
+        has run EXPLORE_AFTER steps, one not measured in this bucket whose rate, from a borrowed factor, is within
+        20% of the best (a borrowed cost can be far off, and only a shape that runs corrects its
         cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at 1.2, plain
         decoding never measured there and borrowed at 1.6x its cost); else every refresh_every steps, of the shapes
         whose expected rate is within 20% of the best, the one measured least recently in this bucket (so that a cost
@@ -165,7 +179,7 @@ class AdaptivePolicy:
         bucket, best = batch_bucket(batch), max(rates.values())
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes:
-                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= 0.6 * best:
+                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= 0.8 * best:
                     return steps
         if self.config.refresh_every and self.steps % self.config.refresh_every == self.config.refresh_every - 1:
             contenders = [s for s in self.config.shapes if rates[s] >= 0.8 * best]
