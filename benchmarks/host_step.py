@@ -131,8 +131,8 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     engine = Engine(target, drafter, config, acceptance=chosen)
     if adaptive:  # the stub's steps cost the host's time alone: drafting ones are charged ten times that, so that
         observe = engine.policy.observe  # the policy keeps to plain steps (what this mode measures) on any machine
-        engine.policy.observe = lambda ids, drafted, kept, seconds: observe(ids, drafted, kept,
-                                                                             seconds * (10 if any(drafted) else 1))
+        engine.policy.observe = lambda ids, drafted, kept, seconds: observe(
+            ids, drafted, kept, None if seconds is None else seconds * (10 if any(drafted) else 1))
     width = steps + 1 if speculative else 1
     # the CUDA-graph path's host code, run on the CPU (as ModelRunner.create and the engine set it up)
     engine.runner.enable_graphs(width, batch, capture=False, decode_steps=engine.plain_decodes)
