@@ -46,6 +46,11 @@ class TellingDrafter(DraftModelDrafter):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.told: dict[int, int] = {}  # request id -> roots told skipped
+        self.widest_pending = 0  # the most pending tokens any row carried into a drafting level
+
+    def _score(self, requests, trees):
+        self.widest_pending = max([self.widest_pending] + [len(self.pending[r.request_id]) for r in requests])
+        return super()._score(requests, trees)
 
     def skipped(self, requests, roots, target_hidden=None):
         for request, root in zip(requests, roots, strict=True):
@@ -112,6 +117,8 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
         stats = request.stats
         assert sum(stats.shapes.values()) == stats.steps == len(stats.emitted_per_step) > 0
         assert engine.drafter.told.get(request.request_id, 0) == stats.drafted_per_step.count(0)
+    # the skipped roots were committed in one catch-up forward before drafting, not scored in front of every level
+    assert max(engine.drafter.told.values()) > 1 and engine.drafter.widest_pending <= 1
     assert engine.runner.cache.free_request_slots == CACHE.max_requests and not engine.drafter.slots
 
 
