@@ -44,10 +44,11 @@ HF_BATCHES = (1, 16)
 
 def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: int, device: str, tiny: bool,
         hf_reference: bool = True, only: tuple[str, str] | None = None, accepted_length: float | None = None,
-        adaptive: bool = False) -> dict:
+        adaptive: bool = False, policy_trace: str | None = None) -> dict:
     """Every backend and mode (plain, speculative, and with `adaptive` adaptive) at `batches`, or the one engine
     `only` = (backend, mode); drafts accepted at `accepted_length` (default: the model's measured figure);
-    transformers' reference at the small batches, in the run that has the KVBuffer's plain engine."""
+    transformers' reference at the small batches, in the run that has the KVBuffer's plain engine; the adaptive
+    policy's decisions appended to the JSONL file `policy_trace`."""
     adaptive = adaptive or (only is not None and only[1] == "adaptive")
     layers = layers or SHAPES[model][1]
     target = "qwen3.5" if tiny else f"random:{model}:{layers}"
@@ -56,7 +57,8 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
     settings = BenchSettings(target=target, draft=f"synthetic:{accepted_length or ACCEPTED_LENGTH[model]}",
                              batch_sizes=batches, baseline=True, max_new_tokens=new_tokens, prompt_tokens=128,
                              device=device, hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None,
-                             only=only, speculation=("fixed", "adaptive") if adaptive else ("fixed",))
+                             only=only, speculation=("fixed", "adaptive") if adaptive else ("fixed",),
+                             policy_trace=policy_trace)
     peaks = bench_peaks(settings)
     print(f"[study] roofline peaks: {peaks}", flush=True)
     rows = run_bench(settings, peaks)
@@ -157,6 +159,8 @@ def main() -> None:
     parser.add_argument("--accepted-length", type=float, default=None,
                         help="the drafts' mean accepted length, bonus included (default: the model's measured "
                         "figure; 1.2: a collapsed acceptance)")
+    parser.add_argument("--policy-trace", type=Path, default=None,
+                        help="append the adaptive policy's step decisions to this JSONL file")
     parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report", action="store_true", help="write BENCHMARKS.md from the results and stop")
@@ -169,7 +173,8 @@ def main() -> None:
         raise SystemExit("no CUDA device: pass --device cpu --tiny for a smoke run")
     result = run(args.model, args.layers, tuple(args.batches), args.new_tokens, args.device, args.tiny,
                  hf_reference=not args.no_hf_reference, only=tuple(args.only) if args.only else None,
-                 accepted_length=args.accepted_length, adaptive=args.adaptive)
+                 accepted_length=args.accepted_length, adaptive=args.adaptive,
+                 policy_trace=str(args.policy_trace) if args.policy_trace else None)
     out = args.out or RESULTS / f"study_{args.model}{acceptance_suffix(result)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

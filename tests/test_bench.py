@@ -135,18 +135,29 @@ def test_synthetic_acceptance_of_a_draft_does_not_depend_on_the_chain_length():
     assert sum(lone) / len(lone) == pytest.approx(0.2, abs=0.01)
 
 
-def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen():
+def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen(tmp_path):
     """--speculation fixed adaptive: a row per mode (here the adaptive engine alone); it counts the shapes of its
-    timed steps, its policy starting from the roofline of the target's step."""
+    timed steps, its policy starting from the roofline of the target's step; --policy-trace records each step's
+    decision, the warm-up's and the timed ones."""
+    import json
+
     from specdec.eval.bench import load_llm, with_roofline_prior
 
+    trace = tmp_path / "policy.jsonl"
     settings = BenchSettings(target="qwen3.5", draft="synthetic:1.2", batch_sizes=(2,), max_new_tokens=8,
                              prompt_tokens=8, flush_length=4, device="cpu", speculation=("fixed", "adaptive"),
-                             only=("kvbuffer", "adaptive"))
+                             only=("kvbuffer", "adaptive"), policy_trace=str(trace))
     peaks = Peaks(20e9, 200e9, "test")
     (row,) = run_bench(settings, peaks)
     steps = round(1e3 * row.seconds / row.ms_per_step)
     assert row.mode == "adaptive" and sum(row.shapes.values()) == steps
+    decisions = [json.loads(line) for line in trace.read_text().splitlines()]
+    timed = [d for d in decisions if d["timed"]]
+    assert len(timed) == steps and len(decisions) > steps  # the warm-up's steps recorded before them
+    shapes = {0: "plain", 1: "chain-1", 2: "chain-2", 4: "chain-4"}
+    assert {shapes[d["steps"]] for d in timed} == set(row.shapes)
+    assert all(d["batch_size"] == 2 and set(d["estimated_ms"]) == {"0", "1", "2", "4"} for d in decisions)
+    assert all(d["measured_ms"] is None or d["measured_ms"] > 0 for d in decisions)
     assert set(row.shapes) <= {"plain", "chain-1", "chain-2", "chain-4"}
     table = markdown_table([row], 40.0)
     assert "shapes chosen" in table and "| kvbuffer | adaptive | 2 |" in table

@@ -68,6 +68,7 @@ class BenchSettings:
     only: tuple[str, str] | None = None    # (backend, mode): that engine alone (the study: one per process)
     speculation: tuple[str, ...] = ("fixed",)  # with a drafter: rows "speculative" (fixed) and / or "adaptive"
     tp: int = 1                     # tensor-parallel ranks (the command runs once per rank; memory figures per rank)
+    policy_trace: str | None = None  # a JSONL file for adaptive speculation's step decisions (AdaptivePolicy.trace)
 
     def __post_init__(self):
         if not self.speculation or not set(self.speculation) <= set(SPECULATION_MODES):
@@ -205,15 +206,20 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
     not counted), then every step to the last request's end, as the batch shrinks. Its roofline: the same steps,
     with a MoE model's expert reads scaled to the distinct experts the timed steps touched (traffic)."""
     device_memory.start_peak(llm.model.device)
+    policy = llm.engine.policy
+    if policy is not None and settings.policy_trace:
+        policy.trace = []
     requests = warm_up_and_prefill(llm, prompts, batch_size, settings)
     if traffic is not None:
         traffic.reset()
-    policy = llm.engine.policy
     chosen = Counter(policy.counts) if policy is not None else None  # the warm-up's, left out
+    warm_up_steps = len(policy.trace) if policy is not None and policy.trace is not None else 0
     start = time.perf_counter()
     llm.engine.run()
     synchronize(llm.model.device)
     seconds = time.perf_counter() - start
+    if policy is not None and policy.trace is not None:
+        write_policy_trace(settings.policy_trace, policy, backend, batch_size, warm_up_steps)
     shapes = dict(policy.counts - chosen) if policy is not None else None
     new_tokens = sum(len(r.output) - 1 for r in requests)
     emitted = [n for r in requests for n in r.stats.emitted_per_step]
@@ -236,6 +242,18 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
                     roofline_ms_per_step=roofline_ms, x_roofline=ms_per_step / roofline_ms,
                     roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part, shapes=shapes,
                     experts_vs_uniform=factor)
+
+
+def write_policy_trace(path: str, policy, backend: str, batch_size: int, warm_up_steps: int) -> None:
+    """Append the batch's adaptive decisions to the JSONL file, each tagged with the run and whether it was timed
+    (the warm-up's steps come first), and empty the policy's trace."""
+    import json
+
+    with open(path, "a") as out:
+        for index, entry in enumerate(policy.trace):
+            out.write(json.dumps({"backend": backend, "batch_size": batch_size, "timed": index >= warm_up_steps,
+                                  **entry}) + "\n")
+    policy.trace = None
 
 
 def experts_vs_uniform(traffic: ExpertTraffic, config, work: list[Workload]) -> float:

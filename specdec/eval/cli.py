@@ -69,6 +69,9 @@ def add_commands(commands) -> None:
     bench.add_argument("--peak-gemm-tflops", type=float, default=None,
                        help="the roofline's GEMM throughput in TFLOP/s, with --peak-copy-gbs")
     bench.add_argument("--disable-cuda-graph", action="store_true")
+    bench.add_argument("--policy-trace", type=Path, default=None,
+                       help="with --speculation adaptive: append each step's decision (batch, shape chosen, each "
+                       "shape's estimated ms and tokens/s, the measured ms) to this JSONL file")
     add_tp_argument(bench)
     bench.add_argument("--hf-reference", action="store_true",
                        help="also time transformers' generate() on the same checkpoint and batch sizes")
@@ -131,7 +134,8 @@ def bench(args: argparse.Namespace) -> None:
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
         flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
         cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference, peak_copy_gbs=args.peak_copy_gbs,
-        peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp, speculation=tuple(args.speculation))
+        peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp, speculation=tuple(args.speculation),
+        policy_trace=str(args.policy_trace) if args.policy_trace else None)
     peaks = bench_peaks(settings)
     print(f"[specdec] roofline peaks: {peaks}")
     rows = run_bench(settings, peaks)

@@ -109,8 +109,11 @@ class AdaptivePolicy:
         self.last_measured: dict[tuple[int, int], int] = {}  # (bucket, shape) -> step it last ran
         self.bucket_steps: Counter[int] = Counter()  # steps run per batch bucket
         self.probe_interval = config.probe_every  # plain steps before the next probe (doubled while probes fail)
+        self.trace: list[dict] | None = None  # a list to record each step's decision in (`specdec bench
+        # --policy-trace`): batch, steps chosen, each shape's estimated ms and tokens/s, then its measured ms
         self._probed = False  # the last plan was a probe
         self._planned: tuple[int, float, StepPlan] | None = None  # (batch, context, plan) awaiting its outcome
+        self._decision: dict = {}  # the planned step's entry for the trace, when tracing
 
     def plan(self, request_ids: Sequence[int], contexts: Sequence[int]) -> StepPlan:
         """The plan for a step of these requests (their tokens so far: contexts)."""
@@ -131,6 +134,10 @@ class AdaptivePolicy:
         self._probed = probing
         plan = StepPlan(steps, (steps > 0,) * batch)
         self._planned = (batch, context, plan)
+        if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
+            self._decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth),
+                              "estimated_ms": {s: 1e3 * self.cost.seconds(batch, s + 1, context) for s in rates},
+                              "tokens_per_second": rates}
         return plan
 
     def observe(self, request_ids: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
@@ -141,6 +148,9 @@ class AdaptivePolicy:
         self._planned = None
         bucket = batch_bucket(batch)
         self.bucket_steps[bucket] += 1
+        if self.trace is not None:
+            self.trace.append({**self._decision, "measured_ms": None if seconds is None else 1e3 * seconds,
+                               "accepted": sum(accepted)})
         if seconds is not None:
             self.cost.observe(batch, plan.steps + 1, context, seconds)
             self.last_measured[(bucket, plan.steps)] = self.steps
