@@ -31,6 +31,7 @@ PROBE_BACKOFF = 4
 # steps a batch bucket runs before its unmeasured shapes are explored (a shrinking batch's tail passes through small
 # buckets in a few steps each: not worth measuring every shape there)
 EXPLORE_AFTER = 4
+CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is worth measuring
 
 
 @dataclass(frozen=True)
@@ -177,11 +178,10 @@ class AdaptivePolicy:
 
     def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
-        has run EXPLORE_AFTER steps, one not measured in this bucket whose rate, from a borrowed factor, is within
-        20% of the best (a borrowed cost can be far off, and only a shape that runs corrects its
-        cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at 1.2, plain
-        decoding never measured there and borrowed at 1.6x its cost); else every refresh_every steps, of the shapes
-        whose expected rate is within 20% of the best, the one measured least recently in this bucket (so that a cost
+        has run EXPLORE_AFTER steps, a CONTENDER not yet measured in this bucket (its cost borrowed can be far off, and
+        only a shape that runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on
+        4-chains accepted at 1.2, plain decoding never measured there and borrowed at 1.6x its cost); else every
+        refresh_every steps, of the CONTENDERs, the one measured least recently in this bucket (so that a cost
         measured while the machine was busy is not trusted for ever)."""
         for steps in self.config.shapes:
             if self.cost.measured(steps + 1) < 1:
@@ -189,9 +189,9 @@ class AdaptivePolicy:
         bucket, best = batch_bucket(batch), max(rates.values())
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes:
-                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= 0.8 * best:
+                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= CONTENDER * best:
                     return steps
         if self.config.refresh_every and self.steps % self.config.refresh_every == self.config.refresh_every - 1:
-            contenders = [s for s in self.config.shapes if rates[s] >= 0.8 * best]
+            contenders = [s for s in self.config.shapes if rates[s] >= CONTENDER * best]
             return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None
