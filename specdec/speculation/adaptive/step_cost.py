@@ -26,8 +26,8 @@ class StepCost:
     one for a first measurement) so that one stall does not condemn a width. An unmeasured (bucket, width) borrows the
     factor of the nearest width measured in its bucket, else of the same width in the nearest bucket, else the mean
     of all, else 1: the same bucket first, since a step's overheads do not scale with the batch as its roofline does
-    (on the H200, Nemotron-3-Nano's plain step is 2.8x its roofline at batch 1 and 1.3x at 128: borrowed across
-    buckets, plain decoding looked 2.6x dearer than it was at batch 16)."""
+    (on the H200, Nemotron-3-Nano's plain step is 2.4x its roofline at batch 1 and 1.3x at 128, BENCHMARKS.md:
+    borrowed across buckets, plain decoding looked 2.6x dearer than it was at batch 16)."""
 
     def __init__(self, prior: StepCostPrior = flat_prior, decay: float = 0.8, clip: float = 3.0):
         self.prior = prior
