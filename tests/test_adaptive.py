@@ -94,17 +94,46 @@ def test_running_acceptance_follows_the_prior_then_the_observations():
     assert stats.conditional(0) < 0.2 and stats.conditional(1) == 0.5
 
 
-def test_step_cost_drops_the_warm_up_clips_stalls_and_borrows_factors():
-    cost = StepCost(prior=lambda batch, width, context: 1e-3 * width, decay=0.5, clip=3.0)
+def test_step_cost_drops_the_warm_up_ignores_stalls_and_borrows_factors():
+    cost = StepCost(prior=lambda batch, width, context: 1e-3 * width, window=5, clip=3.0)
     cost.observe(4, 2, 0.0, 1.0)  # warm-up (a graph capture): dropped
     assert cost.seconds(4, 2, 0.0) == pytest.approx(2e-3)
     cost.observe(4, 2, 0.0, 4e-3)  # twice the prior
     assert cost.seconds(4, 2, 0.0) == pytest.approx(4e-3)
-    cost.observe(4, 2, 0.0, 1.0)  # a stall: counted as 3x the estimate at most
-    assert cost.seconds(4, 2, 0.0) == pytest.approx(0.5 * 4e-3 + 0.5 * 12e-3)
+    cost.observe(4, 2, 0.0, 1.0)  # a stall: the lower median of two is the other
+    assert cost.seconds(4, 2, 0.0) == pytest.approx(4e-3)
+    cost.observe(4, 2, 0.0, 5e-3)
+    assert cost.seconds(4, 2, 0.0) == pytest.approx(5e-3)  # the median of 4, 5 and the stall (clipped to 12)
+    for _ in range(3):
+        cost.observe(4, 2, 0.0, 3e-3)  # the cost drifts down: the window of 5 follows it
+    assert cost.seconds(4, 2, 0.0) == pytest.approx(3e-3)
     assert cost.factor(8, 2) == cost.factor(4, 2)  # same width, nearest bucket
-    assert cost.factor(4, 5) == cost.factor(4, 2)  # same bucket, mean of its widths
+    assert cost.factor(4, 5) == cost.factor(4, 2)  # same bucket, nearest width
     assert cost.factor(16, 5) == cost.factor(4, 2)
+    with pytest.raises(ValueError, match="window"):
+        StepCost(window=0)
+
+
+def test_roofline_prior_is_interpolated_between_powers_of_two(monkeypatch):
+    """The policy prices every batch of a shrinking tail: the roofline is computed on the grid 1, 2, 3, 4, 6, 8, ...
+    only, and a batch between its points lies on the chord, within 8% of its own roofline (Qwen3.5-9B and
+    Nemotron-3-Nano shapes, 4 layers; the worst: where the GEMMs turn compute-bound)."""
+    from specdec.eval import step_cost
+    from specdec.eval.roofline import Workload, roofline
+    from specdec.models.real_shapes import SHAPES
+
+    real = step_cost.roofline
+    for name in ("qwen3.5-9b", "nemotron-3-nano"):
+        config = SHAPES[name][0](4)
+        calls = []
+        monkeypatch.setattr(step_cost, "roofline", lambda *a: calls.append(a[1].batch) or real(*a))
+        prior = step_cost.roofline_step_cost(config, step_cost.H200)
+        for batch in range(1, 257):
+            seconds = prior(batch, 3, 200.0)
+            exact = roofline(config, Workload(batch=batch, nodes=3, flush_length=16, context=256.0), step_cost.H200)
+            assert seconds == pytest.approx(exact.ms_per_step / 1e3, rel=0.08)
+        assert sorted(set(calls)) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+        assert len(calls) == 16
 
 
 def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():
@@ -133,7 +162,7 @@ def test_probes_that_change_nothing_come_twice_as_far_apart_up_to_the_backoff():
 
 
 def test_an_unmeasured_width_borrows_from_its_own_bucket_first():
-    cost = StepCost(prior=lambda batch, width, context: 1e-3, decay=0.5)
+    cost = StepCost(prior=lambda batch, width, context: 1e-3)
     for batch, width, seconds in ((1, 1, 3e-3), (1, 1, 3e-3), (16, 5, 1e-3), (16, 5, 1e-3)):
         cost.observe(batch, width, 0.0, seconds)  # plain 3x its prior at batch 1; a chain 1x at 16
     assert cost.seconds(16, 1, 0.0) == pytest.approx(1e-3)  # batch 16's own factor, not batch 1's plain one

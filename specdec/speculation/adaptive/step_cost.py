@@ -4,6 +4,7 @@ the roofline leaves out are in it once a width has been measured."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 StepCostPrior = Callable[[int, int, float], float]  # (batch, width = nodes per row, mean context) -> seconds
@@ -20,20 +21,27 @@ def batch_bucket(batch: int) -> int:
 
 
 class StepCost:
-    """seconds(batch, width, context) = prior(...) * factor[(bucket, width)]. A factor is the EWMA (weight `decay` on
-    the old value) of measured / prior; each (bucket, width)'s first measurement is a warm-up and dropped (CUDA graph
-    capture, first-call allocations), and a measurement is clipped to `clip` times the current estimate (the borrowed
-    one for a first measurement) so that one stall does not condemn a width. An unmeasured (bucket, width) borrows the
-    factor of the nearest width measured in its bucket, else of the same width in the nearest bucket, else the mean
-    of all, else 1: the same bucket first, since a step's overheads do not scale with the batch as its roofline does
-    (on the H200, Nemotron-3-Nano's plain step is 2.4x its roofline at batch 1 and 1.3x at 128, BENCHMARKS.md:
-    borrowed across buckets, plain decoding looked 2.6x dearer than it was at batch 16)."""
+    """seconds(batch, width, context) = prior(...) * factor[(bucket, width)]. A factor is the lower median of the last
+    `window` measured / prior ratios of its (bucket, width): a stall (a prefill, a shrinking batch's bookkeeping, the
+    machine busy elsewhere) moves a median not at all, where an average kept it for steps, and a shape that no longer
+    wins is not run again to wash it out (the H200 study of 2026-12-02: plain decoding at batch 256 priced 1.4x its
+    cost after one stalled warm-up step, and never chosen again); the window still follows a cost that drifts with
+    context. Each (bucket, width)'s first measurement is a warm-up and dropped (CUDA graph capture, first-call
+    allocations), and a measurement is clipped to `clip` times the current estimate (the borrowed one for a first
+    measurement). An unmeasured (bucket, width) borrows the factor of the nearest width measured in its bucket,
+    else of the same width in the nearest bucket, else the mean of all, else 1: the same bucket first, since a
+    step's overheads do not scale with the batch as its roofline does (on the H200, Nemotron-3-Nano's plain step is
+    2.4x its roofline at batch 1 and 1.3x at 128, BENCHMARKS.md: borrowed across buckets, plain decoding looked 2.6x
+    dearer than it was at batch 16)."""
 
-    def __init__(self, prior: StepCostPrior = flat_prior, decay: float = 0.8, clip: float = 3.0):
+    def __init__(self, prior: StepCostPrior = flat_prior, window: int = 5, clip: float = 3.0):
+        if window < 1 or clip <= 1.0:
+            raise ValueError(f"need window >= 1 and clip > 1, got {window} and {clip}")
         self.prior = prior
-        self.decay = decay
+        self.window = window
         self.clip = clip
         self.factors: dict[tuple[int, int], float] = {}
+        self.ratios: dict[tuple[int, int], deque[float]] = {}  # the last `window` kept ratios
         self.samples: dict[tuple[int, int], int] = {}  # measurements seen, the dropped warm-up included
 
     def seconds(self, batch: int, width: int, context: float) -> float:
@@ -65,9 +73,8 @@ class StepCost:
         if self.samples[key] == 1:
             return
         ratio = seconds / self.prior(batch, width, context)
-        old = self.factor(*key)  # (a first measurement is held against the borrowed factor)
-        if key not in self.factors and not self.factors:
-            self.factors[key] = ratio
-            return
-        ratio = min(ratio, self.clip * old)
-        self.factors[key] = self.decay * old + (1 - self.decay) * ratio if key in self.factors else ratio
+        if self.factors:  # (the very first factor has nothing to be held against)
+            ratio = min(ratio, self.clip * self.factor(*key))
+        ratios = self.ratios.setdefault(key, deque(maxlen=self.window))
+        ratios.append(ratio)
+        self.factors[key] = sorted(ratios)[(len(ratios) - 1) // 2]
