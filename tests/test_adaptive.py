@@ -21,16 +21,20 @@ from tests.test_shipped_models import held_out_text
 NEW_TOKENS = 20
 
 
-def run_trace(policy: AdaptivePolicy, acceptance, cost, steps: int, batch: int = 4, seed: int = 0) -> list:
+def run_trace(policy: AdaptivePolicy, acceptance, cost, steps: int, batch: int = 4, seed: int = 0,
+              plain_timed_from: int = 1) -> list:
     """Drive the policy for `steps` steps: each drafted chain keeps each draft with probability acceptance(step)
-    until the first rejection; a step of width w takes cost(batch, w) seconds. -> the plans."""
-    rng, plans = random.Random(seed), []
+    until the first rejection; a step of width w takes cost(batch, w) seconds, told to the policy but for the plain
+    steps before the `plain_timed_from`-th of a run (the engine's: 3). -> the plans."""
+    rng, plans, plain_run = random.Random(seed), [], 0
     ids = list(range(batch))
     for step in range(steps):
         plan = policy.plan(ids, [100] * batch)
         drafted = [plan.steps if d else 0 for d in plan.drafting]
         kept = [next((k for k in range(n) if rng.random() >= acceptance(step)), n) for n in drafted]
-        policy.observe(ids, drafted, kept, cost(batch, plan.steps + 1))
+        plain_run = plain_run + 1 if plan.steps == 0 else 0
+        timed = plan.steps > 0 or plain_run >= plain_timed_from
+        policy.observe(ids, drafted, kept, cost(batch, plan.steps + 1) if timed else None)
         plans.append(plan)
     return plans
 
@@ -126,7 +130,7 @@ def test_roofline_prior_is_interpolated_between_powers_of_two(monkeypatch):
     for name in ("qwen3.5-9b", "nemotron-3-nano"):
         config = SHAPES[name][0](4)
         calls = []
-        monkeypatch.setattr(step_cost, "roofline", lambda *a: calls.append(a[1].batch) or real(*a))
+        monkeypatch.setattr(step_cost, "roofline", lambda *a, calls=calls: calls.append(a[1].batch) or real(*a))
         prior = step_cost.roofline_step_cost(config, step_cost.H200)
         for batch in range(1, 257):
             seconds = prior(batch, 3, 200.0)
@@ -150,6 +154,19 @@ def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():
     plans = run_trace(policy, lambda step: 0.0, cost, 40, batch=128)
     assert policy.cost.measured_in(128, 1) >= 1
     assert all(plan.steps == 0 for plan in plans[-10:])
+
+
+def test_a_contender_chosen_for_measurement_is_held_until_a_step_of_it_is_timed():
+    """Plain steps are timed from the third of a run: a refresh that picks plain decoding (a contender, not the best)
+    holds it until then, else plain would be refreshed every refresh_every steps and never measured again."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=16))
+
+    def cost(batch, width):
+        return 1e-3 * (1 + 0.2 * (width - 1))
+
+    run_trace(policy, lambda step: 0.4, cost, 200, plain_timed_from=3)
+    assert policy.last_measured[(4, 0)] > 150  # plain re-measured by the late refreshes (unheld: last at step 62)
+    assert max(policy.counts, key=policy.counts.get) == "chain-1"
 
 
 def test_probes_that_change_nothing_come_twice_as_far_apart_up_to_the_backoff():

@@ -105,9 +105,13 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
 
     assert [r.output for r in adaptive] == [r.output for r in plain]
     untimed = [i for i, (_, seconds) in enumerate(observed) if seconds is None]
-    assert untimed, "no run of plain steps reached its second step"
-    for i in untimed:  # only the second step of a run of plain steps: a launch, with no step before it to wait for
-        assert observed[i - 1][0] == "plain" == observed[i][0] and (i < 2 or observed[i - 2][0] != "plain")
+    timed_plain = [i for i, (label, seconds) in enumerate(observed) if label == "plain" and seconds is not None]
+    assert timed_plain, "no run of plain steps reached its third step"
+    for i in timed_plain:  # only pipelined plain steps are timed: the third of a run on
+        assert [label for label, _ in observed[i - 2:i]] == ["plain", "plain"]
+    for i in untimed:  # and the first and second of a run are not
+        assert observed[i][0] == "plain" and (i < 2 or [label for label, _ in observed[i - 2:i]] != ["plain"] * 2)
+    assert all(seconds is not None for label, seconds in observed if label != "plain")
     assert any(in_flight), "no plain step was left in flight (pipelined)"
     counts = engine.policy.counts
     assert calls == {"decode_next": counts["plain"], "score_all": sum(counts.values()) - counts["plain"]}

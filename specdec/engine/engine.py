@@ -236,13 +236,15 @@ class Engine:
         """A step in which nobody drafts, as plain decoding runs it (decode_step: committed in its forward, the next
         token sampled on the device, the host one step ahead). The first of a run of plain steps (after a
         speculative step, a prefill or a drained pipeline) writes the rows' newest tokens to the device first (the
-        runner's tokens, which a speculative step leaves behind), and is waited for and emitted at once: the
-        policy then measures a whole step; the later ones emit the step before them, so that each measures the
-        time between two steps (what a plain step costs when pipelined), but for the second of a run, which has no
-        step before it to wait for: its time is a launch alone, and the policy is told no cost (the H200 study of
-        2026-12-02 saw 0.6 ms for a 6 ms step, and adaptive speculation then took plain steps for cheap). Emitted
-        tokens are told to the drafter as skipped rows' are (emit_decoded)."""
-        first, waits = not self._plain_run, self._decoding is not None  # (the second of a run waits for none)
+        runner's tokens, which a speculative step leaves behind), and is waited for and emitted at once; the later
+        ones emit the step before them. The policy is told the time of a pipelined step only, from the third of a
+        run on (the time between two steps: what a plain step costs in a run of them, which is what choosing plain
+        decoding buys): the first's includes the pipeline's refill, the second's is a launch alone with no step
+        before it to wait for (the H200 study of 2026-12-02: at batch 256 the first of a run took 15.5-20.5 ms where
+        a pipelined step takes 14.0, and plain decoding, priced from first steps, lost to 2-chains it beats by 8%;
+        at batch 1 the second took 0.6 ms of a 6 ms step). Emitted tokens are told to the drafter as skipped rows'
+        are (emit_decoded)."""
+        first, waits = not self._plain_run, self._decoding is not None  # (the first two of a run: no step before)
         if first:
             self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
         self.decode_step(requests, adaptive=True)
@@ -250,7 +252,7 @@ class Engine:
             self.finish_decode()
         self._plain_run = True
         zeros = [0] * len(requests)
-        seconds = time.perf_counter() - start if first or waits else None  # (a launch alone: no step's cost)
+        seconds = time.perf_counter() - start if waits and not first else None  # (a pipelined step only)
         self.policy.observe([r.request_id for r in requests], zeros, zeros, seconds)
 
     def run(self) -> None:

@@ -12,7 +12,8 @@ once the batch has run `probe_every` steps without drafting, a probe step drafts
 recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF times).
 
 Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
-factor, and is measured there once the bucket has run a few steps if it may be the best (_explore).
+factor, and is measured there once the bucket has run a few steps if it may be the best (_explore); a shape chosen
+to be measured is held until a step of it teaches a cost (_held: plain steps teach one from the third of a run).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ PROBE_BACKOFF = 4
 # buckets in a few steps each: not worth measuring every shape there)
 EXPLORE_AFTER = 4
 CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is worth measuring
+# steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
+# plain steps, from the third of a run on, and a new bucket's first measurement is dropped: four plain steps)
+MEASURE_FOR = 4
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ class AdaptivePolicy:
         self.probe_interval = config.probe_every  # plain steps before the next probe (doubled while probes fail)
         self.trace: list[dict] | None = None  # a list to record each step's decision in (`specdec bench
         # --policy-trace`): batch, steps chosen, each shape's estimated ms and tokens/s, then its measured ms
+        self._measuring: tuple[int, int] | None = None  # (bucket, shape) chosen to be measured, until it is
+        self._measure_steps = 0  # steps held for it so far
         self._probed = False  # the last plan was a probe
         self._planned: tuple[int, float, StepPlan] | None = None  # (batch, context, plan) awaiting its outcome
         self._decision: dict = {}  # the planned step's entry for the trace, when tracing
@@ -122,7 +128,11 @@ class AdaptivePolicy:
         stats = [self._stats(rid) for rid in request_ids]
         worth = [s.conditional(0) >= self.config.collapse for s in stats]
         rates = {s: self._rate(stats, worth, batch, s, context) for s in self.config.shapes}
-        steps = self._explore(batch, rates)
+        steps = self._held(batch)
+        if steps is None:
+            steps = self._explore(batch, rates)
+            if steps is not None:
+                self._measuring, self._measure_steps = (batch_bucket(batch), steps), 1
         if steps is None:
             steps = max(rates, key=lambda s: (rates[s], -s))
         probing = steps == 0 and self.since_drafting >= self.probe_interval
@@ -153,6 +163,8 @@ class AdaptivePolicy:
             self.trace.append({**self._decision, "measured_ms": None if seconds is None else 1e3 * seconds,
                                "accepted": sum(accepted)})
         if seconds is not None:
+            if self._measuring == (bucket, plan.steps):
+                self._measuring = None
             self.cost.observe(batch, plan.steps + 1, context, seconds)
             self.last_measured[(bucket, plan.steps)] = self.steps
         self.counts[plan.label] += 1
@@ -175,6 +187,15 @@ class AdaptivePolicy:
         """Expected emitted tokens per second of a step of `steps` drafts per row (a collapsed row: 1 token)."""
         emitted = sum(s.expected_emitted(steps) if w else 1.0 for s, w in zip(stats, worth, strict=True))
         return emitted / self.cost.seconds(batch, steps + 1, context)
+
+    def _held(self, batch: int) -> int | None:
+        """The shape being measured, while it has not taught a cost yet (for MEASURE_FOR steps at most, and only in
+        the bucket it was chosen in): a plain step teaches none until the third of a run."""
+        if self._measuring is None or self._measuring[0] != batch_bucket(batch) or self._measure_steps >= MEASURE_FOR:
+            self._measuring = None
+            return None
+        self._measure_steps += 1
+        return self._measuring[1]
 
     def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
