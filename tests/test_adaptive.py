@@ -169,6 +169,37 @@ def test_a_contender_chosen_for_measurement_is_held_until_a_step_of_it_is_timed(
     assert max(policy.counts, key=policy.counts.get) == "chain-1"
 
 
+def test_a_run_of_rejections_does_not_hold_a_request_on_plain_steps():
+    """Acceptance 0.6, but the first drafts of steps 20-24 all rejected: drafting looks worse than plain decoding for
+    a while. With neither probes nor refreshes, only the relaxation of the idle estimate toward the pooled acceptance
+    brings drafting back."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0))
+
+    def cost(batch, width):
+        return 1e-3 * (1 + 0.35 * (width - 1)) if width > 1 else 1e-3
+
+    plans = run_trace(policy, lambda step: 0.0 if 20 <= step < 25 else 0.6, cost, 120, batch=1)
+    after = [plan.steps for plan in plans[25:]]
+    assert 0 in after  # the dip was seen
+    assert sum(s > 0 for s in after[-40:]) >= 35  # and drafting is back
+
+
+def test_a_new_request_starts_from_the_acceptance_pooled_over_earlier_ones():
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0, prior_acceptance=(0.75,)))
+    run_trace(policy, lambda step: 0.0, cheap, 60, batch=8)  # every draft rejected: plain decoding
+    for rid in range(8):
+        policy.finish(rid)
+    new = list(range(100, 108))
+    assert policy.plan(new, [10] * 8).steps == 0  # no 4-chains from the drafter's 0.75 for new requests
+    assert policy._stats(100).conditional(0) < 0.1
+    stats = RunningAcceptance((0.5,), weight=2.0, decay=0.9)
+    for _ in range(30):
+        stats.observe(drafted=1, accepted=0)
+    for _ in range(60):
+        stats.relax((0.5,), 0.1)  # idle: back toward the prior
+    assert stats.conditional(0) == pytest.approx(0.5, abs=0.01)
+
+
 def test_probes_that_change_nothing_come_twice_as_far_apart_up_to_the_backoff():
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, collapse=1.01, probe_every=4, refresh_every=0))
     plans = run_trace(policy, lambda step: 0.0, cheap, 120)

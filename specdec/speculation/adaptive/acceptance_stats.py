@@ -26,6 +26,14 @@ class RunningAcceptance:
             self.reached[k] = self.decay * self.reached[k] + 1.0
             self.accepted[k] = self.decay * self.accepted[k] + (1.0 if k < accepted else 0.0)
 
+    def relax(self, prior: tuple[float, ...], rate: float) -> None:
+        """A step without drafts: the counts move toward `weight` pseudo-observations of `prior` by `rate`, so
+        that what a request's drafts showed ages with the tokens it emits since, and an estimate that a short run
+        of rejections pushed below its worth comes back to try drafting again."""
+        for k in range(len(self.prior)):
+            self.reached[k] = (1 - rate) * self.reached[k] + rate * self.weight
+            self.accepted[k] = (1 - rate) * self.accepted[k] + rate * self.weight * prior[k]
+
     def conditional(self, k: int) -> float:
         return self.accepted[k] / self.reached[k]
 

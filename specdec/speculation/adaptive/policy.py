@@ -8,8 +8,15 @@ would emit one token where drafting costs the target nothing more. (The first po
 in the H200 study of 2026-12-02 at batch 64 and acceptance 2.72 its batch took 49 steps where fixed chains took 31,
 each step still paying the widest row's width: 0.65x the fixed chains' tokens/s.) A request whose first draft is
 rarely accepted (p[0] < collapse) counts as emitting one token in the rates, its drafts not worth a wider step;
-once the batch has run `probe_every` steps without drafting, a probe step drafts again, so that requests that
-recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF times).
+once a batch holding such requests has run `probe_every` steps without drafting, a probe step drafts again, so that
+requests that recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF
+times). A request's acceptance is learnt from its drafting steps, and while it does not draft it relaxes toward the
+pooled acceptance (RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain
+decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch
+of one on plain steps for the rest of its run after three), and a batch that decodes plainly because drafting costs
+more than it brings is not probed. A new request's
+acceptance starts from the acceptance pooled over the requests seen (the drafter's figures before any): at 1.2
+accepted, the H200 study's new requests drafted 4-chains for their first steps from the drafter's 0.75.
 
 Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
 factor, and is measured there once the bucket has run a few steps if it may be the best (_explore); a shape chosen
@@ -33,6 +40,13 @@ PROBE_BACKOFF = 4
 # buckets in a few steps each: not worth measuring every shape there)
 EXPLORE_AFTER = 4
 CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is worth measuring
+# refreshes that confirm the best shape come twice as far apart, up to REFRESH_BACKOFF times refresh_every (each
+# costs a step of a worse shape and, between plain steps, the pipeline's refill: at batch 256 the H200 study's
+# refreshes every 16 steps cost ~5% of plain decoding's tokens/s)
+REFRESH_BACKOFF = 4
+# the memory of the acceptance pooled over requests, a new request's prior (per observation of a position: a window
+# of ~100 rows' drafts)
+POPULATION_DECAY = 0.99
 # steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
 # plain steps, from the third of a run on, and a new bucket's first measurement is dropped: four plain steps)
 MEASURE_FOR = 4
@@ -108,6 +122,7 @@ class AdaptivePolicy:
         self.config = config
         self.cost = StepCost(prior)
         self.acceptance: dict[int, RunningAcceptance] = {}
+        self.population = RunningAcceptance(config.prior_at(config.max_steps), config.prior_weight, POPULATION_DECAY)
         self.counts: Counter[str] = Counter()
         self.steps = 0
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
@@ -118,6 +133,9 @@ class AdaptivePolicy:
         # --policy-trace`): batch, steps chosen, each shape's estimated ms and tokens/s, then its measured ms
         self._measuring: tuple[int, int] | None = None  # (bucket, shape) chosen to be measured, until it is
         self._measure_steps = 0  # steps held for it so far
+        self.refresh_interval = config.refresh_every  # steps between refreshes (doubled while they confirm the best)
+        self._last_refresh = 0  # the step of the last refresh
+        self._best_at_refresh: int | None = None  # the best shape when the last refresh ran, until it is judged
         self._probed = False  # the last plan was a probe
         self._planned: tuple[int, float, StepPlan] | None = None  # (batch, context, plan) awaiting its outcome
         self._decision: dict = {}  # the planned step's entry for the trace, when tracing
@@ -128,14 +146,20 @@ class AdaptivePolicy:
         stats = [self._stats(rid) for rid in request_ids]
         worth = [s.conditional(0) >= self.config.collapse for s in stats]
         rates = {s: self._rate(stats, worth, batch, s, context) for s in self.config.shapes}
+        best = max(rates, key=lambda s: (rates[s], -s))
         steps = self._held(batch)
+        if steps is None and self._best_at_refresh is not None:  # the refreshed shape measured: judge the refresh
+            confirmed = best == self._best_at_refresh
+            self.refresh_interval = (min(2 * self.refresh_interval, REFRESH_BACKOFF * self.config.refresh_every)
+                                     if confirmed else self.config.refresh_every)
+            self._best_at_refresh = None
         if steps is None:
             steps = self._explore(batch, rates)
             if steps is not None:
                 self._measuring, self._measure_steps = (batch_bucket(batch), steps), 1
         if steps is None:
-            steps = max(rates, key=lambda s: (rates[s], -s))
-        probing = steps == 0 and self.since_drafting >= self.probe_interval
+            steps = best
+        probing = steps == 0 and not all(worth) and self.since_drafting >= self.probe_interval
         if probing:  # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
             steps = max(self.config.chain_lengths, key=lambda s: (rates[s], -s))
         elif steps == 0 and self._probed:  # the last probe changed nothing: wait twice as long for the next
@@ -170,9 +194,13 @@ class AdaptivePolicy:
         self.counts[plan.label] += 1
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
+        pooled = self._pooled()
         for rid, drafts, kept in zip(request_ids, drafted, accepted, strict=True):
             if drafts:
                 self._stats(rid).observe(drafts, kept)
+                self.population.observe(drafts, kept)
+            else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
+                self._stats(rid).relax(pooled, 1 - self.config.decay)
 
     def finish(self, request_id: int) -> None:
         self.acceptance.pop(request_id, None)
@@ -180,8 +208,12 @@ class AdaptivePolicy:
     def _stats(self, request_id: int) -> RunningAcceptance:
         if request_id not in self.acceptance:
             c = self.config
-            self.acceptance[request_id] = RunningAcceptance(c.prior_at(c.max_steps), c.prior_weight, c.decay)
+            self.acceptance[request_id] = RunningAcceptance(self._pooled(), c.prior_weight, c.decay)
         return self.acceptance[request_id]
+
+    def _pooled(self) -> tuple[float, ...]:
+        """The acceptance per position pooled over the requests' recent drafts (the drafter's figures before any)."""
+        return tuple(self.population.conditional(k) for k in range(self.config.max_steps))
 
     def _rate(self, stats, worth, batch: int, steps: int, context: float) -> float:
         """Expected emitted tokens per second of a step of `steps` drafts per row (a collapsed row: 1 token)."""
@@ -202,8 +234,9 @@ class AdaptivePolicy:
         has run EXPLORE_AFTER steps, a CONTENDER not yet measured in this bucket (its cost borrowed can be far off, and
         only a shape that runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on
         4-chains accepted at 1.2, plain decoding never measured there and borrowed at 1.6x its cost); else every
-        refresh_every steps, of the CONTENDERs, the one measured least recently in this bucket (so that a cost
-        measured while the machine was busy is not trusted for ever)."""
+        refresh_every steps (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF
+        times), of the CONTENDERs, the one measured least recently in this bucket (so that a cost measured while the
+        machine was busy is not trusted for ever)."""
         for steps in self.config.shapes:
             if self.cost.measured(steps + 1) < 1:
                 return steps
@@ -212,7 +245,9 @@ class AdaptivePolicy:
             for steps in self.config.shapes:
                 if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= CONTENDER * best:
                     return steps
-        if self.config.refresh_every and self.steps % self.config.refresh_every == self.config.refresh_every - 1:
+        if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
+            self._last_refresh = self.steps
+            self._best_at_refresh = max(rates, key=lambda s: (rates[s], -s))
             contenders = [s for s in self.config.shapes if rates[s] >= CONTENDER * best]
             return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None
