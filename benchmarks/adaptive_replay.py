@@ -1,0 +1,182 @@
+"""Adaptive speculation replayed on the CPU against step times measured on a GPU: a development tool for the policy
+(specdec/speculation/adaptive), so that a change to it is checked against a device's costs before device time is
+spent on a study row. It simulates what `benchmarks.study --only kvbuffer adaptive` runs: per batch size (in the
+study's order, one policy throughout), a warm-up round of requests of flush_length + 8 tokens, then B requests of
+NEW_TOKENS each, all started together, the batch shrinking as they end; each step's time looked up in a table of
+measured step times, each draft kept as SyntheticAcceptance keeps it. Plain decoding and fixed 4-chains run the
+same way beside it. What it leaves out: the host's own time (the plans, the bookkeeping) and the noise of a real
+device, so it ranks policies; it does not replace a study row.
+
+The step times: the median measured time of each (batch, step width) among the full-batch steps of the policy
+traces that `benchmarks.study --policy-trace` writes (benchmarks/results/policy_traces_h200/; pipelined plain
+steps, the warm-up round's included, each shape's first step of a run left out); a width a batch never ran is
+interpolated (or extrapolated) linearly from its neighbours, a batch between two measured ones linearly. The first
+plain step after a speculative one pays the pipeline's refill (REFILL of a plain step: the H200 traces of
+2026-12-02 show 15-20%) and, like the second, teaches the policy no cost, as in the engine.
+
+Checked against the H200 rows of 2026-12-02 (the policy of main 0fbc348, the third adaptive rows in BENCHMARKS.md):
+the replay chose the same shapes in the same shares within ~10 points and put adaptive / best within ~0.05 of the
+measured ratio at most points, optimistic by a few percent; it missed the worst measured points (Nemotron-3-Nano at
+batch 1: 0.88x replayed, 0.62x measured; Qwen3.5-9B at 16 and 256: 0.99x and 0.95x replayed, 0.87x and 0.88x
+measured), where a run's luck and the host's time weigh more than the step times.
+
+    python -m benchmarks.adaptive_replay --model qwen3.5-9b --accepted-length 2.72
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import statistics
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from specdec.eval.step_cost import H200, roofline_step_cost
+from specdec.eval.synthetic import SyntheticAcceptance
+from specdec.models.real_shapes import SHAPES
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
+
+TRACES = Path("benchmarks/results/policy_traces_h200")
+NEW_TOKENS, PROMPT_TOKENS, FLUSH_LENGTH, WARMUP_TOKENS = 64, 128, 16, 8
+REFILL = 0.15
+CHAIN = 4  # the fixed shape, and the longest adaptive chain
+
+StepTime = Callable[[int, int], float]  # (rows, width) -> seconds
+
+
+class MeasuredSteps:
+    """Step times (ms) per (batch, width) -> seconds at any rows and width: linear in the rows between measured
+    batches, and in the width between (and past) measured widths."""
+
+    def __init__(self, table: dict[int, dict[int, float]]):
+        if not table:
+            raise ValueError("no step times: give traces of timed full-batch steps (benchmarks.study --policy-trace)")
+        self.table = {batch: dict(sorted(widths.items())) for batch, widths in sorted(table.items())}
+        self.batches = list(self.table)
+
+    @classmethod
+    def from_traces(cls, paths: list[Path]) -> MeasuredSteps:
+        times: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for path in paths:
+            seen = set()
+            with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as lines:
+                for line in lines:
+                    entry = json.loads(line)
+                    key = (entry["batch"], entry["steps"] + 1)
+                    if entry["measured_ms"] and entry["batch"] == entry["batch_size"]:
+                        if key in seen:  # (each shape's first step of a run: its warm-up, as the policy drops it)
+                            times[key[0]][key[1]].append(entry["measured_ms"])
+                        seen.add(key)
+        return cls({batch: {width: statistics.median(values) for width, values in widths.items()}
+                    for batch, widths in times.items()})
+
+    def at_batch(self, batch: int, width: int) -> float:
+        widths = self.table[batch]
+        known = list(widths)
+        if width in widths:
+            return widths[width]
+        above = bisect_left(known, width)
+        if above == 0 or len(known) == 1:
+            return widths[known[min(above, len(known) - 1)]]
+        low, high = (known[-2], known[-1]) if above == len(known) else (known[above - 1], known[above])
+        share = (width - low) / (high - low)
+        return (1 - share) * widths[low] + share * widths[high]
+
+    def __call__(self, rows: int, width: int) -> float:
+        above = bisect_left(self.batches, rows)
+        if above == len(self.batches):
+            return self.at_batch(self.batches[-1], width) / 1e3
+        if self.batches[above] == rows or above == 0:
+            return self.at_batch(self.batches[above], width) / 1e3
+        low, high = self.batches[above - 1], self.batches[above]
+        share = (rows - low) / (high - low)
+        return ((1 - share) * self.at_batch(low, width) + share * self.at_batch(high, width)) / 1e3
+
+
+def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, rng: random.Random,
+              policy: AdaptivePolicy | None = None, chain: int = 0, first_id: int = 0,
+              refill: float = REFILL) -> tuple[int, float]:
+    """B requests of `tokens` new tokens each to the end, every step planned by `policy` (else `chain` drafts per
+    row, 0 for plain decoding). -> (tokens emitted, seconds)."""
+    left = {first_id + i: tokens for i in range(batch)}
+    emitted, seconds, plain_run = 0, 0.0, 0
+    while left:
+        ids = list(left)
+        contexts = [PROMPT_TOKENS + tokens - left[rid] for rid in ids]
+        steps = policy.plan(ids, contexts).steps if policy is not None else chain
+        plain_run = plain_run + 1 if steps == 0 else 0
+        cost = step_time(len(ids), steps + 1) * (1 + refill if plain_run == 1 and policy is not None else 1)
+        kept = []
+        for rid in ids:
+            k = 0
+            while k < steps and rng.random() < alpha:
+                k += 1
+            kept.append(k)
+            out = min(k + 1, left[rid])
+            emitted += out
+            left[rid] -= out
+        seconds += cost
+        if policy is not None:  # (the engine times plain steps from the third of a run on)
+            timed = steps > 0 or plain_run >= 3
+            policy.observe(ids, [steps] * len(ids), kept, cost if timed else None)
+        for rid in [rid for rid in ids if left[rid] == 0]:
+            del left[rid]
+            if policy is not None:
+                policy.finish(rid)
+    return emitted, seconds
+
+
+def replay(step_time: StepTime, batches: list[int], accepted_length: float, prior: Callable | None = None,
+           seed: int = 0, new_tokens: int = NEW_TOKENS) -> list[dict]:
+    """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes."""
+    alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
+    rng = random.Random(seed)
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}))
+    rows, next_id = [], 0
+    for batch in batches:
+        run_batch(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, rng, policy, first_id=next_id)
+        next_id += batch
+        before = policy.counts.copy()
+        tokens, seconds = run_batch(step_time, batch, new_tokens, alpha, rng, policy, first_id=next_id)
+        next_id += batch
+        shapes = policy.counts - before
+        plain = run_batch(step_time, batch, new_tokens, alpha, rng)
+        fixed = run_batch(step_time, batch, new_tokens, alpha, rng, chain=CHAIN)
+        rates = {"plain": plain[0] / plain[1], "fixed": fixed[0] / fixed[1], "adaptive": tokens / seconds}
+        total = sum(shapes.values())
+        rows.append({"batch": batch, **rates, "of_best": rates["adaptive"] / max(rates["plain"], rates["fixed"]),
+                     "shapes": {label: count / total for label, count in shapes.most_common()}})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=sorted(SHAPES), required=True)
+    parser.add_argument("--accepted-length", type=float, required=True, help="synthetic acceptance to replay at")
+    parser.add_argument("--traces", type=Path, nargs="+", default=None,
+                        help="policy traces of the model (default: every trace of it in " + str(TRACES) + ")")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 128, 256])
+    parser.add_argument("--seeds", type=int, default=5, help="replays averaged per row")
+    args = parser.parse_args()
+    paths = args.traces or sorted(TRACES.glob(f"trace_{args.model}_*.jsonl*"))
+    steps = MeasuredSteps.from_traces(paths)
+    prior = roofline_step_cost(SHAPES[args.model][0](), H200, FLUSH_LENGTH)
+    runs = [replay(steps, args.batches, args.accepted_length, prior, seed) for seed in range(args.seeds)]
+    print(f"{args.model}, accepted {args.accepted_length}, step times from {', '.join(p.name for p in paths)}; "
+          f"mean of {args.seeds} replays (simulated: no host time, no noise)")
+    print("| batch | plain tok/s | fixed tok/s | adaptive tok/s | adaptive / best | shapes (seed 0) |")
+    print("|---|---|---|---|---|---|")
+    for index, batch in enumerate(args.batches):
+        mean = {key: statistics.mean(run[index][key] for run in runs) for key in ("plain", "fixed", "adaptive")}
+        of_best = statistics.mean(run[index]["of_best"] for run in runs)
+        shapes = ", ".join(f"{label} {share:.0%}" for label, share in runs[0][index]["shapes"].items())
+        print(f"| {batch} | {mean['plain']:.0f} | {mean['fixed']:.0f} | {mean['adaptive']:.0f} | {of_best:.2f}x | "
+              f"{shapes} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""benchmarks/adaptive_replay.py: the step-time table, the replayed batch, and the policy ranked against plain decoding
+and fixed chains on step times that favour one or the other."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import pytest
+
+from benchmarks.adaptive_replay import MeasuredSteps, replay, run_batch
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
+
+
+def test_step_times_interpolate_between_batches_and_widths(tmp_path):
+    entries = [  # a trace as benchmarks.study writes it: the first step of each shape in a run is a warm-up
+        *({"batch_size": 16, "batch": 16, "steps": 0, "timed": True, "measured_ms": ms}
+          for ms in (50.0, 2.0, 2.0, 4.0)),
+        *({"batch_size": 16, "batch": 16, "steps": 4, "timed": True, "measured_ms": ms} for ms in (90.0, 6.0)),
+        {"batch_size": 16, "batch": 9, "steps": 0, "timed": True, "measured_ms": 1.0},  # the tail: left out
+        *({"batch_size": 32, "batch": 32, "steps": 0, "timed": False, "measured_ms": ms} for ms in (70.0, 4.0)),
+        {"batch_size": 32, "batch": 32, "steps": 1, "timed": True, "measured_ms": None},  # an untimed plain step
+    ]
+    path = tmp_path / "trace.jsonl.gz"
+    with gzip.open(path, "wt") as out:
+        out.write("".join(json.dumps(e) + "\n" for e in entries))
+    steps = MeasuredSteps.from_traces([path])
+    assert steps.table == {16: {1: 2.0, 5: 6.0}, 32: {1: 4.0}}
+    assert steps(16, 3) == pytest.approx(4e-3)  # between widths 1 and 5
+    assert steps(16, 7) == pytest.approx(8e-3)  # past the last width: the same slope
+    assert steps(24, 1) == pytest.approx(3e-3)  # between batches 16 and 32
+    assert steps(8, 1) == pytest.approx(2e-3) and steps(64, 1) == pytest.approx(4e-3)  # flat past the ends
+    with pytest.raises(ValueError, match="no step times"):
+        MeasuredSteps({})
+
+
+def test_a_plain_batch_takes_one_step_per_token():
+    tokens, seconds = run_batch(lambda rows, width: 1e-3 * width, 8, 10, 0.5, random.Random(0))
+    assert tokens == 80 and seconds == pytest.approx(10e-3)
+    tokens, seconds = run_batch(lambda rows, width: 1e-3, 8, 10, 1.0, random.Random(0), chain=4)
+    assert tokens == 80 and seconds == pytest.approx(2e-3)  # 5 tokens a step, then the last 5
+
+
+def test_the_policy_follows_the_cheaper_side():
+    cheap = MeasuredSteps({b: {1: 10.0, 2: 10.5, 3: 11.0, 5: 12.0} for b in (1, 64)})  # drafting nearly free
+    dear = MeasuredSteps({b: {1: 10.0, 2: 20.0, 3: 30.0, 5: 50.0} for b in (1, 64)})  # every node a full step
+    for row in replay(cheap, [1, 64], 3.0):
+        assert row["adaptive"] > 1.5 * row["plain"] and row["of_best"] > 0.85
+        assert max(row["shapes"], key=row["shapes"].get) == "chain-4"
+    for row in replay(dear, [1, 64], 1.5):
+        assert row["of_best"] > 0.9 and row["shapes"].get("plain", 0) > 0.8
+
+
+def test_plain_steps_teach_their_cost_from_the_third_of_a_run():
+    told = []  # (drafts per row, seconds told) per step
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, collapse=1.01, probe_every=4, refresh_every=0))
+    observe = policy.observe
+
+    def recorded(ids, drafted, kept, seconds):
+        told.append((policy._planned[2].steps, seconds))
+        observe(ids, drafted, kept, seconds)
+    policy.observe = recorded
+    run_batch(lambda rows, width: 1e-3, 1, 40, 0.0, random.Random(0), policy)
+    run = 0
+    for steps, seconds in told:
+        run = run + 1 if steps == 0 else 0
+        assert (seconds is None) == (steps == 0 and run < 3)
+    assert sum(steps == 0 for steps, _ in told) > 20
