@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 128, 256])
     parser.add_argument("--seeds", type=int, default=5, help="replays averaged per row")
     args = parser.parse_args()
-    paths = args.traces or sorted(TRACES.glob(f"trace_{args.model}_*.jsonl*"))
+    paths = args.traces or sorted(TRACES.glob(f"trace_{args.model}*.jsonl*"))
     steps = MeasuredSteps.from_traces(paths)
     prior = roofline_step_cost(SHAPES[args.model][0](), H200, FLUSH_LENGTH)
     runs = [replay(steps, args.batches, args.accepted_length, prior, seed) for seed in range(args.seeds)]

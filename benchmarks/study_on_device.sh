@@ -3,14 +3,17 @@
 # engine (KVBuffer / baseline, plain / speculative) runs in a process of its own, so that one that fails, runs out of
 # memory or out of the call's time loses only its own row; building an engine costs the same either way (random
 # weights are drawn in GPU memory in seconds). Items run in the order given, the issue's target points first:
-# BATCHES runs its four engines, BATCHES:plain or BATCHES:speculative both backends of one mode; BATCHES is one
+# BATCHES runs its four engines, BATCHES:plain or BATCHES:speculative both backends of one mode, BATCHES:adaptive
+# the KVBuffer's adaptive speculation (with its policy trace, $OUT/trace_MODEL[_accA].jsonl); BATCHES is one
 # batch size or several joined by commas, timed by one process per engine (one build and compile for all of them;
 # its pools are sized for the largest, so keep a batch that may not fit in an item of its own). Results go to
 # $OUT/study_MODEL_bBATCHES_BACKEND_MODE.json (the parts `python -m benchmarks.study --report` joins), logs to
-# $OUT/study_MODEL.log.
-#   usage: benchmarks/study_on_device.sh MODEL SECONDS ITEM... [-- STUDY_ARGS...]
+# $OUT/study_MODEL.log. ACCEPTED=A sets the drafts' mean accepted length (default: the model's measured one) and
+# adds _accA to the file names.
+#   usage: [ACCEPTED=A] benchmarks/study_on_device.sh MODEL SECONDS ITEM... [-- STUDY_ARGS...]
 # e.g.  benchmarks/study_on_device.sh qwen3.5-9b 570 1,16,64,128,256 512 -- --new-tokens 64
 #       (the 2026-12-02 full-layer runs: those two items, --no-hf-reference for the MoE models)
+#       ACCEPTED=1.2 benchmarks/study_on_device.sh nemotron-3-nano 250 1,16,64,128,256:adaptive -- --no-hf-reference
 set -u
 model=$1 seconds=$2
 shift 2
@@ -20,18 +23,23 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do items+=("$1"); shift; done
 out=${OUT:-benchmarks/results}
 log="$out/study_$model.log"
 mkdir -p "$out"
+acc_args=() suffix=""
+if [ -n "${ACCEPTED:-}" ]; then acc_args=(--accepted-length "$ACCEPTED"); suffix="_acc$ACCEPTED"; fi
 for item in "${items[@]}"; do
   batch=${item%%:*}
   modes="plain speculative"
   [ "$item" != "$batch" ] && modes=${item#*:}
   for mode in $modes; do
-    for backend in kvbuffer recurrent; do
+    backends="kvbuffer recurrent" trace=()
+    if [ "$mode" = adaptive ]; then backends=kvbuffer trace=(--policy-trace "$out/trace_${model}${suffix}.jsonl"); fi
+    for backend in $backends; do
       left=$((seconds - SECONDS))
       name="$model batch $batch $backend $mode"
       if [ "$left" -lt 45 ]; then echo "[study] $name skipped: ${left}s left" | tee -a "$log"; continue; fi
       echo "[study] $name, ${left}s left" | tee -a "$log"
       timeout "$left" python -m benchmarks.study --model "$model" --batches ${batch//,/ } --only "$backend" "$mode" \
-        --out "$out/study_${model}_b${batch//,/-}_${backend}_${mode}.json" "$@" >>"$log" 2>&1 \
+        "${acc_args[@]}" "${trace[@]}" --out "$out/study_${model}_b${batch//,/-}_${backend}_${mode}${suffix}.json" "$@" \
+        >>"$log" 2>&1 \
         || echo "[study] $name failed or timed out (exit $?)" | tee -a "$log"
     done
   done
