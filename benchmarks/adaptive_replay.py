@@ -3,9 +3,10 @@
 spent on a study row. It simulates what `benchmarks.study --only kvbuffer adaptive` runs: per batch size (in the
 study's order, one policy throughout), a warm-up round of requests of flush_length + 8 tokens, then B requests of
 NEW_TOKENS each, all started together, the batch shrinking as they end; each step's time looked up in a table of
-measured step times, each draft kept as SyntheticAcceptance keeps it. Plain decoding and fixed 4-chains run the
-same way beside it. What it leaves out: the host's own time (the plans, the bookkeeping) and the noise of a real
-device, so it ranks policies; it does not replace a study row.
+measured step times, each draft kept as SyntheticAcceptance keeps it (a draw fixed per text and position: every
+engine meets the same texts). Plain decoding and fixed 4-chains run the same way beside it. What it leaves out:
+the host's own time (the plans, the bookkeeping) and the noise of a real device, so it ranks policies; it does not
+replace a study row.
 
 The step times: the median measured time of each (batch, step width) among the full-batch steps of the policy
 traces that `benchmarks.study --policy-trace` writes (benchmarks/results/policy_traces_h200/; pipelined plain
@@ -46,6 +47,23 @@ REFILL = 0.15
 CHAIN = 4  # the fixed shape, and the longest adaptive chain
 
 StepTime = Callable[[int, int], float]  # (rows, width) -> seconds
+Draws = Callable[[int, int], float]  # (text, position) -> a uniform draw: the draft there is kept iff it is < alpha
+
+
+class TextDraws:
+    """A uniform draw fixed per (text, position), as SyntheticAcceptance's TextCoins decide drafts in the study:
+    every engine and shape meets the same texts."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.texts: dict[int, list[float]] = {}
+
+    def __call__(self, text: int, position: int) -> float:
+        draws = self.texts.setdefault(text, [])
+        while len(draws) <= position:
+            rng = random.Random(hash((self.seed, text, len(draws))))
+            draws += [rng.random() for _ in range(256)]
+        return draws[position]
 
 
 class MeasuredSteps:
@@ -97,11 +115,11 @@ class MeasuredSteps:
         return ((1 - share) * self.at_batch(low, width) + share * self.at_batch(high, width)) / 1e3
 
 
-def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, rng: random.Random,
+def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws: Draws,
               policy: AdaptivePolicy | None = None, chain: int = 0, first_id: int = 0,
               refill: float = REFILL) -> tuple[int, float]:
-    """B requests of `tokens` new tokens each to the end, every step planned by `policy` (else `chain` drafts per
-    row, 0 for plain decoding). -> (tokens emitted, seconds)."""
+    """B requests of `tokens` new tokens each to the end (request first_id + i on text i), every step planned by
+    `policy` (else `chain` drafts per row, 0 for plain decoding). -> (tokens emitted, seconds)."""
     left = {first_id + i: tokens for i in range(batch)}
     emitted, seconds, plain_run = 0, 0.0, 0
     while left:
@@ -111,9 +129,9 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, rng: r
         plain_run = plain_run + 1 if steps == 0 else 0
         cost = step_time(len(ids), steps + 1) * (1 + refill if plain_run == 1 and policy is not None else 1)
         kept = []
-        for rid in ids:
+        for rid, context in zip(ids, contexts, strict=True):
             k = 0
-            while k < steps and rng.random() < alpha:
+            while k < steps and draws(rid - first_id, context + k) < alpha:
                 k += 1
             kept.append(k)
             out = min(k + 1, left[rid])
@@ -134,18 +152,18 @@ def replay(step_time: StepTime, batches: list[int], accepted_length: float, prio
            seed: int = 0, new_tokens: int = NEW_TOKENS) -> list[dict]:
     """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes."""
     alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
-    rng = random.Random(seed)
+    draws = TextDraws(seed)
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}))
     rows, next_id = [], 0
     for batch in batches:
-        run_batch(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, rng, policy, first_id=next_id)
+        run_batch(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, draws, policy, first_id=next_id)
         next_id += batch
         before = policy.counts.copy()
-        tokens, seconds = run_batch(step_time, batch, new_tokens, alpha, rng, policy, first_id=next_id)
+        tokens, seconds = run_batch(step_time, batch, new_tokens, alpha, draws, policy, first_id=next_id)
         next_id += batch
         shapes = policy.counts - before
-        plain = run_batch(step_time, batch, new_tokens, alpha, rng)
-        fixed = run_batch(step_time, batch, new_tokens, alpha, rng, chain=CHAIN)
+        plain = run_batch(step_time, batch, new_tokens, alpha, draws)
+        fixed = run_batch(step_time, batch, new_tokens, alpha, draws, chain=CHAIN)
         rates = {"plain": plain[0] / plain[1], "fixed": fixed[0] / fixed[1], "adaptive": tokens / seconds}
         total = sum(shapes.values())
         rows.append({"batch": batch, **rates, "of_best": rates["adaptive"] / max(rates["plain"], rates["fixed"]),

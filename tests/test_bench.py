@@ -135,6 +135,32 @@ def test_synthetic_acceptance_of_a_draft_does_not_depend_on_the_chain_length():
     assert sum(lone) / len(lone) == pytest.approx(0.2, abs=0.01)
 
 
+def test_paired_synthetic_drafts_are_kept_by_their_text_position_whatever_the_shape():
+    """Paired, the drafter and the acceptance decide each draft by a draw fixed per (text, position): a 4-chain and a
+    2-chain drafted at the same position of the same text keep the same leading drafts, a chain drafted one position
+    later (after a plain step) reads the draws from there, another text has draws of its own, and the mean over
+    many texts is the one asked for."""
+    from drafters.base import DraftRequest
+    from specdec.eval.synthetic import synthetic_speculation
+    from specdec.speculation import SamplingParams, TreeShape
+
+    def kept(pair, tokens, steps):
+        drafter, acceptance = pair
+        (tree,) = drafter.propose([DraftRequest(0, tokens, SamplingParams(), None)], TreeShape(steps=steps))
+        return len(acceptance.forced_path(tree)) - 1
+
+    texts = [[text] * 20 + list(range(30)) for text in range(400)]
+    four = [kept(synthetic_speculation("synthetic:2.5", 4), text, 4) for text in texts]
+    two = [kept(synthetic_speculation("synthetic:2.5", 4), text, 2) for text in texts]
+    assert two == [min(k, 2) for k in four]  # the same draws, whichever engine and shape
+    pair = synthetic_speculation("synthetic:2.5", 4)
+    assert [kept(pair, text, 4) for text in texts] == four  # and again in the same engine
+    later = [kept(pair, text + [7], 4) for text in texts]  # one position further on
+    for k, n in zip(four, later, strict=True):  # its first k - 1 positions were kept, the k-th was not
+        assert n == k - 1 if 0 < k < 4 else (n >= 3 if k == 4 else True)
+    assert sum(four) / len(four) == pytest.approx(1.5, abs=0.15) and len(set(four)) == 5
+
+
 def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen(tmp_path):
     """--speculation fixed adaptive: a row per mode (here the adaptive engine alone); it counts the shapes of its
     timed steps, its policy starting from the roofline of the target's step; --policy-trace records each step's

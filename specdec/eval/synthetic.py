@@ -6,6 +6,13 @@ probability alpha given that the one before it was, as a real drafter's acceptan
 
 Verification and commit cost what they cost with real drafts of that acceptance; the emitted tokens mean nothing.
 Use it to time speculative decoding at the accepted length measured on trained models (specdec eval).
+
+Paired (synthetic_speculation), the drafter and the acceptance share TextCoins: whether a draft is kept is decided by
+a uniform draw fixed per (request text, position), as a real drafter's success is a property of the text, not of
+the order in which an engine happens to draw. Every engine and every shape then meets the same texts: fixed chains,
+adaptive speculation choosing other lengths, and plain decoding in between see the same predictable and
+unpredictable positions, so that their rows differ by what they chose, not by their luck (at batch 1 and 64 tokens,
+independent draws moved a fixed-chain row by 10-15% between runs: benchmarks/adaptive_replay.py).
 """
 
 from __future__ import annotations
@@ -20,6 +27,37 @@ from specdec.speculation import DraftTree, SamplingParams, TreeShape
 PREFIX = "synthetic:"
 
 
+class TextCoins:
+    """Uniform draws in [0, 1) fixed per (text, position): a request's text is keyed by its first KEY_TOKENS tokens
+    (the benchmarks give each request its own random prompt), its draws made in chunks from a generator seeded by
+    the key. The drafter marks each tree it proposes with its text and the position of its first draft; the
+    acceptance takes the tree's draws from there (draws_for). Marks live for one step."""
+
+    KEY_TOKENS = 16
+    CHUNK = 256
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self.draws: dict[int, list[float]] = {}  # text key -> draws by position
+        self.marks: dict[int, tuple[int, int]] = {}  # id(tree) -> (text key, position of its first draft)
+
+    def mark(self, trees: list[DraftTree], requests: list[DraftRequest]) -> None:
+        self.marks = {id(tree): (hash(tuple(request.tokens[:self.KEY_TOKENS])), len(request.tokens))
+                      for tree, request in zip(trees, requests, strict=True)}
+
+    def draws_for(self, tree: DraftTree, count: int) -> list[float] | None:
+        """The draws of the tree's first `count` drafts; None for a tree this step's drafter did not mark."""
+        mark = self.marks.get(id(tree))
+        if mark is None:
+            return None
+        key, position = mark
+        draws = self.draws.setdefault(key, [])
+        while len(draws) < position + count:  # (a text's draws, chunk by chunk, each from its own seed)
+            generator = torch.Generator().manual_seed(hash((self.seed, key, len(draws))) & (2**63 - 1))
+            draws += torch.rand(self.CHUNK, generator=generator, dtype=torch.float64).tolist()
+        return draws[position:position + count]
+
+
 class SyntheticDrafter(Drafter):
     """Chains of tokens drawn at random from the first request's tokens (a benchmark's random prompt gives random
     tokens: MoE routing as varied as real drafts'), so that it needs no vocabulary or model: a pool of POOL of them,
@@ -27,7 +65,7 @@ class SyntheticDrafter(Drafter):
 
     POOL = 8192
 
-    def __init__(self, mean_accepted_length: float, seed: int = 0):
+    def __init__(self, mean_accepted_length: float, seed: int = 0, text_coins: TextCoins | None = None):
         if mean_accepted_length < 1:
             raise ValueError(f"synthetic:MEAN needs a mean accepted length >= 1 (the bonus token counts), "
                              f"got {mean_accepted_length}")
@@ -35,6 +73,7 @@ class SyntheticDrafter(Drafter):
         self.picks = random.Random(seed)
         self.pool: list[int] = []
         self.cursor = 0
+        self.text_coins = text_coins  # marks each tree with its text and position (TextCoins), when paired
 
     def check_shape(self, shape: TreeShape) -> None:
         if shape.topk != 1 or shape.dynamic:
@@ -53,6 +92,8 @@ class SyntheticDrafter(Drafter):
                 self.cursor = 0
             trees.append(DraftTree([request.tokens[-1], *self.pool[self.cursor:self.cursor + depth]], parents))
             self.cursor += depth
+        if self.text_coins is not None:
+            self.text_coins.mark(trees, requests)
         return trees
 
 
@@ -63,11 +104,14 @@ class SyntheticAcceptance:
     depth: the chain length the mean is quoted at. With it every draft is accepted with that length's alpha whatever
     the length of its chain, as a real drafter's acceptance of a draft does not depend on how many follow it: what
     adaptive speculation, choosing shorter chains or none, must see (a chain of 1 then keeps its draft with
-    probability alpha, not with the mean's). Without it each chain's alpha meets the mean at the chain's own length."""
+    probability alpha, not with the mean's). Without it each chain's alpha meets the mean at the chain's own length.
+    text_coins: the draws of the trees its drafter marked (TextCoins); other trees draw from one sequence."""
 
-    def __init__(self, mean_accepted_length: float, seed: int = 0, depth: int | None = None):
+    def __init__(self, mean_accepted_length: float, seed: int = 0, depth: int | None = None,
+                 text_coins: TextCoins | None = None):
         self.mean_accepted_length = mean_accepted_length
         self.depth = depth
+        self.text_coins = text_coins
         self.coins = random.Random(seed)  # acceptance draws, on the host: a step draws up to depth per request
         self._alpha: dict[int, float] = {}  # chain depth -> per-draft acceptance probability
 
@@ -83,9 +127,14 @@ class SyntheticAcceptance:
     def forced_path(self, tree: DraftTree) -> list[int]:
         depth = len(tree) - 1
         alpha = self.alpha(self.depth or depth)
+        draws = self.text_coins.draws_for(tree, depth) if self.text_coins is not None and depth else None
         accepted = 0
-        while accepted < depth and self.coins.random() < alpha:
-            accepted += 1
+        if draws is not None:
+            while accepted < depth and draws[accepted] < alpha:
+                accepted += 1
+        else:
+            while accepted < depth and self.coins.random() < alpha:
+                accepted += 1
         return list(range(accepted + 1))
 
     def alpha(self, depth: int) -> float:
@@ -101,12 +150,14 @@ class SyntheticAcceptance:
 
 
 def synthetic_speculation(draft: str, depth: int | None = None) -> tuple[SyntheticDrafter, SyntheticAcceptance]:
-    """`synthetic:MEAN` -> the drafter and the acceptance to give the engine together; depth: the chain length the
-    mean is quoted at (the engine's draft budget), which fixes the acceptance of each draft (SyntheticAcceptance)."""
+    """`synthetic:MEAN` -> the drafter and the acceptance to give the engine together, sharing the draws of each
+    text position (TextCoins); depth: the chain length the mean is quoted at (the engine's draft budget), which
+    fixes the acceptance of each draft (SyntheticAcceptance)."""
     mean = draft.removeprefix(PREFIX)
     try:
         value = float(mean)
-        return SyntheticDrafter(value), SyntheticAcceptance(value, depth=depth)
+        coins = TextCoins()
+        return SyntheticDrafter(value, text_coins=coins), SyntheticAcceptance(value, depth=depth, text_coins=coins)
     except ValueError as error:
         raise ValueError(f"--draft synthetic:MEAN takes a mean accepted length, e.g. synthetic:2.9; "
                          f"{mean!r}: {error}") from None
