@@ -14,9 +14,9 @@ times). A request's acceptance is learnt from its drafting steps, and while it d
 pooled acceptance (RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain
 decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch
 of one on plain steps for the rest of its run after three), and a batch that decodes plainly because drafting costs
-more than it brings is not probed. A new request's
-acceptance starts from the acceptance pooled over the requests seen (the drafter's figures before any): at 1.2
-accepted, the H200 study's new requests drafted 4-chains for their first steps from the drafter's 0.75.
+more than it brings is not probed. A new request's acceptance starts from the acceptance pooled over the requests
+seen (the drafter's figures before any): at 1.2 accepted, the H200 study's new requests drafted 4-chains for their
+first steps from the drafter's 0.75.
 
 Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
 factor, and is measured there once the bucket has run a few steps if it may be the best (_explore); a shape chosen
@@ -54,15 +54,17 @@ MEASURE_FOR = 4
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), what a new
-    request starts from (default: the shipped Qwen3.5 drafters on MT-bench, about 0.75 at each position); prior_weight:
-    its weight in observations; decay: per observation of a position. collapse: a request whose first-position
-    acceptance falls below this counts as emitting one token whatever it drafts. probe_every: steps the batch runs
-    without drafting before a probe step drafts (every row). refresh_every: steps
-    between re-measuring the contender (a shape within 20% of the best) measured least recently in the batch's bucket (a
-    cost drifts with context, and with whatever else the machine runs). max_steps: the longest chain (the engine's
-    TreeShape budget); chains: the lengths offered (default: 1, 2, 4, ... up to max_steps, and max_steps: a small
-    fixed set, since on a GPU each is a CUDA graph of its own width, `widths`)."""
+    """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), where the
+    acceptance pooled over requests starts, which a new request starts from (default: the shipped Qwen3.5 drafters on
+    MT-bench, about 0.75 at each position); prior_weight: its weight in observations; decay: per observation of a
+    position (and 1 - decay: how far an idle request's estimate relaxes toward the pooled one per plain step).
+    collapse: a request whose first-position acceptance falls below this counts as emitting one token whatever it
+    drafts. probe_every: steps a batch holding such requests runs without drafting before a probe step drafts
+    (every row). refresh_every: steps between re-measuring the contender (a shape within 20% of the best) measured
+    least recently in the batch's bucket (a cost drifts with context, and with whatever else the machine runs),
+    twice as long after each refresh that confirmed the best shape, up to REFRESH_BACKOFF times. max_steps: the
+    longest chain (the engine's TreeShape budget); chains: the lengths offered (default: 1, 2, 4, ... up to
+    max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA graph of its own width, `widths`)."""
 
     max_steps: int = 4
     chains: tuple[int, ...] | None = None
