@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import random
 import statistics
 from bisect import bisect_left
 from collections import defaultdict
@@ -37,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specdec.eval.step_cost import H200, roofline_step_cost
-from specdec.eval.synthetic import SyntheticAcceptance
+from specdec.eval.synthetic import SyntheticAcceptance, TextCoins
 from specdec.models.real_shapes import SHAPES
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
 
@@ -50,20 +49,11 @@ StepTime = Callable[[int, int], float]  # (rows, width) -> seconds
 Draws = Callable[[int, int], float]  # (text, position) -> a uniform draw: the draft there is kept iff it is < alpha
 
 
-class TextDraws:
-    """A uniform draw fixed per (text, position), as SyntheticAcceptance's TextCoins decide drafts in the study:
-    every engine and shape meets the same texts."""
-
-    def __init__(self, seed: int):
-        self.seed = seed
-        self.texts: dict[int, list[float]] = {}
-
-    def __call__(self, text: int, position: int) -> float:
-        draws = self.texts.setdefault(text, [])
-        while len(draws) <= position:
-            rng = random.Random(hash((self.seed, text, len(draws))))
-            draws += [rng.random() for _ in range(256)]
-        return draws[position]
+def text_draws(seed: int) -> Draws:
+    """A uniform draw fixed per (text, position), the study's own (TextCoins): every engine and shape meets the same
+    texts."""
+    coins = TextCoins(seed)
+    return lambda text, position: coins.at(text, position, 1)[0]
 
 
 class MeasuredSteps:
@@ -152,7 +142,7 @@ def replay(step_time: StepTime, batches: list[int], accepted_length: float, prio
            seed: int = 0, new_tokens: int = NEW_TOKENS) -> list[dict]:
     """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes."""
     alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
-    draws = TextDraws(seed)
+    draws = text_draws(seed)
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}))
     rows, next_id = [], 0
     for batch in batches:

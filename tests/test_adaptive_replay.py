@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from benchmarks.adaptive_replay import MeasuredSteps, TextDraws, replay, run_batch
+from benchmarks.adaptive_replay import MeasuredSteps, replay, run_batch, text_draws
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
 
 
@@ -35,9 +35,9 @@ def test_step_times_interpolate_between_batches_and_widths(tmp_path):
 
 
 def test_a_plain_batch_takes_one_step_per_token():
-    tokens, seconds = run_batch(lambda rows, width: 1e-3 * width, 8, 10, 0.5, TextDraws(0))
+    tokens, seconds = run_batch(lambda rows, width: 1e-3 * width, 8, 10, 0.5, text_draws(0))
     assert tokens == 80 and seconds == pytest.approx(10e-3)
-    tokens, seconds = run_batch(lambda rows, width: 1e-3, 8, 10, 1.0, TextDraws(0), chain=4)
+    tokens, seconds = run_batch(lambda rows, width: 1e-3, 8, 10, 1.0, text_draws(0), chain=4)
     assert tokens == 80 and seconds == pytest.approx(2e-3)  # 5 tokens a step, then the last 5
 
 
@@ -60,7 +60,7 @@ def test_plain_steps_teach_their_cost_from_the_third_of_a_run():
         told.append((policy._planned[2].steps, seconds))
         observe(ids, drafted, kept, seconds)
     policy.observe = recorded
-    run_batch(lambda rows, width: 1e-3, 1, 40, 0.0, TextDraws(0), policy)
+    run_batch(lambda rows, width: 1e-3, 1, 40, 0.0, text_draws(0), policy)
     run = 0
     for steps, seconds in told:
         run = run + 1 if steps == 0 else 0

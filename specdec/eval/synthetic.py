@@ -50,7 +50,10 @@ class TextCoins:
         mark = self.marks.get(id(tree))
         if mark is None:
             return None
-        key, position = mark
+        return self.at(*mark, count)
+
+    def at(self, key: int, position: int, count: int) -> list[float]:
+        """The draws of text `key` at positions position .. position + count - 1."""
         draws = self.draws.setdefault(key, [])
         while len(draws) < position + count:  # (a text's draws, chunk by chunk, each from its own seed)
             generator = torch.Generator().manual_seed(hash((self.seed, key, len(draws))) & (2**63 - 1))

@@ -156,7 +156,7 @@ class AdaptivePolicy:
                                      if confirmed else self.config.refresh_every)
             self._best_at_refresh = None
         if steps is None:
-            steps = self._explore(batch, rates)
+            steps = self._explore(batch, rates, best)
             if steps is not None:
                 self._measuring, self._measure_steps = (batch_bucket(batch), steps), 1
         if steps is None:
@@ -231,7 +231,7 @@ class AdaptivePolicy:
         self._measure_steps += 1
         return self._measuring[1]
 
-    def _explore(self, batch: int, rates: dict[int, float]) -> int | None:
+    def _explore(self, batch: int, rates: dict[int, float], best_shape: int) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
         has run EXPLORE_AFTER steps, a CONTENDER not yet measured in this bucket (its cost borrowed can be far off, and
         only a shape that runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on
@@ -249,7 +249,7 @@ class AdaptivePolicy:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
-            self._best_at_refresh = max(rates, key=lambda s: (rates[s], -s))
+            self._best_at_refresh = best_shape
             contenders = [s for s in self.config.shapes if rates[s] >= CONTENDER * best]
             return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None
