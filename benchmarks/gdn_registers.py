@@ -88,7 +88,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
                     dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BB=fold.SCAN_BLOCK,
-                         ENTRIES=entries, APPEND=append, PREFETCH=fold.FOLD_PREFETCH), fold.FOLD_WARPS))
+                         ENTRIES=entries, APPEND=append), fold.FOLD_WARPS))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     return out

@@ -24,14 +24,16 @@ from specdec.eval.bench import (
     load_llm,
     step_workloads,
     warm_up_and_prefill,
+    with_roofline_prior,
 )
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import roofline
 
 
-def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int, peaks: Peaks) -> list[str]:
-    mode = "speculative" if settings.draft else "plain"
+def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int, top: int,
+                    peaks: Peaks) -> list[str]:
     llm = load_llm(settings, backend, mode)
+    with_roofline_prior(llm, settings, backend, peaks)  # (adaptive: the policy's prior, as the study's)
     requests = warm_up_and_prefill(llm, bench_prompts(llm, settings, batch), batch, settings)
     graphs = llm.engine.runner.graphs
     captured_before = len(graphs._steps) if graphs is not None else 0
@@ -64,6 +66,13 @@ def profile_backend(settings: BenchSettings, backend: str, batch: int, top: int,
         for event in sorted(by_op, key=lambda e: -e.self_device_time_total)[:top]:
             lines.append(f"| {event.key} | {str(event.input_shapes)[:80]} | "
                          f"{event.self_device_time_total / 1e3 / steps:.3f} | {event.count / steps:.1f} |")
+    # the host's side: where the CPU's time per step goes (a launch, a wait for the device, the torch ops' own work;
+    # the engine's Python between them does not show: profile it with cProfile)
+    lines += ["", "The host's time by CPU op (self time; cudaEventSynchronize & co: the host waiting for the device):",
+              "", "| CPU op | ms/step | calls/step |", "|---|---|---|"]
+    host = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    for event in sorted(host, key=lambda e: -e.self_cpu_time_total)[:top]:
+        lines.append(f"| {event.key[:90]} | {event.self_cpu_time_total / 1e3 / steps:.3f} | {event.count / steps:.1f} |")
     lines += ["", f"The roofline of the same steps, by op ({peaks}):", "", "| op | ms/step |", "|---|---|"]
     lines += [f"| {name} | {ms:.3f} |" for name, ms in sorted(ops.items(), key=lambda item: -item[1]) if ms >= 0.001]
     return lines
@@ -86,6 +95,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--backends", nargs="+", default=["kvbuffer", "recurrent"])
+    parser.add_argument("--mode", choices=("plain", "speculative", "adaptive"), default=None,
+                        help="default: speculative with --draft, else plain (plain with --draft: the same prompts)")
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this markdown file")
     parser.add_argument("--eager", action="store_true",
@@ -93,15 +104,20 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("the step profile needs a CUDA GPU")
+    mode = args.mode or ("speculative" if args.draft else "plain")
+    if mode != "plain" and not args.draft:
+        raise SystemExit(f"--mode {mode} needs a drafter: add --draft (e.g. synthetic:2.6)")
     settings = BenchSettings(target=args.target, draft=args.draft, batch_sizes=(args.batch,),
-                             max_new_tokens=args.new_tokens, device="cuda", cuda_graphs=not args.eager)
+                             max_new_tokens=args.new_tokens, device="cuda", cuda_graphs=not args.eager,
+                             speculation=("adaptive",) if mode == "adaptive" else ("fixed",))
     peaks = bench_peaks(settings)
     text = [f"# Step profile: `python -m benchmarks.profile_step --target {args.target}"
-            + (f" --draft {args.draft}" if args.draft else "") + f" --batch {args.batch}"
+            + (f" --draft {args.draft}" if args.draft else "") + (f" --mode {args.mode}" if args.mode else "")
+            + f" --batch {args.batch}"
             + (" --eager" if args.eager else "") + "` "
             f"({torch.cuda.get_device_name()}, torch {torch.__version__})", ""]
     for backend in args.backends:
-        lines = profile_backend(settings, backend, args.batch, args.top, peaks)
+        lines = profile_backend(settings, backend, mode, args.batch, args.top, peaks)
         free_device_memory()  # the engine's pools and graphs (reference cycles) before the next backend's load
         print("\n".join(lines) + "\n", flush=True)
         text += lines + [""]

@@ -9,7 +9,8 @@
 # its pools are sized for the largest, so keep a batch that may not fit in an item of its own). Results go to
 # $OUT/study_MODEL_bBATCHES_BACKEND_MODE.json (the parts `python -m benchmarks.study --report` joins), logs to
 # $OUT/study_MODEL.log. ACCEPTED=A sets the drafts' mean accepted length (default: the model's measured one) and
-# adds _accA to the file names.
+# adds _accA to the file names; BACKENDS="kvbuffer" limits plain / speculative items to that backend (adaptive rows
+# are the KVBuffer's alone).
 #   usage: [ACCEPTED=A] benchmarks/study_on_device.sh MODEL SECONDS ITEM... [-- STUDY_ARGS...]
 # e.g.  benchmarks/study_on_device.sh qwen3.5-9b 570 1,16,64,128,256 512 -- --new-tokens 64
 #       (the 2026-12-02 full-layer runs: those two items, --no-hf-reference for the MoE models)
@@ -30,7 +31,7 @@ for item in "${items[@]}"; do
   modes="plain speculative"
   [ "$item" != "$batch" ] && modes=${item#*:}
   for mode in $modes; do
-    backends="kvbuffer recurrent" trace=()
+    backends=${BACKENDS:-kvbuffer recurrent} trace=()
     if [ "$mode" = adaptive ]; then backends=kvbuffer trace=(--policy-trace "$out/trace_${model}${suffix}.jsonl"); fi
     for backend in $backends; do
       left=$((seconds - SECONDS))

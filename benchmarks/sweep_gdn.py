@@ -65,11 +65,8 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((32, 4), (16, 2), (64, 4)):
             out.append(Candidate("fold", f"BV {bv}, {warps} warps",
                                  {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
-        for lanes in (4, 16):
+        for lanes in (8, 16):
             out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
-        for bv, warps in ((32, 4), (16, 2)):
-            out.append(Candidate("fold", f"next tile prefetched, BV {bv}, {warps} warps",
-                                 {"fold.FOLD_PREFETCH": True, "fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
         out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
