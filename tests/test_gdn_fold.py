@@ -19,15 +19,12 @@ def test_flush(d):
     check_flush(make_batch(d, ROWS, seed=5))
 
 
-@pytest.mark.parametrize(("lanes", "scan_block", "prefetch"), [(2, 2, False), (1, 4, True)],
-                         ids=["2-lanes", "1-lane-prefetching"])
-def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, prefetch):
-    """Fewer fold lanes than folding rows (each lane folds several, in rank order, loading the next row's tile
-    before folding the current one or not) and the rows' flags scanned a few at a time: the fold of the commit, the
-    flush and the decode + commit."""
+@pytest.mark.parametrize(("lanes", "scan_block"), [(2, 2), (1, 4)], ids=["2-lanes", "1-lane"])
+def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block):
+    """Fewer fold lanes than folding rows (each lane folds several, in rank order) and the rows' flags scanned a few
+    at a time: the fold of the commit, the flush and the decode + commit."""
     monkeypatch.setattr(fold_module, "FOLD_LANES", lanes)
     monkeypatch.setattr(fold_module, "SCAN_BLOCK", scan_block)
-    monkeypatch.setattr(fold_module, "FOLD_PREFETCH", prefetch)
     monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
     monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
     d = DIMS["k16-hv2-bf16"]

@@ -36,13 +36,10 @@ ENTRIES_ACCEPTED = 2
 # (578 against 682 us over its workloads).
 FOLD_BLOCK_V = 32
 FOLD_WARPS = 2
-# A program folds its rows one after the other; with FOLD_PREFETCH it loads the next row's tile before folding the
-# current one (two tiles in registers), so that it always has a load in flight: the fold reached 51% of copy
-# bandwidth without (2026-12-01), its programs waiting on one tile at a time. Not yet measured: sweep_gdn. Triton
-# 3.9 for sm_90, [128, 32] tiles: 199-214 registers at 4 warps with it; at 2 warps it spills (144-200 bytes), and
-# even without it (8-40 bytes; 255 registers).
-FOLD_PREFETCH = False
-FOLD_LANES = 8
+# A program folds its rows one after the other, one tile in flight at a time. Loading the next row's tile before
+# folding the current one (two tiles in registers) was measured slower on the H200 (sweep of 2026-12-02: 47-49% of
+# copy bandwidth against 60%; Triton 3.6 spills at 2 warps with it) and was removed. FOLD_LANES: 4 and 8 within 2%.
+FOLD_LANES = 4
 SCAN_BLOCK = 128
 BLOCK_L = 16
 
@@ -173,7 +170,6 @@ def gdn_fold_kernel(
     BB: tl.constexpr,
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
     i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P = tl.num_programs(2)
@@ -196,22 +192,11 @@ def gdn_fold_kernel(
         b_fold = b_due & (b_slot >= 0)
         b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
         count = tl.sum(b_fold.to(tl.int32), 0)
-        if PREFETCH:
-            # the next row's tile is loaded before this row folds: a program always has a load in flight
-            i_b, i_r, i_s, n, na = folding_row(b_rank, i_p, o_b, b_r, b_slot, b_n, b_na)
-            b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, i_p < count, HV, K, V)
-            for j in range(i_p, count, P):
-                i_b2, i_r2, i_s2, n2, na2 = folding_row(b_rank, j + P, o_b, b_r, b_slot, b_n, b_na)
-                b_s2 = state_tile(state_pool, i_s2, i_h, o_k, o_v, j + P < count, HV, K, V)
-                fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n,
-                         na, o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
-                b_s, i_b, i_r, i_s, n, na = b_s2, i_b2, i_r2, i_s2, n2, na2
-        else:
-            for j in range(i_p, count, P):
-                i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
-                b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
-                fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n,
-                         na, o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
+        for j in range(i_p, count, P):
+            i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
+            b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
+            fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na,
+                     o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
             b_keep = m_b & ~b_due
@@ -240,5 +225,5 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=SCAN_BLOCK,
-        ENTRIES=entries, APPEND=append, PREFETCH=FOLD_PREFETCH, num_warps=FOLD_WARPS, num_stages=1,
+        ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS, num_stages=1,
     )

@@ -52,10 +52,12 @@ from verify_kernels.tree import ancestor_mask
 # registers then). Products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight. Never
 # 8 warps for 64-node blocks: with tf32x3 products Triton 3.6 built a kernel that made illegal memory accesses on
 # the H200 (an earlier tree pass). 64-node blocks spill registers (rare trees; correct, not tuned). The fused
-# kernel: by BT, V columns and warps; one launch won only at batch 1 in the last sweep.
+# kernel: by BT, V columns and warps; one launch won only at batch 1 in the last sweep. The FMA state pass, H200
+# sweep of 2026-12-02 (4-chain at batch 256): per value head at 64 columns and 2 warps 373 us, per key head at 32
+# and 4 (the previous default) 471 us, per key head at 32 and 2 375 us: the warps, not the sharing, decide.
 FUSED_MAX_BATCH = 1
-STATE_FMA_CONFIG = (32, 4)
-STATE_SHARE_KEY_HEAD = True
+STATE_FMA_CONFIG = (64, 2)
+STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 TREE_BLOCK_V = 32
