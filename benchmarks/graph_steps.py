@@ -1,0 +1,135 @@
+"""Why a step of adaptive speculation's engine costs more than the same step of a fixed engine (the H200 study of
+2026-12-02 evening, batch 1: 4-chain steps 7.14 against 6.61 ms, plain steps 4.25 against 3.90, the same kernels
+and GPU time; a timeline showed the decode graph's launch taking 1.5-2.1 ms of host time against 0.8 and the GPU
+running it with ~0.4 us more between kernels). The engines differ in the CUDA graphs their runner holds: plain
+decoding one decode graph per bucket, a fixed engine one verify (+ commit) graph per bucket, the adaptive engine a
+verify graph per chain width in one memory pool with its decode graphs. This times the same steps on engine
+variants built in turn, batch 1, greedy, synthetic drafts:
+
+    python -m benchmarks.graph_steps --target random:nemotron-3-nano [--max-batch 1]
+
+Rows: plain decoding; the adaptive engine held to plain steps (default widths; widths 1 and 5 only; its decode
+graphs in a memory pool of their own); fixed 4-chains; the adaptive engine held to 4-chains. Each: ms per step
+(median of --rounds runs of --new-tokens), the host's time inside CUDAGraph.replay per step (the launch), and the
+graphs captured. Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import replace
+
+import torch
+
+from specdec.api import LLM
+from specdec.engine.engine import EngineConfig
+from specdec.eval.bench import BenchSettings, bench_prompts, free_device_memory, synchronize, warm_up_and_prefill
+from specdec.eval.synthetic import synthetic_speculation
+from specdec.speculation.adaptive import AdaptiveConfig
+
+# the adaptive policy held to one shape: no request counts as drafting-worthy (collapse > 1) or every one does
+# (collapse 0, only 4-chains offered), no probes, no refreshes
+HELD_PLAIN = AdaptiveConfig(collapse=1.01, probe_every=10**9, refresh_every=0)
+HELD_CHAINS = AdaptiveConfig(chains=(4,), collapse=0.0, probe_every=10**9, refresh_every=0)
+
+
+def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | None]]:
+    """name -> (engine config, synthetic draft or None, what to change before capture)."""
+    fixed = EngineConfig.from_flags(max_batch=max_batch, max_seq_len=512)
+    adaptive = replace(EngineConfig.from_flags(max_batch=max_batch, max_seq_len=512, speculation="adaptive"),
+                       adaptive=HELD_PLAIN)
+    return {
+        "plain decoding": (fixed, None, None),
+        "adaptive held to plain": (adaptive, "synthetic:1.2", None),
+        "adaptive held to plain, widths 1 and 5": (replace(adaptive, adaptive=replace(HELD_PLAIN, chains=(4,))),
+                                                   "synthetic:1.2", None),
+        "adaptive held to plain, decode graphs' own pool": (adaptive, "synthetic:1.2", "own pool"),
+        "fixed 4-chains": (fixed, "synthetic:2.72", None),
+        "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
+    }
+
+
+class LaunchClock:
+    """Host seconds spent inside torch.cuda.CUDAGraph.replay (the graph launch), while installed."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+        self._replay = torch.cuda.CUDAGraph.replay
+
+    def __enter__(self):
+        clock, replay = self, self._replay
+
+        def timed(graph):
+            start = time.perf_counter()
+            replay(graph)
+            clock.seconds += time.perf_counter() - start
+            clock.calls += 1
+
+        torch.cuda.CUDAGraph.replay = timed
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.CUDAGraph.replay = self._replay
+
+
+def time_variant(target: str, config: EngineConfig, draft: str | None, change: str | None, new_tokens: int,
+                 rounds: int, device: str = "cuda") -> tuple[float, float, int]:
+    """-> (ms per step, launch ms per step, step buckets captured). device "cpu": the same steps run eagerly (a
+    dry run of this script; no graphs, no launches)."""
+    acceptance = None
+    if draft is not None:
+        draft, acceptance = synthetic_speculation(draft, config.shape.budget)
+    llm = LLM(target, draft, device=device, config=config, acceptance=acceptance)
+    runner = llm.engine.runner
+    if change == "own pool" and runner.decode_graphs is not None:  # (before any capture: a graph takes the pool)
+        runner.decode_graphs._pool = torch.cuda.graph_pool_handle()
+    settings = BenchSettings(target=target, batch_sizes=(1,), max_new_tokens=new_tokens, device=device)
+    prompts = bench_prompts(llm, settings, 1)
+    per_step, launches = [], []
+    for _ in range(rounds):
+        requests = warm_up_and_prefill(llm, prompts, 1, settings)
+        with LaunchClock() as clock:
+            synchronize(llm.model.device)
+            start = time.perf_counter()
+            llm.engine.run()
+            synchronize(llm.model.device)
+            seconds = time.perf_counter() - start
+        steps = requests[0].stats.steps
+        per_step.append(1e3 * seconds / steps)
+        launches.append(1e3 * clock.seconds / steps)
+    held = [runner.graphs] + ([runner.decode_graphs] if runner.decode_graphs is not runner.graphs else [])
+    captured = sum(len(graphs._steps) for graphs in held if graphs is not None)
+    del llm, runner
+    free_device_memory()
+    return statistics.median(per_step), statistics.median(launches), captured
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="random:nemotron-3-nano")
+    parser.add_argument("--max-batch", type=int, default=1, help="the engines' pools and graphs (the study: 256)")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", nargs="+", default=None, help="variant names to run (default: all)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("graph_steps times CUDA graphs: it needs a CUDA GPU")
+    rows = []
+    for name, (config, draft, change) in variants(args.max_batch).items():
+        if args.only and name not in args.only:
+            continue
+        ms, launch, captured = time_variant(args.target, config, draft, change, args.new_tokens, args.rounds)
+        rows.append((name, ms, launch, captured))
+        print(f"[graph_steps] {name}: {ms:.2f} ms/step, launch {launch:.2f} ms/step, {captured} graphs", flush=True)
+    print(f"\n{args.target}, batch 1, max batch {args.max_batch} ({torch.cuda.get_device_name()})\n")
+    print("| engine | ms/step | graph launch ms/step (host) | step buckets captured |")
+    print("|---|---|---|---|")
+    for name, ms, launch, captured in rows:
+        print(f"| {name} | {ms:.2f} | {launch:.2f} | {captured} |")
+
+
+if __name__ == "__main__":
+    main()
