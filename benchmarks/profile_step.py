@@ -72,7 +72,8 @@ def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int
               "", "| CPU op | ms/step | calls/step |", "|---|---|---|"]
     host = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     for event in sorted(host, key=lambda e: -e.self_cpu_time_total)[:top]:
-        lines.append(f"| {event.key[:90]} | {event.self_cpu_time_total / 1e3 / steps:.3f} | {event.count / steps:.1f} |")
+        ms = event.self_cpu_time_total / 1e3 / steps
+        lines.append(f"| {event.key[:90]} | {ms:.3f} | {event.count / steps:.1f} |")
     lines += ["", f"The roofline of the same steps, by op ({peaks}):", "", "| op | ms/step |", "|---|---|"]
     lines += [f"| {name} | {ms:.3f} |" for name, ms in sorted(ops.items(), key=lambda item: -item[1]) if ms >= 0.001]
     return lines
