@@ -8,8 +8,11 @@ variants built in turn, batch 1, greedy, synthetic drafts:
 
     python -m benchmarks.graph_steps --target random:nemotron-3-nano [--max-batch 1]
 
-Rows: plain decoding; the adaptive engine held to plain steps (default widths; widths 1 and 5 only; its decode
-graphs in a memory pool of their own); fixed 4-chains; the adaptive engine held to 4-chains. Each: ms per step
+Rows: plain decoding (and with 0.5 ms of host work added per step); the adaptive engine held to plain steps (default
+widths; widths 1 and 5 only; its decode graphs in a memory pool of their own; its policy replaced by one that plans
+plain steps and learns nothing); fixed 4-chains; the adaptive engine held to 4-chains. First H200 run (Qwen3.5-9B,
+max batch 1): plain 5.47 ms/step, adaptive held to plain 5.77, with widths 1 and 5 5.82, with its own decode pool
+5.76; the host's launch 0.01-0.03 ms/step in all (the profiler's 0.8-2 ms was its own overhead). Each: ms per step
 (median of --rounds runs of --new-tokens), the host's time inside CUDAGraph.replay per step (the launch), and the
 graphs captured. Needs a CUDA GPU.
 """
@@ -28,6 +31,7 @@ from specdec.engine.engine import EngineConfig
 from specdec.eval.bench import BenchSettings, bench_prompts, free_device_memory, synchronize, warm_up_and_prefill
 from specdec.eval.synthetic import synthetic_speculation
 from specdec.speculation.adaptive import AdaptiveConfig
+from specdec.speculation.adaptive.policy import StepPlan
 
 # the adaptive policy held to one shape: no request counts as drafting-worthy (collapse > 1) or every one does
 # (collapse 0, only 4-chains offered), no probes, no refreshes
@@ -46,9 +50,22 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
         "adaptive held to plain, widths 1 and 5": (replace(adaptive, adaptive=replace(HELD_PLAIN, chains=(4,))),
                                                    "synthetic:1.2", None),
         "adaptive held to plain, decode graphs' own pool": (adaptive, "synthetic:1.2", "own pool"),
+        "adaptive, a policy that plans plain steps and learns nothing": (adaptive, "synthetic:1.2", "idle policy"),
+        "plain decoding, 0.5 ms more host work a step": (fixed, None, "busy host"),
         "fixed 4-chains": (fixed, "synthetic:2.72", None),
         "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
     }
+
+
+def busy_after(step, seconds: float):
+    """step, then `seconds` of host work (a spin: the thread stays busy, as Python planning would keep it)."""
+    def busy_step():
+        finished = step()
+        until = time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            pass
+        return finished
+    return busy_step
 
 
 class LaunchClock:
@@ -86,6 +103,11 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
     runner = llm.engine.runner
     if change == "own pool" and runner.decode_graphs is not None:  # (before any capture: a graph takes the pool)
         runner.decode_graphs._pool = torch.cuda.graph_pool_handle()
+    if change == "idle policy":  # the adaptive engine's steps without the policy's Python
+        llm.engine.policy.plan = lambda request_ids, contexts: StepPlan(0, (False,) * len(request_ids))
+        llm.engine.policy.observe = lambda *args: None
+    if change == "busy host":  # plain decoding with as much host work again as the policy and more, between steps
+        llm.engine.step = busy_after(llm.engine.step, 0.5e-3)
     settings = BenchSettings(target=target, batch_sizes=(1,), max_new_tokens=new_tokens, device=device)
     prompts = bench_prompts(llm, settings, 1)
     per_step, launches = [], []
