@@ -217,6 +217,21 @@ def test_an_unmeasured_width_borrows_from_its_own_bucket_first():
     assert cost.seconds(2, 1, 0.0) == pytest.approx(3e-3)  # nothing measured at 2: the same width nearest, at 1
 
 
+def test_an_unmeasured_width_takes_its_relation_to_a_measured_one_from_another_bucket():
+    """Flat prior (the CPU's): at batch 2 plain steps cost 10 ms and 4-chains 30; at batch 4 only 4-chains ran (60
+    ms). Plain decoding at 4 costs what the 4-chain costs there, times plain / 4-chain at 2: 20 ms, not the 60 of
+    the 4-chain's factor as it stands (which held plain decoding off batch 4 for good)."""
+    cost = StepCost(prior=lambda batch, width, context: 1e-3)
+    for batch, width, seconds in ((2, 1, 10e-3), (2, 1, 10e-3), (2, 5, 30e-3), (2, 5, 30e-3), (4, 5, 60e-3),
+                                  (4, 5, 60e-3)):
+        cost.observe(batch, width, 0.0, seconds)
+    assert cost.seconds(4, 1, 0.0) == pytest.approx(20e-3)
+    assert cost.seconds(4, 3, 0.0) == pytest.approx(60e-3)  # width 3 measured nowhere: the nearest width's factor
+    cost.observe(4, 1, 0.0, 15e-3)  # (a first measurement: a warm-up, dropped)
+    cost.observe(4, 1, 0.0, 15e-3)
+    assert cost.seconds(4, 1, 0.0) == pytest.approx(15e-3)  # measured: its own
+
+
 def test_a_step_told_without_seconds_teaches_no_cost():
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=2))
     policy.plan([0, 1], [10, 10])

@@ -40,6 +40,9 @@ PROBE_BACKOFF = 4
 # buckets in a few steps each: not worth measuring every shape there)
 EXPLORE_AFTER = 4
 CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is worth measuring
+# ... or within 2x of it while its cost in the batch's bucket is borrowed (a borrowed cost was 1.6-3x off in the H200
+# study and on the CPU: plain decoding at batch 4, priced from the 4-chains' factor, was never measured there)
+BORROWED_CONTENDER = 0.5
 # refreshes that confirm the best shape come twice as far apart, up to REFRESH_BACKOFF times refresh_every (each
 # costs a step of a worse shape and, between plain steps, the pipeline's refill: at batch 256 the H200 study's
 # refreshes every 16 steps cost ~5% of plain decoding's tokens/s)
@@ -233,9 +236,10 @@ class AdaptivePolicy:
 
     def _explore(self, batch: int, rates: dict[int, float], best_shape: int) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
-        has run EXPLORE_AFTER steps, a CONTENDER not yet measured in this bucket (its cost borrowed can be far off, and
-        only a shape that runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on
-        4-chains accepted at 1.2, plain decoding never measured there and borrowed at 1.6x its cost); else every
+        has run EXPLORE_AFTER steps, a shape not yet measured in this bucket whose rate is within BORROWED_CONTENDER of
+        the best (its cost borrowed can be far off, and only a shape that runs corrects its cost: the H200 study of
+        2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at 1.2, plain decoding never measured there
+        and borrowed at 1.6x its cost); else every
         refresh_every steps (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF
         times), of the CONTENDERs, the one measured least recently in this bucket (so that a cost measured while the
         machine was busy is not trusted for ever)."""
@@ -245,7 +249,7 @@ class AdaptivePolicy:
         bucket, best = batch_bucket(batch), max(rates.values())
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes:
-                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= CONTENDER * best:
+                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= BORROWED_CONTENDER * best:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps

@@ -28,8 +28,12 @@ class StepCost:
     cost after one stalled warm-up step, and never chosen again); the window still follows a cost that drifts with
     context. Each (bucket, width)'s first measurement is a warm-up and dropped (CUDA graph capture, first-call
     allocations), and a measurement is clipped to `clip` times the current estimate (the borrowed one for a first
-    measurement). An unmeasured (bucket, width) borrows the factor of the nearest width measured in its bucket,
-    else of the same width in the nearest bucket, else the mean of all, else 1: the same bucket first, since a
+    measurement). An unmeasured (bucket, width) borrows: from the nearest width measured in its bucket, scaled by
+    how the two widths' factors compare in the nearest bucket that measured both (the bucket sets the level, another
+    bucket the relation between widths: a drafting step's factor holds the drafter's work, a plain step's none, and
+    on the CPU with the flat prior a plain step borrowing a 4-chain's factor as it stood looked as dear as the chain,
+    3x its cost, and was never tried at batch 4 again); without such a bucket, that width's factor as it stands;
+    else the same width's in the nearest bucket, else the mean of all, else 1. The same bucket first, since a
     step's overheads do not scale with the batch as its roofline does (on the H200, Nemotron-3-Nano's plain step is
     2.4x its roofline at batch 1 and 1.3x at 128, BENCHMARKS.md: borrowed across buckets, plain decoding looked 2.6x
     dearer than it was at batch 16)."""
@@ -50,9 +54,15 @@ class StepCost:
     def factor(self, bucket: int, width: int) -> float:
         if (bucket, width) in self.factors:
             return self.factors[(bucket, width)]
-        same_bucket = [(abs(w - width), f) for (b, w), f in self.factors.items() if b == bucket]
-        if same_bucket:
-            return min(same_bucket)[1]
+        in_bucket = sorted((abs(w - width), w) for (b, w) in self.factors if b == bucket)
+        for _, near in in_bucket:  # a measured width of this bucket, and the two widths' relation elsewhere
+            both = [(abs(b.bit_length() - bucket.bit_length()), b) for (b, w) in self.factors
+                    if w == width and (b, near) in self.factors]
+            if both:
+                other = min(both)[1]
+                return self.factors[(bucket, near)] * self.factors[(other, width)] / self.factors[(other, near)]
+        if in_bucket:
+            return self.factors[(bucket, in_bucket[0][1])]
         same_width = [(abs(b.bit_length() - bucket.bit_length()), f) for (b, w), f in self.factors.items()
                       if w == width]
         if same_width:
