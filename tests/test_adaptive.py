@@ -169,6 +169,24 @@ def test_a_contender_chosen_for_measurement_is_held_until_a_step_of_it_is_timed(
     assert max(policy.counts, key=policy.counts.get) == "chain-1"
 
 
+def test_a_shape_measured_once_at_a_stall_is_refreshed_until_its_cost_rests_on_a_window():
+    """Plain steps cost 1 ms, chains 1 ms per node, drafts kept at 0.5: plain decoding is best (1000 tok/s against
+    chain-1's 750). Its first two steps (the first a warm-up, dropped) stall at 2.2 ms, so it looks worth 455: not
+    within 20% of the best, but priced from one step; a refresh measures it again, and it wins from then on."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=16))
+    plain_steps = 0
+
+    def cost(batch, width):
+        nonlocal plain_steps
+        if width == 1:
+            plain_steps += 1
+            return 2.2e-3 if plain_steps <= 2 else 1e-3
+        return 1e-3 * width
+
+    plans = run_trace(policy, lambda step: 0.5, cost, 120)
+    assert all(plan.steps == 0 for plan in plans[-20:])
+
+
 def test_a_run_of_rejections_does_not_hold_a_request_on_plain_steps():
     """Acceptance 0.6, but the first drafts of steps 20-24 all rejected: drafting looks worse than plain decoding for
     a while. With neither probes nor refreshes, only the relaxation of the idle estimate toward the pooled acceptance

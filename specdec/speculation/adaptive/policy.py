@@ -241,8 +241,8 @@ class AdaptivePolicy:
         2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at 1.2, plain decoding never measured there
         and borrowed at 1.6x its cost); else every
         refresh_every steps (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF
-        times), of the CONTENDERs, the one measured least recently in this bucket (so that a cost measured while the
-        machine was busy is not trusted for ever)."""
+        times), of the contenders (_contender), the one measured least recently in this bucket (so that a cost
+        measured while the machine was busy is not trusted for ever)."""
         for steps in self.config.shapes:
             if self.cost.measured(steps + 1) < 1:
                 return steps
@@ -254,6 +254,13 @@ class AdaptivePolicy:
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
             self._best_at_refresh = best_shape
-            contenders = [s for s in self.config.shapes if rates[s] >= CONTENDER * best]
+            contenders = [s for s in self.config.shapes if rates[s] >= self._contender(bucket, s) * best]
             return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None
+
+    def _contender(self, bucket: int, steps: int) -> float:
+        """The share of the best rate a shape needs to be refreshed: BORROWED_CONTENDER while its cost in the bucket
+        rests on a single step (which can be far off: on the CPU, plain decoding measured once in a warm-up at 1.5x
+        its cost was not refreshed for 33 steps of drafting that lost to it), CONTENDER from the second on (a wider
+        net for every shape cost the H200 traces' replay 1-3%: their costs are steady)."""
+        return CONTENDER if self.cost.measured_in(bucket, steps + 1) >= 2 else BORROWED_CONTENDER
