@@ -74,6 +74,37 @@ def test_a_rerun_adds_only_what_is_missing(tmp_path):
         run_eval(EvalSettings(**{**settings.__dict__, "temperature": 0.5}), load_prompts("gsm8k", 3), [1], tmp_path)
 
 
+def test_interleaved_rounds_run_each_part_through_every_mode(tmp_path, monkeypatch):
+    import specdec.eval.run as run_module
+
+    settings = EvalSettings(target="qwen3.5", draft="ngram", dataset="gsm8k", max_new_tokens=8)
+    prompts = load_prompts("gsm8k", 3)
+    calls, run_requests = [], run_module.run_requests
+
+    def recorded(llm, todo, batch_size, settings, path, progress, segments):
+        calls.append((path.stem, [prompt.id for _, prompt in todo]))
+        run_requests(llm, todo, batch_size, settings, path, progress, segments)
+
+    monkeypatch.setattr(run_module, "run_requests", recorded)
+    run_eval(settings, prompts, [1], tmp_path / "rounds", speculation=("fixed", "adaptive"), rounds=3)
+    # part by part, every mode, the order turning by one mode each part
+    assert calls == [("plain-b1", ["0"]), ("speculative-b1", ["0"]), ("adaptive-b1", ["0"]),
+                     ("speculative-b1", ["1"]), ("adaptive-b1", ["1"]), ("plain-b1", ["1"]),
+                     ("adaptive-b1", ["2"]), ("plain-b1", ["2"]), ("speculative-b1", ["2"])]
+    segments = json.loads((tmp_path / "rounds" / "segments.json").read_text())
+    assert {key: len(value) for key, value in segments.items()} == {"plain-b1": 3, "speculative-b1": 3,
+                                                                     "adaptive-b1": 3}
+    calls.clear()
+    run_eval(settings, prompts, [1], tmp_path / "one", speculation=("fixed", "adaptive"))
+    assert [key for key, _ in calls] == ["plain-b1", "speculative-b1", "adaptive-b1"]
+    for key in ("plain-b1", "speculative-b1", "adaptive-b1"):  # greedy: the same tokens either way
+        interleaved, in_turn = (read_records(tmp_path / folder / "requests" / f"{key}.jsonl")
+                                for folder in ("rounds", "one"))
+        assert [r["token_ids"] for r in interleaved] == [r["token_ids"] for r in in_turn]
+    with pytest.raises(ValueError, match="--rounds needs a value from 1 to the number of prompts"):
+        run_eval(settings, prompts, [1], tmp_path / "bad", rounds=4)
+
+
 def test_prompt_sets():
     assert len(load_prompts("mt-bench")) == 80 and len(load_prompts("humaneval")) == 164
     assert len(load_prompts("gsm8k")) == 1319
@@ -107,7 +138,8 @@ def test_bad_prompt_files_fail_clearly(tmp_path, content, message):
     (["--dataset", "squad"], "neither a shipped set"),
     (["--num-prompts", "0"], "--num-prompts must be >= 1"),
     (["--batch-size", "0"], "--batch-size needs values >= 1"),
-], ids=["unknown-dataset", "no-prompts", "batch-zero"])
+    (["--num-prompts", "2", "--rounds", "3"], "--rounds needs a value from 1 to the number of prompts (2)"),
+], ids=["unknown-dataset", "no-prompts", "batch-zero", "rounds-above-prompts"])
 def test_bad_arguments_are_one_clear_line(argv, message, tmp_path, capsys):
     assert cli_main(["eval", "--output", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err

@@ -41,6 +41,10 @@ def add_commands(commands) -> None:
     add_speculation_mode_argument(evaluate, several=True)
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="skip the plain-decoding runs (no speedup column)")
+    evaluate.add_argument("--rounds", type=int, default=1,
+                          help="cut the prompts into N parts and run each part through every mode before the next, "
+                          "so a machine whose speed drifts (a shared CPU) slows every mode alike; keeps every mode's "
+                          "engine loaded (default: 1, mode after mode)")
     evaluate.add_argument("--output", type=Path, default=None,
                           help="results folder (default: eval-results/TARGET_DRAFT_DATASET)")
     evaluate.set_defaults(handler=evaluate_command, launch_check=check_eval)
@@ -164,7 +168,7 @@ def evaluate(args: argparse.Namespace) -> None:
         raise not_utf8(args.dataset, error) from None
     out = output_folder(args)
     rows = run_eval(settings, prompts, args.batch_size, out, baseline=not args.no_baseline,
-                    speculation=tuple(args.speculation))
+                    speculation=tuple(args.speculation), rounds=args.rounds)
     print(markdown_table(rows))
     print(f"[specdec] results in {out}")
 

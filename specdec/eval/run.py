@@ -63,11 +63,16 @@ class EvalSettings:
 
 
 def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: list[int], out: Path,
-             baseline: bool = True, speculation: tuple[str, ...] = ("fixed",)) -> list[RunSummary]:
+             baseline: bool = True, speculation: tuple[str, ...] = ("fixed",), rounds: int = 1) -> list[RunSummary]:
     """Run what the folder lacks, then summarise it all. baseline: also run plain decoding (for the speedup);
-    speculation: the drafter's runs, "fixed" (mode speculative) and / or "adaptive" (a folder may gain either)."""
+    speculation: the drafter's runs, "fixed" (mode speculative) and / or "adaptive" (a folder may gain either).
+    rounds > 1 interleaves the modes: the prompts are cut into `rounds` consecutive parts and each part runs through
+    every mode (the order turning from part to part) before the next, so a machine whose speed drifts over minutes
+    (a shared CPU) slows every mode alike; every mode's engine then stays loaded for the whole eval."""
     if not batch_sizes or min(batch_sizes) < 1:
         raise ValueError(f"--batch-size needs values >= 1, got {batch_sizes}")
+    if rounds < 1 or rounds > max(len(prompts), 1):
+        raise ValueError(f"--rounds needs a value from 1 to the number of prompts ({len(prompts)}), got {rounds}")
     batch_sizes = sorted(set(batch_sizes))
     out = Path(out)
     (out / "requests").mkdir(parents=True, exist_ok=True)
@@ -85,26 +90,38 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
              or (settings.draft is not None and {"speculative": "fixed", "adaptive": "adaptive"}.get(mode)
                  in speculation)]
     segments = read_segments(out) if is_primary() else {}
-    for mode in modes:
-        llm = None  # loaded once per mode, and only when a run has work left
+    indexed = list(enumerate(prompts))  # seeds follow a prompt's place in the set, so reruns sample alike
+    size = -(-len(indexed) // rounds)
+    parts = [indexed[start:start + size] for start in range(0, len(indexed), max(size, 1))] or [[]]
+    # one round: mode by mode, one engine loaded at a time; several: the whole schedule with every engine kept
+    schedule = ([(mode, 0) for mode in modes] if rounds == 1 else
+                [(mode, number) for number in range(len(parts))
+                 for mode in modes[number % len(modes):] + modes[:number % len(modes)]])
+    llms = {}
+    for mode, number in schedule:
+        part = parts[number]
         for batch_size in batch_sizes:
             key = run_key(mode, batch_size)
             path = out / "requests" / f"{key}.jsonl"
             done = broadcast_object({record["id"] for record in drop_broken_lines(path)} if is_primary() else None, tp)
-            todo = [(index, prompt) for index, prompt in enumerate(prompts) if prompt.id not in done]
+            todo = [(index, prompt) for index, prompt in part if prompt.id not in done]
             if not todo:
                 continue
-            if llm is None:
-                llm = load_llm(settings, mode, max(batch_sizes))
-            progress = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=key, unit="request",
-                            disable=not is_primary())
+            if mode not in llms:  # loaded once per mode, and only when a run has work left
+                llms[mode] = load_llm(settings, mode, max(batch_sizes))
+            progress = tqdm(total=len(part), initial=len(part) - len(todo),
+                            desc=key if rounds == 1 else f"{key} part {number + 1}/{len(parts)}",
+                            unit="request", disable=not is_primary())
             try:
-                run_requests(llm, todo, batch_size, settings, path, progress, segments.setdefault(key, []))
+                run_requests(llms[mode], todo, batch_size, settings, path, progress, segments.setdefault(key, []))
             finally:
                 progress.close()
                 write_segments(out, segments)
-        del llm
-        gc.collect()
+        if rounds == 1 and mode in llms:
+            del llms[mode]
+            gc.collect()
+    llms.clear()
+    gc.collect()
     return write_summary(out, settings, list(MODES))  # every run the folder holds: fixed beside adaptive
 
 
@@ -115,7 +132,7 @@ def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, setti
     engine = llm.engine
     engine.scheduler.max_batch = batch_size
     prompt_of = {}
-    for index, prompt in todo:  # seeds follow the prompt's place in the set, so reruns sample alike
+    for index, prompt in todo:
         (request,) = llm.submit(prompt.text, settings.max_new_tokens, settings.temperature,
                                 seed=settings.seed + index, chat=prompt.chat)
         prompt_of[request.request_id] = prompt.id
