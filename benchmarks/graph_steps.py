@@ -51,21 +51,38 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
                                                    "synthetic:1.2", None),
         "adaptive held to plain, decode graphs' own pool": (adaptive, "synthetic:1.2", "own pool"),
         "adaptive, a policy that plans plain steps and learns nothing": (adaptive, "synthetic:1.2", "idle policy"),
-        "plain decoding, 0.5 ms more host work a step": (fixed, None, "busy host"),
+        "plain decoding, 0.5 ms more host work a step": (fixed, None, "busy host 0.5"),
+        "plain decoding, 1 ms more host work a step": (fixed, None, "busy host 1"),
+        "plain decoding, 2 ms more host work a step": (fixed, None, "busy host 2"),
+        "plain decoding, the host asleep 0.5 ms a step": (fixed, None, "sleeping host 0.5"),
+        "plain decoding, the host waiting for each step": (fixed, None, "synchronized host"),
         "fixed 4-chains": (fixed, "synthetic:2.72", None),
         "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
     }
 
 
-def busy_after(step, seconds: float):
-    """step, then `seconds` of host work (a spin: the thread stays busy, as Python planning would keep it)."""
+def busy_after(step, seconds: float, spin: bool = True):
+    """step, then `seconds` of host work (spin: the thread stays busy holding the GIL, as Python planning would keep
+    it; else it sleeps, the GIL released)."""
     def busy_step():
         finished = step()
+        if not spin:
+            time.sleep(seconds)
+            return finished
         until = time.perf_counter() + seconds
         while time.perf_counter() < until:
             pass
         return finished
     return busy_step
+
+
+def synchronized(step, device):
+    """step, then wait for the device to finish all it was given (no step launched ahead)."""
+    def waiting_step():
+        finished = step()
+        synchronize(device)
+        return finished
+    return waiting_step
 
 
 class LaunchClock:
@@ -106,8 +123,10 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
     if change == "idle policy":  # the adaptive engine's steps without the policy's Python
         llm.engine.policy.plan = lambda request_ids, contexts: StepPlan(0, (False,) * len(request_ids))
         llm.engine.policy.observe = lambda *args: None
-    if change == "busy host":  # plain decoding with as much host work again as the policy and more, between steps
-        llm.engine.step = busy_after(llm.engine.step, 0.5e-3)
+    if change and change.split()[0] in ("busy", "sleeping"):  # plain decoding with host work between its steps
+        llm.engine.step = busy_after(llm.engine.step, float(change.split()[-1]) * 1e-3, spin=change.startswith("busy"))
+    if change == "synchronized host":
+        llm.engine.step = synchronized(llm.engine.step, llm.model.device)
     settings = BenchSettings(target=target, batch_sizes=(1,), max_new_tokens=new_tokens, device=device)
     prompts = bench_prompts(llm, settings, 1)
     per_step, launches = [], []
