@@ -54,7 +54,9 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
         "plain decoding, 0.5 ms more host work a step": (fixed, None, "busy host 0.5"),
         "plain decoding, 1 ms more host work a step": (fixed, None, "busy host 1"),
         "plain decoding, 2 ms more host work a step": (fixed, None, "busy host 2"),
+        "plain decoding, 0.2 ms more host work a step": (fixed, None, "busy host 0.2"),
         "plain decoding, the host asleep 0.5 ms a step": (fixed, None, "sleeping host 0.5"),
+        "plain decoding, 2 ms more host work a step after its launch": (fixed, None, "busy launch 2"),
         "plain decoding, the host waiting for each step": (fixed, None, "synchronized host"),
         "fixed 4-chains": (fixed, "synthetic:2.72", None),
         "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
@@ -62,10 +64,10 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
 
 
 def busy_after(step, seconds: float, spin: bool = True):
-    """step, then `seconds` of host work (spin: the thread stays busy holding the GIL, as Python planning would keep
-    it; else it sleeps, the GIL released)."""
-    def busy_step():
-        finished = step()
+    """step (any call), then `seconds` of host work (spin: the thread stays busy holding the GIL, as Python
+    planning would keep it; else it sleeps, the GIL released)."""
+    def busy_step(*args):
+        finished = step(*args)
         if not spin:
             time.sleep(seconds)
             return finished
@@ -123,7 +125,9 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
     if change == "idle policy":  # the adaptive engine's steps without the policy's Python
         llm.engine.policy.plan = lambda request_ids, contexts: StepPlan(0, (False,) * len(request_ids))
         llm.engine.policy.observe = lambda *args: None
-    if change and change.split()[0] in ("busy", "sleeping"):  # plain decoding with host work between its steps
+    if change == "busy launch 2":  # the same work between the launch and the wait for the step before
+        runner.decode_next = busy_after(runner.decode_next, 2e-3)
+    elif change and change.split()[0] in ("busy", "sleeping"):  # plain decoding with host work between its steps
         llm.engine.step = busy_after(llm.engine.step, float(change.split()[-1]) * 1e-3, spin=change.startswith("busy"))
     if change == "synchronized host":
         llm.engine.step = synchronized(llm.engine.step, llm.model.device)
