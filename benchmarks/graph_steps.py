@@ -158,14 +158,17 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=1, help="the engines' pools and graphs (the study: 256)")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", nargs="+", default=None, help="variant names to run (default: all)")
+    parser.add_argument("--only", nargs="+", default=None, help="variant names to run, in this order (default: all)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("graph_steps times CUDA graphs: it needs a CUDA GPU")
+    known = variants(args.max_batch)
+    unknown = [name for name in args.only or [] if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {list(known)}")
     rows = []
-    for name, (config, draft, change) in variants(args.max_batch).items():
-        if args.only and name not in args.only:
-            continue
+    for name in args.only or known:  # in the order given, repeats allowed (a variant's place in the run may count)
+        config, draft, change = known[name]
         ms, launch, captured = time_variant(args.target, config, draft, change, args.new_tokens, args.rounds)
         rows.append((name, ms, launch, captured))
         print(f"[graph_steps] {name}: {ms:.2f} ms/step, launch {launch:.2f} ms/step, {captured} graphs", flush=True)
