@@ -171,7 +171,9 @@ def main() -> None:
         config, draft, change = known[name]
         ms, launch, captured = time_variant(args.target, config, draft, change, args.new_tokens, args.rounds)
         rows.append((name, ms, launch, captured))
-        print(f"[graph_steps] {name}: {ms:.2f} ms/step, launch {launch:.2f} ms/step, {captured} graphs", flush=True)
+        print(f"[graph_steps] {name}: {ms:.2f} ms/step, launch {launch:.2f} ms/step, {captured} graphs; after it "
+              f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated, {torch.cuda.memory_reserved() / 2**30:.1f} "
+              "reserved", flush=True)
     print(f"\n{args.target}, batch 1, max batch {args.max_batch} ({torch.cuda.get_device_name()})\n")
     print("| engine | ms/step | graph launch ms/step (host) | step buckets captured |")
     print("|---|---|---|---|")
