@@ -1,6 +1,7 @@
 """specdec/models/expert_traffic.py: the distinct experts a model's MoE layers read, counted on the device, equal
 those its routers chose; the roofline scales its expert reads by measured / uniform; `specdec bench` reports the
-factor for a MoE target and none for a dense one."""
+factor for a MoE target and none for a dense one, and lets go of an engine's model (its counters included) before it
+builds the next."""
 
 from __future__ import annotations
 
@@ -90,3 +91,28 @@ def test_the_study_section_says_the_measured_factor():
             {"backend": "recurrent", "mode": "plain", "batch_size": 64, "experts_vs_uniform": 0.6}]
     assert "kvbuffer plain 64: 0.62; recurrent plain 64: 0.60" in experts_line({"rows": rows})
     assert experts_line({"rows": [{"backend": "kvbuffer", "mode": "plain", "batch_size": 1}]}) == ""
+
+
+def test_bench_frees_each_engine_before_it_builds_the_next(tmp_path, monkeypatch):
+    """The counters hold a MoE model's expert layers: kept past an engine's run, they held the KVBuffer engine's
+    experts in memory while the baseline's engine was built (on the H200 at Nemotron-3-Nano shapes, tens of GiB)."""
+    import gc
+    import weakref
+
+    import specdec.eval.bench as bench
+
+    random_target(nemotron_h_config(), tmp_path, seed=3)
+    alive, built, load_llm = [], [], bench.load_llm
+
+    def load_after_the_last_is_gone(*args):
+        gc.collect()
+        alive.append([module() is not None for module in built])
+        llm = load_llm(*args)
+        built.append(weakref.ref(ExpertTraffic(llm.model).experts[0]))  # a MoE layer of this engine's model
+        return llm
+
+    monkeypatch.setattr(bench, "load_llm", load_after_the_last_is_gone)
+    rows = run_bench(BenchSettings(target=str(tmp_path), batch_sizes=(1,), baseline=True, max_new_tokens=4,
+                                   prompt_tokens=8, device="cpu"), PEAKS)
+    assert len(rows) == 2 and rows[0].experts_vs_uniform is not None
+    assert alive == [[], [False]]  # the second engine was built with the first one's experts freed

@@ -141,7 +141,7 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                 except torch.OutOfMemoryError:  # this batch and the larger ones (the engine is left mid-step)
                     rows += [out_of_memory_row(backend, mode, size, per_request, fits) for size in batch_sizes[index:]]
                     break
-            del llm
+            del llm, traffic, memory  # (traffic holds the MoE layers: their experts, most of such a model's bytes)
             free_device_memory()  # the next engine's pools and graphs start from a clean allocator
     if settings.hf_reference and prompts is not None:
         from specdec.eval.hf_reference import time_transformers
