@@ -1,26 +1,35 @@
 """Why a step of adaptive speculation's engine costs more than the same step of a fixed engine (the H200 study of
 2026-12-02 evening, batch 1: 4-chain steps 7.14 against 6.61 ms, plain steps 4.25 against 3.90, the same kernels
-and GPU time; a timeline showed the decode graph's launch taking 1.5-2.1 ms of host time against 0.8 and the GPU
-running it with ~0.4 us more between kernels). The engines differ in the CUDA graphs their runner holds: plain
-decoding one decode graph per bucket, a fixed engine one verify (+ commit) graph per bucket, the adaptive engine a
-verify graph per chain width in one memory pool with its decode graphs. This times the same steps on engine
-variants built in turn, batch 1, greedy, synthetic drafts:
+and GPU time; a timeline showed the GPU running the graph with ~0.4 us more between kernels). The engines differ in
+the CUDA graphs their runner holds: plain decoding one decode graph per bucket, a fixed engine one verify (+ commit)
+graph per bucket, the adaptive engine a verify graph per chain width in one memory pool with its decode graphs.
+This times the same steps on engine variants built in turn in one process, batch 1, greedy, synthetic drafts:
 
-    python -m benchmarks.graph_steps --target random:nemotron-3-nano [--max-batch 1]
+    python -m benchmarks.graph_steps --target random:nemotron-3-nano [--max-batch 1] [--only NAME NAME ...]
 
-Rows: plain decoding (and with 0.5 ms of host work added per step); the adaptive engine held to plain steps (default
-widths; widths 1 and 5 only; its decode graphs in a memory pool of their own; its policy replaced by one that plans
-plain steps and learns nothing); fixed 4-chains; the adaptive engine held to 4-chains. First H200 run (Qwen3.5-9B,
-max batch 1): plain 5.47 ms/step, adaptive held to plain 5.77, with widths 1 and 5 5.82, with its own decode pool
-5.76; the host's launch 0.01-0.03 ms/step in all (the profiler's 0.8-2 ms was its own overhead). Each: ms per step
-(median of --rounds runs of --new-tokens), the host's time inside CUDAGraph.replay per step (the launch), and the
-graphs captured. Needs a CUDA GPU.
+Variants (`variants`): plain decoding (with 0.2-2 ms of host work added per step before or after its launch, the
+host asleep, or waiting for each step); the adaptive engine held to plain steps (default widths; widths 1 and 5
+only; its decode graphs in a memory pool of their own; its policy replaced by one that plans plain steps and
+learns nothing); fixed 4-chains; the adaptive engine held to 4-chains. Each: ms per step (median of --rounds runs
+of --new-tokens), the host's time inside CUDAGraph.replay per step (the launch), the graphs captured, the device
+memory left after it, and the GPU's SM clock and temperature while it ran (nvidia-smi, sampled every 100 ms).
+
+H200 runs of 2026-12-02/03 (Qwen3.5-9B, max batch 1): the first runs read as the adaptive engine's cost (plain
+5.47-5.56 ms/step, every other variant 5.76-5.91, however much host work was added: 0.2 and 2 ms alike, asleep
+alike, after the launch alike), but a variant's place in the process decides it: plain decoding run 2nd and 4th
+gave 5.54 and 5.82, host work run 1st and 5th 5.60 and 5.91, and four plain runs in a row 5.56, 5.53, 5.54, 5.82.
+Then each variant's engine outlived it (a reference cycle through the requests kept, freed by a later collection:
+16.9 GiB of Qwen3.5-9B after each; at Nemotron-3-Nano, max batch 256, 73 GiB, and the next engine ran out of
+memory); variants now drop every reference first. So compare variants only in alternation, repeated; the clock
+column is there to tell a GPU running slower over a process's life from an engine that is. The host's launch is
+0.01-0.05 ms per step in all (the profiler's 0.8-2 ms was its own overhead). Needs a CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import time
 from dataclasses import replace
 
@@ -87,6 +96,42 @@ def synchronized(step, device):
     return waiting_step
 
 
+class GpuClocks:
+    """The GPU's SM clock (MHz) and temperature (C) sampled by `nvidia-smi -lms 100` while installed; empty where
+    nvidia-smi is absent. Each `with` adds its samples."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float]] = []
+
+    def __enter__(self):
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        try:
+            self._smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,temperature.gpu", "-i", str(index),
+                                          "--format=csv,noheader,nounits", "-lms", "100"],
+                                         stdout=subprocess.PIPE, text=True)
+        except OSError:
+            self._smi = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._smi is None:
+            return
+        self._smi.terminate()
+        out, _ = self._smi.communicate()
+        for line in out.splitlines():
+            try:
+                sm, temperature = (float(v) for v in line.split(","))
+            except ValueError:
+                continue
+            self.samples.append((sm, temperature))
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "clocks not read"
+        sm = statistics.median(s for s, _ in self.samples)
+        return f"SM {sm:.0f} MHz (min {min(s for s, _ in self.samples):.0f}), {max(t for _, t in self.samples):.0f} C"
+
+
 class LaunchClock:
     """Host seconds spent inside torch.cuda.CUDAGraph.replay (the graph launch), while installed."""
 
@@ -112,9 +157,9 @@ class LaunchClock:
 
 
 def time_variant(target: str, config: EngineConfig, draft: str | None, change: str | None, new_tokens: int,
-                 rounds: int, device: str = "cuda") -> tuple[float, float, int]:
-    """-> (ms per step, launch ms per step, step buckets captured). device "cpu": the same steps run eagerly (a
-    dry run of this script; no graphs, no launches)."""
+                 rounds: int, device: str = "cuda") -> tuple[float, float, int, str]:
+    """-> (ms per step, launch ms per step, step buckets captured, the GPU's clock while it ran). device "cpu": the
+    same steps run eagerly (a dry run of this script; no graphs, no launches)."""
     acceptance = None
     if draft is not None:
         draft, acceptance = synthetic_speculation(draft, config.shape.budget)
@@ -133,10 +178,10 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
         llm.engine.step = synchronized(llm.engine.step, llm.model.device)
     settings = BenchSettings(target=target, batch_sizes=(1,), max_new_tokens=new_tokens, device=device)
     prompts = bench_prompts(llm, settings, 1)
-    per_step, launches = [], []
+    per_step, launches, gpu = [], [], GpuClocks()
     for _ in range(rounds):
         requests = warm_up_and_prefill(llm, prompts, 1, settings)
-        with LaunchClock() as clock:
+        with LaunchClock() as clock, gpu:
             synchronize(llm.model.device)
             start = time.perf_counter()
             llm.engine.run()
@@ -149,7 +194,7 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
     captured = sum(len(graphs._steps) for graphs in held if graphs is not None)
     del llm, runner, requests, acceptance, clock  # all of them: a cycle through any kept the engine (73 GiB at
     free_device_memory()                           # Nemotron-3-Nano, max batch 256) past the next one's build
-    return statistics.median(per_step), statistics.median(launches), captured
+    return statistics.median(per_step), statistics.median(launches), captured, gpu.summary()
 
 
 def main() -> None:
@@ -167,19 +212,19 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; known: {list(known)}")
     rows = []
-    for name in args.only or known:  # in the order given, repeats allowed (a variant's place in the run may count)
+    for place, name in enumerate(args.only or known, 1):  # in the order given, repeats allowed: a place counts
         config, draft, change = known[name]
-        ms, launch, captured = time_variant(args.target, config, draft, change, args.new_tokens, args.rounds)
-        rows.append((name, ms, launch, captured))
-        print(f"[graph_steps] {name}: {ms:.2f} ms/step, launch {launch:.2f} ms/step, {captured} graphs; after it "
-              f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated, {torch.cuda.memory_reserved() / 2**30:.1f} "
-              "reserved", flush=True)
+        ms, launch, captured, clocks = time_variant(args.target, config, draft, change, args.new_tokens, args.rounds)
+        left = torch.cuda.memory_allocated() / 2**30
+        rows.append((place, name, ms, launch, captured, clocks, left))
+        print(f"[graph_steps] {place}. {name}: {ms:.2f} ms/step, launch {launch:.2f} ms/step, {captured} graphs, "
+              f"{clocks}; {left:.1f} GiB allocated after it", flush=True)
     print(f"\n{args.target}, batch 1, max batch {args.max_batch} ({torch.cuda.get_device_name()})\n")
-    print("| engine | ms/step | graph launch ms/step (host) | step buckets captured |")
-    print("|---|---|---|---|")
-    for name, ms, launch, captured in rows:
-        print(f"| {name} | {ms:.2f} | {launch:.2f} | {captured} |")
-
+    print("| place | engine | ms/step | graph launch ms/step (host) | step buckets captured | GPU while it ran | "
+          "GiB left after it |")
+    print("|---|---|---|---|---|---|---|")
+    for place, name, ms, launch, captured, clocks, left in rows:
+        print(f"| {place} | {name} | {ms:.2f} | {launch:.2f} | {captured} | {clocks} | {left:.1f} |")
 
 if __name__ == "__main__":
     main()
