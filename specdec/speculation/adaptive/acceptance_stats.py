@@ -37,6 +37,17 @@ class RunningAcceptance:
     def conditional(self, k: int) -> float:
         return self.accepted[k] / self.reached[k]
 
+    def emitted_by_steps(self, longest: int) -> list[float]:
+        """expected_emitted(s) for s = 0..longest, in one pass (the policy prices every shape of every row each
+        step: at batch 256 five passes cost ~0.4 ms of Python a step)."""
+        totals, total, reach = [1.0], 1.0, 1.0
+        for k in range(longest):
+            if k < len(self.prior):
+                reach *= self.conditional(k)
+                total += reach
+            totals.append(total)
+        return totals
+
     def expected_emitted(self, steps: int) -> float:
         """Expected tokens a step with a chain of `steps` drafts emits (the bonus token included):
         1 + sum_j prod_{k <= j} p[k]."""

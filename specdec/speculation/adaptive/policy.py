@@ -150,7 +150,13 @@ class AdaptivePolicy:
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         stats = [self._stats(rid) for rid in request_ids]
         worth = [s.conditional(0) >= self.config.collapse for s in stats]
-        rates = {s: self._rate(stats, worth, batch, s, context) for s in self.config.shapes}
+        emitted = [0.0] * (self.config.max_steps + 1)  # per drafts per row: expected tokens of the batch
+        for s, w in zip(stats, worth, strict=True):
+            if w:
+                for steps, tokens in enumerate(s.emitted_by_steps(self.config.max_steps)):
+                    emitted[steps] += tokens
+        collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
+        rates = {s: (emitted[s] + collapsed) / self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
         best = max(rates, key=lambda s: (rates[s], -s))
         steps = self._held(batch)
         if steps is None and self._best_at_refresh is not None:  # the refreshed shape measured: judge the refresh
@@ -219,11 +225,6 @@ class AdaptivePolicy:
     def _pooled(self) -> tuple[float, ...]:
         """The acceptance per position pooled over the requests' recent drafts (the drafter's figures before any)."""
         return tuple(self.population.conditional(k) for k in range(self.config.max_steps))
-
-    def _rate(self, stats, worth, batch: int, steps: int, context: float) -> float:
-        """Expected emitted tokens per second of a step of `steps` drafts per row (a collapsed row: 1 token)."""
-        emitted = sum(s.expected_emitted(steps) if w else 1.0 for s, w in zip(stats, worth, strict=True))
-        return emitted / self.cost.seconds(batch, steps + 1, context)
 
     def _held(self, batch: int) -> int | None:
         """The shape being measured, while it has not taught a cost yet (for MEASURE_FOR steps at most, and only in
