@@ -63,6 +63,11 @@ FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 TREE_BLOCK_V = 32
 TREE_WARPS = 2
 FMA_MAX_NODES = 8
+# Registers per thread of the state and tree passes (None: the compiler's choice). ncu on the H200 (2026-12-03, batch
+# 256, 4-chain): state pass 168 (6 programs of 2 warps per SM, 161 us), tree pass 249 (4 per SM, 236 us: the larger
+# half, latency-bound with 8 warps per SM).
+STATE_MAXNREG = None
+TREE_MAXNREG = None
 STATE_BLOCK_K = 32
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
@@ -479,11 +484,12 @@ def gdn_verify(
     gdn_verify_state_kernel[(V // BV, HV // G, B)](
         q, k, num_nodes, state_pool, state_slots, kS, qS,
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-        PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
+        PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1, maxnreg=STATE_MAXNREG,
     )
     gdn_verify_tree_kernel[(H, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
         NG=triton.next_power_of_2(HV // H), PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=TREE_WARPS, num_stages=1,
+        maxnreg=TREE_MAXNREG,
     )
     return o, u, gcum

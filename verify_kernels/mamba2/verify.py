@@ -93,6 +93,7 @@ class VerifyConfig(NamedTuple):
     inline_scores: bool     # scores computed in every state-pass program (one launch) instead of a products pass
     block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
     num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
+    maxnreg: int | None = None      # registers per thread (None: the compiler's; 127 for the 5-chain on the H200)
 
 
 def verify_config(B: int, T: int, P: int) -> VerifyConfig:
@@ -325,7 +326,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
         N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=DOT_PRECISION,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
     )
     return y, xdt, gcum
 
