@@ -71,7 +71,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
         heads = 1 if use_dot else G
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
-                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION), warps))
+                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION,
+                         PREFETCH=verify.STATE_PREFETCH_AHEAD > 0), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,

@@ -39,6 +39,8 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     candidates |= {f"dots bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, num_stages=s)
                    for s in (3, 5)}
     candidates["dots bp64 w4 inline"] = VerifyConfig(64, 4, state_dot=True, inline_scores=True)
+    candidates |= {f"dots bp64 w4 prefetch{a}": VerifyConfig(64, 4, state_dot=True, inline_scores=False,
+                                                             prefetch_ahead=a) for a in (530, 1060, 2120)}
     candidates |= {f"dots bp64 w4 maxnreg{r}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, maxnreg=r)
                    for r in (96, 80)}
     if len(mamba2.VERIFY_TREES[tree]) <= 8:
