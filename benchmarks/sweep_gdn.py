@@ -106,6 +106,9 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for state, tree in ((128, None), (None, 168), (None, 200), (128, 168)):
             out.append(Candidate("verify", f"at most {state} / {tree} registers (state / tree pass)",
                                  {"verify.STATE_MAXNREG": state, "verify.TREE_MAXNREG": tree}))
+        out.append(Candidate("verify", "tree pass products on the FMA units", {"verify.TREE_PRECISION": "ieee"}))
+        out.append(Candidate("verify", "tree pass products on the FMA units, BV 64, 4 warps",
+                             {"verify.TREE_PRECISION": "ieee", "verify.TREE_BLOCK_V": 64, "verify.TREE_WARPS": 4}))
         for ahead in (800, 1600, 3200):  # programs; ~800 run at once (6 per SM)
             out.append(Candidate("verify", f"state pass prefetch {ahead} programs ahead",
                                  {"verify.STATE_PREFETCH_AHEAD": ahead}))

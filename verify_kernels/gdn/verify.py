@@ -79,6 +79,9 @@ PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
 DOT_PRECISION = "tf32x3"
+# The tree pass's products ([BV, 16] x [16, 16] at a 4-chain) may cost more in tf32x3's splits and layout changes than
+# on the FMA units: swept (benchmarks/sweep_gdn.py).
+TREE_PRECISION = DOT_PRECISION
 
 MAX_NODES = 64
 
@@ -500,7 +503,7 @@ def gdn_verify(
     )
     gdn_verify_tree_kernel[(H, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
+        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=TREE_PRECISION,
         NG=triton.next_power_of_2(HV // H), PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=TREE_WARPS, num_stages=1,
         maxnreg=TREE_MAXNREG,
     )
