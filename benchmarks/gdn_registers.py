@@ -28,11 +28,11 @@ from verify_kernels.gdn import commit, decode, fold, verify
 TARGET = GPUTarget("cuda", 90, 32)
 CAPACITY = 16
 INDEX = ("state_slots", "buf_len", "req_slots", "num_nodes", "accepted", "num_accepted")
-SCALARS = ("T", "A", "B", "flush_length", "AHEAD")
+SCALARS = ("T", "A", "B", "flush_length")
 
 
-def compiled(kernel, constexprs: dict, num_warps: int):
-    """`kernel` compiled with these constexprs for sm_90, as a launch would specialise it."""
+def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int]:
+    """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90."""
     params = list(inspect.signature(kernel.fn).parameters)
     signature = {}
     for name in params:
@@ -45,17 +45,12 @@ def compiled(kernel, constexprs: dict, num_warps: int):
         else:
             signature[name] = "*u8" if name == "ancestors" else "*fp32"
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(params) if signature[name].startswith("*")}
-    return triton.compile(ASTSource(kernel, signature, constexprs, aligned), target=TARGET,
-                          options={"num_warps": num_warps, "num_stages": 1})
-
-
-def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int]:
-    """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90."""
-    binary = compiled(kernel, constexprs, num_warps).asm["cubin"]
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, aligned), target=TARGET,
+                              options={"num_warps": num_warps, "num_stages": 1})
     cuobjdump = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
     with tempfile.TemporaryDirectory() as folder:
         cubin = os.path.join(folder, "kernel.cubin")
-        Path(cubin).write_bytes(binary)
+        Path(cubin).write_bytes(compiled.asm["cubin"])
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
     return int(found.group(1)), int(found.group(2))
@@ -71,8 +66,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
         heads = 1 if use_dot else G
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
-                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION,
-                         PREFETCH=verify.STATE_PREFETCH_AHEAD > 0), warps))
+                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
@@ -80,22 +74,21 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
     out.append(("verify tree pass", verify.gdn_verify_tree_kernel,
                 dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
-                     NG=triton.next_power_of_2(HV // H), PRECISION=verify.TREE_PRECISION,
+                     NG=triton.next_power_of_2(HV // H), PRECISION=verify.DOT_PRECISION,
                      PRODUCTS_STAGES=verify.PRODUCTS_STAGES), verify.TREE_WARPS))
     for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
         out.append((what, decode.gdn_decode_kernel,
                     dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
-                         COMMIT=commit_, FOLD_HERE=here, PREFETCH=decode.PREFETCH_AHEAD > 0 and not here),
+                         COMMIT=commit_, FOLD_HERE=here),
                     decode.SMALL_WARPS if here else decode.NUM_WARPS))
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
                     dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BB=fold.SCAN_BLOCK,
-                         ENTRIES=entries, APPEND=append, PREFETCH=fold.FOLD_PREFETCH_ROWS > 0,
-                         PREFETCH_ROWS=fold.FOLD_PREFETCH_ROWS), fold.FOLD_WARPS))
+                         ENTRIES=entries, APPEND=append), fold.FOLD_WARPS))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     return out

@@ -67,14 +67,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
         for lanes in (8, 16):
             out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
-        # registers capped: more programs per SM (ncu: 237 registers, 4 programs of 2 warps per SM); lanes to fill them
-        for regs, lanes in ((168, 8), (128, 8), (128, 16)):
-            out.append(Candidate("fold", f"at most {regs} registers, {lanes} lanes",
-                                 {"fold.FOLD_MAXNREG": regs, "fold.FOLD_LANES": lanes}))
-        # the S0 tile of a later row asked of the L2 (verify_kernels/prefetch.py)
-        for rows, lanes in ((1, 4), (2, 4), (1, 8), (2, 8)):
-            out.append(Candidate("fold", f"prefetch {rows} rows ahead, {lanes} lanes",
-                                 {"fold.FOLD_PREFETCH_ROWS": rows, "fold.FOLD_LANES": lanes}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
         out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
@@ -84,10 +76,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("decode", f"BV {bv}, {warps} warps",
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
         out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
-        for regs in (128, 112):  # 4 programs of 4 warps per SM at 128 (ncu: 143 registers, 3)
-            out.append(Candidate("decode", f"at most {regs} registers", {"decode.MAXNREG": regs}))
-        for ahead in (400, 800, 1600, 3200):  # programs; ~400 run at once (3 per SM)
-            out.append(Candidate("decode", f"prefetch {ahead} programs ahead", {"decode.PREFETCH_AHEAD": ahead}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # the state pass one node at a time (the 4-chain): per key head or per value head, V columns, warps
@@ -102,16 +90,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
-        # registers capped (ncu: state pass 168, tree pass 249 at 2 warps)
-        for state, tree in ((128, None), (None, 168), (None, 200), (128, 168)):
-            out.append(Candidate("verify", f"at most {state} / {tree} registers (state / tree pass)",
-                                 {"verify.STATE_MAXNREG": state, "verify.TREE_MAXNREG": tree}))
-        out.append(Candidate("verify", "tree pass products on the FMA units", {"verify.TREE_PRECISION": "ieee"}))
-        out.append(Candidate("verify", "tree pass products on the FMA units, BV 64, 4 warps",
-                             {"verify.TREE_PRECISION": "ieee", "verify.TREE_BLOCK_V": 64, "verify.TREE_WARPS": 4}))
-        for ahead in (800, 1600, 3200):  # programs; ~800 run at once (6 per SM)
-            out.append(Candidate("verify", f"state pass prefetch {ahead} programs ahead",
-                                 {"verify.STATE_PREFETCH_AHEAD": ahead}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))

@@ -39,10 +39,6 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     candidates |= {f"dots bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, num_stages=s)
                    for s in (3, 5)}
     candidates["dots bp64 w4 inline"] = VerifyConfig(64, 4, state_dot=True, inline_scores=True)
-    candidates |= {f"dots bp64 w4 prefetch{a}": VerifyConfig(64, 4, state_dot=True, inline_scores=False,
-                                                             prefetch_ahead=a) for a in (530, 1060, 2120)}
-    candidates |= {f"dots bp64 w4 maxnreg{r}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, maxnreg=r)
-                   for r in (96, 80)}
     if len(mamba2.VERIFY_TREES[tree]) <= 8:
         candidates |= {f"fma bp{bp} w{w}": VerifyConfig(bp, w, state_dot=False, inline_scores=False)
                        for bp, w in ((32, 4), (64, 4), (64, 8))}
@@ -53,9 +49,6 @@ def decode_candidates() -> dict[str, DecodeConfig]:
     """P rows and warps per program, and the fold's N slice."""
     candidates = {f"bp{bp} w{w}": DecodeConfig(bp, 16, w) for bp in (16, 32, 64) for w in (2, 4, 8)}
     candidates["bp64 w4 fold-bn64"] = DecodeConfig(64, 16, 4, block_n=64)
-    candidates |= {f"bp64 w4 maxnreg{r}": DecodeConfig(64, 16, 4, maxnreg=r) for r in (96, 80)}
-    # (~530 programs run at once: 4 per SM)
-    candidates |= {f"bp64 w4 prefetch{a}": DecodeConfig(64, 16, 4, prefetch_ahead=a) for a in (530, 1060, 2120, 4240)}
     return candidates
 
 

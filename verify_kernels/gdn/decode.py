@@ -17,9 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels import prefetch
 from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
-from verify_kernels.prefetch import prefetch_tile, program_ahead
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
@@ -33,12 +31,6 @@ SMALL_BATCH = 16
 # fill of 7 of 16, about 200 KiB per row and layer more than the entries, ~8% of the S0 read), or after it (only the
 # entries; the S0 load is in flight meanwhile). Not yet measured against each other: benchmarks/sweep_gdn.py.
 BUFFER_BEFORE_LEN = True
-# Registers per thread of the large-batch decode (None: the compiler's choice, 143: 3 programs of 4 warps per SM on
-# the H200, ncu 2026-12-03, where the S0-alone pass at 110 held 4 and read at 3.9-4.0 TB/s against 3.0 now).
-MAXNREG = None
-# The large-batch decode asks the L2 for the S0 tile of the program PREFETCH_AHEAD launches later (0: off;
-# verify_kernels/prefetch.py): about the programs of that many waves of the grid, 3 programs per SM x 132 SMs each.
-PREFETCH_AHEAD = 0
 SMALL_BLOCK_V = 32
 SMALL_WARPS = 4
 
@@ -106,8 +98,6 @@ def gdn_decode_kernel(
     BEFORE_LEN: tl.constexpr,
     COMMIT: tl.constexpr,
     FOLD_HERE: tl.constexpr,   # COMMIT: the rows that flush fold here, else in the fold kernel launched next
-    AHEAD,                     # PREFETCH: the program whose S0 tile this one asks the L2 for, AHEAD launches later
-    PREFETCH: tl.constexpr,
 ):
     i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_hk = i_h // (HV // H)
@@ -126,9 +116,6 @@ def gdn_decode_kernel(
         # S0 is streamed once and not reused: evict it first so the buffers and inputs keep the L2
         b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
                       eviction_policy="evict_first")
-    if PREFETCH:
-        i_v2, i_h2, i_s2, ok = program_ahead(state_slots, AHEAD, i_v, i_h, i_b, V // BV, HV)
-        prefetch_tile(state_pool + (i_s2 * HV + i_h2) * (K * V) + i_v2 * BV, V, ok, K, BV)
     n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H,
                                       HV, K, V, L, BC, BEFORE_LEN)
     b_eG = tl.exp(b_G)
@@ -223,9 +210,8 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
         q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         flush_length if commit else 0,
         **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, COMMIT=commit, FOLD_HERE=small,
-        AHEAD=PREFETCH_AHEAD, PREFETCH=not small and prefetch.enabled(PREFETCH_AHEAD),
         num_warps=SMALL_WARPS if small else NUM_WARPS,
-        num_stages=1, maxnreg=None if small else MAXNREG,
+        num_stages=1,
     )
     if commit and not small:
         # the token is each row's one new entry: k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (the accepted

@@ -24,9 +24,6 @@ value head of the group); large batches append in the commit's own light kernel 
 import triton
 import triton.language as tl
 
-from verify_kernels import prefetch
-from verify_kernels.prefetch import prefetch_tile
-
 ENTRIES_NONE = 0
 ENTRIES_TOKEN = 1
 ENTRIES_ACCEPTED = 2
@@ -43,13 +40,6 @@ FOLD_WARPS = 2
 # folding the current one (two tiles in registers) was measured slower on the H200 (sweep of 2026-12-02: 47-49% of
 # copy bandwidth against 60%; Triton 3.6 spills at 2 warps with it) and was removed. FOLD_LANES: 4 and 8 within 2%.
 FOLD_LANES = 4
-# Registers per thread the compiler may use (None: its own choice, 237 at the defaults). ncu on the H200 (2026-12-03):
-# the fold is register-bound, 4 programs of 2 warps per SM (12% occupancy), its warps stalled on the S0 loads 59% of
-# the time; a cap lets more programs, so more S0 tiles in flight, share an SM, at the price of spills.
-FOLD_MAXNREG = None
-# Before folding a row, a program asks the L2 for the S0 tile of the row it will fold FOLD_PREFETCH_ROWS rows later
-# (0: off; verify_kernels/prefetch.py)
-FOLD_PREFETCH_ROWS = 0
 SCAN_BLOCK = 128
 BLOCK_L = 16
 
@@ -180,8 +170,6 @@ def gdn_fold_kernel(
     BB: tl.constexpr,
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
-    PREFETCH: tl.constexpr,
-    PREFETCH_ROWS: tl.constexpr,
 ):
     i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P = tl.num_programs(2)
@@ -206,10 +194,6 @@ def gdn_fold_kernel(
         count = tl.sum(b_fold.to(tl.int32), 0)
         for j in range(i_p, count, P):
             i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
-            if PREFETCH:  # a later row of this program in the block (none past its last)
-                j2 = j + PREFETCH_ROWS * P
-                _, _, i_s2, _, _ = folding_row(b_rank, j2, o_b, b_r, b_slot, b_n, b_na)
-                prefetch_tile(state_pool + (i_s2 * HV + i_h) * (K * V) + i_v * BV, V, j2 < count, K, BV)
             b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
             fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na,
                      o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
@@ -241,7 +225,5 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=SCAN_BLOCK,
-        ENTRIES=entries, APPEND=append, PREFETCH=prefetch.enabled(FOLD_PREFETCH_ROWS),
-        PREFETCH_ROWS=FOLD_PREFETCH_ROWS,
-        num_warps=FOLD_WARPS, num_stages=1, maxnreg=FOLD_MAXNREG,
+        ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS, num_stages=1,
     )

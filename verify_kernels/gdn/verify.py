@@ -38,9 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels import prefetch
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
-from verify_kernels.prefetch import prefetch_tile, program_ahead
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
@@ -65,23 +63,12 @@ FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 TREE_BLOCK_V = 32
 TREE_WARPS = 2
 FMA_MAX_NODES = 8
-# Registers per thread of the state and tree passes (None: the compiler's choice). ncu on the H200 (2026-12-03, batch
-# 256, 4-chain): state pass 168 (6 programs of 2 warps per SM, 161 us), tree pass 249 (4 per SM, 236 us: the larger
-# half, latency-bound with 8 warps per SM).
-STATE_MAXNREG = None
-TREE_MAXNREG = None
-# The state pass asks the L2 for the S0 tiles of the program STATE_PREFETCH_AHEAD launches later (0: off;
-# verify_kernels/prefetch.py)
-STATE_PREFETCH_AHEAD = 0
 STATE_BLOCK_K = 32
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
 DOT_PRECISION = "tf32x3"
-# The tree pass's products ([BV, 16] x [16, 16] at a 4-chain) may cost more in tf32x3's splits and layout changes than
-# on the FMA units: swept (benchmarks/sweep_gdn.py).
-TREE_PRECISION = DOT_PRECISION
 
 MAX_NODES = 64
 
@@ -243,15 +230,9 @@ def gdn_verify_state_kernel(
     NG: tl.constexpr,   # G padded to a power of two
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
-    AHEAD,              # PREFETCH: the program whose S0 tiles this one asks the L2 for, AHEAD launches later
-    PREFETCH: tl.constexpr,
 ):
     i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
-    if PREFETCH:
-        i_v2, i_g2, i_s2, ok = program_ahead(state_slots, AHEAD, i_v, i_g, i_b, V // BV, HV // G)
-        for i_x in tl.static_range(G):
-            prefetch_tile(state_pool + (i_s2 * HV + i_g2 * G + i_x) * (K * V) + i_v2 * BV, V, ok, K, BV)
     if i_s >= 0:
         i_h0 = i_g * G
         i_hk = i_h0 // (HV // H)
@@ -498,13 +479,11 @@ def gdn_verify(
     gdn_verify_state_kernel[(V // BV, HV // G, B)](
         q, k, num_nodes, state_pool, state_slots, kS, qS,
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-        PRECISION=DOT_PRECISION, AHEAD=STATE_PREFETCH_AHEAD, PREFETCH=prefetch.enabled(STATE_PREFETCH_AHEAD),
-        num_warps=warps, num_stages=1, maxnreg=STATE_MAXNREG,
+        PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
     )
     gdn_verify_tree_kernel[(H, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=TREE_PRECISION,
+        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
         NG=triton.next_power_of_2(HV // H), PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=TREE_WARPS, num_stages=1,
-        maxnreg=TREE_MAXNREG,
     )
     return o, u, gcum

@@ -33,9 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels import prefetch
 from verify_kernels.mamba2.commit import check_flush_length, check_pools, check_tokens
-from verify_kernels.prefetch import prefetch_tile, program_ahead
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (a step
 # at the mean buffer fill and a fold step, batch 64 and 256) and prints the best; copy its choice here.
@@ -61,12 +59,6 @@ class DecodeConfig(NamedTuple):
     block_l: int                    # buffer entries per step of the step path
     num_warps: int
     block_n: int = FOLD_BLOCK_N     # N columns per fold slice
-    # registers per thread (None: the compiler's choice; 119 at batch 256 on the H200, ncu 2026-12-03: 4 programs
-    # of 4 warps per SM); a cap fits more programs, so more state in flight, per SM, at the price of spills
-    maxnreg: int | None = None
-    # large batches: the program this one asks the L2 for the state tile of, prefetch_ahead launches later (0: off;
-    # verify_kernels/prefetch.py)
-    prefetch_ahead: int = 0
 
 
 def decode_config(B: int, P: int) -> DecodeConfig:
@@ -105,8 +97,6 @@ def mamba2_decode_kernel(
     BN: tl.constexpr,
     COMMIT: tl.constexpr,
     PRECISION: tl.constexpr,
-    AHEAD,                     # PREFETCH: the program whose state tile this one asks the L2 for, AHEAD launches later
-    PREFETCH: tl.constexpr,
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_g = i_h // (NH // NG)
@@ -119,9 +109,6 @@ def mamba2_decode_kernel(
     p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
     m_h = o_p[:, None] < tl.where(i_s >= 0, P, 0)            # [BP, 1]: all rows, or none without a state
     b_h = tl.load(p_h, mask=m_h, other=0., eviction_policy="evict_first")                   # [BP, N]
-    if PREFETCH:
-        i_p2, i_h2, i_s2, ok = program_ahead(state_slots, AHEAD, i_p, i_h, i_b, P // BP, NH)
-        prefetch_tile(state_pool + ((i_s2 * NH + i_h2) * P + i_p2 * BP) * N, N, ok, BP, N)
 
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
@@ -221,7 +208,6 @@ def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xd
             y, xdt, gcum, flushed, flush_length,
             NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BL=max(16, triton.next_power_of_2(L)),
             BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=FOLD_PRECISION, num_warps=cfg.num_warps,
-            AHEAD=cfg.prefetch_ahead, PREFETCH=prefetch.enabled(cfg.prefetch_ahead), maxnreg=cfg.maxnreg,
         )
     return (y, flushed) if commit else (y, xdt, gcum)
 

@@ -45,9 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels import prefetch
 from verify_kernels.mamba2.commit import check_indices, check_pools, check_tokens
-from verify_kernels.prefetch import prefetch_tile, program_ahead
 from verify_kernels.tree import ancestor_mask
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (5-node
@@ -95,8 +93,6 @@ class VerifyConfig(NamedTuple):
     inline_scores: bool     # scores computed in every state-pass program (one launch) instead of a products pass
     block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
     num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
-    maxnreg: int | None = None      # registers per thread (None: the compiler's; 127 for the 5-chain on the H200)
-    prefetch_ahead: int = 0         # the program whose state tile this one asks the L2 for, this many launches later
 
 
 def verify_config(B: int, T: int, P: int) -> VerifyConfig:
@@ -185,8 +181,6 @@ def mamba2_verify_kernel(
     INLINE_SCORES: tl.constexpr,
     N_LOOP: tl.constexpr,      # FMA_NODES == 0 or INLINE_SCORES: the loop over N slices has work
     PRECISION: tl.constexpr,
-    AHEAD,                     # PREFETCH: the program whose state tile this one asks the L2 for, AHEAD launches later
-    PREFETCH: tl.constexpr,
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_g = i_h // (NH // NG)
@@ -205,9 +199,6 @@ def mamba2_verify_kernel(
     if FMA_NODES > 0:
         # the whole [BP, N] tile in one load, the first one issued, used last (below)
         b_h = tl.load(p_h + tl.arange(0, N)[None, :], mask=m_h, other=0., eviction_policy="evict_first")
-    if PREFETCH:
-        i_p2, i_h2, i_s2, ok = program_ahead(state_slots, AHEAD, i_p, i_h, i_b, P // BP, NH)
-        prefetch_tile(state_pool + ((i_s2 * NH + i_h2) * P + i_p2 * BP) * N, N, ok, BP, N)
 
     # the small loads of the tree and buffer terms, issued before the state's loop below and used after it
     n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
@@ -334,8 +325,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
         N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=DOT_PRECISION,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
-        AHEAD=cfg.prefetch_ahead, PREFETCH=prefetch.enabled(cfg.prefetch_ahead),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y, xdt, gcum
 
