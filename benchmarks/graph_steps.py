@@ -22,7 +22,11 @@ Then each variant's engine outlived it (a reference cycle through the requests k
 16.9 GiB of Qwen3.5-9B after each; at Nemotron-3-Nano, max batch 256, 73 GiB, and the next engine ran out of
 memory); variants now drop every reference first. So compare variants only in alternation, repeated; the clock
 column is there to tell a GPU running slower over a process's life from an engine that is. The host's launch is
-0.01-0.05 ms per step in all (the profiler's 0.8-2 ms was its own overhead). Needs a CUDA GPU.
+0.01-0.05 ms per step in all (the profiler's 0.8-2 ms was its own overhead). At max batch 256, one variant per
+process in turn (2026-12-03): "adaptive held to 4-chains" still measured plain steps (its policy explores), so the
+variants whose policy always plans 4-chains compare the steps themselves: the adaptive engine offering 4-chains only
+ran as fixed 4-chains did, offering chains of 1, 2 and 4 (more graphs held) ~10% slower, and fixed 4-chains holding
+the graphs of batches up to 16 too ~5% slower (BENCHMARKS.md). Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -37,7 +41,15 @@ import torch
 
 from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
-from specdec.eval.bench import BenchSettings, bench_prompts, free_device_memory, synchronize, warm_up_and_prefill
+from specdec.eval.bench import (
+    BenchSettings,
+    bench_prompts,
+    free_device_memory,
+    synchronize,
+    warm_up_and_prefill,
+    with_roofline_prior,
+)
+from specdec.eval.step_cost import default_peaks
 from specdec.eval.synthetic import synthetic_speculation
 from specdec.speculation.adaptive import AdaptiveConfig
 from specdec.speculation.adaptive.policy import StepPlan
@@ -68,7 +80,17 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
         "plain decoding, 2 ms more host work a step after its launch": (fixed, None, "busy launch 2"),
         "plain decoding, the host waiting for each step": (fixed, None, "synchronized host"),
         "fixed 4-chains": (fixed, "synthetic:2.72", None),
+        "fixed 4-chains, the steps of batches up to 16 captured too": (fixed, "synthetic:2.72", "buckets 16"),
+        "fixed 4-chains, the steps of batches up to 16 captured too, a memory pool each": (
+            fixed, "synthetic:2.72", "buckets 16, own pools"),
         "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
+        "adaptive, a policy that plans 4-chains and learns nothing": (replace(adaptive, adaptive=HELD_CHAINS),
+                                                                      "synthetic:2.72", "chains policy"),
+        # the study's adaptive engine: chains of 1, 2 and 4 (graphs of widths 1, 2, 3 and 5 beside the decode graphs)
+        "adaptive (chains 1, 2, 4), a policy that plans 4-chains and learns nothing": (
+            replace(adaptive, adaptive=AdaptiveConfig()), "synthetic:2.72", "chains policy"),
+        "adaptive (chains 1, 2, 4) as the study runs it (roofline prior, traced)": (
+            replace(adaptive, adaptive=AdaptiveConfig()), "synthetic:2.72", "study policy"),
     }
 
 
@@ -157,9 +179,10 @@ class LaunchClock:
 
 
 def time_variant(target: str, config: EngineConfig, draft: str | None, change: str | None, new_tokens: int,
-                 rounds: int, device: str = "cuda") -> tuple[float, float, int, str]:
-    """-> (ms per step, launch ms per step, step buckets captured, the GPU's clock while it ran). device "cpu": the
-    same steps run eagerly (a dry run of this script; no graphs, no launches)."""
+                 rounds: int, device: str = "cuda") -> tuple[float, float, int, str, str]:
+    """-> (ms per step, launch ms per step, step buckets captured, the GPU's clock while it ran, the shapes the last
+    round's steps ran). device "cpu": the same steps run eagerly (a dry run of this script; no graphs, no
+    launches)."""
     acceptance = None
     if draft is not None:
         draft, acceptance = synthetic_speculation(draft, config.shape.budget)
@@ -167,9 +190,15 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
     runner = llm.engine.runner
     if change == "own pool" and runner.decode_graphs is not None:  # (before any capture: a graph takes the pool)
         runner.decode_graphs._pool = torch.cuda.graph_pool_handle()
-    if change == "idle policy":  # the adaptive engine's steps without the policy's Python
-        llm.engine.policy.plan = lambda request_ids, contexts: StepPlan(0, (False,) * len(request_ids))
+    if change in ("idle policy", "chains policy"):  # the adaptive engine's steps without the policy's Python
+        # (HELD_CHAINS alone may still choose a plain step to measure its cost)
+        held_steps = 0 if change == "idle policy" else max(llm.engine.policy.config.chain_lengths)
+        llm.engine.policy.plan = lambda ids, contexts: StepPlan(held_steps, (held_steps > 0,) * len(ids))
         llm.engine.policy.observe = lambda *args: None
+    if change == "study policy":  # as `specdec bench --policy-trace` sets it up
+        with_roofline_prior(llm, BenchSettings(target=target, device=device), "kvbuffer",
+                            default_peaks(torch.device(device)))
+        llm.engine.policy.trace = []
     if change == "busy launch 2":  # the same work between the launch and the wait for the step before
         runner.decode_next = busy_after(runner.decode_next, 2e-3)
     elif change and change.split()[0] in ("busy", "sleeping"):  # plain decoding with host work between its steps
@@ -178,6 +207,15 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
         llm.engine.step = synchronized(llm.engine.step, llm.model.device)
     settings = BenchSettings(target=target, batch_sizes=(1,), max_new_tokens=new_tokens, device=device)
     prompts = bench_prompts(llm, settings, 1)
+    if change == "buckets 16, own pools":  # (each graph's scratch its own, none reused from another's)
+        graphs, build = runner.graphs, runner.graphs._build
+
+        def build_in_own_pool(*key):
+            graphs._pool = torch.cuda.graph_pool_handle()
+            return build(*key)
+        graphs._build = build_in_own_pool
+    if change and change.startswith("buckets 16"):  # more graphs held, none replayed (a server captures them all)
+        llm.engine.prepare_steps(16, len(prompts[0]), new_tokens)
     per_step, launches, gpu = [], [], GpuClocks()
     for _ in range(rounds):
         requests = warm_up_and_prefill(llm, prompts, 1, settings)
@@ -188,13 +226,15 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
             synchronize(llm.model.device)
             seconds = time.perf_counter() - start
         steps = requests[0].stats.steps
+        shapes = ", ".join(f"{label} {count}" for label, count in requests[0].stats.shapes.most_common())
+        shapes = f"{steps} steps" + (f" ({shapes})" if shapes else "")  # (adaptive engines count theirs by shape)
         per_step.append(1e3 * seconds / steps)
         launches.append(1e3 * clock.seconds / steps)
     held = [runner.graphs] + ([runner.decode_graphs] if runner.decode_graphs is not runner.graphs else [])
     captured = sum(len(graphs._steps) for graphs in held if graphs is not None)
     del llm, runner, requests, acceptance, clock  # all of them: a cycle through any kept the engine (73 GiB at
     free_device_memory()                           # Nemotron-3-Nano, max batch 256) past the next one's build
-    return statistics.median(per_step), statistics.median(launches), captured, gpu.summary()
+    return statistics.median(per_step), statistics.median(launches), captured, gpu.summary(), shapes
 
 
 def main() -> None:
@@ -214,17 +254,18 @@ def main() -> None:
     rows = []
     for place, name in enumerate(args.only or known, 1):  # in the order given, repeats allowed: a place counts
         config, draft, change = known[name]
-        ms, launch, captured, clocks = time_variant(args.target, config, draft, change, args.new_tokens, args.rounds)
+        ms, launch, captured, clocks, shapes = time_variant(args.target, config, draft, change, args.new_tokens,
+                                                            args.rounds)
         left = torch.cuda.memory_allocated() / 2**30
-        rows.append((place, name, ms, launch, captured, clocks, left))
-        print(f"[graph_steps] {place}. {name}: {ms:.2f} ms/step, launch {launch:.2f} ms/step, {captured} graphs, "
-              f"{clocks}; {left:.1f} GiB allocated after it", flush=True)
+        rows.append((place, name, ms, shapes, launch, captured, clocks, left))
+        print(f"[graph_steps] {place}. {name}: {ms:.2f} ms/step over {shapes}, launch {launch:.2f} ms/step, "
+              f"{captured} graphs, {clocks}; {left:.1f} GiB allocated after it", flush=True)
     print(f"\n{args.target}, batch 1, max batch {args.max_batch} ({torch.cuda.get_device_name()})\n")
-    print("| place | engine | ms/step | graph launch ms/step (host) | step buckets captured | GPU while it ran | "
-          "GiB left after it |")
-    print("|---|---|---|---|---|---|---|")
-    for place, name, ms, launch, captured, clocks, left in rows:
-        print(f"| {place} | {name} | {ms:.2f} | {launch:.2f} | {captured} | {clocks} | {left:.1f} |")
+    print("| place | engine | ms/step | steps (last round) | graph launch ms/step (host) | step buckets captured | "
+          "GPU while it ran | GiB left after it |")
+    print("|---|---|---|---|---|---|---|---|")
+    for place, name, ms, shapes, launch, captured, clocks, left in rows:
+        print(f"| {place} | {name} | {ms:.2f} | {shapes} | {launch:.2f} | {captured} | {clocks} | {left:.1f} |")
 
 if __name__ == "__main__":
     main()

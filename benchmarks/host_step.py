@@ -124,7 +124,9 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     speculative = speculative or adaptive
     drafter = SyntheticDrafter(accepted) if speculative else None
     chosen = SyntheticAcceptance(accepted) if speculative and acceptance == "synthetic" else None
-    config = EngineConfig.from_flags(max_batch=batch, max_seq_len=2048, num_steps=steps, cuda_graphs=False,
+    # one request slot more than the batch: the graphs attached below take one for their padding rows (as
+    # ModelRunner.create adds it on a GPU); without it a batch of 1 never left the queue
+    config = EngineConfig.from_flags(max_batch=batch + 1, max_seq_len=2048, num_steps=steps, cuda_graphs=False,
                                      speculation="adaptive" if adaptive else "fixed")
     if adaptive:  # every request collapsed: plain steps, a probe every 64, no re-measuring of contenders
         config = replace(config, adaptive=AdaptiveConfig(collapse=1.01, probe_every=64, refresh_every=0))

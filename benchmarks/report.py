@@ -307,18 +307,28 @@ def adaptive_table(result: dict) -> list[str]:
     from specdec.eval.summary import shape_shares
 
     rows = study_rows(result)
-    speed = {(m, b): r["tokens_per_second"] for (backend, m, b), r in rows.items()
-             if backend == "kvbuffer" and not r.get("out_of_memory")}
+    kept = {(m, b): r for (backend, m, b), r in rows.items() if backend == "kvbuffer" and not r.get("out_of_memory")}
+    speed = {key: r["tokens_per_second"] for key, r in kept.items()}
     header = ["batch", "plain tok/s", "fixed tok/s", "adaptive tok/s", "adaptive / best of plain, fixed",
               "adaptive / plain", "shapes chosen (share of steps)"]
     body = []
     for batch in sorted(b for (m, b) in speed if m == "adaptive"):
         plain, fixed, adaptive = (speed.get((m, batch)) for m in ("plain", "speculative", "adaptive"))
         best = max((v for v in (plain, fixed) if v is not None), default=None)
-        body.append([str(batch), _fmt(plain, 0), _fmt(fixed, 0), f"{adaptive:.0f}",
+        cells = [speed_cell(kept.get((m, batch))) for m in ("plain", "speculative", "adaptive")]
+        body.append([str(batch), *cells,
                      _times(adaptive / best if best else None), _times(adaptive / plain if plain else None),
                      shape_shares(rows["kvbuffer", "adaptive", batch].get("shapes") or {})])
     return _table(header, body)
+
+
+def speed_cell(row: dict | None) -> str:
+    """A row's tokens/s; of an engine run in several processes, the median and the range of the runs."""
+    if row is None:
+        return ""
+    runs = row.get("runs") or []
+    spread = f" ({min(runs):.0f}-{max(runs):.0f}, {len(runs)} runs)" if len(runs) > 1 else ""
+    return f"{row['tokens_per_second']:.0f}{spread}"
 
 
 def memory_table(result: dict) -> list[str]:

@@ -10,11 +10,15 @@
 # $OUT/study_MODEL_bBATCHES_BACKEND_MODE.json (the parts `python -m benchmarks.study --report` joins), logs to
 # $OUT/study_MODEL.log. ACCEPTED=A sets the drafts' mean accepted length (default: the model's measured one) and
 # adds _accA to the file names; BACKENDS="kvbuffer" limits plain / speculative items to that backend (adaptive rows
-# are the KVBuffer's alone).
-#   usage: [ACCEPTED=A] benchmarks/study_on_device.sh MODEL SECONDS ITEM... [-- STUDY_ARGS...]
+# are the KVBuffer's alone). REPEATS=N runs each engine of an item N times, in turn (every engine once, then again),
+# each in a process of its own, to files ending _r1 .. _rN: the report keeps each row's median run (an engine's
+# step time moves by up to 8% from one process to the next on the H200).
+#   usage: [ACCEPTED=A] [REPEATS=N] benchmarks/study_on_device.sh MODEL SECONDS ITEM... [-- STUDY_ARGS...]
 # e.g.  benchmarks/study_on_device.sh qwen3.5-9b 570 1,16,64,128,256 512 -- --new-tokens 64
 #       (the 2026-12-02 full-layer runs: those two items, --no-hf-reference for the MoE models)
 #       ACCEPTED=1.2 benchmarks/study_on_device.sh nemotron-3-nano 250 1,16,64,128,256:adaptive -- --no-hf-reference
+#       REPEATS=3 BACKENDS=kvbuffer benchmarks/study_on_device.sh nemotron-3-nano 900 \
+#         "1,16,64,128,256:plain speculative adaptive" -- --no-hf-reference   (the three engines in turn, three times)
 set -u
 model=$1 seconds=$2
 shift 2
@@ -26,22 +30,27 @@ log="$out/study_$model.log"
 mkdir -p "$out"
 acc_args=() suffix=""
 if [ -n "${ACCEPTED:-}" ]; then acc_args=(--accepted-length "$ACCEPTED"); suffix="_acc$ACCEPTED"; fi
+repeats=${REPEATS:-1}
 for item in "${items[@]}"; do
   batch=${item%%:*}
   modes="plain speculative"
   [ "$item" != "$batch" ] && modes=${item#*:}
+  for run in $(seq 1 "$repeats"); do
+  runs=""
+  [ "$repeats" -gt 1 ] && runs="_r$run"
   for mode in $modes; do
     backends=${BACKENDS:-kvbuffer recurrent} trace=()
     if [ "$mode" = adaptive ]; then backends=kvbuffer trace=(--policy-trace "$out/trace_${model}${suffix}.jsonl"); fi
     for backend in $backends; do
       left=$((seconds - SECONDS))
-      name="$model batch $batch $backend $mode"
+      name="$model batch $batch $backend $mode${runs:+ (run $run of $repeats)}"
       if [ "$left" -lt 45 ]; then echo "[study] $name skipped: ${left}s left" | tee -a "$log"; continue; fi
       echo "[study] $name, ${left}s left" | tee -a "$log"
       timeout "$left" python -m benchmarks.study --model "$model" --batches ${batch//,/ } --only "$backend" "$mode" \
-        "${acc_args[@]}" "${trace[@]}" --out "$out/study_${model}_b${batch//,/-}_${backend}_${mode}${suffix}.json" "$@" \
+        "${acc_args[@]}" "${trace[@]}" --out "$out/study_${model}_b${batch//,/-}_${backend}_${mode}${suffix}${runs}.json" "$@" \
         >>"$log" 2>&1 \
         || echo "[study] $name failed or timed out (exit $?)" | tee -a "$log"
     done
+  done
   done
 done

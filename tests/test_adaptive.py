@@ -140,6 +140,29 @@ def test_roofline_prior_is_interpolated_between_powers_of_two(monkeypatch):
         assert len(calls) == 16
 
 
+def test_prepare_prices_every_step_of_the_run_ahead(monkeypatch):
+    """After the warm-up's prepare, planning any batch up to its rows at any context of the run computes no
+    roofline: those ran on the step's critical path (tail steps of 16-40 ms against ~12 on the H200)."""
+    from specdec.eval import step_cost
+    from specdec.models.real_shapes import SHAPES
+
+    real = step_cost.roofline
+    calls = []
+    monkeypatch.setattr(step_cost, "roofline", lambda *a: calls.append(a[1]) or real(*a))
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4),
+                            prior=step_cost.roofline_step_cost(SHAPES["nemotron-3-nano"][0](4), step_cost.H200))
+    policy.prepare(16, 100, 200)
+    prepared = len(calls)
+    assert prepared > 0
+    for batch in range(1, 17):
+        for context in (100, 127, 128, 150, 200):
+            policy.plan(list(range(batch)), [context] * batch)
+            policy.observe(list(range(batch)), [0] * batch, [0] * batch, None)
+    assert len(calls) == prepared
+    policy.plan(list(range(40)), [300] * 40)  # beyond the prepared batches and contexts: priced when it comes
+    assert len(calls) > prepared
+
+
 def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():
     """A cost borrowed from another bucket can be far off, and only a shape that runs corrects its own: here plain
     steps cost 1.6x the prior at batch 16 (borrowed at batch 128) and 1x at 128, where drafts are never accepted.

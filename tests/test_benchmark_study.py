@@ -53,6 +53,26 @@ def test_adaptive_rows_are_held_against_plain_and_fixed_and_collapsed_runs_kept_
     assert (acceptance_suffix(measured), acceptance_suffix(collapsed)) == ("", "_accepted1.2")
 
 
+def test_an_engine_run_in_several_processes_keeps_its_median_run():
+    from benchmarks.report import adaptive_table
+
+    def row(mode, speed, shapes=None):
+        return {"backend": "kvbuffer", "mode": mode, "batch_size": 1, "tokens_per_second": speed, "shapes": shapes}
+
+    parts = [{"model": "m", "layers": 4, "transformers": [], "settings": {"draft": "synthetic:2.72"}, "rows": rows}
+             for rows in ([row("plain", 100.0), row("speculative", 200.0)],
+                          [row("speculative", 180.0), row("adaptive", 150.0, {"chain-4": 9})],
+                          [row("speculative", 210.0), row("adaptive", 190.0, {"chain-4": 10})])]
+    (joined,) = merge(parts)
+    kept = {r["mode"]: r for r in joined["rows"]}
+    assert len(joined["rows"]) == 3
+    assert kept["speculative"]["tokens_per_second"] == 200.0 and kept["speculative"]["runs"] == [180.0, 200.0, 210.0]
+    assert kept["adaptive"]["tokens_per_second"] == 150.0 and kept["adaptive"]["shapes"] == {"chain-4": 9}
+    assert "runs" not in kept["plain"]
+    assert adaptive_table(joined)[2] == ("| 1 | 100 | 200 (180-210, 3 runs) | 150 (150-190, 2 runs) | 0.75x | 1.50x | "
+                                         "chain-4 100% |")
+
+
 def test_a_collapsed_run_borrows_the_plain_rows_and_sets_no_targets():
     """Plain decoding drafts nothing: a run at a collapsed acceptance shows the measured run's plain rows beside its
     own adaptive ones (the study reads the issue's targets off the measured runs alone: study.report)."""

@@ -131,6 +131,8 @@ class Engine:
         on a GPU), as benchmarks and servers that warm up do; the rest is built when first needed. -> how many
         step graphs were built."""
         width = self.config.shape.budget + 1 if self.drafter else 1
+        if self.policy is not None:  # (its step costs' prior too: computed on first use, on the steps' critical path)
+            self.policy.prepare(rows, prompt_tokens, prompt_tokens + max_new_tokens + width)
         return self.runner.capture(rows, prompt_tokens + width, prompt_tokens + max_new_tokens + width)
 
     # ---- requests ----------------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ class BenchSettings:
     speculation: tuple[str, ...] = ("fixed",)  # with a drafter: rows "speculative" (fixed) and / or "adaptive"
     tp: int = 1                     # tensor-parallel ranks (the command runs once per rank; memory figures per rank)
     policy_trace: str | None = None  # a JSONL file for adaptive speculation's step decisions (AdaptivePolicy.trace)
+    capture_ahead: bool = True      # every batch's steps captured before the first row is timed (capture_ahead)
 
     def __post_init__(self):
         if not self.speculation or not set(self.speculation) <= set(SPECULATION_MODES):
@@ -130,6 +131,8 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
             prompts = bench_prompts(llm, settings, max(batch_sizes))
             device, dtype = llm.model.device, llm.model.dtype
             memory = device_memory.engine_memory(llm)
+            if settings.capture_ahead:
+                capture_ahead(llm, max(batch_sizes), settings)
             for index, batch_size in enumerate(tqdm(batch_sizes, desc=f"{backend} {mode}", unit="batch")):
                 try:
                     row = time_batch(llm, prompts, batch_size, settings, backend, mode, per_request, fits, peaks,
@@ -189,6 +192,21 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
         draft, acceptance = synthetic_speculation(draft, config.shape.budget)
     return LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config,
                acceptance=acceptance, tp=settings.tp)
+
+
+def capture_ahead(llm, rows: int, settings: BenchSettings) -> None:
+    """Build now every step graph the sweep's batches will replay (up to `rows` requests), as a server that has run
+    every batch size holds them, so that each row is timed with the same graphs held. The graphs an engine holds
+    change a small batch's step: on the H200 (benchmarks/results/profile_h200/
+    graph_steps_nemotron_b1_maxbatch256_2026-12-03b.txt) fixed 4-chains at batch 1 took 6.46-6.83 ms a step holding
+    their batch-1 graphs alone and 6.93-7.08 holding those of batches 2-16 too (never replayed), and the adaptive
+    engine, which holds a graph per chain width, 6.87-7.45. Built row by row, as before, a sweep's small rows held
+    few graphs and an adaptive engine more than a fixed one. Where the largest batch's graphs do not fit, the rows
+    build theirs as they come (and the largest row reports the shortage)."""
+    try:
+        llm.engine.prepare_steps(rows, settings.prompt_tokens, settings.max_new_tokens)
+    except torch.OutOfMemoryError:
+        free_device_memory()
 
 
 def with_roofline_prior(llm, settings: BenchSettings, backend: str, peaks: Peaks) -> None:

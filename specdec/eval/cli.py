@@ -73,6 +73,9 @@ def add_commands(commands) -> None:
     bench.add_argument("--peak-gemm-tflops", type=float, default=None,
                        help="the roofline's GEMM throughput in TFLOP/s, with --peak-copy-gbs")
     bench.add_argument("--disable-cuda-graph", action="store_true")
+    bench.add_argument("--capture-per-row", action="store_true",
+                       help="capture each batch's step graphs when its row comes (default: every row's before the "
+                       "first is timed, so that all rows run holding the same graphs, as a warmed-up server does)")
     bench.add_argument("--policy-trace", type=Path, default=None,
                        help="with --speculation adaptive: append each step's decision (batch, shape chosen, each "
                        "shape's estimated ms and tokens/s, the measured ms) to this JSONL file")
@@ -139,7 +142,7 @@ def bench(args: argparse.Namespace) -> None:
         flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
         cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference, peak_copy_gbs=args.peak_copy_gbs,
         peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp, speculation=tuple(args.speculation),
-        policy_trace=str(args.policy_trace) if args.policy_trace else None)
+        policy_trace=str(args.policy_trace) if args.policy_trace else None, capture_ahead=not args.capture_per_row)
     peaks = bench_peaks(settings)
     print(f"[specdec] roofline peaks: {peaks}")
     rows = run_bench(settings, peaks)
