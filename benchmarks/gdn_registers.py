@@ -31,8 +31,10 @@ INDEX = ("state_slots", "buf_len", "req_slots", "num_nodes", "accepted", "num_ac
 SCALARS = ("T", "A", "B", "flush_length")
 
 
-def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int]:
-    """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90."""
+def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, int]:
+    """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90, its shared memory
+    bytes per program, and its asynchronous copies into shared memory (cp.async in the PTX: loads that a pipelined
+    loop issues ahead)."""
     params = list(inspect.signature(kernel.fn).parameters)
     signature = {}
     for name in params:
@@ -53,7 +55,8 @@ def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int]:
         Path(cubin).write_bytes(compiled.asm["cubin"])
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-    return int(found.group(1)), int(found.group(2))
+    copies = len(re.findall(r"cp\.async\.c[ag]", compiled.asm["ptx"]))
+    return int(found.group(1)), int(found.group(2)), compiled.metadata.shared, copies
 
 
 def variants() -> list[tuple[str, object, dict, int]]:
@@ -87,8 +90,9 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
-                    dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BB=fold.SCAN_BLOCK,
-                         ENTRIES=entries, APPEND=append), fold.FOLD_WARPS))
+                    dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                         BA=fold.entry_block(5), BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append,
+                         STAGES=1 if append else fold.FOLD_STAGES), fold.FOLD_WARPS))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     return out
@@ -96,10 +100,11 @@ def variants() -> list[tuple[str, object, dict, int]]:
 
 def main() -> None:
     print(f"triton {triton.__version__}, sm_90, H={H} HV={HV} K={K} V={V}, buffer {CAPACITY}")
-    print("| kernel | warps | registers | spilled bytes |\n|---|---|---|---|")
+    print("| kernel | warps | registers | spilled bytes | shared memory bytes | cp.async in PTX |")
+    print("|---|---|---|---|---|---|")
     for label, kernel, constexprs, warps in variants():
-        registers, spilled = resources(kernel, constexprs, warps)
-        print(f"| {label} | {warps} | {registers} | {spilled} |", flush=True)
+        registers, spilled, shared, copies = resources(kernel, constexprs, warps)
+        print(f"| {label} | {warps} | {registers} | {spilled} | {shared} | {copies} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
         for lanes in (8, 16):
             out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
+        for stages in (2, 3):
+            out.append(Candidate("fold", f"row loop in {stages} stages", {"fold.FOLD_STAGES": stages}))
+        for bv, warps, stages in ((32, 4, 3), (64, 4, 2), (64, 8, 2)):
+            out.append(Candidate("fold", f"BV {bv}, {warps} warps, {stages} stages",
+                                 {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps, "fold.FOLD_STAGES": stages}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
         out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))

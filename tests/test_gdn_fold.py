@@ -19,10 +19,13 @@ def test_flush(d):
     check_flush(make_batch(d, ROWS, seed=5))
 
 
-@pytest.mark.parametrize(("lanes", "scan_block"), [(2, 2), (1, 4)], ids=["2-lanes", "1-lane"])
-def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block):
+@pytest.mark.parametrize(("lanes", "scan_block", "stages"), [(2, 2, 1), (1, 4, 1), (2, 2, 2), (1, 4, 3)],
+                         ids=["2-lanes", "1-lane", "2-lanes-pipelined", "1-lane-pipelined"])
+def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, stages):
     """Fewer fold lanes than folding rows (each lane folds several, in rank order) and the rows' flags scanned a few
-    at a time: the fold of the commit, the flush and the decode + commit."""
+    at a time: the fold of the commit, the flush and the decode + commit; with the row loop software-pipelined
+    (FOLD_STAGES > 1: each row's entries in one block) too."""
+    monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     monkeypatch.setattr(fold_module, "FOLD_LANES", lanes)
     monkeypatch.setattr(fold_module, "SCAN_BLOCK", scan_block)
     monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)

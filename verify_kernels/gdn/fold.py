@@ -36,10 +36,19 @@ ENTRIES_ACCEPTED = 2
 # (578 against 682 us over its workloads).
 FOLD_BLOCK_V = 32
 FOLD_WARPS = 2
-# A program folds its rows one after the other, one tile in flight at a time. Loading the next row's tile before
-# folding the current one (two tiles in registers) was measured slower on the H200 (sweep of 2026-12-02: 47-49% of
-# copy bandwidth against 60%; Triton 3.6 spills at 2 warps with it) and was removed. FOLD_LANES: 4 and 8 within 2%.
+# A program folds its rows one after the other. Loading the next row's tile into registers before folding the
+# current one (two tiles in registers) was measured slower on the H200 (sweep of 2026-12-02: 47-49% of copy
+# bandwidth against 60%; Triton 3.6 spills at 2 warps with it) and was removed; so were register caps and L2
+# prefetches (2026-12-03): ncu showed the fold register-bound at 3-4 programs per SM, its warps waiting on the S0
+# load, 2.6 TB/s. So the row loop's body holds no inner loop (the buffer and the new entries one block each), and
+# with FOLD_STAGES > 1 Triton's pipeliner copies the next rows' tiles and entries into shared memory asynchronously
+# (cp.async) while this row folds: bytes in flight that do not sit in registers. Triton 3.9 for sm_90 emits those
+# copies (python -m benchmarks.gdn_registers: ~31-41 KB of shared memory per program at 2 stages, 255 registers
+# and 176-256 spilled bytes at 2 warps, where the looped row spills 8-80); not yet timed on the H200 (benchmarks/
+# sweep_gdn.py holds the candidates), so the default stays 1 stage: the looped row of before, unchanged.
+# FOLD_LANES: 4 and 8 within 2%.
 FOLD_LANES = 4
+FOLD_STAGES = 1
 SCAN_BLOCK = 128
 BLOCK_L = 16
 
@@ -57,6 +66,39 @@ def fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H
         b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
         b_s += tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="tf32x3")
     return b_s
+
+
+@triton.jit
+def fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H: tl.constexpr,
+                      HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BL: tl.constexpr):
+    """fold_buffer as one block of BL >= L entries, no loop (the pipelined row loop's body holds none)."""
+    o_l = tl.arange(0, BL)
+    m_l = o_l < n
+    b_bg = tl.load(buf_gcum + (i_r * L + o_l) * HV + i_h, mask=m_l, other=0.)
+    b_bk = tl.load(buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_l[:, None], other=0.)
+    b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_l[:, None], other=0.)
+    b_decay = tl.exp(tl.where(m_l, b_G - b_bg, float("-inf")))
+    return b_s + tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="tf32x3")
+
+
+@triton.jit
+def fold_new_block(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H: tl.constexpr,
+                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BA: tl.constexpr, ENTRIES: tl.constexpr):
+    """b_s [K, BV] plus the fold of row i_b's na new entries (ENTRIES: the token, or the accepted nodes), one block
+    of BA >= na entries, no loop."""
+    o_c = tl.arange(0, BA)
+    m_c = o_c < na
+    if ENTRIES == 2:
+        b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
+    else:
+        b_node = tl.zeros([BA], dtype=tl.int64)
+    b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
+    b_ak = tl.load(k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
+                   other=0.).to(tl.float32)                                                  # [BA, K]
+    b_au = tl.load(u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
+                   other=0.).to(tl.float32)                                                  # [BA, BV]
+    b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
+    return b_s + tl.dot(tl.trans(b_ak), b_decay[:, None] * b_au, input_precision="tf32x3")
 
 
 @triton.jit
@@ -122,11 +164,9 @@ def state_tile(state_pool, i_s, i_h, o_k, o_v, valid, HV: tl.constexpr, K: tl.co
 
 
 @triton.jit
-def fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na, o_k,
-             o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
-             BC: tl.constexpr, ENTRIES: tl.constexpr):
-    """Fold row i_b's n buffered and na new entries into its tile b_s of S0 and store it."""
-    # G_last: of the last new entry, else of the last buffered one
+def last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV: tl.constexpr, L: tl.constexpr,
+           ENTRIES: tl.constexpr):
+    """G_last of row i_b's fold: of its last new entry, else of its last buffered one."""
     if ENTRIES == 1:
         b_G = tl.load(gcum + i_b * T * HV + i_h).to(tl.float32)
     else:
@@ -134,11 +174,35 @@ def fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b,
         if ENTRIES == 2:
             i_last = tl.maximum(tl.load(accepted + i_b * A + tl.maximum(na - 1, 0)), 0).to(tl.int64)
             b_G = tl.where(na > 0, tl.load(gcum + (i_b * T + i_last) * HV + i_h).to(tl.float32), b_G)
+    return b_G
+
+
+@triton.jit
+def fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na, o_k,
+             o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+             BC: tl.constexpr, ENTRIES: tl.constexpr):
+    """Fold row i_b's n buffered and na new entries into its tile b_s of S0 and store it."""
+    b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
     b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
     if ENTRIES != 0:
         b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V, BC, ENTRIES)
+    tl.store(state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :]), b_s)
+
+
+@triton.jit
+def fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na, o_k,
+             o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+             BL: tl.constexpr, BA: tl.constexpr, ENTRIES: tl.constexpr):
+    """fold_row with the entries in one block each, no loop (the pipelined row loop's body: FOLD_STAGES > 1)."""
+    b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
+    # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
+    b_s = tl.exp(b_G) * b_s
+    b_s = fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL)
+    if ENTRIES != 0:
+        b_s = fold_new_block(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V, BA,
+                             ENTRIES)
     tl.store(state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :]), b_s)
 
 
@@ -167,9 +231,12 @@ def gdn_fold_kernel(
     L: tl.constexpr,
     BV: tl.constexpr,
     BC: tl.constexpr,
+    BL: tl.constexpr,      # L padded to a power of two >= 16: the buffer's entries in one block
+    BA: tl.constexpr,      # the new entries' block (>= A, >= 16)
     BB: tl.constexpr,
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
+    STAGES: tl.constexpr,  # the row loop's pipeline depth (FOLD_STAGES)
 ):
     i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P = tl.num_programs(2)
@@ -192,11 +259,18 @@ def gdn_fold_kernel(
         b_fold = b_due & (b_slot >= 0)
         b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
         count = tl.sum(b_fold.to(tl.int32), 0)
-        for j in range(i_p, count, P):
-            i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
-            b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
-            fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na,
-                     o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
+        if STAGES == 1:
+            for j in range(i_p, count, P):
+                i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
+                b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
+                fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n,
+                         na, o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
+        else:  # software-pipelined: the next rows' loads in flight (cp.async) while this one folds
+            for j in tl.range(i_p, count, P, num_stages=STAGES):
+                i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
+                b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
+                fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h,
+                                i_hk, n, na, o_k, o_v, T, A, H, HV, K, V, L, BL, BA, ENTRIES)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
             b_keep = m_b & ~b_due
@@ -224,6 +298,12 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     gdn_fold_kernel[(V // BV, HV, lanes)](
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
-        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BB=SCAN_BLOCK,
-        ENTRIES=entries, APPEND=append, num_warps=FOLD_WARPS, num_stages=1,
+        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L), BA=entry_block(A if entries == 2 else 1),
+        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=1 if append else FOLD_STAGES, num_warps=FOLD_WARPS,
+        num_stages=1,
     )
+
+
+def entry_block(count: int) -> int:
+    """A block that holds `count` entries at once: a power of two >= 16 (tl.dot's smallest)."""
+    return max(16, triton.next_power_of_2(count))
