@@ -81,6 +81,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("decode", f"BV {bv}, {warps} warps",
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
         out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
+        # the software-pipelined row loop (decode.DECODE_STAGES > 1): stages, V columns, warps, lanes
+        for stages, bv, warps, lanes in ((2, 64, 4, 8), (3, 64, 4, 8), (2, 32, 4, 4), (3, 32, 4, 8), (2, 64, 4, 16)):
+            out.append(Candidate("decode", f"row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
+                                 {"decode.DECODE_STAGES": stages, "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps,
+                                  "decode.DECODE_LANES": lanes}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # the state pass one node at a time (the 4-chain): per key head or per value head, V columns, warps

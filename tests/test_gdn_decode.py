@@ -11,13 +11,16 @@ from verify_kernels.gdn import decode as decode_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["fold-kernel", "fold-in-place"])
+@pytest.fixture(params=["fold-kernel", "fold-in-place", "row-loop"])
 def decode_path(request, monkeypatch):
-    """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs:
-    test both on the same rows."""
-    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0 if request.param == "fold-kernel" else len(ROWS))
+    """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs;
+    or the rows decode in the software-pipelined row loop (DECODE_STAGES > 1, two lanes for five rows: each lane
+    decodes several) and fold in the fold kernel: test all on the same rows."""
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", len(ROWS) if request.param == "fold-in-place" else 0)
+    if request.param == "row-loop":
+        monkeypatch.setattr(decode_module, "DECODE_STAGES", 2)
+        monkeypatch.setattr(decode_module, "DECODE_LANES", 2)
     return request.param
-
 
 
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())

@@ -33,6 +33,15 @@ SMALL_BATCH = 16
 BUFFER_BEFORE_LEN = True
 SMALL_BLOCK_V = 32
 SMALL_WARPS = 4
+# Above SMALL_BATCH, DECODE_STAGES > 1 runs the rows in a software-pipelined loop instead: a grid of (V blocks,
+# value heads, DECODE_LANES) programs, each decoding every DECODE_LANES-th row, whose loop body holds no inner loop
+# (the buffer in one block of entry_block(L) entries) so that Triton's pipeliner copies the next rows' S0 tiles and
+# entries into shared memory (cp.async) while this row computes: bytes in flight that do not sit in registers
+# (ncu, 2026-12-03: the per-row grid is register-bound at 143 registers, 3 programs per SM, its warps waiting on the
+# S0 load, 3.0 TB/s at batch 256). Not yet timed on the H200 (benchmarks/sweep_gdn.py holds the candidates): the
+# default stays the per-row grid.
+DECODE_STAGES = 1
+DECODE_LANES = 8
 
 MAX_BUFFER = 64
 HEAD_DIMS = (16, 32, 64, 128)
@@ -43,10 +52,11 @@ INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 @triton.jit
 def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H: tl.constexpr,
                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr,
-                 BEFORE_LEN: tl.constexpr):
+                 BEFORE_LEN: tl.constexpr, ONE_BLOCK: tl.constexpr = False):
     """Buffer row i_r's share of reading the committed state at a new token with key b_k, query b_q [K] and log
     decay b_g: returns the row's n = buf_len, the token's G (the last entry's G, 0 for an empty buffer, plus g) and
-    sum_i e^{G - G_i} (k_i . x) u_i over columns o_v for x = k, q ([BV] each), never reading past n."""
+    sum_i e^{G - G_i} (k_i . x) u_i over columns o_v for x = k, q ([BV] each), never reading past n. ONE_BLOCK (BC >=
+    L): the entries in one block, no loop (the body of the pipelined row loop)."""
     o_c = tl.arange(0, BC)
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     # BEFORE_LEN: the first block is loaded in the bounds of the row without waiting for n (the entries past n are
@@ -56,8 +66,9 @@ def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q,
     b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_in[:, None], other=0.)
     b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_in, other=0.)
     b_G = b_g + tl.sum(tl.where(o_c == n - 1, b_bg, 0.), 0)
-    if n > BC:
-        b_G = b_g + tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
+    if not ONE_BLOCK:
+        if n > BC:
+            b_G = b_g + tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
     m_c = o_c < n
     # stale entries may hold anything, NaN included: select them away, never multiply them by 0
     b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))                            # [BC], e^{G - G_i} <= 1
@@ -66,15 +77,18 @@ def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q,
     b_wq = tl.where(m_c, tl.sum(b_bk * b_q[None, :], 1) * b_decay, 0.)
     b_kr = tl.sum(b_wk[:, None] * b_bu, 0)
     b_qr = tl.sum(b_wq[:, None] * b_bu, 0)
-    for i_c in range(BC, n, BC):
-        o_c = i_c + tl.arange(0, BC)
-        m_c = o_c < n
-        b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
-        b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
-        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
-        b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
-        b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
-        b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+    if not ONE_BLOCK:
+        for i_c in range(BC, n, BC):
+            o_c = i_c + tl.arange(0, BC)
+            m_c = o_c < n
+            b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
+                           other=0.)
+            b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
+                           other=0.)
+            b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
+            b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
+            b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+            b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
     return n, b_G, b_kr, b_qr
 
 
@@ -139,6 +153,65 @@ def gdn_decode_kernel(
                 b_s = b_eG * b_s + b_k[:, None] * b_u[None, :]
                 b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
                 tl.store(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :], b_s)
+
+
+@triton.jit
+def gdn_decode_rows_kernel(
+    q, k, v, g, beta,        # as gdn_decode_kernel's
+    state_pool,
+    state_slots,
+    buf_k, buf_u, buf_gcum,
+    buf_len,
+    req_slots,
+    o, u, gcum,
+    flush_length,
+    B,                       # rows: not constexpr, the batch changes from step to step
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    L: tl.constexpr,
+    BV: tl.constexpr,
+    BC: tl.constexpr,        # >= L: the buffer in one block
+    COMMIT: tl.constexpr,
+    STAGES: tl.constexpr,    # the row loop's pipeline depth
+):
+    """gdn_decode_kernel's work (its folds left to the fold kernel) for rows i_p, i_p + P, ... of a grid of (V
+    blocks, value heads, P lanes), the row loop software-pipelined: loads are unconditional (masked: a row without a
+    state reads its S0 tile as zeros), no inner loop."""
+    i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    P = tl.num_programs(2)
+    i_hk = i_h // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    for i_b in tl.range(i_p, B, P, num_stages=STAGES):  # (int32 row offsets: B * HV * V is small; slots int64)
+        i_r = tl.load(req_slots + i_b).to(tl.int64)
+        i_s = tl.load(state_slots + i_b).to(tl.int64)
+        p_x = (i_b * HV + i_h) * V + o_v
+        b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+        b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+        b_v = tl.load(v + p_x).to(tl.float32)
+        b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
+        b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
+        p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
+        b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0., eviction_policy="evict_first")
+        n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v,
+                                          H, HV, K, V, L, BC, True, True)
+        b_eG = tl.exp(b_G)
+        b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
+        b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
+        b_u = b_beta * (b_v - b_kr)
+        tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
+        tl.store(u + p_x, b_u)
+        tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
+        if COMMIT:
+            # the token's entry at buffer position n for the rows that do not flush (as gdn_decode_kernel)
+            if n + 1 < flush_length:
+                tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
+                if i_v == 0:
+                    tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
+                    if i_h % (HV // H) == 0:
+                        tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
 
 
 def check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int]:
@@ -206,13 +279,21 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
     shapes = dict(H=H, HV=HV, K=K, V=V, L=L)
     small = B <= SMALL_BATCH
     BV = min(V, SMALL_BLOCK_V if small else BLOCK_V)
-    gdn_decode_kernel[(V // BV, HV, B)](
-        q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-        flush_length if commit else 0,
-        **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, COMMIT=commit, FOLD_HERE=small,
-        num_warps=SMALL_WARPS if small else NUM_WARPS,
-        num_stages=1,
-    )
+    if not small and DECODE_STAGES > 1:  # the pipelined row loop (DECODE_STAGES' comment)
+        gdn_decode_rows_kernel[(V // BV, HV, min(B, DECODE_LANES))](
+            q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
+            flush_length if commit else 0, B,
+            **shapes, BV=BV, BC=max(BLOCK_L, triton.next_power_of_2(L)), COMMIT=commit, STAGES=DECODE_STAGES,
+            num_warps=NUM_WARPS, num_stages=1,
+        )
+    else:
+        gdn_decode_kernel[(V // BV, HV, B)](
+            q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
+            flush_length if commit else 0,
+            **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, COMMIT=commit, FOLD_HERE=small,
+            num_warps=SMALL_WARPS if small else NUM_WARPS,
+            num_stages=1,
+        )
     if commit and not small:
         # the token is each row's one new entry: k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (the accepted
         # pointers are unused, buf_len stands in for them)
