@@ -50,6 +50,15 @@ SMALL_BATCH_BLOCK_P = 16
 # (fp32-level error)
 FOLD_BLOCK_N = 32
 FOLD_PRECISION = "tf32x3"
+# Above SMALL_BATCH, ROW_STAGES > 1 runs the step path in a software-pipelined row loop instead of a program per row:
+# a grid of (P blocks, heads, ROW_LANES) programs, each taking every ROW_LANES-th row, the loop body free of inner
+# loops (the buffer in one block of BL entries) and of conditional loads, so that Triton's pipeliner copies the next
+# rows' h0 tiles and entries into shared memory (cp.async) while this row computes; a decode-commit's folding rows
+# then run in a second launch of the per-row kernel that skips every other row (ONLY_FOLDS). Bytes in flight that
+# do not sit in registers: ncu (2026-12-03, batch 256) found the per-row grid register-bound at 4 programs per SM,
+# 3.5 TB/s. Not yet timed on the H200 (benchmarks/sweep_mamba2.py holds the candidates): off by default.
+ROW_STAGES = 1
+ROW_LANES = 8
 
 
 class DecodeConfig(NamedTuple):
@@ -59,11 +68,14 @@ class DecodeConfig(NamedTuple):
     block_l: int                    # buffer entries per step of the step path
     num_warps: int
     block_n: int = FOLD_BLOCK_N     # N columns per fold slice
+    row_stages: int = 1             # > 1: the pipelined row loop (ROW_STAGES' comment), above SMALL_BATCH rows
+    row_lanes: int = ROW_LANES      # its programs per (P block, head)
 
 
 def decode_config(B: int, P: int) -> DecodeConfig:
     """The tuned launch parameters for B rows and head dim P."""
-    return DecodeConfig(min(P, SMALL_BATCH_BLOCK_P if B <= SMALL_BATCH else BLOCK_P), BLOCK_L, NUM_WARPS)
+    return DecodeConfig(min(P, SMALL_BATCH_BLOCK_P if B <= SMALL_BATCH else BLOCK_P), BLOCK_L, NUM_WARPS,
+                        row_stages=ROW_STAGES)
 
 
 @triton.jit
@@ -97,6 +109,7 @@ def mamba2_decode_kernel(
     BN: tl.constexpr,
     COMMIT: tl.constexpr,
     PRECISION: tl.constexpr,
+    ONLY_FOLDS: tl.constexpr = False,  # COMMIT: the folding rows alone (the row loop ran the others' step path)
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_g = i_h // (NH // NG)
@@ -108,7 +121,8 @@ def mamba2_decode_kernel(
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
     m_h = o_p[:, None] < tl.where(i_s >= 0, P, 0)            # [BP, 1]: all rows, or none without a state
-    b_h = tl.load(p_h, mask=m_h, other=0., eviction_policy="evict_first")                   # [BP, N]
+    if not ONLY_FOLDS:
+        b_h = tl.load(p_h, mask=m_h, other=0., eviction_policy="evict_first")               # [BP, N]
 
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
@@ -153,7 +167,7 @@ def mamba2_decode_kernel(
                 tl.debug_barrier()
                 tl.store(p_hm, b_hm)
         tl.store(y + (i_b * NH + i_h) * P + o_p, b_y)
-    else:
+    elif not ONLY_FOLDS:
         # the buffer's share: sum_i e^{G - G_i} (B_i . C) xdt_i, then the state's once its tile has arrived
         b_y = tl.sum(b_k * b_c) * b_xdt + b_dx
         for l0 in range(0, n_buf, BLOCK_L):
@@ -182,6 +196,75 @@ def mamba2_decode_kernel(
                 tl.store(gcum_out + i_b * NH + i_h, b_G)
 
 
+@triton.jit
+def mamba2_decode_rows_kernel(
+    x, dt, A, Bm, C, D,      # as mamba2_decode_kernel's
+    state_pool,
+    state_slots,
+    buf_b, buf_xdt, buf_gcum,
+    buf_len,
+    req_slots,
+    y, xdt_out, gcum_out,
+    flush_length,
+    B,                       # rows: not constexpr, the batch changes from step to step
+    NH: tl.constexpr,
+    NG: tl.constexpr,
+    P: tl.constexpr,
+    N: tl.constexpr,
+    L: tl.constexpr,
+    BP: tl.constexpr,
+    BL: tl.constexpr,        # >= L: the buffer in one block
+    COMMIT: tl.constexpr,
+    STAGES: tl.constexpr,    # the row loop's pipeline depth
+):
+    """mamba2_decode_kernel's step path for rows i_l, i_l + LANES, ... of a grid of (P blocks, heads, LANES): y of
+    every row (a decode-commit's folding rows get theirs from the ONLY_FOLDS launch after this one, which also
+    writes `flushed`) and, for the rows that do not fold, the token's buffer entry (COMMIT) or xdt and G (else).
+    The row loop is software-pipelined: its loads unconditional (masked), no inner loop."""
+    i_p, i_h, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    LANES = tl.num_programs(2)
+    i_g = i_h // (NH // NG)
+    o_p = i_p * BP + tl.arange(0, BP)
+    o_n = tl.arange(0, N)
+    o_l = tl.arange(0, BL)
+    for i_b in tl.range(i_l, B, LANES, num_stages=STAGES):  # (int32 row offsets: B * NH * P is small)
+        i_s = tl.load(state_slots + i_b).to(tl.int64)
+        p_h = state_pool + ((tl.maximum(i_s, 0) * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
+        b_h = tl.load(p_h, mask=o_p[:, None] < tl.where(i_s >= 0, P, 0), other=0., eviction_policy="evict_first")
+        i_r = tl.load(req_slots + i_b).to(tl.int64)
+        n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+        b_x = tl.load(x + (i_b * NH + i_h) * P + o_p).to(tl.float32)
+        b_dt = tl.load(dt + i_b * NH + i_h).to(tl.float32)
+        b_a = b_dt * tl.load(A + i_h).to(tl.float32)
+        b_k = tl.load(Bm + (i_b * NG + i_g) * N + o_n).to(tl.float32)
+        b_c = tl.load(C + (i_b * NG + i_g) * N + o_n).to(tl.float32)
+        b_dx = tl.load(D + i_h).to(tl.float32) * b_x
+        m_l = o_l < n_buf
+        b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
+        g_last = tl.sum(tl.where(o_l == n_buf - 1, b_gi, 0.), 0)
+        b_G = g_last + b_a
+        b_xdt = b_dt * b_x
+        b_ki = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None], other=0.)
+        b_v = tl.load(buf_xdt + ((i_r * L + o_l[:, None]) * NH + i_h) * P + o_p[None, :], mask=m_l[:, None],
+                      other=0.)                                                             # [BL, BP]
+        b_w = tl.exp(tl.where(m_l, (g_last - b_gi) + b_a, float("-inf"))) * tl.sum(b_ki * b_c[None, :], 1)
+        b_y = tl.sum(b_k * b_c) * b_xdt + b_dx + tl.sum(b_w[:, None] * b_v, 0)
+        b_y += tl.exp(b_G) * tl.sum(b_h * b_c[None, :], 1)
+        tl.store(y + (i_b * NH + i_h) * P + o_p, b_y)
+        if COMMIT:
+            if n_buf + 1 < flush_length:
+                pos = i_r * L + n_buf
+                tl.store(buf_xdt + (pos * NH + i_h) * P + o_p, b_xdt)
+                if i_p == 0:
+                    tl.store(buf_gcum + pos * NH + i_h, b_G)
+                    if i_h % (NH // NG) == 0:
+                        tl.store(buf_b + (pos * NG + i_g) * N + o_n, b_k)
+        else:
+            tl.store(xdt_out + (i_b * NH + i_h) * P + o_p, b_xdt)
+            if i_p == 0:
+                tl.store(gcum_out + i_b * NH + i_h, b_G)
+
+
 def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
                       flush_length: int | None, config: DecodeConfig | None = None):
     """Launcher of decode (flush_length None) and decode-commit: checks, allocation, grid. config: decode_config's
@@ -203,12 +286,23 @@ def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xd
     if B > 0:
         cfg = config or decode_config(B, P)
         BP = min(P, cfg.block_p)
-        mamba2_decode_kernel[(P // BP, NH, B)](
-            x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-            y, xdt, gcum, flushed, flush_length,
-            NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BL=max(16, triton.next_power_of_2(L)),
-            BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=FOLD_PRECISION, num_warps=cfg.num_warps,
-        )
+        BL = max(16, triton.next_power_of_2(L))
+        rows_loop = cfg.row_stages > 1 and B > SMALL_BATCH
+        if rows_loop:
+            mamba2_decode_rows_kernel[(P // BP, NH, min(B, cfg.row_lanes))](
+                x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
+                y, xdt, gcum, flush_length, B,
+                NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BL=BL, COMMIT=commit, STAGES=cfg.row_stages,
+                num_warps=cfg.num_warps, num_stages=1,
+            )
+        if commit or not rows_loop:  # (after the row loop: the folding rows alone, their y the folded state's)
+            mamba2_decode_kernel[(P // BP, NH, B)](
+                x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
+                y, xdt, gcum, flushed, flush_length,
+                NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BL=BL,
+                BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=FOLD_PRECISION, ONLY_FOLDS=rows_loop,
+                num_warps=cfg.num_warps,
+            )
     return (y, flushed) if commit else (y, xdt, gcum)
 
 
