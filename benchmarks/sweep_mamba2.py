@@ -158,16 +158,21 @@ def report(rows: list[dict], copy_bw: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sweep_mamba2_h200.json"))
+    parser.add_argument("--ops", default="verify,decode", help="comma-separated, of verify and decode")
     args = parser.parse_args()
+    ops = set(args.ops.split(","))
+    if not ops or not ops <= {"verify", "decode"}:
+        raise SystemExit(f"--ops takes verify and / or decode, got {args.ops!r}")
     if not torch.cuda.is_available():
         raise SystemExit("the sweep needs a CUDA GPU")
     torch.manual_seed(0)
     copy_bw = copy_bandwidth()
     rows = []
-    for tree in mamba2.VERIFY_TREES:
+    for tree in mamba2.VERIFY_TREES if "verify" in ops else ():
         rows += sweep_verify(tree, copy_bw)
         print(f"verify {tree}: done", flush=True)
-    rows += sweep_decode(copy_bw)
+    if "decode" in ops:
+        rows += sweep_decode(copy_bw)
     lines = report(rows, copy_bw)
     print("\n".join(lines))
     args.out.parent.mkdir(parents=True, exist_ok=True)
