@@ -100,6 +100,12 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
+        # the FMA state pass as a software-pipelined row loop (verify.STATE_STAGES > 1): stages, V columns, warps,
+        # lanes
+        for stages, bv, warps, lanes in ((2, 64, 2, 8), (3, 64, 2, 8), (2, 64, 4, 8), (2, 32, 2, 8), (2, 64, 2, 16)):
+            out.append(Candidate("verify", f"state row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
+                                 {"verify.STATE_STAGES": stages, "verify.STATE_FMA_CONFIG": (bv, warps),
+                                  "verify.STATE_LANES": lanes}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))

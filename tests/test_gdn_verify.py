@@ -14,12 +14,15 @@ from verify_kernels.gdn import verify as verify_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["two-passes", "fused"])
+@pytest.fixture(params=["two-passes", "fused", "state-row-loop"])
 def verify_path(request, monkeypatch):
-    """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel."""
-    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0 if request.param == "two-passes" else len(ROWS))
+    """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
+    the state pass's rows (trees up to FMA_MAX_NODES) in its software-pipelined row loop, two lanes for five rows."""
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
+    if request.param == "state-row-loop":
+        monkeypatch.setattr(verify_module, "STATE_STAGES", 2)
+        monkeypatch.setattr(verify_module, "STATE_LANES", 2)
     return request.param
-
 
 
 VERIFIES = {

@@ -57,6 +57,14 @@ from verify_kernels.tree import ancestor_mask
 # and 4 (the previous default) 471 us, per key head at 32 and 2 375 us: the warps, not the sharing, decide.
 FUSED_MAX_BATCH = 1
 STATE_FMA_CONFIG = (64, 2)
+# STATE_STAGES > 1: the FMA state pass (up to FMA_MAX_NODES nodes) as a software-pipelined row loop instead of a
+# program per row: a grid of (V blocks, value heads, STATE_LANES), each program taking every STATE_LANES-th row, its
+# nodes unrolled to FMA_MAX_NODES (masked past the row's count) and its loads unconditional, so that Triton's
+# pipeliner copies the next rows' S0 tiles into shared memory (cp.async) while this row's products run (ncu,
+# 2026-12-03: the per-row state pass at 114 registers, 3.5 TB/s, warps waiting on the S0 load). Not yet timed on
+# the H200 (benchmarks/sweep_gdn.py holds the candidates): off by default.
+STATE_STAGES = 1
+STATE_LANES = 8
 STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
@@ -270,6 +278,46 @@ def gdn_verify_state_kernel(
 
 
 @triton.jit
+def gdn_verify_state_rows_kernel(
+    q, k,               # [B, T, H, K]
+    num_nodes,          # [B]
+    state_pool,         # [S, HV, K, V] fp32
+    state_slots,        # [B]
+    kS, qS,             # [B, T, HV, V] fp32 out, as gdn_verify_state_kernel's
+    B,                  # rows: not constexpr, the batch changes from step to step
+    T,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    MAX_NODES: tl.constexpr,   # >= every row's node count (FMA_MAX_NODES): the node loop unrolled, masked past nn
+    STAGES: tl.constexpr,
+):
+    """gdn_verify_state_kernel's FMA path (one value head per program) for rows i_l, i_l + LANES, ... of a grid of
+    (V blocks, value heads, LANES), the row loop software-pipelined (STATE_STAGES' comment)."""
+    i_v, i_h, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    LANES = tl.num_programs(2)
+    i_hk = i_h // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    for i_b in tl.range(i_l, B, LANES, num_stages=STAGES):  # (int32 row offsets: B * T * HV * V is small)
+        i_s = tl.load(state_slots + i_b).to(tl.int64)
+        nn = tl.where(i_s >= 0, tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T), 0)  # (no state: nothing)
+        p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
+        b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0., eviction_policy="evict_first")
+        for t in tl.static_range(MAX_NODES):
+            p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
+            m_x = o_k < tl.where(t < nn, K, 0)
+            b_kt = tl.load(k + p_xt, mask=m_x, other=0.).to(tl.float32)
+            b_qt = tl.load(q + p_xt, mask=m_x, other=0.).to(tl.float32)
+            p_n = ((i_b * T + t) * HV + i_h) * V + o_v
+            m_n = o_v < tl.where(t < nn, V, 0)
+            tl.store(kS + p_n, tl.sum(b_s * b_kt[:, None], 0), mask=m_n)
+            tl.store(qS + p_n, tl.sum(b_s * b_qt[:, None], 0), mask=m_n)
+
+
+@triton.jit
 def gdn_verify_tree_kernel(
     q, k, v, g, beta,   # [B, T, H, K], [B, T, H, K], [B, T, HV, V], [B, T, HV], [B, T, HV]
     ancestors,          # [B, T, T] uint8: [b, t, i] = 1 iff i is t or an ancestor of t
@@ -476,11 +524,17 @@ def gdn_verify(
         block_v, warps = STATE_FMA_CONFIG
         G = HV // H if STATE_SHARE_KEY_HEAD else 1
     BV = min(V, block_v)
-    gdn_verify_state_kernel[(V // BV, HV // G, B)](
-        q, k, num_nodes, state_pool, state_slots, kS, qS,
-        **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-        PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
-    )
+    if not use_dot and STATE_STAGES > 1:  # the pipelined row loop (STATE_STAGES' comment)
+        gdn_verify_state_rows_kernel[(V // BV, HV, min(B, STATE_LANES))](
+            q, k, num_nodes, state_pool, state_slots, kS, qS, B,
+            **shapes, BV=BV, MAX_NODES=FMA_MAX_NODES, STAGES=STATE_STAGES, num_warps=warps, num_stages=1,
+        )
+    else:
+        gdn_verify_state_kernel[(V // BV, HV // G, B)](
+            q, k, num_nodes, state_pool, state_slots, kS, qS,
+            **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
+            PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
+        )
     gdn_verify_tree_kernel[(H, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
