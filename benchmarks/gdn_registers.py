@@ -77,8 +77,9 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
     out.append(("verify tree pass", verify.gdn_verify_tree_kernel,
                 dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
-                     NG=triton.next_power_of_2(HV // H), PRECISION=verify.DOT_PRECISION,
-                     PRODUCTS_STAGES=verify.PRODUCTS_STAGES), verify.TREE_WARPS))
+                     NG=triton.next_power_of_2(verify.TREE_HEADS_PER_PROGRAM or HV // H),
+                     PRECISION=verify.DOT_PRECISION, PRODUCTS_STAGES=verify.PRODUCTS_STAGES,
+                     GP=verify.TREE_HEADS_PER_PROGRAM or HV // H), verify.TREE_WARPS))
     for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V

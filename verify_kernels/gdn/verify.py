@@ -70,6 +70,11 @@ STATE_DOT_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 TREE_BLOCK_V = 32
 TREE_WARPS = 2
+# The tree pass's value heads per program: all of a key head's (None: they share the key head's products over K,
+# computed once) or fewer (each program recomputes its key head's products, but its serial chain is shorter and
+# there are more programs to hide one another's latency: the pass is latency-bound, ncu 2026-12-03). Not yet timed
+# on the H200 below the key head's (benchmarks/sweep_gdn.py holds the candidate).
+TREE_HEADS_PER_PROGRAM = None
 FMA_MAX_NODES = 8
 STATE_BLOCK_K = 32
 PRODUCTS_BLOCK_K = 16
@@ -341,11 +346,14 @@ def gdn_verify_tree_kernel(
     BL: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
-    NG: tl.constexpr,   # HV // H padded to a power of two
+    NG: tl.constexpr,   # GP padded to a power of two
     PRECISION: tl.constexpr,
     PRODUCTS_STAGES: tl.constexpr,
+    GP: tl.constexpr,   # value heads per program, of one key head (TREE_HEADS_PER_PROGRAM)
 ):
-    i_hk, i_b = tl.program_id(0), tl.program_id(1)
+    i_hp, i_b = tl.program_id(0), tl.program_id(1)
+    i_h0 = i_hp * GP
+    i_hk = i_h0 // (HV // H)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
@@ -353,14 +361,14 @@ def gdn_verify_tree_kernel(
     o_t = tl.arange(0, BT)
     m_T = o_t < T
     m_n = (o_t < nn)[None, :]
-    # the key head's value heads' g, beta and buffer G (NG columns, the first HV // H of them real)
-    b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_hk * (HV // H), n, nn, T, HV,
-                                              L, BT, BL, HV // H, NG)
+    # the program's value heads' g, beta and buffer G (NG columns, the first GP of them real)
+    b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h0, n, nn, T, HV, L, BT, BL,
+                                              GP, NG)
     b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
                                              PRODUCTS_STAGES)
     o_g = tl.arange(0, NG)
-    for i_g in tl.static_range(HV // H):
-        i_h = i_hk * (HV // H) + i_g
+    for i_g in tl.static_range(GP):
+        i_h = i_h0 + i_g
         b_beta = tl.sum(tl.where(o_g[None, :] == i_g, b_beta2, 0.), 1)
         b_G, b_dB, b_M, b_P = head_weights(tl.sum(tl.where(o_g[None, :] == i_g, b_g2, 0.), 1), b_beta, b_anc,
                                            tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BT,
@@ -535,9 +543,13 @@ def gdn_verify(
             **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
             PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
         )
-    gdn_verify_tree_kernel[(H, B)](
+    per_program = TREE_HEADS_PER_PROGRAM or HV // H
+    if (HV // H) % per_program:
+        raise ValueError(f"TREE_HEADS_PER_PROGRAM ({per_program}) must divide the value heads per key head ({HV // H})")
+    gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
-        NG=triton.next_power_of_2(HV // H), PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=TREE_WARPS, num_stages=1,
+        NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, num_warps=TREE_WARPS,
+        num_stages=1,
     )
     return o, u, gcum
