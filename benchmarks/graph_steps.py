@@ -32,6 +32,7 @@ the graphs of batches up to 16 too ~5% slower (BENCHMARKS.md). Needs a CUDA GPU.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import subprocess
 import time
@@ -83,6 +84,9 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
         "fixed 4-chains, the steps of batches up to 16 captured too": (fixed, "synthetic:2.72", "buckets 16"),
         "fixed 4-chains, the steps of batches up to 16 captured too, a memory pool each": (
             fixed, "synthetic:2.72", "buckets 16, own pools"),
+        # whether graphs held, or graphs ever captured, slow the step: the extra ones destroyed before timing
+        "fixed 4-chains, the steps of batches up to 16 captured, then all but batch 1's dropped": (
+            fixed, "synthetic:2.72", "buckets 16, dropped"),
         "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
         "adaptive, a policy that plans 4-chains and learns nothing": (replace(adaptive, adaptive=HELD_CHAINS),
                                                                       "synthetic:2.72", "chains policy"),
@@ -216,6 +220,10 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
         graphs._build = build_in_own_pool
     if change and change.startswith("buckets 16"):  # more graphs held, none replayed (a server captures them all)
         llm.engine.prepare_steps(16, len(prompts[0]), new_tokens)
+    if change == "buckets 16, dropped":  # (key: width, batch bucket, key length; their CUDA graphs freed with them)
+        runner.graphs._steps = {key: step for key, step in runner.graphs._steps.items() if key[1] == 1}
+        gc.collect()
+        torch.cuda.synchronize()
     per_step, launches, gpu = [], [], GpuClocks()
     for _ in range(rounds):
         requests = warm_up_and_prefill(llm, prompts, 1, settings)
