@@ -124,6 +124,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
             out.append(Candidate("conv", f"{block_d} channels, {warps} warps",
                                  {"conv.BLOCK_D": block_d, "conv.COMMIT_BLOCK_D": block_d, "conv.NUM_WARPS": warps}))
+        # a program per row for all its nodes (conv.ROWS): channels, warps
+        for block_d, warps in ((64, 2), (128, 4), (256, 4), (512, 8)):
+            out.append(Candidate("conv", f"per row, {block_d} channels, {warps} warps",
+                                 {"conv.ROWS": True, "conv.ROWS_BLOCK_D": block_d, "conv.ROWS_WARPS": warps}))
     if "small" in ops:
         out += [Candidate("small", "one launch", {"decode.SMALL_BATCH": 16, "verify.FUSED_MAX_BATCH": 16,
                                                   "commit.ONE_LAUNCH_MAX_BATCH": 16}),

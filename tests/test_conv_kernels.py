@@ -19,6 +19,7 @@ from verify_kernels.conv import (
     conv_decode,
     conv_decode_ref,
     conv_window_sources,
+    tree_conv,
     tree_conv_windows_ref,
 )
 
@@ -80,8 +81,18 @@ CONVS = {
 }
 
 
+@pytest.fixture(params=["per-node", "per-row"])
+def tree_conv_grid(request, monkeypatch):
+    """The tree conv as a program per (row, node, channel block), or per (row, channel block) for all the row's
+    nodes (tree_conv.ROWS, with small channel blocks so that rows span several)."""
+    if request.param == "per-row":
+        monkeypatch.setattr(tree_conv, "ROWS", True)
+        monkeypatch.setattr(tree_conv, "ROWS_BLOCK_D", 32)
+    return request.param
+
+
 @pytest.mark.parametrize("case", CONVS.values(), ids=CONVS.keys())
-def test_tree_conv_matches_reference(case):
+def test_tree_conv_matches_reference(case, tree_conv_grid):
     W, kind, T, D, with_bias, activation = case
     gen = torch.Generator().manual_seed(T + W)
     parents, num_nodes = trees(gen, kind, T)
@@ -106,7 +117,20 @@ def test_tree_conv_of_strided_inputs_with_shared_sources():
     assert_close(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, req_slots, weight, bias, "silu"))
 
 
-def test_tree_conv_of_bf16_inputs_matches_reference():
+def test_tree_conv_rows_of_strided_inputs(monkeypatch):
+    """The per-row grid (tree_conv.ROWS) on x as the model has it: strided rows and nodes, no window sources."""
+    monkeypatch.setattr(tree_conv, "ROWS", True)
+    gen = torch.Generator().manual_seed(3)
+    T, D, W = 5, 40, 4
+    parents, num_nodes = trees(gen, "tree", T)
+    pool, req_slots = conv_pool(gen, 3, D, W, torch.float32)
+    weight, bias = conv_layer(gen, D, W, True)
+    x = torch.randn(3, T, 3 * D, generator=gen).to(DEVICE)[..., D : 2 * D]
+    y = causal_conv1d_tree(x, parents, num_nodes, pool, req_slots, weight, bias, "silu")
+    assert_close(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, req_slots, weight, bias, "silu"))
+
+
+def test_tree_conv_of_bf16_inputs_matches_reference(tree_conv_grid):
     """bf16 inputs, conv history and weights (the model dtype); fp32 inside, bf16 out."""
     gen = torch.Generator().manual_seed(2)
     T, D, W = 17, 37, 4

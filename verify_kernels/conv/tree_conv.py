@@ -25,6 +25,14 @@ import triton.language as tl
 BLOCK_D = 256
 COMMIT_BLOCK_D = 256
 NUM_WARPS = 2
+# ROWS: a program per (row, channel block) for all the row's nodes at once (ROWS_BLOCK_D channels, ROWS_WARPS warps)
+# instead of one per (row, node, channel block): the parent walk done once per row, vectorised over its nodes, and
+# 5x fewer programs at 5-node chains. The per-node grid is latency-bound: 3 dependent scalar loads (the walk) before
+# its loads of 512 bytes per column, ~6x its bytes at batch 128 (0.97 ms per step over Qwen3.5-9B's 24 layers, H200
+# 2026-12-02). Not yet timed on the H200 (`python -m benchmarks.sweep_gdn --ops conv` holds the candidates).
+ROWS = False
+ROWS_BLOCK_D = 128
+ROWS_WARPS = 4
 
 WIDTHS = (2, 3, 4)
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
@@ -71,6 +79,47 @@ def causal_conv1d_tree_kernel(
         b_y = b_y * tl.sigmoid(b_y)
     b_y = tl.where(is_node, b_y, 0.0)
     tl.store(y + (i_b * T + i_t) * D + o_d, b_y.to(y.dtype.element_ty), mask=m_d)
+
+
+@triton.jit
+def causal_conv1d_tree_rows_kernel(
+    x, parents, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
+    T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+):
+    """causal_conv1d_tree_kernel's work for all of a row's nodes ([BT, BLOCK_D] tiles, BT >= T): the window walk
+    vectorised over the nodes, each window column a gather of node inputs or committed columns."""
+    i_b, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    nn = tl.minimum(tl.load(num_nodes + i_b), T)
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    o_t = tl.arange(0, BT)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_t = o_t < nn
+    m_d = o_d < D
+    m = m_t[:, None] & m_d[None, :]                    # padding nodes read nothing
+    p_x = x + i_b * stride_xb + o_d[None, :]
+    b_y = (tl.load(p_x + o_t[:, None] * stride_xt, mask=m, other=0.0).to(tl.float32)
+           * tl.load(weight + o_d * W + W - 1, mask=m_d, other=0.0).to(tl.float32)[None, :])
+    cur = o_t.to(tl.int64)
+    for j in tl.static_range(W - 1):
+        # column w, newest first: node src (>= 0) or committed column W - 1 + src (< 0), as the per-node kernel
+        w = W - 2 - j
+        up = tl.load(parents + i_b * T + tl.maximum(cur, 0), mask=(cur >= 0) & m_t, other=-1).to(tl.int64)
+        src = tl.where(cur >= 0, tl.minimum(tl.maximum(up, -1), T - 1), cur - 1)
+        cur = src
+        m_x = m & (src >= 0)[:, None]
+        m_p = m & (src < 0)[:, None]
+        b_win = tl.load(p_x + tl.maximum(src, 0)[:, None] * stride_xt, mask=m_x, other=0.0).to(tl.float32)
+        b_win += tl.load(conv_pool + (i_r * D + o_d[None, :]) * (W - 1) + tl.maximum(W - 1 + src, 0)[:, None],
+                         mask=m_p, other=0.0).to(tl.float32)
+        b_y += b_win * tl.load(weight + o_d * W + w, mask=m_d, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        b_y += tl.load(bias + o_d, mask=m_d, other=0.0).to(tl.float32)[None, :]
+    if SILU:
+        b_y = b_y * tl.sigmoid(b_y)
+    b_y = tl.where(m_t[:, None], b_y, 0.0)
+    tl.store(y + (i_b * T + o_t[:, None]) * D + o_d[None, :], b_y.to(y.dtype.element_ty),
+             mask=(o_t < T)[:, None] & m_d[None, :])
 
 
 @triton.jit
@@ -169,7 +218,13 @@ def causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, 
     if sources is not None:
         _check_int("sources", sources, (B, T, W - 1))
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
-    if y.numel():
+    if y.numel() and ROWS and sources is None:  # (ROWS' comment)
+        causal_conv1d_tree_rows_kernel[(B, triton.cdiv(D, ROWS_BLOCK_D))](
+            x, parents, num_nodes, conv_pool, req_slots, weight, weight if bias is None else bias, y, x.stride(0),
+            x.stride(1), T=T, D=D, W=W, BT=triton.next_power_of_2(T), BLOCK_D=ROWS_BLOCK_D,
+            HAS_BIAS=bias is not None, SILU=activation == "silu", num_warps=ROWS_WARPS,
+        )
+    elif y.numel():
         causal_conv1d_tree_kernel[(B, T, triton.cdiv(D, BLOCK_D))](
             x, parents, parents if sources is None else sources, num_nodes, conv_pool, req_slots, weight,
             weight if bias is None else bias, y, x.stride(0), x.stride(1),
