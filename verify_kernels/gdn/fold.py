@@ -192,9 +192,9 @@ def fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b,
 
 
 @triton.jit
-def fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na, o_k,
-             o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
-             BL: tl.constexpr, BA: tl.constexpr, ENTRIES: tl.constexpr):
+def fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na,
+                    o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                    L: tl.constexpr, BL: tl.constexpr, BA: tl.constexpr, ENTRIES: tl.constexpr):
     """fold_row with the entries in one block each, no loop (the pipelined row loop's body: FOLD_STAGES > 1)."""
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
