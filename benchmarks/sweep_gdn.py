@@ -333,16 +333,23 @@ def main() -> None:
     rows = []  # (candidate, workload, batch, us, % of bound, registers, error)
     for candidate in candidates(ops):
         found: dict[str, tuple[int, int]] = {}
-        with applied(candidate), compiled_kernels(found):
-            error = check(candidate.op)
-            results = measurements(candidate.op, work, args.batches, args.small_batches) if ok(error) else []
+        try:
+            with applied(candidate), compiled_kernels(found):
+                error = check(candidate.op)
+                results = measurements(candidate.op, work, args.batches, args.small_batches) if ok(error) else []
+        except Exception as failure:  # (a candidate the installed Triton cannot compile or run loses its row only)
+            print(f"[{time.time() - start:5.0f} s] {candidate.op}: {candidate.label} failed: "
+                  f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}", flush=True)
+            error, results = float("inf"), []
         regs = ", ".join(f"{name.removeprefix('gdn_').removesuffix('_kernel')} {r}/{s}"
                          for name, (r, s) in sorted(found.items()))
         for workload, batch, us, nbytes in results:
             rows.append((candidate, workload, batch, us, nbytes / copy_bw * 1e6 / us, regs, error))
         if not results:
             rows.append((candidate, candidate.op, 0, float("nan"), float("nan"), regs, error))
-        print(f"[{time.time() - start:5.0f} s] {candidate.op}: {candidate.label} done", flush=True)
+        timings = ", ".join(f"{workload} B{batch} {us:.1f} us" for workload, batch, us, _ in results)
+        print(f"[{time.time() - start:5.0f} s] {candidate.op}: {candidate.label} done: {timings or 'no timings'} "
+              f"(check {error:.1e})", flush=True)
 
     print("\n| op | setting | workload | batch | us | % of bound | registers/spilled bytes | check |")
     print("|---|---|---|---|---|---|---|---|")
