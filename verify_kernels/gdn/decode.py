@@ -52,7 +52,7 @@ INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 @triton.jit
 def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H: tl.constexpr,
                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr,
-                 BEFORE_LEN: tl.constexpr, ONE_BLOCK: tl.constexpr = False):
+                 BEFORE_LEN: tl.constexpr, ONE_BLOCK: tl.constexpr):
     """Buffer row i_r's share of reading the committed state at a new token with key b_k, query b_q [K] and log
     decay b_g: returns the row's n = buf_len, the token's G (the last entry's G, 0 for an empty buffer, plus g) and
     sum_i e^{G - G_i} (k_i . x) u_i over columns o_v for x = k, q ([BV] each), never reading past n. ONE_BLOCK (BC >=
@@ -131,7 +131,7 @@ def gdn_decode_kernel(
         b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
                       eviction_policy="evict_first")
     n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H,
-                                      HV, K, V, L, BC, BEFORE_LEN)
+                                      HV, K, V, L, BC, BEFORE_LEN, False)
     b_eG = tl.exp(b_G)
     b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
     b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)

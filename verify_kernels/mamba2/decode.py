@@ -109,7 +109,7 @@ def mamba2_decode_kernel(
     BN: tl.constexpr,
     COMMIT: tl.constexpr,
     PRECISION: tl.constexpr,
-    ONLY_FOLDS: tl.constexpr = False,  # COMMIT: the folding rows alone (the row loop ran the others' step path)
+    ONLY_FOLDS: tl.constexpr,  # COMMIT: the folding rows alone (the row loop ran the others' step path)
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_g = i_h // (NH // NG)
