@@ -128,6 +128,30 @@ def test_each_width_replays_the_narrowest_static_step_and_gives_the_plain_logits
         torch.testing.assert_close(static[:, :width], plain[width], atol=1e-5, rtol=1e-5)
 
 
+def test_every_static_step_writes_its_logits_into_one_shared_buffer(checkpoint):
+    """Widths 2 and 5 at batch buckets 1 and 4: after the first step (the vocabulary unknown: a capture's warm-up)
+    each step's logits are the start of one buffer sized for the largest bucket at the widest width (no graph keeps
+    logits of its own), and still the plain path's logits."""
+    model = load_model(checkpoint, device="cpu")
+    runner = ModelRunner.create(model, CacheConfig(max_requests=5, max_seq_len=64, flush_length=4))
+    slots = [runner.cache.allocate_request() for _ in range(3)]
+    runner.prefill(slots, [[5, 6, 7, 8, 9], [3], [11, 12, 13]])
+    cases = [(3, 5), (1, 2), (3, 2), (1, 5), (3, 5)]
+    batches = [StepBatch.trees(slots[:rows], [[1, 2, 3, 4, 5][:width]] * rows, [list(range(-1, width - 1))] * rows)
+               for rows, width in cases]
+    plain = [runner.score_logits(batch)[0] for batch in batches]  # (scoring writes nothing)
+    runner.enable_graphs(width=5, max_batch=4, capture=False)
+    runner.graphs.set_widths((2,))
+    starts = []
+    for (_, width), batch, expected in zip(cases, batches, plain, strict=True):
+        static, _ = runner.score_logits(batch)
+        torch.testing.assert_close(static[:, :width], expected, atol=1e-5, rtol=1e-5)
+        starts.append(static.untyped_storage().data_ptr())
+    shared = runner.graphs._logits
+    assert shared is not None and shared.numel() == 4 * 5 * static.shape[-1]  # the largest bucket, widest width
+    assert set(starts[1:]) == {shared.untyped_storage().data_ptr()} != {starts[0]}
+
+
 def test_static_step_gives_the_plain_logits(checkpoint):
     """Three rows (one padding row in the bucket of 4) with trees narrower than the static width."""
     model = load_model(checkpoint, device="cpu")

@@ -36,9 +36,11 @@ class HybridCausalLM(nn.Module):
         residual stream before the final norm) concatenated [B, T, len(layers) * D], None without layers)."""
         raise NotImplementedError
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., D] -> fp32 logits [..., vocab]."""
-        return self.lm_head(hidden).float()
+    def compute_logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [..., D] -> fp32 logits [..., vocab], into `out` (fp32, that shape) when given: the LM head's cast
+        to fp32 writes there, no copy more (the CUDA graphs' shared logits buffer)."""
+        logits = self.lm_head(hidden)
+        return logits.float() if out is None else out.copy_(logits)
 
     def linear_layers(self) -> list[nn.Module]:
         raise NotImplementedError

@@ -106,9 +106,10 @@ class Eagle3Head(HybridCausalLM):
         h = hidden_in + layer.self_attn(x, self.rotary_emb(ctx.positions, x.dtype), ctx, cache)
         return h + layer.mlp(layer.post_attention_layernorm(h))
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         draft = self.lm_head(self.norm(hidden)).float()
-        full = draft.new_full((*draft.shape[:-1], self.vocab_size), float("-inf"))
+        full = draft.new_full((*draft.shape[:-1], self.vocab_size), float("-inf")) if out is None else out.fill_(
+            float("-inf"))
         full[..., torch.arange(self.draft_vocab, device=draft.device) + self.d2t] = draft
         return full
 

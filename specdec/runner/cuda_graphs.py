@@ -18,7 +18,11 @@ them), one node, nothing accepted. Prefill, and steps wider or larger than the g
 All graphs share one memory pool, as torch allows for graphs that never replay concurrently: a capture reuses the
 scratch that earlier captures freed (captured widest and largest first, the later ones fit in it), and each graph's
 outputs stay live; so outputs are valid until the next replay of any of these graphs, which no caller outlives (a
-step is scored, accepted and committed before the next one replays).
+step is scored, accepted and committed before the next one replays). The fp32 logits, by far the largest output
+(rows x width x vocab x 4 bytes: 1.3 GB for 256 rows of 5 nodes at Qwen3.5's 248k vocabulary, and one per batch
+bucket, width and key length), go to one buffer that every graph of these steps writes its rows into (the LM head's
+cast to fp32 writes there), sized for the largest bucket at the widest width: the sum over buckets would be
+several times that.
 
 Graphs replay on CUDA; `capture=False` runs the very same static, padded steps eagerly (the CPU tests use it to
 check the packing, the padding and the static context against the plain path).
@@ -140,6 +144,8 @@ class StepGraphs:
         # one pool for every width and bucket (and the graphs sharing it)
         self._pool = share._pool if share is not None else torch.cuda.graph_pool_handle() if capture else None
         self._steps: dict[tuple[int, int, int], _Bucket] = {}  # (width, batch bucket, key length) -> its step
+        self._logits: torch.Tensor | None = None  # flat fp32, every step's logits at its start (module docstring)
+        self._vocab: int | None = None  # the logits' last dimension, from the first forward (a capture's warm-up)
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -199,20 +205,31 @@ class StepGraphs:
             self._forward(step)
             if not self.decodes:
                 self._commit(step)
+            self._logits_out(bucket, width)  # (the shared logits buffer allocated now, outside the capture)
             torch.cuda.synchronize()
             step.forward_graph = torch.cuda.CUDAGraph()
             with torch.inference_mode(), torch.cuda.graph(step.forward_graph, pool=self._pool):
-                self._forward(step)
+                self._forward(step, shared_logits=True)
             if not self.decodes:
                 step.commit_graph = torch.cuda.CUDAGraph()
                 with torch.inference_mode(), torch.cuda.graph(step.commit_graph, pool=self._pool):
                     self._commit(step)
         return step
 
+    def _logits_out(self, rows: int, width: int) -> torch.Tensor:
+        """[rows, width, vocab] fp32 at the start of the shared logits buffer, for the largest bucket at the widest
+        width (the vocabulary: the logits' of an earlier forward). Allocated on first use, which _build makes come
+        before its capture: a tensor allocated during a capture would sit in the graphs' pool."""
+        if self._logits is None:
+            self._logits = torch.empty(self.buckets[-1] * self.width * self._vocab, dtype=torch.float32,
+                                       device=self.cache.device)
+        return self._logits[: rows * width * self._vocab].view(rows, width, self._vocab)
+
     @torch.inference_mode()
-    def _forward(self, step: _Bucket) -> None:
+    def _forward(self, step: _Bucket, shared_logits: bool = False) -> None:
         """The captured forward: unpack the inputs, build the context, run the model and the LM head (and, for
-        decode steps, commit their nodes in the layers)."""
+        decode steps, commit their nodes in the layers). shared_logits: the logits into the shared buffer (the
+        capture and the static steps run eagerly; a warm-up allocates its own, before the buffer's size is known)."""
         lay, x = step.layout, step.inputs
         bucket = x.shape[0]
         seq_lens = x[:, lay.seq_len].contiguous()
@@ -231,7 +248,9 @@ class StepGraphs:
         # decode steps read each row's newest token on the device (the runner keeps it: the host need not know it)
         tokens = self.runner.tokens[step.ctx.req_slots][:, None] if self.decodes else x[:, lay.tokens].contiguous()
         hidden, step.features = self.runner.forward_step(tokens, step.ctx)
-        step.logits = self.runner.model.compute_logits(hidden)
+        out = self._logits_out(bucket, lay.width) if shared_logits and self._vocab is not None else None
+        step.logits = self.runner.model.compute_logits(hidden, out)
+        self._vocab = step.logits.shape[-1]
 
     @torch.inference_mode()
     def _commit(self, step: _Bucket) -> None:
@@ -293,7 +312,7 @@ class StepGraphs:
         if step.forward_graph is not None:
             step.forward_graph.replay()
         else:
-            self._forward(step)
+            self._forward(step, shared_logits=True)
         return step
 
     @torch.inference_mode()
