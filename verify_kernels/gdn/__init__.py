@@ -1,6 +1,6 @@
 """Gated DeltaNet (Qwen3.5): recurrence, chunked prefill and KVBuffer decode / verify / commit / flush, as torch
-references (naive.py) and Triton kernels of the same signatures (decode.py, verify.py, commit.py); chunked prefill
-through fla-core where it is installed (fla_chunk.py)."""
+references (naive.py) and Triton kernels of the same signatures (decode.py, verify.py with its state pass in
+verify_state.py, commit.py and fold.py); chunked prefill through fla-core where it is installed (fla_chunk.py)."""
 
 from verify_kernels.gdn.fla_chunk import fla_available, gdn_chunk_prefill_fla
 from verify_kernels.gdn.naive import (

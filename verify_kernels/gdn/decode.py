@@ -93,6 +93,44 @@ def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q,
 
 
 @triton.jit
+def token_inputs(q, k, v, g, beta, i_b, i_h, i_hk, o_k, o_v, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                 V: tl.constexpr):
+    """Row i_b's token, value head i_h, columns o_v: its offset in [B, HV, V] and q, k [K], v [BV], g, beta (fp32)."""
+    p_x = (i_b * HV + i_h) * V + o_v
+    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_v = tl.load(v + p_x).to(tl.float32)
+    b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
+    b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
+    return p_x, b_q, b_k, b_v, b_g, b_beta
+
+
+@triton.jit
+def token_outputs(o, u, gcum, b_s, b_q, b_k, b_v, b_beta, b_G, b_kr, b_qr, p_x, i_b, i_h, i_v, HV: tl.constexpr):
+    """S0's share of the token's reads (its tile b_s [K, BV]) added to the buffer's, then o, u and G stored;
+    -> e^G and u [BV]."""
+    b_eG = tl.exp(b_G)
+    b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
+    b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
+    b_u = b_beta * (b_v - b_kr)
+    tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
+    tl.store(u + p_x, b_u)
+    tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
+    return b_eG, b_u
+
+
+@triton.jit
+def append_token(buf_k, buf_u, buf_gcum, b_k, b_u, b_G, i_r, i_h, i_hk, i_v, n, o_k, o_v, H: tl.constexpr,
+                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr):
+    """The token's entry at buffer position n: u of this V block, G and the key head's key once."""
+    tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
+    if i_v == 0:
+        tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
+        if i_h % (HV // H) == 0:
+            tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+
+
+@triton.jit
 def gdn_decode_kernel(
     q, k, v, g, beta,        # [B, H, K], [B, H, K], [B, HV, V], [B, HV], [B, HV]
     state_pool,              # [S, HV, K, V] fp32
@@ -119,12 +157,7 @@ def gdn_decode_kernel(
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
-    p_x = (i_b * HV + i_h) * V + o_v
-    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-    b_v = tl.load(v + p_x).to(tl.float32)
-    b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
-    b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
+    p_x, b_q, b_k, b_v, b_g, b_beta = token_inputs(q, k, v, g, beta, i_b, i_h, i_hk, o_k, o_v, H, HV, K, V)
     b_s = tl.zeros([K, BV], dtype=tl.float32)
     if i_s >= 0:
         # S0 is streamed once and not reused: evict it first so the buffers and inputs keep the L2
@@ -132,21 +165,10 @@ def gdn_decode_kernel(
                       eviction_policy="evict_first")
     n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H,
                                       HV, K, V, L, BC, BEFORE_LEN, False)
-    b_eG = tl.exp(b_G)
-    b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
-    b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
-    b_u = b_beta * (b_v - b_kr)
-    tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
-    tl.store(u + p_x, b_u)
-    tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
+    b_eG, b_u = token_outputs(o, u, gcum, b_s, b_q, b_k, b_v, b_beta, b_G, b_kr, b_qr, p_x, i_b, i_h, i_v, HV)
     if COMMIT:
         if n + 1 < flush_length:
-            # the token's entry at buffer position n: u of this V block, G and the key head's key once
-            tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
-            if i_v == 0:
-                tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
-                if i_h % (HV // H) == 0:
-                    tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+            append_token(buf_k, buf_u, buf_gcum, b_k, b_u, b_G, i_r, i_h, i_hk, i_v, n, o_k, o_v, H, HV, K, V, L)
         elif FOLD_HERE:
             # S <- e^G S0 + sum_i e^{G - G_i} k_i u_i^T + k u^T: the token is the last entry, decay 1
             if i_s >= 0:
@@ -187,31 +209,16 @@ def gdn_decode_rows_kernel(
     for i_b in tl.range(i_p, B, P, num_stages=STAGES):  # (int32 row offsets: B * HV * V is small; slots int64)
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         i_s = tl.load(state_slots + i_b).to(tl.int64)
-        p_x = (i_b * HV + i_h) * V + o_v
-        b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-        b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
-        b_v = tl.load(v + p_x).to(tl.float32)
-        b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
-        b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
+        p_x, b_q, b_k, b_v, b_g, b_beta = token_inputs(q, k, v, g, beta, i_b, i_h, i_hk, o_k, o_v, H, HV, K, V)
         p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
         b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0., eviction_policy="evict_first")
         n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v,
                                           H, HV, K, V, L, BC, True, True)
-        b_eG = tl.exp(b_G)
-        b_kr += b_eG * tl.sum(b_s * b_k[:, None], 0)
-        b_qr += b_eG * tl.sum(b_s * b_q[:, None], 0)
-        b_u = b_beta * (b_v - b_kr)
-        tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
-        tl.store(u + p_x, b_u)
-        tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
+        _, b_u = token_outputs(o, u, gcum, b_s, b_q, b_k, b_v, b_beta, b_G, b_kr, b_qr, p_x, i_b, i_h, i_v, HV)
         if COMMIT:
-            # the token's entry at buffer position n for the rows that do not flush (as gdn_decode_kernel)
-            if n + 1 < flush_length:
-                tl.store(buf_u + ((i_r * L + n) * HV + i_h) * V + o_v, b_u)
-                if i_v == 0:
-                    tl.store(buf_gcum + (i_r * L + n) * HV + i_h, b_G)
-                    if i_h % (HV // H) == 0:
-                        tl.store(buf_k + ((i_r * L + n) * H + i_hk) * K + o_k, b_k)
+            if n + 1 < flush_length:  # (the rows that flush: the fold kernel, launched next)
+                append_token(buf_k, buf_u, buf_gcum, b_k, b_u, b_G, i_r, i_h, i_hk, i_v, n, o_k, o_v, H, HV, K, V,
+                             L)
 
 
 def check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int]:

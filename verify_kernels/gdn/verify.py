@@ -10,7 +10,8 @@ The math per row and value head, nodes padded to BT (a power of two >= 16 for tl
      P = (q_t . k_i) e^{G_t - G_i} on ancestors incl. self;
   d. the buffer's share of the reads (x_t . k_i) e^{G_t - G_i} @ u_i (x = k, q): kr, qr; w = beta (v - kr);
   e. S0's share, S0^T k_t and S0^T q_t, then u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u.
-Everything but e. is latency-bound and needs no S0; e. streams S0 (bound by memory). Two kernels for large batches:
+Everything but e. is latency-bound and needs no S0; e. streams S0 (bound by memory). Two kernels for large batches
+(the state pass's in verify_state.py):
   the state pass first, one program per (row, key head, V block): the [G, K, BV] tiles of S0 of the key head's G
     value heads, read once in one load (not at all for rows without a state), multiplied with every node's k and q
     (each loaded once for the G heads, the next node's in flight during this node's products): S0^T k_t and S0^T q_t
@@ -39,6 +40,12 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
+from verify_kernels.gdn.verify_state import (
+    gdn_verify_state_kernel,
+    gdn_verify_state_rows_kernel,
+    state_reads,
+    state_tile,
+)
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
@@ -172,154 +179,12 @@ def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, 
 
 
 @triton.jit
-def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
-                EVICT: tl.constexpr):
-    """e.'s reads of S0, whose [K, BV] tile starts at p_s (rows of V): S0^T k_t and S0^T q_t, [BV, BT] each. Up to a
-    few nodes one at a time in fp32 on the FMA units, from the whole tile b_s (loaded by the caller, as early as it
-    can); else as tensor-core dots (tf32x3) over BK rows of the tile at a time, loaded here, V columns on the dot's
-    long side (a whole-K operand, or one with the nodes on it, sits in every warp)."""
-    o_t = tl.arange(0, BT)
-    o_v = tl.arange(0, BV)
-    b_kS = tl.zeros([BV, BT], dtype=tl.float32)
-    b_qS = tl.zeros([BV, BT], dtype=tl.float32)
-    if USE_DOT:
-        m_t = o_t < nn
-        for i_k in tl.static_range(0, K, BK):
-            o_k = i_k + tl.arange(0, BK)
-            b_sc = tl.load(p_s + o_k[:, None] * V + o_v[None, :], eviction_policy=EVICT)    # [BK, BV]
-            p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
-            b_kx = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)              # [BK, BT]
-            b_qx = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
-            b_kS += tl.dot(tl.trans(b_sc), b_kx, input_precision=PRECISION)
-            b_qS += tl.dot(tl.trans(b_sc), b_qx, input_precision=PRECISION)
-    else:
-        o_k = tl.arange(0, K)
-        for t in range(0, nn):
-            p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
-            b_kt = tl.sum(b_s * tl.load(k + p_xt).to(tl.float32)[:, None], 0)             # [BV]
-            b_qt = tl.sum(b_s * tl.load(q + p_xt).to(tl.float32)[:, None], 0)
-            b_kS = tl.where(o_t[None, :] == t, b_kt[:, None], b_kS)
-            b_qS = tl.where(o_t[None, :] == t, b_qt[:, None], b_qS)
-    return b_kS, b_qS
-
-
-@triton.jit
-def state_tile(p_s, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_DOT: tl.constexpr, EVICT: tl.constexpr):
-    """The whole [K, BV] tile of S0 at p_s for the node-at-a-time reads (USE_DOT: a placeholder, the dots load their
-    own blocks)."""
-    if USE_DOT:
-        b_s = tl.zeros([K, BV], dtype=tl.float32)
-    else:
-        b_s = tl.load(p_s + tl.arange(0, K)[:, None] * V + tl.arange(0, BV)[None, :], eviction_policy=EVICT)
-    return b_s
-
-
-@triton.jit
 def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr):
     """e.: u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u, as [BV, BT] tiles (u^T = (...)^T M^T)."""
     b_eG = tl.exp(b_G)
     b_u = tl.dot(b_w - (b_beta * b_eG)[None, :] * b_kS, tl.trans(b_M), input_precision=PRECISION)
     b_o = b_qr + b_eG[None, :] * b_qS + tl.dot(b_u, tl.trans(b_P), input_precision=PRECISION)
     return b_u, b_o
-
-
-@triton.jit
-def gdn_verify_state_kernel(
-    q, k,               # [B, T, H, K]
-    num_nodes,          # [B]
-    state_pool,         # [S, HV, K, V] fp32
-    state_slots,        # [B]
-    kS, qS,             # [B, T, HV, V] fp32 out: S0^T k_t, S0^T q_t (rows with a state, nodes < num_nodes only)
-    T,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BT: tl.constexpr,
-    BV: tl.constexpr,
-    BK: tl.constexpr,
-    G: tl.constexpr,    # value heads per program, all of one key head (1 with USE_DOT)
-    NG: tl.constexpr,   # G padded to a power of two
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_s = tl.load(state_slots + i_b).to(tl.int64)
-    if i_s >= 0:
-        i_h0 = i_g * G
-        i_hk = i_h0 // (HV // H)
-        nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
-        o_v = i_v * BV + tl.arange(0, BV)
-        if USE_DOT:
-            o_t = tl.arange(0, BT)
-            # S0 is streamed once and not reused: evict it first so the nodes keep the L2
-            p_s = state_pool + (i_s * HV + i_h0) * (K * V) + i_v * BV
-            b_kS, b_qS = state_reads(q, k, p_s, tl.zeros([K, BV], dtype=tl.float32), i_b, i_hk, nn, T, H, K, V, BT,
-                                     BV, BK, True, PRECISION, "evict_first")
-            p_n = ((i_b * T + o_t[None, :]) * HV + i_h0) * V + o_v[:, None]
-            m_n = (o_t < nn)[None, :]
-            tl.store(kS + p_n, b_kS, mask=m_n)
-            tl.store(qS + p_n, b_qS, mask=m_n)
-        else:
-            o_g = tl.arange(0, NG)
-            o_k = tl.arange(0, K)
-            m_g = o_g < G
-            p_s = state_pool + (((i_s * HV + i_h0 + o_g[:, None, None]) * K + o_k[None, :, None]) * V
-                                + o_v[None, None, :])
-            b_s = tl.load(p_s, mask=m_g[:, None, None], other=0., eviction_policy="evict_first")   # [NG, K, BV]
-            p_x = (i_b * T * H + i_hk) * K + o_k
-            b_k = tl.load(k + p_x).to(tl.float32)
-            b_q = tl.load(q + p_x).to(tl.float32)
-            p_n = ((i_b * T) * HV + i_h0 + o_g[:, None]) * V + o_v[None, :]                      # [NG, BV], node 0
-            for t in range(0, nn):
-                # the next node's k and q in flight during this node's products (the last node reloads itself)
-                p_xn = p_x + tl.minimum(t + 1, nn - 1) * (H * K)
-                b_kn = tl.load(k + p_xn).to(tl.float32)
-                b_qn = tl.load(q + p_xn).to(tl.float32)
-                tl.store(kS + p_n + t * (HV * V), tl.sum(b_s * b_k[None, :, None], 1), mask=m_g[:, None])
-                tl.store(qS + p_n + t * (HV * V), tl.sum(b_s * b_q[None, :, None], 1), mask=m_g[:, None])
-                b_k, b_q = b_kn, b_qn
-
-
-@triton.jit
-def gdn_verify_state_rows_kernel(
-    q, k,               # [B, T, H, K]
-    num_nodes,          # [B]
-    state_pool,         # [S, HV, K, V] fp32
-    state_slots,        # [B]
-    kS, qS,             # [B, T, HV, V] fp32 out, as gdn_verify_state_kernel's
-    B,                  # rows: not constexpr, the batch changes from step to step
-    T,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BV: tl.constexpr,
-    MAX_NODES: tl.constexpr,   # >= every row's node count (FMA_MAX_NODES): the node loop unrolled, masked past nn
-    STAGES: tl.constexpr,
-):
-    """gdn_verify_state_kernel's FMA path (one value head per program) for rows i_l, i_l + LANES, ... of a grid of
-    (V blocks, value heads, LANES), the row loop software-pipelined (STATE_STAGES' comment)."""
-    i_v, i_h, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    LANES = tl.num_programs(2)
-    i_hk = i_h // (HV // H)
-    o_k = tl.arange(0, K)
-    o_v = i_v * BV + tl.arange(0, BV)
-    for i_b in tl.range(i_l, B, LANES, num_stages=STAGES):  # (int32 row offsets: B * T * HV * V is small)
-        i_s = tl.load(state_slots + i_b).to(tl.int64)
-        nn = tl.where(i_s >= 0, tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T), 0)  # (no state: nothing)
-        p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
-        b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0., eviction_policy="evict_first")
-        for t in tl.static_range(MAX_NODES):
-            p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
-            m_x = o_k < tl.where(t < nn, K, 0)
-            b_kt = tl.load(k + p_xt, mask=m_x, other=0.).to(tl.float32)
-            b_qt = tl.load(q + p_xt, mask=m_x, other=0.).to(tl.float32)
-            p_n = ((i_b * T + t) * HV + i_h) * V + o_v
-            m_n = o_v < tl.where(t < nn, V, 0)
-            tl.store(kS + p_n, tl.sum(b_s * b_kt[:, None], 0), mask=m_n)
-            tl.store(qS + p_n, tl.sum(b_s * b_qt[:, None], 0), mask=m_n)
 
 
 @triton.jit

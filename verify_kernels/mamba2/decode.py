@@ -79,6 +79,39 @@ def decode_config(B: int, P: int) -> DecodeConfig:
 
 
 @triton.jit
+def token_inputs(x, dt, A, Bm, C, D, i_b, i_h, i_g, o_p, o_n, NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr,
+                 N: tl.constexpr):
+    """Row i_b's token, head i_h, P rows o_p: x [BP], dt, its log decay dt A, B and C [N] of group i_g, D x [BP]
+    (fp32)."""
+    b_x = tl.load(x + (i_b * NH + i_h) * P + o_p).to(tl.float32)
+    b_dt = tl.load(dt + i_b * NH + i_h).to(tl.float32)
+    b_a = b_dt * tl.load(A + i_h).to(tl.float32)                         # the token's log decay
+    b_k = tl.load(Bm + (i_b * NG + i_g) * N + o_n).to(tl.float32)
+    b_c = tl.load(C + (i_b * NG + i_g) * N + o_n).to(tl.float32)
+    b_dx = tl.load(D + i_h).to(tl.float32) * b_x
+    return b_x, b_dt, b_a, b_k, b_c, b_dx
+
+
+@triton.jit
+def token_entry(buf_b, buf_xdt, buf_gcum, xdt_out, gcum_out, b_k, b_xdt, b_G, i_b, i_r, i_h, i_g, i_p, n_buf, o_p,
+                o_n, NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr,
+                COMMIT: tl.constexpr):
+    """The token's buffer entry: COMMIT, appended at buffer position buf_len (xdt per P block, G per head, B once
+    per group); else handed back in xdt_out and gcum_out."""
+    if COMMIT:
+        pos = i_r * L + n_buf
+        tl.store(buf_xdt + (pos * NH + i_h) * P + o_p, b_xdt)
+        if i_p == 0:
+            tl.store(buf_gcum + pos * NH + i_h, b_G)
+            if i_h % (NH // NG) == 0:
+                tl.store(buf_b + (pos * NG + i_g) * N + o_n, b_k)
+    else:
+        tl.store(xdt_out + (i_b * NH + i_h) * P + o_p, b_xdt)
+        if i_p == 0:
+            tl.store(gcum_out + i_b * NH + i_h, b_G)
+
+
+@triton.jit
 def mamba2_decode_kernel(
     x,             # [B, NH, P]
     dt,            # [B, NH]
@@ -126,12 +159,7 @@ def mamba2_decode_kernel(
 
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-    b_x = tl.load(x + (i_b * NH + i_h) * P + o_p).to(tl.float32)
-    b_dt = tl.load(dt + i_b * NH + i_h).to(tl.float32)
-    b_a = b_dt * tl.load(A + i_h).to(tl.float32)                         # the token's log decay
-    b_k = tl.load(Bm + (i_b * NG + i_g) * N + o_n).to(tl.float32)
-    b_c = tl.load(C + (i_b * NG + i_g) * N + o_n).to(tl.float32)
-    b_dx = tl.load(D + i_h).to(tl.float32) * b_x
+    b_x, b_dt, b_a, b_k, b_c, b_dx = token_inputs(x, dt, A, Bm, C, D, i_b, i_h, i_g, o_p, o_n, NH, NG, P, N)
     g_last = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.)
     b_G = g_last + b_a
     b_xdt = b_dt * b_x
@@ -182,18 +210,8 @@ def mamba2_decode_kernel(
             b_y += tl.sum(b_w[:, None] * b_v, 0)
         b_y += tl.exp(b_G) * tl.sum(b_h * b_c[None, :], 1)
         tl.store(y + (i_b * NH + i_h) * P + o_p, b_y)
-        if COMMIT:
-            # the token's entry at buffer position buf_len: xdt per P block, G per head, B once per group
-            pos = i_r * L + n_buf
-            tl.store(buf_xdt + (pos * NH + i_h) * P + o_p, b_xdt)
-            if i_p == 0:
-                tl.store(buf_gcum + pos * NH + i_h, b_G)
-                if i_h % (NH // NG) == 0:
-                    tl.store(buf_b + (pos * NG + i_g) * N + o_n, b_k)
-        else:
-            tl.store(xdt_out + (i_b * NH + i_h) * P + o_p, b_xdt)
-            if i_p == 0:
-                tl.store(gcum_out + i_b * NH + i_h, b_G)
+        token_entry(buf_b, buf_xdt, buf_gcum, xdt_out, gcum_out, b_k, b_xdt, b_G, i_b, i_r, i_h, i_g, i_p, n_buf, o_p,
+                    o_n, NH, NG, P, N, L, COMMIT)
 
 
 @triton.jit
@@ -233,12 +251,7 @@ def mamba2_decode_rows_kernel(
         b_h = tl.load(p_h, mask=o_p[:, None] < tl.where(i_s >= 0, P, 0), other=0., eviction_policy="evict_first")
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-        b_x = tl.load(x + (i_b * NH + i_h) * P + o_p).to(tl.float32)
-        b_dt = tl.load(dt + i_b * NH + i_h).to(tl.float32)
-        b_a = b_dt * tl.load(A + i_h).to(tl.float32)
-        b_k = tl.load(Bm + (i_b * NG + i_g) * N + o_n).to(tl.float32)
-        b_c = tl.load(C + (i_b * NG + i_g) * N + o_n).to(tl.float32)
-        b_dx = tl.load(D + i_h).to(tl.float32) * b_x
+        b_x, b_dt, b_a, b_k, b_c, b_dx = token_inputs(x, dt, A, Bm, C, D, i_b, i_h, i_g, o_p, o_n, NH, NG, P, N)
         m_l = o_l < n_buf
         b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
         g_last = tl.sum(tl.where(o_l == n_buf - 1, b_gi, 0.), 0)
@@ -251,18 +264,14 @@ def mamba2_decode_rows_kernel(
         b_y = tl.sum(b_k * b_c) * b_xdt + b_dx + tl.sum(b_w[:, None] * b_v, 0)
         b_y += tl.exp(b_G) * tl.sum(b_h * b_c[None, :], 1)
         tl.store(y + (i_b * NH + i_h) * P + o_p, b_y)
+        # every row's entry, but for a decode-commit's folding rows (the ONLY_FOLDS launch's)
         if COMMIT:
-            if n_buf + 1 < flush_length:
-                pos = i_r * L + n_buf
-                tl.store(buf_xdt + (pos * NH + i_h) * P + o_p, b_xdt)
-                if i_p == 0:
-                    tl.store(buf_gcum + pos * NH + i_h, b_G)
-                    if i_h % (NH // NG) == 0:
-                        tl.store(buf_b + (pos * NG + i_g) * N + o_n, b_k)
+            entry = n_buf + 1 < flush_length
         else:
-            tl.store(xdt_out + (i_b * NH + i_h) * P + o_p, b_xdt)
-            if i_p == 0:
-                tl.store(gcum_out + i_b * NH + i_h, b_G)
+            entry = n_buf >= 0
+        if entry:
+            token_entry(buf_b, buf_xdt, buf_gcum, xdt_out, gcum_out, b_k, b_xdt, b_G, i_b, i_r, i_h, i_g, i_p, n_buf,
+                        o_p, o_n, NH, NG, P, N, L, COMMIT)
 
 
 def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
