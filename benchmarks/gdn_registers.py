@@ -2,11 +2,12 @@
 
     python -m benchmarks.gdn_registers
 
-Compiles each kernel at the launch settings in verify_kernels/gdn (Qwen3.5-9B shapes, the engine's 16-entry buffer,
-fp32 inputs) with the installed Triton, specialised as a launch would be (16-byte aligned pointers), and reads the
-cubin's resource use with the cuobjdump shipped in Triton's wheel. Registers bound how many programs an SM holds, so
-the bytes in flight of a memory-bound kernel; spilled bytes (STACK) are local-memory traffic. Figures in the kernels'
-comments come from here (Triton 3.6).
+Compiles each kernel at the launch settings in verify_kernels/gdn, and the row-loop candidates of
+benchmarks/sweep_gdn.py at 2 stages (Qwen3.5-9B shapes, the engine's 16-entry buffer, fp32 inputs), with the installed
+Triton, specialised as a launch would be (16-byte aligned pointers), and reads the cubin's resource use with the
+cuobjdump shipped in Triton's wheel (and the PTX's cp.async count, shared memory from the compiler). Registers bound
+how many programs an SM holds, so the bytes in flight of a memory-bound kernel; spilled bytes (STACK) are
+local-memory traffic. Figures in the kernels' comments come from here (Triton 3.6 or 3.9, as each says).
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          STAGES=1 if append else fold.FOLD_STAGES), fold.FOLD_WARPS))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
+    # the software-pipelined row loops, candidates of benchmarks/sweep_gdn.py, at 2 stages and the settings above
+    out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
+                dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                     BA=fold.entry_block(1), BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2),
+                fold.FOLD_WARPS))
+    out.append(("candidate: decode + commit, row loop in 2 stages", decode.gdn_decode_rows_kernel,
+                dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=2), decode.NUM_WARPS))
+    block_v, warps = verify.STATE_FMA_CONFIG
+    out.append(("candidate: verify state pass (4-chain), row loop in 2 stages", verify.gdn_verify_state_rows_kernel,
+                dict(shapes, BV=block_v, MAX_NODES=verify.FMA_MAX_NODES, STAGES=2), warps))
     return out
 
 
