@@ -161,6 +161,27 @@ def test_a_time_budget_cuts_the_steps(corpus, tokenizer_dir, tmp_path):
     assert record["seconds"] < 20
 
 
+def test_a_time_budget_spent_before_a_refit_stops_at_the_steps_run(monkeypatch):
+    """A refit that finds the budget already spent (a slow machine) stops after the step it ran: the config says
+    the steps that ran and the curve ends at the last of them (it once said one fewer)."""
+    from specdec.training import lm
+
+    clock = iter(range(0, 10**6, 30))  # 30 s per call of time.time(): over budget by the probe step
+    monkeypatch.setattr(lm.time, "time", lambda: next(clock))
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    ran = []
+
+    def step_loss():
+        ran.append(1)
+        return (weight - 1).pow(2).sum(), {}
+
+    cfg = lm.TrainConfig(steps=1000, warmup=1, max_minutes=1.0)
+    curve, cfg = lm.run_steps(cfg, "test", optimizer, [weight], step_loss)
+    assert cfg.steps == len(ran) == lm.PROBE_STEPS + 1
+    assert curve[-1]["step"] == cfg.steps - 1
+
+
 def test_unknown_preset_names_the_known_ones(tokenizer_dir, tmp_path):
     with pytest.raises(ValueError, match="qwen3.5-tiny"):
         train_lm("qwen9", tokenizer_dir, tmp_path, TrainConfig(steps=1), device="cpu")

@@ -172,7 +172,8 @@ def run_steps(cfg: TrainConfig, desc: str, optimizer, params: list, step_loss) -
         elif cfg.max_minutes is not None and (step == PROBE_STEPS or step % REFIT_EVERY == 0):
             # re-timed as it goes: other jobs on the same GPU can slow the steps down after the probe
             per_step = (time.time() - timer) / step
-            fits = step + 1 + int((cfg.max_minutes * 60 - (time.time() - started)) / per_step)
+            # (at least the steps run so far, this one included: a budget already spent stops here)
+            fits = step + 1 + max(0, int((cfg.max_minutes * 60 - (time.time() - started)) / per_step))
             if fits < cfg.steps:
                 cfg = replace(cfg, steps=fits)
                 progress.total = fits
