@@ -76,11 +76,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
                          BV=block_v, USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION,
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
-    out.append(("verify tree pass", verify.gdn_verify_tree_kernel,
-                dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
-                     NG=triton.next_power_of_2(verify.TREE_HEADS_PER_PROGRAM or HV // H),
-                     PRECISION=verify.DOT_PRECISION, PRODUCTS_STAGES=verify.PRODUCTS_STAGES,
-                     GP=verify.TREE_HEADS_PER_PROGRAM or HV // H), verify.TREE_WARPS))
+    for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
+                                                                          "16-node tree")):
+        heads = per_program or HV // H
+        out.append((f"verify tree pass, {what}", verify.gdn_verify_tree_kernel,
+                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
+                         NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads), verify.TREE_WARPS))
     for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V

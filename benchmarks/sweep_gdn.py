@@ -101,9 +101,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
         for bv, warps in ((32, 2), (64, 4)):
-            out.append(Candidate("verify", f"tree pass per value head, BV {bv}, {warps} warps",
-                                 {"verify.TREE_HEADS_PER_PROGRAM": 1, "verify.TREE_BLOCK_V": bv,
-                                  "verify.TREE_WARPS": warps}))
+            out.append(Candidate("verify", f"tree pass per value head at every width, BV {bv}, {warps} warps",
+                                 {"verify.TREE_HEADS_PER_PROGRAM": 1, "verify.TREE_DOT_HEADS_PER_PROGRAM": 1,
+                                  "verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
+        out.append(Candidate("verify", "tree pass per key head at every width",
+                             {"verify.TREE_HEADS_PER_PROGRAM": None, "verify.TREE_DOT_HEADS_PER_PROGRAM": None}))
         # the FMA state pass as a software-pipelined row loop (verify.STATE_STAGES > 1): stages, V columns, warps,
         # lanes
         for stages, bv, warps, lanes in ((2, 64, 2, 8), (3, 64, 2, 8), (2, 64, 4, 8), (2, 32, 2, 8), (2, 64, 2, 16)):

@@ -14,17 +14,19 @@ from verify_kernels.gdn import verify as verify_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["two-passes", "fused", "state-row-loop", "tree-pass-per-value-head"])
+@pytest.fixture(params=["two-passes", "fused", "state-row-loop", "tree-pass-heads-swapped"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the state pass's rows (trees up to FMA_MAX_NODES) in its software-pipelined row loop, two lanes for five rows;
-    or with a tree-pass program per value head (each recomputing its key head's products)."""
+    or with the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
+    products), per key head past them (the defaults are the other way round)."""
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
     if request.param == "state-row-loop":
         monkeypatch.setattr(verify_module, "STATE_STAGES", 2)
         monkeypatch.setattr(verify_module, "STATE_LANES", 2)
-    if request.param == "tree-pass-per-value-head":
+    if request.param == "tree-pass-heads-swapped":
         monkeypatch.setattr(verify_module, "TREE_HEADS_PER_PROGRAM", 1)
+        monkeypatch.setattr(verify_module, "TREE_DOT_HEADS_PER_PROGRAM", None)
     return request.param
 
 

@@ -29,9 +29,11 @@ NUM_WARPS = 2
 # instead of one per (row, node, channel block): the parent walk done once per row, vectorised over its nodes, and
 # 5x fewer programs at 5-node chains. The per-node grid is latency-bound: 3 dependent scalar loads (the walk) before
 # its loads of 512 bytes per column, ~6x its bytes at batch 128 (0.97 ms per step over Qwen3.5-9B's 24 layers, H200
-# 2026-12-02). Not yet timed on the H200 (`python -m benchmarks.sweep_gdn --ops conv` holds the candidates).
-ROWS = False
-ROWS_BLOCK_D = 128
+# 2026-12-02). The H200 sweep of 2026-12-03 (`python -m benchmarks.sweep_gdn --ops conv`): 256 channels on 4 warps
+# per row 57.1 us at batch 256 and 18.0 at 64 for 4-node chains with their commit, against 60.9 / 18.9 per node; one
+# node per row the same (19.6 / 7.1 us); 512 channels on 8 warps 70.1 / 20.8.
+ROWS = True
+ROWS_BLOCK_D = 256
 ROWS_WARPS = 4
 
 WIDTHS = (2, 3, 4)

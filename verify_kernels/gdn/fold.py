@@ -29,26 +29,20 @@ ENTRIES_TOKEN = 1
 ENTRIES_ACCEPTED = 2
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU): the state tile [K, FOLD_BLOCK_V] of
-# one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. Triton
-# 3.6 for sm_90 gives 137-166 registers per thread at K = 128, [128, 32] tiles, 4 warps, without software pipelining
-# (num_stages 1: the entry loops run once or twice); with it over 210, like the earlier fold kernels (221-251), which
-# reached ~34% of copy bandwidth on the H200. The H200 sweep of 2026-12-02: 2 warps over 4 at [128, 32] tiles
-# (578 against 682 us over its workloads).
+# one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. The fold
+# is register-bound (ncu 2026-12-03: 3-4 programs per SM, its warps waiting on the S0 load, 2.6 TB/s), so the row
+# loop's body holds no inner loop (the buffer and the new entries one block each), and with FOLD_STAGES > 1 Triton's
+# pipeliner copies the next rows' tiles and entries into shared memory asynchronously (cp.async) while this row
+# folds: bytes in flight that do not sit in registers. The H200 sweep of 2026-12-03 (benchmarks/results/sweeps_h200/
+# sweep_gdn_rowloops_2026-12-03.txt, Qwen3.5-9B's 32 value heads): [128, 32] tiles on 4 warps in 3 stages 396 us at
+# batch 256 (69% of copy bandwidth) and 107 us at 64, against 449 / 114 us (61%) for the looped row of before (2
+# warps, 1 stage); 2 stages on 2 warps 408 / 114; [128, 64] tiles 498-551. Loading the next row's tile into
+# registers instead (two tiles in registers) was slower (2026-12-02: 47-49% of copy bandwidth), and so were register
+# caps and L2 prefetches. FOLD_LANES: 4 and 8 within 2%.
 FOLD_BLOCK_V = 32
-FOLD_WARPS = 2
-# A program folds its rows one after the other. Loading the next row's tile into registers before folding the
-# current one (two tiles in registers) was measured slower on the H200 (sweep of 2026-12-02: 47-49% of copy
-# bandwidth against 60%; Triton 3.6 spills at 2 warps with it) and was removed; so were register caps and L2
-# prefetches (2026-12-03): ncu showed the fold register-bound at 3-4 programs per SM, its warps waiting on the S0
-# load, 2.6 TB/s. So the row loop's body holds no inner loop (the buffer and the new entries one block each), and
-# with FOLD_STAGES > 1 Triton's pipeliner copies the next rows' tiles and entries into shared memory asynchronously
-# (cp.async) while this row folds: bytes in flight that do not sit in registers. Triton 3.9 for sm_90 emits those
-# copies (python -m benchmarks.gdn_registers: ~31-41 KB of shared memory per program at 2 stages, 255 registers
-# and 176-256 spilled bytes at 2 warps, where the looped row spills 8-80); not yet timed on the H200 (benchmarks/
-# sweep_gdn.py holds the candidates), so the default stays 1 stage: the looped row of before, unchanged.
-# FOLD_LANES: 4 and 8 within 2%.
+FOLD_WARPS = 4
 FOLD_LANES = 4
-FOLD_STAGES = 1
+FOLD_STAGES = 3
 SCAN_BLOCK = 128
 BLOCK_L = 16
 

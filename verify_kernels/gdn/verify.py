@@ -79,9 +79,13 @@ TREE_BLOCK_V = 32
 TREE_WARPS = 2
 # The tree pass's value heads per program: all of a key head's (None: they share the key head's products over K,
 # computed once) or fewer (each program recomputes its key head's products, but its serial chain is shorter and
-# there are more programs to hide one another's latency: the pass is latency-bound, ncu 2026-12-03). Not yet timed
-# on the H200 below the key head's (benchmarks/sweep_gdn.py holds the candidate).
+# there are more programs to hide one another's latency: the pass is latency-bound, ncu 2026-12-03). Up to
+# FMA_MAX_NODES nodes TREE_HEADS_PER_PROGRAM, past them TREE_DOT_HEADS_PER_PROGRAM. The H200 sweep of 2026-12-03
+# (benchmarks/results/sweeps_h200/sweep_gdn_rowloops_2026-12-03.txt, Qwen3.5-9B shapes): one value head per program
+# 554.6 / 149.6 us for 16-node trees at batch 256 / 64 against 576.0 / 150.7 shared (168 registers against 255), but
+# 410.7 / 111.1 for 4-chains against 373.4 / 100.4.
 TREE_HEADS_PER_PROGRAM = None
+TREE_DOT_HEADS_PER_PROGRAM = 1
 FMA_MAX_NODES = 8
 STATE_BLOCK_K = 32
 PRODUCTS_BLOCK_K = 16
@@ -408,9 +412,10 @@ def gdn_verify(
             **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
             PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
         )
-    per_program = TREE_HEADS_PER_PROGRAM or HV // H
+    per_program = (TREE_DOT_HEADS_PER_PROGRAM if use_dot else TREE_HEADS_PER_PROGRAM) or HV // H
     if (HV // H) % per_program:
-        raise ValueError(f"TREE_HEADS_PER_PROGRAM ({per_program}) must divide the value heads per key head ({HV // H})")
+        raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "
+                         f"head ({HV // H})")
     gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
