@@ -14,14 +14,7 @@ from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
 from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
-from specdec.speculation.adaptive import (
-    AdaptiveConfig,
-    AdaptivePolicy,
-    RequestAcceptance,
-    RunningAcceptance,
-    Shrinkage,
-    StepCost,
-)
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, RunningAcceptance, StepCost
 from specdec.speculation.adaptive.policy import PROBE_BACKOFF
 from tests.test_shipped_models import held_out_text
 
@@ -78,7 +71,7 @@ def test_every_row_drafts_in_a_drafting_step_and_collapsed_rows_count_one_token(
         kept = [next((k for k in range(plan.steps) if rng.random() >= acceptance[i]), plan.steps) for i in ids]
         policy.observe(ids, [plan.steps] * 4, kept, cheap(4, plan.steps + 1))
     assert plan.steps == 4  # two good rows make the cheap chain worth it
-    assert policy.conditional(1, 0) < policy.config.collapse  # row 1 drafted and was seen to fail
+    assert policy.acceptance[1].conditional(0) < policy.config.collapse  # row 1 drafted and was seen to fail
     collapsed = AdaptivePolicy(AdaptiveConfig(max_steps=4, collapse=1.01, probe_every=100, refresh_every=0))
     for _ in range(20):
         plan = collapsed.plan(ids, [100] * 4)
@@ -87,9 +80,8 @@ def test_every_row_drafts_in_a_drafting_step_and_collapsed_rows_count_one_token(
 
 
 def test_longer_chains_when_steps_are_cheap_shorter_or_none_when_dear():
-    def chosen(cost, acceptance):  # (with refreshes: a position that a shorter chain never reaches keeps the
-        # estimate it had, so a few unlucky drafts there can hold the policy on that chain)
-        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4))
+    def chosen(cost, acceptance):
+        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, refresh_every=0))
         plans = run_trace(policy, lambda step: acceptance, cost, 80)
         return max(set(p.steps for p in plans[40:]), key=[p.steps for p in plans[40:]].count)
 
@@ -100,48 +92,14 @@ def test_longer_chains_when_steps_are_cheap_shorter_or_none_when_dear():
 
 def test_running_acceptance_follows_the_prior_then_the_observations():
     stats = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)
-    assert (stats.conditional(0), stats.conditional(1)) == pytest.approx((0.8, 0.5))
+    assert stats.expected_emitted(0) == 1.0 and stats.expected_emitted(2) == pytest.approx(1 + 0.8 + 0.4)
+    totals = [0.5] * 4
+    assert stats.add_emitted(totals, collapse=0.2)  # the policy's one-pass sum, past the positions known too
+    assert totals == pytest.approx([0.5 + stats.expected_emitted(s) for s in range(4)])
+    assert not stats.add_emitted(totals, collapse=0.9) and totals[3] == pytest.approx(0.5 + 2.2)  # collapsed: none
     for _ in range(50):
         stats.observe(drafted=2, accepted=0)  # the first draft always rejected: the second never reached
     assert stats.conditional(0) < 0.2 and stats.conditional(1) == 0.5
-
-
-def test_a_request_is_the_pooled_acceptance_moved_by_its_own_drafts_as_far_as_the_weight_allows():
-    pooled = (0.8, 0.5)
-    stats = RequestAcceptance(positions=2, decay=0.9)
-    assert stats.emitted_by_steps(3, pooled, 4.0) == pytest.approx([1.0, 1.8, 2.2, 2.2])  # no drafts yet: pooled
-    for _ in range(3):
-        stats.observe(drafted=2, accepted=0)  # three first drafts rejected (weights 0.81, 0.9, 1: 2.71 observations)
-    assert stats.conditional(0, pooled, 4.0) == pytest.approx(4 * 0.8 / (4 + 2.71))
-    assert stats.conditional(0, pooled, 30.0) > 0.7 > 0.3 > stats.conditional(0, pooled, 1.0)
-    assert stats.conditional(1, pooled, 4.0) == 0.5  # never reached
-    for _ in range(60):
-        stats.age()  # idle: what its drafts showed fades, back to the pooled figure
-    assert stats.conditional(0, pooled, 1.0) == pytest.approx(0.8, abs=0.01)
-
-
-def beta_requests(mean: float, spread: float, count: int, steps: int, seed: int) -> list[RequestAcceptance]:
-    """`count` requests whose first-draft acceptances are drawn around `mean` (uniform, +- spread), each with `steps`
-    single-draft steps observed."""
-    rng = random.Random(seed)
-    requests = []
-    for _ in range(count):
-        alpha = min(max(mean + rng.uniform(-spread, spread), 0.0), 1.0)
-        stats = RequestAcceptance(positions=1, decay=0.9)
-        for _ in range(steps):
-            stats.observe(drafted=1, accepted=int(rng.random() < alpha))
-        requests.append(stats)
-    return requests
-
-
-def test_shrinkage_trusts_the_pool_when_requests_alike_and_their_own_drafts_when_they_differ():
-    alike, differ = Shrinkage(initial=8.0), Shrinkage(initial=8.0)
-    assert alike.update(beta_requests(0.7, 0.0, 3, 30, seed=0), 0.7) == 8.0  # too few requests to tell: unchanged
-    for seed in range(20):
-        alike.update(beta_requests(0.7, 0.0, 64, 30, seed), 0.7)  # the same acceptance: only binomial noise
-        differ.update(beta_requests(0.5, 0.45, 64, 30, seed), 0.5)  # from 0.05 to 0.95
-    assert alike.weight >= 15.0  # (30 when the noise explains all the spread)
-    assert differ.weight <= 4.0  # (tau^2 = 0.9^2 / 12: w = 0.25 / tau^2 - 1 = 2.7)
 
 
 def test_step_cost_drops_the_warm_up_ignores_stalls_and_borrows_factors():
@@ -278,7 +236,13 @@ def test_a_new_request_starts_from_the_acceptance_pooled_over_earlier_ones():
         policy.finish(rid)
     new = list(range(100, 108))
     assert policy.plan(new, [10] * 8).steps == 0  # no 4-chains from the drafter's 0.75 for new requests
-    assert policy.conditional(100, 0) < 0.1
+    assert policy._stats(100).conditional(0) < 0.1
+    stats = RunningAcceptance((0.5,), weight=2.0, decay=0.9)
+    for _ in range(30):
+        stats.observe(drafted=1, accepted=0)
+    for _ in range(60):
+        stats.relax((0.5,), 0.1)  # idle: back toward the prior
+    assert stats.conditional(0) == pytest.approx(0.5, abs=0.01)
 
 
 def test_probes_that_change_nothing_come_twice_as_far_apart_up_to_the_backoff():

@@ -2,9 +2,9 @@
 second, from each request's running acceptance per draft position and a step cost model corrected by measured step
 times. The engine asks AdaptivePolicy.plan before proposing and tells it the outcome after emitting."""
 
-from .acceptance_stats import RequestAcceptance, RunningAcceptance, Shrinkage
+from .acceptance_stats import RunningAcceptance
 from .policy import AdaptiveConfig, AdaptivePolicy, StepPlan
 from .step_cost import StepCost, StepCostPrior, flat_prior
 
-__all__ = ["AdaptiveConfig", "AdaptivePolicy", "RequestAcceptance", "RunningAcceptance", "Shrinkage", "StepCost",
-           "StepCostPrior", "StepPlan", "flat_prior"]
+__all__ = ["AdaptiveConfig", "AdaptivePolicy", "RunningAcceptance", "StepCost", "StepCostPrior", "StepPlan",
+           "flat_prior"]

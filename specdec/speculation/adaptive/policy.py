@@ -10,13 +10,13 @@ each step still paying the widest row's width: 0.65x the fixed chains' tokens/s.
 rarely accepted (p[0] < collapse) counts as emitting one token in the rates, its drafts not worth a wider step;
 once a batch holding such requests has run `probe_every` steps without drafting, a probe step drafts again, so that
 requests that recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF
-times). A request's acceptance is the acceptance pooled over the requests seen (the drafter's figures before any)
-moved by its own drafting steps as far as requests are seen to differ (RequestAcceptance, Shrinkage: empirical
-Bayes), and what its drafts showed ages while it does not draft: a short run of rejections can make drafting look
-worse than plain decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of
-2026-12-02 held a batch of one on plain steps for the rest of its run after three), and a batch that decodes plainly
-because drafting costs more than it brings is not probed. A new request starts from the pooled figure: at 1.2
-accepted, the H200 study's new requests drafted 4-chains for their first steps from the drafter's 0.75.
+times). A request's acceptance is learnt from its drafting steps, and while it does not draft it relaxes toward the
+pooled acceptance (RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain
+decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch
+of one on plain steps for the rest of its run after three), and a batch that decodes plainly because drafting costs
+more than it brings is not probed. A new request's acceptance starts from the acceptance pooled over the requests
+seen (the drafter's figures before any): at 1.2 accepted, the H200 study's new requests drafted 4-chains for their
+first steps from the drafter's 0.75.
 
 Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
 factor, and is measured there once the bucket has run a few steps if it may be the best (_explore); a shape chosen
@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .acceptance_stats import RequestAcceptance, RunningAcceptance, Shrinkage
+from .acceptance_stats import RunningAcceptance
 from .step_cost import StepCost, StepCostPrior, batch_bucket, flat_prior
 
 # a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
@@ -40,15 +40,12 @@ PROBE_BACKOFF = 4
 # buckets in a few steps each: not worth measuring every shape there)
 EXPLORE_AFTER = 4
 CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is worth measuring
-# ... or within 1/0.7 of it while its cost in the batch's bucket is borrowed (a cost borrowed from another width's
-# factor as it stood was 1.6-3x off, and 0.5 was used then; borrowed through the widths' relation in another bucket,
-# StepCost.factor, a shrinking batch's tail priced plain steps within ~10% in the H200 study of 2026-12-03, and
-# exploring them at 0.5 held Qwen3.5-9B's tail at batch 13 on four plain steps where 4-chains emitted 1.6x the tokens;
-# the traces' replay, benchmarks.adaptive_replay: 0.5 -> 0.7 moved no row down, three up 0.01-0.02)
-BORROWED_CONTENDER = 0.7
-# ... or within 2x of it while its cost in the bucket rests on a single step, which can be a stall (on the CPU, plain
-# decoding measured once in a warm-up at 1.5x its cost was not refreshed for 33 steps of drafting that lost to it)
-SINGLE_STEP_CONTENDER = 0.5
+# ... or within 2x of it while its cost in the batch's bucket is borrowed (a borrowed cost was 1.6-3x off in the H200
+# study and on the CPU: plain decoding at batch 4, priced from the 4-chains' factor, was never measured there). 0.7
+# was tried on 2026-12-03: the H200 traces' replay put it 0.01-0.02 up at three points, but the CPU eval of the
+# draft model (MT-bench, one sitting each) read 1.01x / 0.98x of plain at batch 1 / 4 against 0.98x / 1.09x at 0.5,
+# within the CPU's noise: kept at 0.5 until a study row tells them apart.
+BORROWED_CONTENDER = 0.5
 # refreshes that confirm the best shape come twice as far apart, up to REFRESH_BACKOFF times refresh_every (each
 # costs a step of a worse shape and, between plain steps, the pipeline's refill: at batch 256 the H200 study's
 # refreshes every 16 steps cost ~5% of plain decoding's tokens/s)
@@ -56,10 +53,6 @@ REFRESH_BACKOFF = 4
 # the memory of the acceptance pooled over requests, a new request's prior (per observation of a position: a window
 # of ~100 rows' drafts)
 POPULATION_DECAY = 0.99
-# the pooled acceptance's weight in a request's estimate (in observations) until requests are seen to differ
-# (Shrinkage learns it from 4 requests' drafts or more): at 2 a batch of one went plain for ~15 steps after four
-# rejected first drafts at acceptance 2.58 (the traces' replay: Nemotron-3-Nano at batch 1 0.94x the best, 0.99x at 8)
-POOLED_WEIGHT_START = 8.0
 # steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
 # plain steps, from the third of a run on, and a new bucket's first measurement is dropped: four plain steps)
 MEASURE_FOR = 4
@@ -70,7 +63,7 @@ class AdaptiveConfig:
     """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), where the
     acceptance pooled over requests starts, which a new request starts from (default: the shipped Qwen3.5 drafters on
     MT-bench, about 0.75 at each position); prior_weight: its weight in observations; decay: per observation of a
-    position (and 1 - decay: how much less an idle request's own observations count per plain step).
+    position (and 1 - decay: how far an idle request's estimate relaxes toward the pooled one per plain step).
     collapse: a request whose first-position acceptance falls below this counts as emitting one token whatever it
     drafts. probe_every: steps a batch holding such requests runs without drafting before a probe step drafts
     (every row). refresh_every: steps between re-measuring the contender (a shape within 20% of the best) measured
@@ -136,9 +129,8 @@ class AdaptivePolicy:
     def __init__(self, config: AdaptiveConfig = AdaptiveConfig(), prior: StepCostPrior = flat_prior):
         self.config = config
         self.cost = StepCost(prior)
-        self.acceptance: dict[int, RequestAcceptance] = {}
+        self.acceptance: dict[int, RunningAcceptance] = {}
         self.population = RunningAcceptance(config.prior_at(config.max_steps), config.prior_weight, POPULATION_DECAY)
-        self.shrinkage = Shrinkage(POOLED_WEIGHT_START)  # the pooled acceptance's weight in a request's estimate
         self.counts: Counter[str] = Counter()
         self.steps = 0
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
@@ -172,10 +164,8 @@ class AdaptivePolicy:
         """The plan for a step of these requests (their tokens so far: contexts)."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         stats = [self._stats(rid) for rid in request_ids]
-        weight = self.shrinkage.weight
-        weighted_pooled = tuple(weight * p for p in self._pooled())
         emitted = [0.0] * (self.config.max_steps + 1)  # per drafts per row: expected tokens of the batch
-        worth = [s.add_emitted(emitted, weighted_pooled, weight, self.config.collapse) for s in stats]
+        worth = [s.add_emitted(emitted, self.config.collapse) for s in stats]
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
         rates = {s: (emitted[s] + collapsed) / self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
         best = max(rates, key=lambda s: (rates[s], -s))
@@ -226,25 +216,21 @@ class AdaptivePolicy:
         self.counts[plan.label] += 1
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
+        pooled = self._pooled()
         for rid, drafts, kept in zip(request_ids, drafted, accepted, strict=True):
             if drafts:
                 self._stats(rid).observe(drafts, kept)
                 self.population.observe(drafts, kept)
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
-                self._stats(rid).age()
-        if any(drafted):
-            self.shrinkage.update([self._stats(rid) for rid in request_ids], self.population.conditional(0))
+                self._stats(rid).relax(pooled, 1 - self.config.decay)
 
     def finish(self, request_id: int) -> None:
         self.acceptance.pop(request_id, None)
 
-    def conditional(self, request_id: int, k: int) -> float:
-        """A request's estimated P(draft k+1 accepted | drafts 1..k accepted)."""
-        return self._stats(request_id).conditional(k, self._pooled(), self.shrinkage.weight)
-
-    def _stats(self, request_id: int) -> RequestAcceptance:
+    def _stats(self, request_id: int) -> RunningAcceptance:
         if request_id not in self.acceptance:
-            self.acceptance[request_id] = RequestAcceptance(self.config.max_steps, self.config.decay)
+            c = self.config
+            self.acceptance[request_id] = RunningAcceptance(self._pooled(), c.prior_weight, c.decay)
         return self.acceptance[request_id]
 
     def _pooled(self) -> tuple[float, ...]:
@@ -285,7 +271,8 @@ class AdaptivePolicy:
         return None
 
     def _contender(self, bucket: int, steps: int) -> float:
-        """The share of the best rate a shape needs to be refreshed: SINGLE_STEP_CONTENDER while its cost in the
-        bucket rests on a single step, CONTENDER from the second on (a wider net for every shape cost the H200 traces'
-        replay 1-3%: their costs are steady)."""
-        return CONTENDER if self.cost.measured_in(bucket, steps + 1) >= 2 else SINGLE_STEP_CONTENDER
+        """The share of the best rate a shape needs to be refreshed: BORROWED_CONTENDER while its cost in the bucket
+        rests on a single step (which can be far off: on the CPU, plain decoding measured once in a warm-up at 1.5x
+        its cost was not refreshed for 33 steps of drafting that lost to it), CONTENDER from the second on (a wider
+        net for every shape cost the H200 traces' replay 1-3%: their costs are steady)."""
+        return CONTENDER if self.cost.measured_in(bucket, steps + 1) >= 2 else BORROWED_CONTENDER
