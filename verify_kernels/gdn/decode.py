@@ -38,8 +38,9 @@ SMALL_WARPS = 4
 # (the buffer in one block of entry_block(L) entries) so that Triton's pipeliner copies the next rows' S0 tiles and
 # entries into shared memory (cp.async) while this row computes: bytes in flight that do not sit in registers
 # (ncu, 2026-12-03: the per-row grid is register-bound at 143 registers, 3 programs per SM, its warps waiting on the
-# S0 load, 3.0 TB/s at batch 256). Not yet timed on the H200 (benchmarks/sweep_gdn.py holds the candidates): the
-# default stays the per-row grid.
+# S0 load, 3.0 TB/s at batch 256). On the H200 (benchmarks/results/sweeps_h200/sweep_gdn_rowloops_2026-12-03.txt):
+# 2 stages, BV 64, 4 warps 69-70 / 237-238 us at batch 64 / 256 against 72 / 240 per row, within the run's noise;
+# 3 stages or BV 32 slower: the default stays the per-row grid.
 DECODE_STAGES = 1
 DECODE_LANES = 8
 

@@ -68,8 +68,9 @@ STATE_FMA_CONFIG = (64, 2)
 # program per row: a grid of (V blocks, value heads, STATE_LANES), each program taking every STATE_LANES-th row, its
 # nodes unrolled to FMA_MAX_NODES (masked past the row's count) and its loads unconditional, so that Triton's
 # pipeliner copies the next rows' S0 tiles into shared memory (cp.async) while this row's products run (ncu,
-# 2026-12-03: the per-row state pass at 114 registers, 3.5 TB/s, warps waiting on the S0 load). Not yet timed on
-# the H200 (benchmarks/sweep_gdn.py holds the candidates): off by default.
+# 2026-12-03: the per-row state pass at 114 registers, 3.5 TB/s, warps waiting on the S0 load). Slower on the H200
+# (benchmarks/results/sweeps_h200/sweep_gdn_rowloops_2026-12-03.txt: 4-chains 494-718 us at batch 256 against 373
+# per row): off by default.
 STATE_STAGES = 1
 STATE_LANES = 8
 STATE_SHARE_KEY_HEAD = False

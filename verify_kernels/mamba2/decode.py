@@ -56,7 +56,8 @@ FOLD_PRECISION = "tf32x3"
 # rows' h0 tiles and entries into shared memory (cp.async) while this row computes; a decode-commit's folding rows
 # then run in a second launch of the per-row kernel that skips every other row (ONLY_FOLDS). Bytes in flight that
 # do not sit in registers: ncu (2026-12-03, batch 256) found the per-row grid register-bound at 4 programs per SM,
-# 3.5 TB/s. Not yet timed on the H200 (benchmarks/sweep_mamba2.py holds the candidates): off by default.
+# 3.5 TB/s. Slower on the H200 (sweep of 2026-12-03, benchmarks/results/sweeps_h200/sweep_mamba2_rowloops_2026-12-03
+# .txt: 309-419 us at batch 256, 2.1-2.9x its bound, against 191 us, 1.30x, per row): off by default.
 ROW_STAGES = 1
 ROW_LANES = 8
 
