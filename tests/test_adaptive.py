@@ -102,6 +102,28 @@ def test_running_acceptance_follows_the_prior_then_the_observations():
     assert stats.conditional(0) < 0.2 and stats.conditional(1) == 0.5
 
 
+def test_relaxing_lazily_reads_as_relaxing_step_by_step():
+    """relax is applied when the counts are read: n steps toward one prior in closed form, a change of prior
+    settling the steps before it; the plan's one-pass sum reads the pending steps without applying them."""
+    lazy = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)
+    reached, accepted = [2.0, 2.0], [1.6, 1.0]  # the same counts, relaxed by hand one step at a time
+    for step in range(12):
+        if step % 4 == 0:  # a drafting step (settles the relax steps before it)
+            lazy.observe(drafted=2, accepted=step % 3)
+            for k in range(min(2, step % 3 + 1)):
+                reached[k], accepted[k] = 0.9 * reached[k] + 1.0, 0.9 * accepted[k] + float(k < step % 3)
+            continue
+        toward = (0.3, 0.6) if step < 6 else (0.7, 0.2)
+        lazy.relax(toward, 0.1)
+        for k in range(2):
+            reached[k], accepted[k] = 0.9 * reached[k] + 0.1 * 2.0, 0.9 * accepted[k] + 0.1 * 2.0 * toward[k]
+        totals = [0.0] * 3
+        lazy.add_emitted(totals, collapse=0.0)
+        p0, p1 = accepted[0] / reached[0], accepted[1] / reached[1]
+        assert totals == pytest.approx([1.0, 1 + p0, 1 + p0 + p0 * p1], rel=1e-12)
+    assert (lazy.conditional(0), lazy.conditional(1)) == pytest.approx((p0, p1), rel=1e-12)
+
+
 def test_step_cost_drops_the_warm_up_ignores_stalls_and_borrows_factors():
     cost = StepCost(prior=lambda batch, width, context: 1e-3 * width, window=5, clip=3.0)
     cost.observe(4, 2, 0.0, 1.0)  # warm-up (a graph capture): dropped
