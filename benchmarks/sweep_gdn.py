@@ -62,16 +62,17 @@ def candidates(ops: set[str]) -> list[Candidate]:
     out = []
     if "fold" in ops:
         out.append(Candidate("fold", "defaults"))
-        for bv, warps in ((32, 4), (16, 2), (64, 4)):
+        # around the defaults (the pipelined row loop, [128, 32] tiles, 4 warps, 3 stages: the H200 sweep of
+        # 2026-12-03): V columns and warps, lanes, stages; and the looped row of before it
+        for bv, warps in ((16, 4), (16, 2), (32, 8), (64, 8)):
             out.append(Candidate("fold", f"BV {bv}, {warps} warps",
                                  {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
-        for lanes in (8, 16):
+        for lanes in (2, 8, 16):
             out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
-        for stages in (2, 3):
+        for stages in (2, 4):
             out.append(Candidate("fold", f"row loop in {stages} stages", {"fold.FOLD_STAGES": stages}))
-        for bv, warps, stages in ((32, 4, 3), (64, 4, 2), (64, 8, 2)):
-            out.append(Candidate("fold", f"BV {bv}, {warps} warps, {stages} stages",
-                                 {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps, "fold.FOLD_STAGES": stages}))
+        out.append(Candidate("fold", "the looped row (2 warps, 1 stage)",
+                             {"fold.FOLD_WARPS": 2, "fold.FOLD_STAGES": 1}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
         out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
@@ -124,10 +125,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
     if "conv" in ops:  # (one node: the decode kernel, decode_conv.py, keeps its own setting)
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
-            out.append(Candidate("conv", f"{block_d} channels, {warps} warps",
-                                 {"conv.BLOCK_D": block_d, "conv.COMMIT_BLOCK_D": block_d, "conv.NUM_WARPS": warps}))
-        # a program per row for all its nodes (conv.ROWS): channels, warps
-        for block_d, warps in ((64, 2), (128, 4), (256, 4), (512, 8)):
+            out.append(Candidate("conv", f"per node, {block_d} channels, {warps} warps",
+                                 {"conv.ROWS": False, "conv.BLOCK_D": block_d, "conv.COMMIT_BLOCK_D": block_d,
+                                  "conv.NUM_WARPS": warps}))
+        # a program per row for all its nodes (conv.ROWS, the default): channels, warps
+        for block_d, warps in ((128, 4), (256, 2), (256, 8), (512, 4)):
             out.append(Candidate("conv", f"per row, {block_d} channels, {warps} warps",
                                  {"conv.ROWS": True, "conv.ROWS_BLOCK_D": block_d, "conv.ROWS_WARPS": warps}))
     if "small" in ops:
