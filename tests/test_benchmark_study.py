@@ -3,6 +3,8 @@ included, turns into the BENCHMARKS.md section; runs split over processes are jo
 
 from __future__ import annotations
 
+import json
+
 from benchmarks.report import STUDY_END, STUDY_START, study_section
 from benchmarks.study import merge, plot, run
 
@@ -92,3 +94,20 @@ def test_a_collapsed_run_borrows_the_plain_rows_and_sets_no_targets():
     from benchmarks.report import study_target_lines
     targets = "\n".join(study_target_lines([joined_measured]))
     assert targets.count("speculative B=128: KVBuffer step") == 1 and "| 1.50x |" in targets
+
+
+def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path):
+    from benchmarks.adaptive_runs import table
+
+    speeds = {"plain": (100.0, 90.0), "speculative": (200.0, 180.0), "adaptive": (170.0, 190.0)}
+    for mode, runs in speeds.items():
+        for index, tokens_per_second in enumerate(runs, 1):
+            rows = [{"mode": mode, "backend": "kvbuffer", "batch_size": 16, "tokens_per_second": tokens_per_second,
+                     "shapes": {"chain-4": 30, "plain": 2} if mode == "adaptive" else None}]
+            result = {"model": "qwen3.5-9b", "settings": {"draft": "synthetic:2.72"}, "rows": rows}
+            (tmp_path / f"study_qwen3.5-9b_b16_kvbuffer_{mode}_acc2.72_r{index}.json").write_text(json.dumps(result))
+    lines = table(tmp_path)
+    assert len(lines) == 3  # the header, its rule, one row
+    # each engine's lower run of two: adaptive 170 against fixed 180 and plain 90
+    assert lines[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 180 / 200 | 170 / 190 | 0.94x | 1.89x | "
+                        "chain-4 30, plain 2 |")

@@ -84,9 +84,10 @@ CONVS = {
 @pytest.fixture(params=["per-node", "per-row"])
 def tree_conv_grid(request, monkeypatch):
     """The tree conv as a program per (row, node, channel block), or per (row, channel block) for all the row's
-    nodes (tree_conv.ROWS, with small channel blocks so that rows span several)."""
+    nodes (tree_conv.ROWS, with small channel blocks so that rows span several): each set here, whatever the
+    default."""
+    monkeypatch.setattr(tree_conv, "ROWS", request.param == "per-row")
     if request.param == "per-row":
-        monkeypatch.setattr(tree_conv, "ROWS", True)
         monkeypatch.setattr(tree_conv, "ROWS_BLOCK_D", 32)
     return request.param
 
@@ -117,9 +118,8 @@ def test_tree_conv_of_strided_inputs_with_shared_sources():
     assert_close(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, req_slots, weight, bias, "silu"))
 
 
-def test_tree_conv_rows_of_strided_inputs(monkeypatch):
-    """The per-row grid (tree_conv.ROWS) on x as the model has it: strided rows and nodes, no window sources."""
-    monkeypatch.setattr(tree_conv, "ROWS", True)
+def test_tree_conv_of_strided_inputs_without_sources(tree_conv_grid):
+    """Either grid on x as the model has it (strided rows and nodes), the windows walked in the kernel."""
     gen = torch.Generator().manual_seed(3)
     T, D, W = 5, 40, 4
     parents, num_nodes = trees(gen, "tree", T)

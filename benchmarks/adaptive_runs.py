@@ -1,0 +1,69 @@
+"""The table of a folder of repeated adaptive study runs (`REPEATS=N BACKENDS=kvbuffer ACCEPTED=A
+benchmarks/study_on_device.sh MODEL S "1,16,64,128,256:plain speculative adaptive"`: files study_*_accA_rN.json), kept
+apart from BENCHMARKS.md's tables, whose plain and fixed rows sit beside their baseline's: per model, acceptance and
+batch, every run's tokens/s of plain, fixed 4-chains and adaptive, and adaptive against the best of plain and fixed
+as the study's report takes it (each engine's median run, the lower of an even count: benchmarks.study.median_rows).
+
+    python -m benchmarks.adaptive_runs benchmarks/results/adaptive_h200_2026-12-03 --write   # its README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from benchmarks.study import median_rows
+
+MODES = ("plain", "speculative", "adaptive")
+
+
+def table(folder: Path) -> list[str]:
+    """Markdown rows of the table, one per (model, accepted length, batch), in file-name order."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for path in sorted(folder.glob("study_*_r*.json")):
+        result = json.loads(path.read_text())
+        key = (result["model"], result["settings"]["draft"].removeprefix("synthetic:"))
+        groups.setdefault(key, []).extend(result["rows"])
+    lines = ["| model | accepted | batch | plain tok/s | fixed 4-chain tok/s | adaptive tok/s | adaptive / best | "
+             "adaptive / plain | shapes chosen (median run) |", "|---|---|---|---|---|---|---|---|---|"]
+    for (model, accepted), rows in groups.items():
+        chosen = {(r["mode"], r["batch_size"]): r for r in median_rows(rows)}
+        for batch in sorted({b for _, b in chosen}):
+            if any((mode, batch) not in chosen for mode in MODES):
+                continue
+            plain, fixed, adaptive = (chosen[(mode, batch)] for mode in MODES)
+            runs = [" / ".join(f"{x:.0f}" for x in row.get("runs", [row["tokens_per_second"]]))
+                    for row in (plain, fixed, adaptive)]
+            best = max(plain["tokens_per_second"], fixed["tokens_per_second"])
+            shapes = ", ".join(f"{label} {count}" for label, count in
+                               sorted((adaptive.get("shapes") or {}).items(), key=lambda item: -item[1]))
+            lines.append(f"| {model} | {accepted} | {batch} | {runs[0]} | {runs[1]} | {runs[2]} | "
+                         f"{adaptive['tokens_per_second'] / best:.2f}x | "
+                         f"{adaptive['tokens_per_second'] / plain['tokens_per_second']:.2f}x | {shapes} |")
+    return lines
+
+
+HEADER = """# Adaptive speculation against plain and fixed 4-chains: repeated runs
+
+Written by `python -m benchmarks.adaptive_runs FOLDER --write` from the study runs in this folder (all layers, random
+weights at real shapes, bf16, CUDA graphs captured for every row before the first is timed; the three engines in
+turn, each in a process of its own). tokens/s of every run, lowest first; "adaptive / best": each engine's median
+run (the lower of two). Policy traces: trace_*.jsonl.gz.
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--write", action="store_true", help="write FOLDER/README.md instead of printing")
+    args = parser.parse_args()
+    text = "\n".join([HEADER, *table(args.folder)]) + "\n"
+    if args.write:
+        (args.folder / "README.md").write_text(text)
+    else:
+        print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
