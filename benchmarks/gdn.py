@@ -19,7 +19,9 @@ from verify_kernels.tree import ancestor_mask
 
 H, HV, K, V = 16, 32, 128, 128
 STATE_BYTES = HV * K * V * 4  # one request, one layer
-BUFFER_CAPACITY = 32
+# the buffer holds flush_length entries, as the engine's (specdec.cache: its capacity is the flush length, 16 by
+# default); the kernels specialise on it, so each decode row times pools of its own flush length
+ENGINE_FLUSH_LENGTH = 16
 # one request, one layer, fp32: a token's buffer entry (its key once per key head, u and G per value head), its
 # inputs (q, k, v, g, beta), its output o
 ENTRY_BYTES = (H * K + HV * V + HV) * 4
@@ -54,7 +56,7 @@ def decode_rows(batches, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list
 
 def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list[dict]:
     rotations = rotations_for(batch * STATE_BYTES)
-    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
+    pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (HV, K, V), (H, K), (HV, V), HV)
     x = TokenInputs(rotations, batch, 1)
     slots = [rotation_slots(r, batch) for r in range(rotations)]
     one_token = [(x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0]) for r in range(rotations)]
@@ -75,6 +77,8 @@ def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list
         base["sglang_us"] = _sglang_decode_seconds(sglang_gdn, x, slots, rotations, batch) * 1e6
     rows = []
     for flush_length in flush_lengths:
+        del pools
+        pools = Pools.make(rotations * batch, flush_length, (HV, K, V), (H, K), (HV, V), HV)
         pools.buf_len.fill_((flush_length - 2) // 2)  # the mean fill of the non-flushing steps
         step_s = time_calls(ours(gdn_decode_commit, flush_length))
         pools.buf_len.fill_(flush_length - 1)  # every call folds its buffer into the state
@@ -133,7 +137,7 @@ def _verify_batch(tree: str, batch: int, sglang_gdn, fill: int) -> dict:
     parents_list = tree_parents(tree)
     nodes = len(parents_list)
     rotations = rotations_for(batch * STATE_BYTES)
-    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
+    pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (HV, K, V), (H, K), (HV, V), HV)
     pools.buf_len.fill_(fill)
     x = TokenInputs(rotations, batch, nodes)
     slots = [rotation_slots(r, batch) for r in range(rotations)]
@@ -204,7 +208,7 @@ def fold_rows(batches) -> list[dict]:
 
 def _fold_batch(batch: int) -> list[dict]:
     rotations = rotations_for(2 * batch * STATE_BYTES)
-    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
+    pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (HV, K, V), (H, K), (HV, V), HV)
     slots = [rotation_slots(r, batch) for r in range(rotations)]
     tail = [(*pools.args()[1:], slots[r]) for r in range(rotations)]
     pools.buf_len.fill_(FOLD_ENTRIES)

@@ -26,7 +26,7 @@ STATE_BYTES = NH * P * N * 4                         # one request, one layer: 2
 TOKEN_BYTES = (NH * P + NH + 2 * NG * N) * 4         # one token's inputs: x, dt, B, C
 OUTPUT_BYTES = NH * P * 4                            # y
 ENTRY_BYTES = (NH * P + NG * N + NH) * 4             # a buffer entry: xdt, B, G
-BUFFER_CAPACITY = 32
+ENGINE_FLUSH_LENGTH = 16                             # the buffer's capacity, as the engine's (a decode row: its L)
 VERIFY_FILL = 8                                      # buffered entries under the verified trees (as GDN's rows)
 VERIFY_TREES = {"chain5": [-1, 0, 1, 2, 3], "tree16": tree_parents("tree16")}
 
@@ -88,7 +88,6 @@ def decode_rows(batches, flush_lengths, sglang_ssu) -> list[dict]:
 
 def _decode_batch(batch: int, flush_lengths, sglang_ssu) -> list[dict]:
     rotations = rotations_for(batch * STATE_BYTES)
-    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (NH, P, N), (NG, N), (NH, P), NH)
     slots = [rotation_slots(r, batch) for r in range(rotations)]
     x = TokenInputs(rotations, batch, 1)
     a_neg, d_skip = layer_weights()
@@ -97,10 +96,12 @@ def _decode_batch(batch: int, flush_lengths, sglang_ssu) -> list[dict]:
     if sglang_ssu is not None:
         seconds = _sglang_decode_seconds(sglang_ssu, x, a_neg, d_skip, slots, rotations, batch)
         base.update(baseline_us=seconds * 1e6, baseline_bytes_moved=recurrent_decode_bytes(batch))
-    calls = [(x.x[r, :, 0], x.dt[r, :, 0], a_neg, x.bm[r, :, 0], x.cm[r, :, 0], d_skip, pools.state, slots[r],
-              *pools.args()[1:], slots[r]) for r in range(rotations)]
     rows = []
     for flush_length in flush_lengths:
+        calls = pools = None  # the previous flush length's pools freed first
+        pools = Pools.make(rotations * batch, flush_length, (NH, P, N), (NG, N), (NH, P), NH)
+        calls = [(x.x[r, :, 0], x.dt[r, :, 0], a_neg, x.bm[r, :, 0], x.cm[r, :, 0], d_skip, pools.state, slots[r],
+                  *pools.args()[1:], slots[r]) for r in range(rotations)]
         pools.buf_len.fill_((flush_length - 2) // 2)  # the mean fill of the steps that do not fold
         step_s = time_calls([partial(mamba2_decode_commit, *args, flush_length) for args in calls])
         pools.buf_len.fill_(flush_length - 1)  # every row folds its buffer into the state
@@ -149,7 +150,7 @@ def _verify_batch(tree: str, batch: int, sglang_ssu, fill: int) -> dict:
     parents_list = VERIFY_TREES[tree]
     nodes = len(parents_list)
     rotations = rotations_for(batch * STATE_BYTES)
-    pools = Pools.make(rotations * batch, BUFFER_CAPACITY, (NH, P, N), (NG, N), (NH, P), NH)
+    pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (NH, P, N), (NG, N), (NH, P), NH)
     pools.buf_len.fill_(fill)
     slots = [rotation_slots(r, batch) for r in range(rotations)]
     x = TokenInputs(rotations, batch, nodes)
@@ -167,7 +168,7 @@ def _verify_batch(tree: str, batch: int, sglang_ssu, fill: int) -> dict:
     row = {"section": "mamba2_verify", "tree": tree, "nodes": nodes, "batch": batch, "buffer_fill": fill,
            "rotations": rotations, "ours_us": ours_s * 1e6, "bytes_moved": verify_bytes(batch, nodes, fill),
            "ours_state_bytes_per_request": 0,
-           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, BUFFER_CAPACITY, NG),
+           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, ENGINE_FLUSH_LENGTH, NG),
            "baseline_us": base_s * 1e6, "baseline_bytes_moved": intermediate_verify_bytes(batch, nodes),
            "speedup_vs_baseline": base_s / ours_s, "baseline_state_bytes_per_request": nodes * STATE_BYTES}
     if sglang_ssu is not None:
