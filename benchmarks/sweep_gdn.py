@@ -7,7 +7,8 @@ benchmarks/kernels.py), and prints one table and the best setting per op, as lin
     python -m benchmarks.sweep_gdn --ops verify1,conv  # batch-1 verify; the conv kernels at batch 64 and 256
     python -m benchmarks.sweep_gdn --ops verify --batches 256
 
-Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), decode (decode +
+Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), commit (the same
+with one row in 8 folding: a speculative step's commit at large batches), decode (decode +
 commit amortised over 16 steps, the flush included), verify (a 4-chain and a 16-node tree, buffers holding 8
 entries), verify1 (the same at batch 1: the one-launch kernel), conv (the tree conv and the conv commit at Qwen3.5-9B's
 8192 channels, bf16: plain decoding and 4-chains), small (batch 1-16: the one-launch kernels against the large-batch
@@ -42,6 +43,7 @@ from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_comm
 from verify_kernels.tree import ancestor_mask, chain_parents
 
 CAPACITY = 16  # the engine's buffer: flush_length entries
+COMMIT_FOLD_EVERY = 8  # the commit op: every 8th row folds
 VERIFY_FILL = 8
 MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit, "conv": tree_conv}
 CONV_D, CONV_W = 2 * gdn.H * gdn.K + gdn.HV * gdn.V, 4  # Qwen3.5-9B's conv channels (q, k, v) and width
@@ -77,6 +79,12 @@ def candidates(ops: set[str]) -> list[Candidate]:
         out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
         # the fold kernel launched beside the append folds nothing here: what its row loop costs then
         out.append(Candidate("append", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
+    if "commit" in ops:
+        out.append(Candidate("commit", "defaults"))
+        for lanes in (8, 16, 32):
+            out.append(Candidate("commit", f"{lanes} fold lanes", {"fold.FOLD_LANES": lanes}))
+        out.append(Candidate("commit", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
+        out.append(Candidate("commit", "the looped-row fold, 16 lanes", {"fold.FOLD_STAGES": 1, "fold.FOLD_LANES": 16}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
         for bv, warps in ((32, 4), (64, 8)):
@@ -237,6 +245,19 @@ class Workloads:
                          *self._pools(r), CAPACITY) for r in range(self.rotations)]
         return self.time_us(calls, 4), self.batch * gdn.append_bytes(3)
 
+    def commit(self) -> tuple[float, float]:
+        """A speculative step's commit as it mostly runs at large batches: 3 accepted nodes per row, and one row in 8
+        full enough to fold (at an accepted length of ~2.7 a row folds every ~6 steps)."""
+        calls = [partial(gdn_commit, self.x[4].k[r], self.u[r], self.gcum[r], self.accepted, self.num_accepted,
+                         *self._pools(r), CAPACITY) for r in range(self.rotations)]
+        fill = torch.full((self.batch,), 4, device="cuda")
+        fill[::COMMIT_FOLD_EVERY] = CAPACITY - 3
+        self.pools.buf_len.copy_(fill.repeat(self.rotations))
+        folded = len(range(0, self.batch, COMMIT_FOLD_EVERY))
+        moved = (folded * (2 * gdn.STATE_BYTES + CAPACITY * gdn.ENTRY_BYTES)
+                 + (self.batch - folded) * gdn.append_bytes(3))
+        return time_calls(calls) * 1e6, moved
+
     def decode(self) -> tuple[float, float]:
         x = self.x[1]
         calls = [partial(gdn_decode_commit, x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0],
@@ -282,7 +303,7 @@ def check(op: str) -> float:
         return max(checks.check_gdn_verify(1, "chain4"), checks.check_gdn_verify(1, "tree16"))
     if op == "fold":
         return max(checks.check_gdn_commit(24), checks.check_gdn_decode_commit(24))
-    if op == "append":
+    if op in ("append", "commit"):
         return checks.check_gdn_commit(24)
     if op == "decode":
         return checks.check_gdn_decode_commit(24)
@@ -318,7 +339,7 @@ def ok(error: float) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="fold,append,decode,verify,small",
-                        help="comma-separated, of fold, append, decode, verify, verify1, conv, small")
+                        help="comma-separated, of fold, append, commit, decode, verify, verify1, conv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()
