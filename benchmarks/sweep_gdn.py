@@ -92,6 +92,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
         out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
         out.append(Candidate("decode", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
+        # fla's fused_recurrent shape: narrow tiles on one warp (its reductions over K stay in the warp)
+        for bv, warps in ((8, 1), (16, 1), (16, 2)):
+            out.append(Candidate("decode", f"BV {bv}, {warps} warp{'s' * (warps > 1)}",
+                                 {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
         # the software-pipelined row loop (decode.DECODE_STAGES > 1): stages, V columns, warps, lanes
         for stages, bv, warps, lanes in ((2, 64, 4, 8), (3, 64, 4, 8), (2, 32, 4, 4), (3, 32, 4, 8), (2, 64, 4, 16)):
             out.append(Candidate("decode", f"row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
