@@ -1,0 +1,206 @@
+"""Where a step's GPU idle time goes: a timeline of engine steps under torch.profiler, the engine's phases marked,
+and each step's wall time split into GPU busy time, short idle gaps between kernels (launch latency inside a CUDA
+graph and between graphs: under SHORT_GAP_US each) and long idle gaps, charged to the host phases running meanwhile
+(the innermost one at each moment: the work the GPU waited for). benchmarks.profile_step's "host gap" is wall minus
+busy time, both kinds together; this says which kind it is.
+
+    python -m benchmarks.step_timeline --target random:qwen3.5-9b --draft synthetic:2.72 --batch 128 \\
+        --out benchmarks/results/profile_h200/qwen3.5-9b_spec_b128_timeline.json.gz
+    python -m benchmarks.step_timeline --read benchmarks/results/profile_h200/qwen3.5-9b_spec_b128_timeline.json.gz
+
+The saved trace keeps the kernels, memory copies, CUDA runtime calls and phase ranges only (start and duration in
+microseconds), a few MB where the full trace is hundreds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+PHASE = "phase:"
+STEP = PHASE + "step"
+# the engine's methods whose time is a phase of a step (Engine.step is the step itself)
+PHASES = ("plan", "propose", "score", "commit", "emit", "observe", "decode_step", "finish_decode", "prefill")
+SHORT_GAP_US = 10.0  # idle gaps shorter than this are launch latency between kernels, not host work
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+@contextmanager
+def marked_phases(engine) -> Iterator[None]:
+    """The engine's step, its phases and its acceptance inside record_function ranges named PHASE + name (the
+    instance's attributes, removed again on exit)."""
+    from torch.profiler import record_function
+
+    def marked(name: str, method: Callable) -> Callable:
+        def run(*args, **kwargs):
+            with record_function(PHASE + name):
+                return method(*args, **kwargs)
+        return run
+
+    names = [name for name in PHASES if hasattr(engine, name)]
+    for name in names:
+        setattr(engine, name, marked(name, getattr(engine, name)))
+    engine.step = marked("step", engine.step)
+    acceptance = engine.acceptance
+    acceptance.accept = marked("accept", acceptance.accept)
+    try:
+        yield
+    finally:
+        for name in (*names, "step"):
+            delattr(engine, name)
+        del acceptance.accept
+
+
+def reduced_events(trace: dict) -> list[dict]:
+    """The events this analysis reads, of a chrome trace exported by torch.profiler."""
+    keep = []
+    for event in trace["traceEvents"]:
+        if event.get("ph") != "X":
+            continue
+        category, name = event.get("cat", ""), event.get("name", "")
+        if category in GPU_CATEGORIES or category == "cuda_runtime" or name.startswith(PHASE):
+            keep.append({"name": name, "cat": category, "ts": float(event["ts"]), "dur": float(event["dur"])})
+    return keep
+
+
+def busy_intervals(events: list[dict]) -> list[tuple[float, float]]:
+    """The GPU's busy time as disjoint [start, end) intervals, in order."""
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] in GPU_CATEGORIES)
+    merged: list[list[float]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]
+
+
+def split_steps(events: list[dict]) -> list[dict]:
+    """Per engine step (from the start of one to the start of the next; the last one to its own end): wall, busy,
+    short-gap and long-gap microseconds, the long gaps by the host phases running meanwhile (running_phases)."""
+    busy = busy_intervals(events)
+    phases = sorted((e["ts"], e["ts"] + e["dur"], e["name"][len(PHASE):]) for e in events
+                    if e["name"].startswith(PHASE) and e["name"] != STEP)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == STEP)
+    out = []
+    for index, (start, end) in enumerate(steps):
+        stop = steps[index + 1][0] if index + 1 < len(steps) else end
+        gaps, cursor, busy_us = [], start, 0.0
+        for s, e in busy:
+            if e <= start or s >= stop:
+                continue
+            s, e = max(s, start), min(e, stop)
+            if s > cursor:
+                gaps.append((cursor, s))
+            busy_us += e - s
+            cursor = max(cursor, e)
+        if stop > cursor:
+            gaps.append((cursor, stop))
+        short = sum(e - s for s, e in gaps if e - s < SHORT_GAP_US)
+        by_phase: dict[str, float] = defaultdict(float)
+        for s, e in gaps:
+            if e - s >= SHORT_GAP_US:
+                for name, us in running_phases(phases, steps, s, e):
+                    by_phase[name] += us
+        out.append({"wall_us": stop - start, "busy_us": busy_us, "short_gaps_us": short,
+                    "short_gaps": sum(1 for s, e in gaps if e - s < SHORT_GAP_US),
+                    "long_gaps_us": dict(by_phase)})
+    return out
+
+
+def running_phases(phases: list[tuple[float, float, str]], steps: list[tuple[float, float]], start: float,
+                   end: float) -> list[tuple[str, float]]:
+    """[start, end) cut where a phase begins or ends: (the innermost phase running, else "step, unmarked" inside a
+    step and "between steps" outside one; microseconds) per piece."""
+    cuts = sorted({start, end} | {t for p in phases for t in p[:2] if start < t < end})
+    pieces = []
+    for a, b in itertools.pairwise(cuts):
+        middle = (a + b) / 2
+        running = [p for p in phases if p[0] <= middle < p[1]]
+        if running:
+            name = min(running, key=lambda p: p[1] - p[0])[2]
+        else:
+            name = "step, unmarked" if any(s <= middle < e for s, e in steps) else "between steps"
+        pieces.append((name, b - a))
+    return pieces
+
+
+def summary(steps: list[dict]) -> list[str]:
+    """Mean per step over the steps after the first (whose start the profiler may cut), as markdown lines."""
+    kept = steps[1:] or steps
+    n = len(kept)
+    mean = {key: sum(s[key] for s in kept) / n / 1e3 for key in ("wall_us", "busy_us", "short_gaps_us")}
+    long_gaps: dict[str, float] = defaultdict(float)
+    for step in kept:
+        for phase, us in step["long_gaps_us"].items():
+            long_gaps[phase] += us / n / 1e3
+    lines = [f"{n} step{'s' * (n != 1)}: {mean['wall_us']:.2f} ms/step wall, {mean['busy_us']:.2f} on the GPU, "
+             f"{mean['short_gaps_us']:.2f} in gaps under {SHORT_GAP_US:.0f} us "
+             f"({sum(s['short_gaps'] for s in kept) / n:.0f} a step), {sum(long_gaps.values()):.2f} in longer ones",
+             "", "| GPU idle while the host runs | ms/step |", "|---|---|"]
+    lines += [f"| {phase} | {ms:.3f} |" for phase, ms in sorted(long_gaps.items(), key=lambda item: -item[1])]
+    return lines
+
+
+def record(settings, batch: int, mode: str, steps: int) -> list[dict]:
+    """`steps` engine steps of a batch past its prefill and a few untimed steps, profiled: the reduced events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from specdec.eval.bench import bench_prompts, load_llm, synchronize, warm_up_and_prefill
+
+    llm = load_llm(settings, "kvbuffer", mode)
+    warm_up_and_prefill(llm, bench_prompts(llm, settings, batch), batch, settings)
+    engine, device = llm.engine, llm.model.device
+    for _ in range(4):
+        engine.step()
+    synchronize(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with marked_phases(engine), profile(activities=activities) as prof:
+        for _ in range(steps):
+            engine.step()
+        synchronize(device)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(path)
+        return reduced_events(json.loads(Path(path).read_text()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="random:qwen3.5-9b")
+    parser.add_argument("--draft", default="synthetic:2.72")
+    parser.add_argument("--mode", choices=("speculative", "plain"), default="speculative")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke run (no GPU events: all idle)")
+    parser.add_argument("--out", type=Path, default=None, help="save the reduced trace (.json.gz)")
+    parser.add_argument("--read", type=Path, default=None, help="analyse a saved trace instead")
+    args = parser.parse_args()
+    if args.read is not None:
+        events = json.loads(gzip.decompress(args.read.read_bytes()))
+    else:
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise SystemExit("the timeline needs a CUDA GPU (or --read a saved trace, or --device cpu to smoke-test)")
+        from specdec.eval.bench import BenchSettings
+
+        settings = BenchSettings(target=args.target, draft=args.draft, batch_sizes=(args.batch,),
+                                 max_new_tokens=64, prompt_tokens=128, device=args.device)
+        events = record(settings, args.batch, args.mode, args.steps)
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_bytes(gzip.compress(json.dumps(events).encode()))
+    print("\n".join(summary(split_steps(events))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""benchmarks.step_timeline's split of a step's time, on a hand-made trace (microseconds)."""
+
+from benchmarks.step_timeline import marked_phases, running_phases, split_steps, summary
+
+
+def event(name, start, end, cat="cpu_op"):
+    return {"name": name, "cat": cat, "ts": float(start), "dur": float(end - start)}
+
+
+def kernel(start, end):
+    return event("k", start, end, "kernel")
+
+
+TRACE = [
+    event("phase:step", 0, 95), event("phase:accept", 35, 60), event("phase:emit", 85, 110),
+    event("phase:step", 100, 190), event("phase:observe", 150, 190),
+    kernel(0, 20), kernel(22, 40), kernel(60, 90), kernel(105, 150),
+    event("cudaGraphLaunch", 30, 31, "cuda_runtime"),  # not GPU time
+]
+
+
+def test_split_steps_charges_long_gaps_to_the_running_phase():
+    first, second = split_steps(TRACE)
+    # step 0 runs to the next step's start (100): busy 20 + 18 + 30; a 2 us gap; 20 us idle under accept, the 10
+    # before the next step under emit
+    assert first["wall_us"] == 100 and first["busy_us"] == 68
+    assert first["short_gaps_us"] == 2 and first["short_gaps"] == 1
+    assert first["long_gaps_us"] == {"accept": 20, "emit": 10}
+    # the last step runs to its own end: 5 us short gap at its start, 40 idle under observe
+    assert second["wall_us"] == 90 and second["busy_us"] == 45
+    assert second["short_gaps_us"] == 5 and second["long_gaps_us"] == {"observe": 40}
+
+
+def test_a_gap_is_charged_to_each_innermost_phase_it_spans():
+    phases = [(0, 10, "a"), (10, 30, "b"), (12, 14, "c")]
+    charged = {}
+    for name, us in running_phases(phases, [(0, 40)], 5, 35):
+        charged[name] = charged.get(name, 0) + us
+    assert charged == {"a": 5, "b": 18, "c": 2, "step, unmarked": 5}
+    assert running_phases(phases, [(0, 40)], 40, 45) == [("between steps", 5)]
+
+
+def test_summary_leaves_out_the_first_step():
+    lines = summary(split_steps(TRACE))
+    assert lines[0].startswith("1 step: 0.09 ms/step wall, 0.04 on the GPU")
+    assert "| observe | 0.040 |" in lines
+
+
+class FakeAcceptance:
+    def accept(self, x):
+        return ("accepted", x)
+
+
+class FakeEngine:
+    def __init__(self):
+        self.acceptance = FakeAcceptance()
+
+    def step(self):
+        return self.plan() + self.acceptance.accept(1)
+
+    def plan(self):
+        return ("planned",)
+
+
+def test_marked_phases_wraps_and_restores():
+    engine = FakeEngine()
+    with marked_phases(engine):
+        assert "step" in vars(engine) and "plan" in vars(engine) and "accept" in vars(engine.acceptance)
+        assert engine.step() == ("planned", "accepted", 1)
+    assert "step" not in vars(engine) and "plan" not in vars(engine) and "accept" not in vars(engine.acceptance)
+    assert engine.step() == ("planned", "accepted", 1)
+
+
+def test_reading_a_trace_needs_no_gpu(tmp_path):
+    import gzip
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(TRACE).encode()))
+    out = subprocess.run([sys.executable, "-m", "benchmarks.step_timeline", "--read", str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    assert "| observe | 0.040 |" in out
