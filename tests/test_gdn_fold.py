@@ -37,10 +37,15 @@ def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, stages):
     assert check_decode_commit(make_batch(d, ROWS, seed=11), 1).all()
 
 
-def test_fold_launch_pipelines_short_buffers_only():
-    """The pipelined row loop where the buffer fits its one block (the engine's 16 entries); 32-entry buffers and the
-    small batches' one-launch commit fold in the looped row (the H200: 666 against 449 us at 32 entries)."""
-    assert fold_module.fold_launch(16, append=False) == (fold_module.FOLD_STAGES, fold_module.FOLD_WARPS)
-    assert fold_module.fold_launch(8, append=False) == (fold_module.FOLD_STAGES, fold_module.FOLD_WARPS)
-    assert fold_module.fold_launch(32, append=False) == (1, fold_module.LOOPED_FOLD_WARPS)
-    assert fold_module.fold_launch(16, append=True) == (1, fold_module.LOOPED_FOLD_WARPS)
+def test_fold_launch_pipelines_flushes_of_short_buffers_only():
+    """The pipelined row loop for a flush whose buffer fits its one block (the engine's 16 entries); commits and the
+    decode's fold (few rows fold), 32-entry buffers and the small batches' one-launch commit fold in the looped row
+    (the H200: a commit folding one row in 8 at 128 against 101 us; a 32-entry flush 666 against 449)."""
+    f = fold_module
+    pipelined, looped = (f.FOLD_STAGES, f.FOLD_WARPS), (1, f.LOOPED_FOLD_WARPS)
+    assert f.fold_launch(16, False, f.ENTRIES_NONE) == pipelined
+    assert f.fold_launch(8, False, f.ENTRIES_NONE) == pipelined
+    assert f.fold_launch(32, False, f.ENTRIES_NONE) == looped
+    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED) == looped
+    assert f.fold_launch(16, False, f.ENTRIES_TOKEN) == looped
+    assert f.fold_launch(16, True, f.ENTRIES_ACCEPTED) == looped

@@ -38,11 +38,15 @@ ENTRIES_ACCEPTED = 2
 # batch 256 (69% of copy bandwidth) and 107 us at 64, against 449 / 114 us (61%) for the looped row of before (2
 # warps, 1 stage); 2 stages on 2 warps 408 / 114; [128, 64] tiles 498-551. Loading the next row's tile into
 # registers instead (two tiles in registers) was slower (2026-12-02: 47-49% of copy bandwidth), and so were register
-# caps and L2 prefetches. FOLD_LANES: 4 and 8 within 2%. The pipelined loop holds a buffer of up to
-# FOLD_PIPELINE_MAX_ENTRIES entries in one block: at 32 (a flush length of 32) its [32, 128] blocks in 3 stages took
-# 666 us against 449 for the looped row (benchmarks.kernels on the H200, 2026-12-03), so longer buffers, and the
-# small batches' one-launch commit (APPEND), fold in the looped row on LOOPED_FOLD_WARPS (2 warps over 4 at [128, 32]
-# tiles: 578 against 682 us over the sweep's workloads of 2026-12-02).
+# caps and L2 prefetches. FOLD_LANES: 4 and 8 within 2%. But the pipelined loop wins only where every row folds:
+# where few do, its 4 warps of 255 registers (2 programs per SM) pay the flags' scan in two waves, and the H200
+# sweep of 2026-12-03 (sweep_gdn_commit_decode_2026-12-03.txt) read a commit folding one row in 8 at 127.7 against
+# 100.5 us for the looped row at batch 256 (42.1 / 32.8 at 64), one folding none 35.1 / 25.9, the decode amortised
+# over 16 steps 257.6 / 242.8. And it holds a buffer of up to FOLD_PIPELINE_MAX_ENTRIES entries in one block: at 32
+# its [32, 128] blocks took 666 against 449 us for a flush. So only a flush of buffers that fit (gdn_flush: every row
+# folds) runs it; commits, the decode's fold and the small batches' one-launch commit (APPEND) fold in the looped row
+# on LOOPED_FOLD_WARPS (2 warps over 4 at [128, 32] tiles: 578 against 682 us over the sweep's workloads of
+# 2026-12-02).
 FOLD_BLOCK_V = 32
 FOLD_WARPS = 4
 FOLD_LANES = 4
@@ -292,7 +296,7 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
         return
     BV = min(V, FOLD_BLOCK_V)
     lanes = B if append else min(B, FOLD_LANES)
-    stages, warps = fold_launch(L, append)
+    stages, warps = fold_launch(L, append, entries)
     gdn_fold_kernel[(V // BV, HV, lanes)](
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
@@ -301,10 +305,10 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     )
 
 
-def fold_launch(L: int, append: bool) -> tuple[int, int]:
-    """(row loop stages, warps) of a fold over buffers of L entries: the pipelined row loop where its blocks fit
-    (FOLD_PIPELINE_MAX_ENTRIES), else, and for the one-launch commit, the looped row."""
-    if FOLD_STAGES > 1 and not append and entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES:
+def fold_launch(L: int, append: bool, entries: int) -> tuple[int, int]:
+    """(row loop stages, warps) of a fold over buffers of L entries: the pipelined row loop for a flush whose blocks
+    fit (FOLD_PIPELINE_MAX_ENTRIES), else the looped row."""
+    if FOLD_STAGES > 1 and entries == ENTRIES_NONE and not append and entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES:
         return FOLD_STAGES, FOLD_WARPS
     return 1, LOOPED_FOLD_WARPS
 
