@@ -33,6 +33,7 @@ STEP = PHASE + "step"
 PHASES = ("plan", "propose", "score", "commit", "emit", "observe", "decode_step", "finish_decode", "prefill")
 SHORT_GAP_US = 10.0  # idle gaps shorter than this are launch latency between kernels, not host work
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+GPU_ANNOTATION = "gpu_user_annotation"  # a phase's span on the GPU (its kernels' first start to last end), not host work
 
 
 @contextmanager
@@ -89,9 +90,9 @@ def split_steps(events: list[dict]) -> list[dict]:
     """Per engine step (from the start of one to the start of the next; the last one to its own end): wall, busy,
     short-gap and long-gap microseconds, the long gaps by the host phases running meanwhile (running_phases)."""
     busy = busy_intervals(events)
-    phases = sorted((e["ts"], e["ts"] + e["dur"], e["name"][len(PHASE):]) for e in events
-                    if e["name"].startswith(PHASE) and e["name"] != STEP)
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == STEP)
+    host = [e for e in events if e["name"].startswith(PHASE) and e["cat"] != GPU_ANNOTATION]
+    phases = sorted((e["ts"], e["ts"] + e["dur"], e["name"][len(PHASE):]) for e in host if e["name"] != STEP)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in host if e["name"] == STEP)
     out = []
     for index, (start, end) in enumerate(steps):
         stop = steps[index + 1][0] if index + 1 < len(steps) else end
