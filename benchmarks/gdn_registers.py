@@ -96,14 +96,14 @@ def variants() -> list[tuple[str, object, dict, int]]:
         stages, warps = fold.fold_launch(CAPACITY, append, entries)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
                     dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                         BA=fold.entry_block(5), BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages),
+                         BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages),
                     warps))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     # the software-pipelined row loops, candidates of benchmarks/sweep_gdn.py, at 2 stages and the settings above
     out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
                 dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                     BA=fold.entry_block(1), BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2),
+                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2),
                 fold.FOLD_WARPS))
     out.append(("candidate: decode + commit, row loop in 2 stages", decode.gdn_decode_rows_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=2), decode.NUM_WARPS))

@@ -104,15 +104,6 @@ def fold_entries(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, o_c, m_c, b_G, o_k, 
 
 
 @triton.jit
-def fold_new_block(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H: tl.constexpr,
-                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BA: tl.constexpr, ENTRIES: tl.constexpr):
-    """fold_entries of row i_b's na new entries in one block of BA >= na, no loop."""
-    o_c = tl.arange(0, BA)
-    return fold_entries(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, o_c, o_c < na, b_G, o_k, o_v, T, A, H, HV, K, V,
-                        ENTRIES)
-
-
-@triton.jit
 def fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr,
              K: tl.constexpr, V: tl.constexpr, BC: tl.constexpr, ENTRIES: tl.constexpr):
     """fold_entries of row i_b's na new entries, BC at a time."""
@@ -195,15 +186,14 @@ def fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b,
 @triton.jit
 def fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na,
                     o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                    L: tl.constexpr, BL: tl.constexpr, BA: tl.constexpr, ENTRIES: tl.constexpr):
-    """fold_row with the entries in one block each, no loop (the pipelined row loop's body: FOLD_STAGES > 1)."""
+                    L: tl.constexpr, BL: tl.constexpr, ENTRIES: tl.constexpr):
+    """fold_row of a flush with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1;
+    fold_launch runs it for flushes alone)."""
+    tl.static_assert(ENTRIES == 0, "the pipelined row loop folds flushes alone (fold_launch)")
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
     b_s = fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL)
-    if ENTRIES != 0:
-        b_s = fold_new_block(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V, BA,
-                             ENTRIES)
     tl.store(state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :]), b_s)
 
 
@@ -233,7 +223,6 @@ def gdn_fold_kernel(
     BV: tl.constexpr,
     BC: tl.constexpr,
     BL: tl.constexpr,      # L padded to a power of two >= 16: the buffer's entries in one block
-    BA: tl.constexpr,      # the new entries' block (>= A, >= 16)
     BB: tl.constexpr,
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
@@ -271,7 +260,7 @@ def gdn_fold_kernel(
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
                 b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
                 fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h,
-                                i_hk, n, na, o_k, o_v, T, A, H, HV, K, V, L, BL, BA, ENTRIES)
+                                i_hk, n, na, o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
             b_keep = m_b & ~b_due
@@ -300,7 +289,7 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     gdn_fold_kernel[(V // BV, HV, lanes)](
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
-        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L), BA=entry_block(A if entries == 2 else 1),
+        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L),
         BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, num_warps=warps, num_stages=1,
     )
 
