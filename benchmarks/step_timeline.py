@@ -33,7 +33,8 @@ STEP = PHASE + "step"
 PHASES = ("plan", "propose", "score", "commit", "emit", "observe", "decode_step", "finish_decode", "prefill")
 SHORT_GAP_US = 10.0  # idle gaps shorter than this are launch latency between kernels, not host work
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-GPU_ANNOTATION = "gpu_user_annotation"  # a phase's span on the GPU (its kernels' first start to last end), not host work
+# a phase's span on the GPU (its kernels' first start to last end): not host work
+GPU_ANNOTATION = "gpu_user_annotation"
 
 
 @contextmanager

@@ -16,6 +16,7 @@ TRACE = [
     event("phase:step", 100, 190), event("phase:observe", 150, 190),
     kernel(0, 20), kernel(22, 40), kernel(60, 90), kernel(105, 150),
     event("cudaGraphLaunch", 30, 31, "cuda_runtime"),  # not GPU time
+    event("phase:commit", 38, 62, "gpu_user_annotation"),  # a phase's span on the GPU: not host work
 ]
 
 
