@@ -118,6 +118,25 @@ def test_synthetic_drafts_are_accepted_at_the_mean_asked_for():
         drafter.check_shape(TreeShape(steps=4, topk=2))
 
 
+def test_synthetic_acceptance_returns_each_rows_forced_path_and_the_argmax_after_it():
+    """The acceptance's paths (drawn before the logits are read) and bonus tokens (read per row on the device): the
+    forced path of each tree, as a fresh acceptance of the same seed draws them, and the argmax at its last node."""
+    from specdec.eval.synthetic import SyntheticAcceptance
+    from specdec.speculation import DraftTree, SamplingParams
+
+    trees = [DraftTree(list(range(n + 1)), list(range(-1, n))) for n in (4, 0, 2, 4, 1, 3) * 20]
+    logits = torch.randn(len(trees), 5, 50, generator=torch.Generator().manual_seed(0))
+    ours = SyntheticAcceptance(2.5, seed=7, depth=4).accept(trees, logits, [SamplingParams()] * len(trees),
+                                                           [None] * len(trees))
+    reference = SyntheticAcceptance(2.5, seed=7, depth=4)
+    expected = []
+    for row, tree in enumerate(trees):
+        path = reference.forced_path(tree)
+        expected.append((path, int(logits[row, path[-1]].argmax())))
+    assert ours == expected
+    assert {len(path) for path, _ in ours} == {1, 2, 3, 4, 5}
+
+
 def test_synthetic_acceptance_of_a_draft_does_not_depend_on_the_chain_length():
     """Quoted at a depth (the engine's chains), a shorter chain (adaptive speculation) keeps each draft with that
     depth's alpha: a collapsed mean of 1.2 at depth 4 keeps a lone draft some 17% of the time, not 20%."""
