@@ -76,7 +76,9 @@ def gdn_commit(
     buf_len: torch.Tensor,
     req_slots: torch.Tensor,
     flush_length: int,
-) -> torch.Tensor:
+    *,
+    flushed: bool = True,
+) -> torch.Tensor | None:
     """Commit the accepted root path of each row: append its entries to the buffer, or fold into the state
     (gdn_commit_ref), in place.
 
@@ -86,7 +88,8 @@ def gdn_commit(
     entries go to buffer positions buf_len[r] .. n - 1, otherwise the buffer's entries then the accepted ones are
     folded into state_pool[state_slots[b]], whose slot must be >= 0 (the caller allocates a zeroed one first;
     unlike the reference this is not checked, which would synchronise with the device; a row without one writes
-    nothing). buf_len is not modified. Returns flushed [B] bool.
+    nothing). buf_len is not modified. Returns flushed [B] bool (None with flushed=False: the engine's cache knows
+    which rows fold on the host, and the three torch ops it takes ran per layer in every commit graph).
     """
     B, T = k.shape[:2]
     H, HV, K, V = check_heads(k, k, u)
@@ -110,7 +113,7 @@ def gdn_commit(
         )
     gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                  req_slots, flush_length, entries=ENTRIES_ACCEPTED, append=one_launch, **shapes)
-    return buf_len[req_slots] + num_accepted >= flush_length
+    return (buf_len[req_slots] + num_accepted >= flush_length) if flushed else None
 
 
 def gdn_flush(

@@ -350,7 +350,9 @@ def gdn_decode_commit(
     buf_len: torch.Tensor,
     req_slots: torch.Tensor,
     flush_length: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    *,
+    flushed: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Plain decoding: gdn_decode_ref then gdn_commit_ref of the token (accepted [[0]], num_accepted 1), fused.
 
     Shapes as in gdn_decode; 1 <= flush_length <= L. In place: a row with buf_len + 1 < flush_length writes the
@@ -358,8 +360,9 @@ def gdn_decode_commit(
     state_pool[state_slots], whose slot must be >= 0 (the caller allocates a zeroed one first; unlike the
     reference this is not checked, which would synchronise with the device; a row without one writes nothing).
     buf_len is not modified (the caller sets it to 0 if flushed else buf_len + 1).
-    Returns o [B, HV, V] float32 and flushed [B] bool.
+    Returns o [B, HV, V] float32 and flushed [B] bool (None with flushed=False: the engine's cache knows which rows
+    fold on the host, and the three torch ops it takes ran per layer and step).
     """
     o, _, _ = gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                              req_slots, flush_length)
-    return o, buf_len[req_slots] + 1 >= flush_length
+    return o, (buf_len[req_slots] + 1 >= flush_length) if flushed else None
