@@ -175,6 +175,12 @@ def glue_ops_for(device: torch.device) -> GlueOps:
 ATTENTION_MIN_HEAD_DIM, ATTENTION_MAX_HEAD_DIM = 16, 256  # the kernel's dots need 16; registers cap it at 256
 
 
+def commit_kv_op(device: torch.device) -> Callable:
+    """The commit of the accepted nodes' keys and values (signature of verify_kernels.attention.commit_kv_ref): the
+    Triton kernel, one launch per layer, or the reference (about nine torch ops)."""
+    return attention.commit_kv if backend_for(device) == "triton" else attention.commit_kv_ref
+
+
 def attention_op(device: torch.device, head_dim: int) -> Callable:
     """Tree attention over the KV pool (signature of verify_kernels.attention.tree_attention_ref): the Triton kernel,
     which reads the pool in place, or the reference (write, gather, SDPA)."""

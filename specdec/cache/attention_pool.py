@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.backend import attention_op
+from specdec.backend import attention_op, commit_kv_op
 
 from .spec import AttentionLayerSpec
 
@@ -23,6 +23,7 @@ class AttentionLayerPool:
         self.key = torch.zeros(shape, device=device, dtype=dtype)
         self.value = torch.zeros(shape, device=device, dtype=dtype)
         self._attend = attention_op(torch.device(device), spec.head_dim)  # the kernel backend's, picked once
+        self._commit = commit_kv_op(torch.device(device))
 
     def attend(self, ctx, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
         """query [B, T, Hq, D]; key, value [B, T, Hkv, D] of the step's nodes -> [B, T, Hq, D]: writes the nodes'
@@ -33,17 +34,9 @@ class AttentionLayerPool:
                             scale, ctx.kv_len)
 
     def commit(self, ctx, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
-        """accepted [B, A] node indices (root first, -1 padded): move them to consecutive committed positions.
-
-        Every column moves, with the same shapes every step (CUDA graphs): column i >= num_accepted copies node 0
-        to seq_len + i, past the new committed end, where nothing committed lives."""
-        width = accepted.shape[1]
-        slots = ctx.req_slots[:, None].expand(-1, width)
-        source = ctx.seq_lens[:, None] + accepted.clamp(min=0)
-        target = ctx.seq_lens[:, None] + torch.arange(width, device=accepted.device)
-        moved_key, moved_value = self.key[slots, source], self.value[slots, source]  # gathered before any write
-        self.key[slots, target] = moved_key
-        self.value[slots, target] = moved_value
+        """accepted [B, A] node indices (root first, -1 padded): move them to consecutive committed positions
+        (verify_kernels.attention.commit_kv_ref)."""
+        self._commit(self.key, self.value, ctx.req_slots, ctx.seq_lens, accepted)
 
     def nbytes(self) -> int:
         return 2 * self.key.numel() * self.key.element_size()

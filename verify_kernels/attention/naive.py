@@ -83,3 +83,19 @@ def masked_attention_ref(query: torch.Tensor, keys: torch.Tensor, values: torch.
     out = F.scaled_dot_product_attention(query, keys.transpose(1, 2).to(query.dtype),
                                          values.transpose(1, 2).to(query.dtype), attn_mask=mask, scale=scale)
     return out.view(B, Hkv, groups, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, Hq, D)
+
+
+def commit_kv_ref(key_pool: torch.Tensor, value_pool: torch.Tensor, req_slots: torch.Tensor, seq_lens: torch.Tensor,
+                  accepted: torch.Tensor) -> None:
+    """Keep each row's accepted path: accepted [B, A] node indices (root first, increasing, -1 padded) move from
+    seq_lens[b] + accepted[b, i] to seq_lens[b] + i (a no-op for an accepted chain prefix), in place.
+
+    Every column moves, with the same shapes every step (CUDA graphs): column i past the path copies node 0 to
+    seq_len + i, past the new committed end, where nothing committed lives."""
+    width = accepted.shape[1]
+    slots = req_slots[:, None].expand(-1, width)
+    source = seq_lens[:, None] + accepted.clamp(min=0)
+    target = seq_lens[:, None] + torch.arange(width, device=accepted.device)
+    moved_key, moved_value = key_pool[slots, source], value_pool[slots, source]  # gathered before any write
+    key_pool[slots, target] = moved_key
+    value_pool[slots, target] = moved_value
