@@ -109,3 +109,22 @@ def test_cache_config_is_validated():
     with pytest.raises(ValueError, match="flush_length must be >= 1"):
         CacheConfig(flush_length=0)
     assert CacheConfig(max_requests=5).state_slots == 5
+
+
+def test_state_slots_taken_together_are_zeroed_in_every_layer_or_none_is_taken(model):
+    """A step's first folds take their state slots together (one multi-tensor zeroing for every layer): each comes
+    zeroed whatever the slot held, and a step that needs more slots than are free takes none of them."""
+    runner = runner_for(model, max_requests=5, num_state_slots=3)
+    cache = runner.cache
+    for layer in cache.linear:
+        layer.state.fill_(float("nan"))  # whatever earlier requests left there
+    slots = [cache.allocate_request() for _ in range(5)]
+    cache._take_state_slots(slots[:2])
+    taken = [cache.state_slot[s] for s in slots[:2]]
+    assert len(set(taken)) == 2 and min(taken) >= 0
+    for layer in cache.linear:
+        assert all(bool((layer.state[s] == 0).all()) for s in taken)
+    cache.release_request(slots[0])  # two state slots free now, three wanted
+    with pytest.raises(CacheFullError, match="committed-state slots are in use"):
+        cache._take_state_slots(slots[2:])
+    assert [cache.state_slot[s] for s in slots[2:]] == [-1, -1, -1] and len(cache._free_states) == 2

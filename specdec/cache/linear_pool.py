@@ -67,9 +67,6 @@ class LinearLayerPool:
         """A fresh request: zero conv window (= causal zero padding). Its buffer is empty by buf_len = 0."""
         self.conv[req_slot].zero_()
 
-    def zero_state(self, state_slot: int) -> None:
-        self.state[state_slot].zero_()
-
     def flush(self, req_slots: torch.Tensor, state_slots: torch.Tensor, buf_len: torch.Tensor) -> None:
         """Fold the buffers of these requests into their committed states (state_slots >= 0)."""
         self.linear_state.flush(req_slots, state_slots, buf_len)
