@@ -178,6 +178,29 @@ def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter
     assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
 
 
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_static_chains_commit_before_their_acceptance_is_read(checkpoint, drafter, monkeypatch, flush_length=3):
+    """Greedy chains on the static path: the commit is launched from the acceptance still on the device
+    (StepGraphs.commit_chains; every row that may fold takes its state slot first and gives it back if it did not
+    fold). The tokens are the plain steps', every verify step went that way, and no state slot is lost."""
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
+    monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))  # chains of 3 drafts
+    plain = generate(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
+    engine = static_steps(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
+    calls = []
+    commit_chains = StepGraphs.commit_chains
+
+    def counted(self, step, accepted):
+        calls.append(len(step.batch.req_slots))
+        return commit_chains(self, step, accepted)
+
+    monkeypatch.setattr(StepGraphs, "commit_chains", counted)
+    assert generate(engine) == plain
+    assert calls and engine.runner.graphs.replays, "the chains were committed from the device"
+    cache = engine.runner.cache
+    assert cache.free_state_slots == cache.config.state_slots, "every state slot came back"
+
+
 def adaptive_engine(checkpoint, cuda_graphs: bool, device: str = "cpu") -> Engine:
     """The draft model, adaptive speculation over chains of up to 4 drafts, requests mostly off (collapse above 1)
     and probing every other step, so that plain steps and chains alternate."""

@@ -230,11 +230,24 @@ class KVBufferCache:
     def prepare_commit(self, slots: list[int], counts: list[int], tree_rows: list[bool]) -> list[bool]:
         """Host side, before the commit ops: which rows' buffers fold (tree rows whose buffer would reach L
         entries; chunk rows always end with an empty buffer), with a state slot taken for each first fold."""
-        folds = [not tree or self.buf_len[slot] + count >= self.config.flush_length
-                 for slot, count, tree in zip(slots, counts, tree_rows, strict=True)]
+        folds = [not tree or fold for fold, tree in zip(self.folding(slots, counts), tree_rows, strict=True)]
         self._take_state_slots([slot for slot, fold, tree in zip(slots, folds, tree_rows, strict=True)
                                 if tree and fold and self.state_slot[slot] < 0])
         return folds
+
+    def folding(self, slots: list[int], counts: list[int]) -> list[bool]:
+        """Whether each row's buffer folds when `counts` entries are committed to it (it would reach L)."""
+        flush = self.config.flush_length
+        return [self.buf_len[slot] + count >= flush for slot, count in zip(slots, counts, strict=True)]
+
+    def return_states(self, req_slots: list[int]) -> None:
+        """Give back the state slots these requests took for a fold that did not happen (still zeroed: a commit
+        prepared for every node, of which fewer were accepted)."""
+        for slot in req_slots:
+            if self.state_slot[slot] < 0:
+                raise ValueError(f"request slot {slot} holds no state slot to give back")
+            self._free_states.append(self.state_slot[slot])
+            self.state_slot[slot] = -1
 
     def finish_commit(self, slots: list[int], counts: list[int], folds: list[bool]) -> None:
         """Host side, after the commit ops: committed lengths and buffer fills, mirrored to the device."""

@@ -207,9 +207,7 @@ class Engine:
         since `start`, planning included)."""
         trees = self.propose(requests, plan)
         logits, features, scored = self.score(requests, trees)
-        results = self.acceptance.accept(trees, logits, [r.params for r in requests],
-                                         [r.generator for r in requests])
-        self.commit(scored, results)
+        results = self.accept_and_commit(requests, trees, logits, scored)
         self.emit(requests, trees, results, features, plan)
         self.observe(requests, trees, results, time.perf_counter() - start)
         self._plain_run = False
@@ -366,6 +364,24 @@ class Engine:
         logits, features, scored = self.runner.score_all(batch)
         wanted = self.drafter is not None and self.drafter.target_features is not None
         return logits, features.clone() if wanted else None, scored  # the runner reuses its outputs next step
+
+    def accept_and_commit(self, requests: list[Request], trees: list[DraftTree], logits: torch.Tensor, scored):
+        """The target's acceptance of the step, and the commit of what it kept -> per row its path and bonus token.
+        Chains whose acceptance stays on the device (greedy rows, the synthetic benchmark's) on the static path are
+        committed before the host reads them, so the device runs the commit while the host waits; the rest are read
+        first, then committed."""
+        params = [r.params for r in requests]
+        on_device = getattr(self.acceptance, "accept_on_device", None)
+        accepted = on_device(trees, logits, params) if on_device is not None else None
+        if accepted is not None:
+            results = self.runner.commit_chains(scored, accepted)
+            if results is None:  # an eager step: read, then commit
+                results = accepted.read()
+                self.commit(scored, results)
+            return results
+        results = self.acceptance.accept(trees, logits, params, [r.generator for r in requests])
+        self.commit(scored, results)
+        return results
 
     def commit(self, scored, results: list[tuple[list[int], int]]) -> None:
         """Keep each row's accepted path (root first) of the scored step."""

@@ -24,6 +24,7 @@ import torch
 from drafters.base import Drafter, DraftRequest
 from specdec.cache.step import host_longs
 from specdec.speculation import DraftTree, SamplingParams, TreeShape
+from specdec.speculation.acceptance import ChainsAccepted
 
 PREFIX = "synthetic:"
 
@@ -121,13 +122,15 @@ class SyntheticAcceptance:
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[tuple[list[int], int]]:
-        # the paths first, on the host while the device still runs the step (a row's Python after the read was the
-        # acceptance's 0.5 ms of idle GPU a step at batch 128 on the H200: benchmarks.step_timeline, 2026-12-03),
-        # then only each row's bonus comes back: the argmax after its last kept node
-        paths = [self.forced_path(tree) for tree in trees]
-        last = host_longs([path[-1] for path in paths]).to(logits.device)
-        bonus = logits.argmax(-1).gather(1, last[:, None])[:, 0].tolist()  # [B]
-        return list(zip(paths, bonus, strict=True))
+        return self.accept_on_device(trees, logits, params).read()
+
+    def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor,
+                         params: list[SamplingParams]) -> ChainsAccepted:
+        """The kept counts drawn on the host while the device still runs the step (a row's Python after the read was
+        the acceptance's 0.5 ms of idle GPU a step at batch 128 on the H200: benchmarks.step_timeline, 2026-12-03),
+        the bonus (the argmax after the last kept node) left on the device, as the target's greedy chains are."""
+        kept = host_longs([len(self.forced_path(tree)) - 1 for tree in trees]).to(logits.device)
+        return ChainsAccepted(kept, logits.argmax(-1).gather(1, kept[:, None])[:, 0])
 
     def forced_path(self, tree: DraftTree) -> list[int]:
         depth = len(tree) - 1

@@ -14,6 +14,7 @@ from specdec.cache.model_cache import KVBufferCache
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch, StepContext
 from specdec.models.base import HybridCausalLM
+from specdec.speculation.acceptance import Accepted, ChainsAccepted
 from specdec.speculation.sampler import SamplerRows, SamplerShape, sample_rows
 
 from .cuda_graphs import GraphStep, StepGraphs, capture_blocker
@@ -111,6 +112,14 @@ class ModelRunner:
         """-> (fp32 logits [B, T, vocab] of every node, the step to commit)."""
         logits, _, step = self.score_all(batch)
         return logits, step
+
+    @torch.inference_mode()
+    def commit_chains(self, step: StepContext | GraphStep, accepted: ChainsAccepted) -> list[Accepted] | None:
+        """A static step's chains committed from their acceptance on the device, then read (StepGraphs.commit_chains)
+        -> per row its path and bonus token; None for an eager step (the caller reads, then commits)."""
+        if isinstance(step, GraphStep):
+            return self.graphs.commit_chains(step, accepted)
+        return None
 
     @torch.inference_mode()
     def commit(self, step: StepContext | GraphStep, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:

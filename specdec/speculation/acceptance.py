@@ -10,7 +10,8 @@ temperature 0 the target is a point mass at its argmax: a child is accepted iff 
 
 Forms of the same walk:
 - accept_greedy: argmax ids only (greedy rows; only [B, T] ints leave the device); accept_greedy_chains: all greedy
-  chains of a step at once (two small reads);
+  chains of a step at once (one small read), or left on the device (greedy_chains, ChainsAccepted: the engine
+  launches the commit from them before it reads them);
 - accept_path: one row on its [T, V] distributions, the per-row reference;
 - accept_batch: all sampled rows of a step advancing together on the device, each round reading back only the few
   numbers p(x) of the tried tokens (at a 248k vocabulary a row's [T, V] distributions are 5 MB per step);
@@ -26,6 +27,7 @@ chain). The engine takes any Acceptance, so a benchmark can inject its own (spec
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain
 from typing import Protocol
 
@@ -39,6 +41,21 @@ from .tree import DraftTree
 Accepted = tuple[list[int], int]  # (accepted node indices, root first; the bonus token after the last one)
 
 
+@dataclass
+class ChainsAccepted:
+    """A step's acceptance of chains still on the device: kept [B] drafts kept per row (its path: nodes 0 .. kept)
+    and bonus [B] the token after them, int64. The commit can be launched from them before the host reads them."""
+
+    kept: torch.Tensor
+    bonus: torch.Tensor
+
+    def read(self) -> list[Accepted]:
+        """One small read of both (the step's wait for the device) -> per row, its path and bonus token."""
+        kept, bonus = torch.stack([self.kept, self.bonus]).tolist()
+        paths = [list(range(n + 1)) for n in range(max(kept) + 1)]  # copied per row: a caller may change its path
+        return [(paths[n][:], token) for n, token in zip(kept, bonus, strict=True)]
+
+
 class Acceptance(Protocol):
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
@@ -48,6 +65,13 @@ class Acceptance(Protocol):
 
 class TargetAcceptance:
     """The target decides: lossless for greedy and sampled requests alike."""
+
+    def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor,
+                         params: list[SamplingParams]) -> ChainsAccepted | None:
+        """Greedy chains, every row: their acceptance left on the device (greedy_chains); else None."""
+        if all(p.greedy for p in params) and all(tree.is_chain for tree in trees):
+            return greedy_chains(trees, logits)
+        return None
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
@@ -74,7 +98,12 @@ class TargetAcceptance:
 
 def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[Accepted]:
     """accept_greedy for a batch of chains, at once: draft j + 1 is kept while every draft up to it holds the
-    argmax at its parent. logits [B, T, V] -> per row (path 0..n, the argmax after node n); two small reads."""
+    argmax at its parent. logits [B, T, V] -> per row (path 0..n, the argmax after node n); one small read."""
+    return greedy_chains(trees, logits).read()
+
+
+def greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> ChainsAccepted:
+    """accept_greedy_chains left on the device: the drafts go to it, the kept counts and bonus tokens stay."""
     width = max(len(tree.tokens) for tree in trees)
     argmax = logits[:, :width].argmax(-1)  # [B, T]
     if all(len(tree.tokens) == width for tree in trees):  # chains of one length: no padding
@@ -83,10 +112,7 @@ def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[A
         flat = list(chain.from_iterable(tree.tokens[1:] + [-1] * (width - len(tree.tokens)) for tree in trees))
     drafts = host_longs(flat, len(trees), width - 1).to(argmax.device)  # [B, T - 1], -1 past a chain's end
     kept = (drafts == argmax[:, :-1]).long().cumprod(-1).sum(-1)  # [B] drafts accepted
-    bonus = argmax.gather(1, kept[:, None])[:, 0]
-    kept, bonus = torch.stack([kept, bonus]).tolist()
-    paths = [list(range(n + 1)) for n in range(width)]  # copied per row: a caller may keep or change its path
-    return [(paths[n][:], token) for n, token in zip(kept, bonus, strict=True)]
+    return ChainsAccepted(kept, argmax.gather(1, kept[:, None])[:, 0])
 
 
 # ---- one row ---------------------------------------------------------------------------------------------------
