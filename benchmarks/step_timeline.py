@@ -53,14 +53,20 @@ def marked_phases(engine) -> Iterator[None]:
     for name in names:
         setattr(engine, name, marked(name, getattr(engine, name)))
     engine.step = marked("step", engine.step)
-    acceptance = engine.acceptance
-    acceptance.accept = marked("accept", acceptance.accept)
+    # the acceptance (read after the step, or left on the device for greedy chains, whose commit the runner
+    # launches before reading them)
+    outside = [(engine.acceptance, "accept", "accept"), (engine.acceptance, "accept_on_device", "accept"),
+               (engine.runner, "commit_chains", "commit")]
+    outside = [(owner, name, label) for owner, name, label in outside if hasattr(owner, name)]
+    for owner, name, label in outside:
+        setattr(owner, name, marked(label, getattr(owner, name)))
     try:
         yield
     finally:
         for name in (*names, "step"):
             delattr(engine, name)
-        del acceptance.accept
+        for owner, name, _ in outside:
+            delattr(owner, name)
 
 
 def reduced_events(trace: dict) -> list[dict]:

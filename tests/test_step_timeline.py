@@ -52,9 +52,15 @@ class FakeAcceptance:
         return ("accepted", x)
 
 
+class FakeRunner:
+    def commit_chains(self, step, accepted):
+        return ("committed", step)
+
+
 class FakeEngine:
     def __init__(self):
         self.acceptance = FakeAcceptance()
+        self.runner = FakeRunner()
 
     def step(self):
         return self.plan() + self.acceptance.accept(1)
@@ -68,6 +74,8 @@ def test_marked_phases_wraps_and_restores():
     with marked_phases(engine):
         assert "step" in vars(engine) and "plan" in vars(engine) and "accept" in vars(engine.acceptance)
         assert engine.step() == ("planned", "accepted", 1)
+        assert "commit_chains" in vars(engine.runner) and engine.runner.commit_chains(2, None) == ("committed", 2)
+    assert "commit_chains" not in vars(engine.runner)
     assert "step" not in vars(engine) and "plan" not in vars(engine) and "accept" not in vars(engine.acceptance)
     assert engine.step() == ("planned", "accepted", 1)
 
