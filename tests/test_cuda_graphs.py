@@ -275,6 +275,27 @@ def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_captured_chains_commit_before_their_acceptance_is_read(checkpoint, drafter, monkeypatch):
+    """Chains of 3 drafts under CUDA graphs: each verify's commit graph is replayed from the acceptance still on the
+    device (StepGraphs.commit_chains), and the tokens are the eager engine's."""
+    monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
+    eager = engine_for(checkpoint, drafter, 3, cuda_graphs=False, device="cuda")
+    graphed = engine_for(checkpoint, drafter, 3, cuda_graphs=True, device="cuda")
+    calls = []
+    commit_chains = StepGraphs.commit_chains
+
+    def counted(self, step, accepted):
+        calls.append(len(step.batch.req_slots))
+        return commit_chains(self, step, accepted)
+
+    monkeypatch.setattr(StepGraphs, "commit_chains", counted)
+    assert generate(graphed) == generate(eager)
+    assert calls and graphed.runner.cache.free_state_slots == graphed.runner.cache.config.state_slots
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_captured_adaptive_steps_replay_each_chosen_width(checkpoint):
     """Adaptive speculation on the GPU: a graph per width it may choose, each step replaying its own, and the tokens
     of the same engine run eagerly. (Not plain decoding's tokens: on the H200, 2026-12-02, adaptive and plain
