@@ -178,6 +178,19 @@ def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter
     assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
 
 
+def counted_chain_commits(monkeypatch) -> list[int]:
+    """The batch sizes of the steps committed through StepGraphs.commit_chains from now on (appended as they run)."""
+    calls: list[int] = []
+    commit_chains = StepGraphs.commit_chains
+
+    def counted(self, step, accepted):
+        calls.append(len(step.batch.req_slots))
+        return commit_chains(self, step, accepted)
+
+    monkeypatch.setattr(StepGraphs, "commit_chains", counted)
+    return calls
+
+
 @pytest.mark.parametrize("drafter", ["ngram", "model"])
 def test_static_chains_commit_before_their_acceptance_is_read(checkpoint, drafter, monkeypatch, flush_length=3):
     """Greedy chains on the static path: the commit is launched from the acceptance still on the device
@@ -187,14 +200,7 @@ def test_static_chains_commit_before_their_acceptance_is_read(checkpoint, drafte
     monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))  # chains of 3 drafts
     plain = generate(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
     engine = static_steps(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
-    calls = []
-    commit_chains = StepGraphs.commit_chains
-
-    def counted(self, step, accepted):
-        calls.append(len(step.batch.req_slots))
-        return commit_chains(self, step, accepted)
-
-    monkeypatch.setattr(StepGraphs, "commit_chains", counted)
+    calls = counted_chain_commits(monkeypatch)
     assert generate(engine) == plain
     assert calls and engine.runner.graphs.replays, "the chains were committed from the device"
     cache = engine.runner.cache
@@ -282,14 +288,7 @@ def test_captured_chains_commit_before_their_acceptance_is_read(checkpoint, draf
     monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
     eager = engine_for(checkpoint, drafter, 3, cuda_graphs=False, device="cuda")
     graphed = engine_for(checkpoint, drafter, 3, cuda_graphs=True, device="cuda")
-    calls = []
-    commit_chains = StepGraphs.commit_chains
-
-    def counted(self, step, accepted):
-        calls.append(len(step.batch.req_slots))
-        return commit_chains(self, step, accepted)
-
-    monkeypatch.setattr(StepGraphs, "commit_chains", counted)
+    calls = counted_chain_commits(monkeypatch)
     assert generate(graphed) == generate(eager)
     assert calls and graphed.runner.cache.free_state_slots == graphed.runner.cache.config.state_slots
 
