@@ -328,18 +328,11 @@ class StepGraphs:
         had_state = [self.cache.state_slot[slot] >= 0 for slot in slots]
         self.cache.prepare_commit(slots, graph_step.batch.num_nodes.tolist(), [True] * rows)  # every node kept
         took = [not had and self.cache.state_slot[slot] >= 0 for slot, had in zip(slots, had_state, strict=True)]
-        host = bucket.host_commit[bucket.turn]
-        host[:rows, lay.commit_state_slot] = host_longs(self.cache.committed_rows(slots)[1])
-        host[rows:] = lay.padding_commit
-        inputs = bucket.commit_inputs
-        inputs.copy_(host, non_blocking=True)
-        columns = torch.arange(lay.width, device=inputs.device)
+        self._send_commit_inputs(bucket, slots)
+        inputs, columns = bucket.commit_inputs, torch.arange(lay.width, device=bucket.commit_inputs.device)
         inputs[:rows, lay.accepted] = torch.where(columns <= accepted.kept[:, None], columns, -1)  # nodes 0..kept
         inputs[:rows, lay.num_accepted] = accepted.kept + 1
-        if bucket.commit_graph is not None:
-            bucket.commit_graph.replay()
-        else:
-            self._commit(bucket)
+        self._replay_commit(bucket)
         results = accepted.read()  # (the wait: the commit runs meanwhile)
         counts = [len(path) for path, _ in results]
         folds = self.cache.folding(slots, counts)
@@ -352,18 +345,28 @@ class StepGraphs:
     def commit(self, graph_step: GraphStep, accepted: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """Keep the accepted paths (as KVBufferCache.commit: accepted [B, A] root first, -1 padded; num_accepted
         [B]) of a step that score_all ran: the host halves of the cache's commit around the captured device half."""
-        slots, rows, lay = graph_step.batch.req_slots, len(graph_step.batch.req_slots), graph_step.bucket.layout
+        slots, rows, bucket = graph_step.batch.req_slots, len(graph_step.batch.req_slots), graph_step.bucket
+        lay = bucket.layout
         counts = num_accepted.tolist()
         folds = self.cache.prepare_commit(slots, counts, [True] * rows)
-        host = graph_step.bucket.host_commit[graph_step.bucket.turn]
+        host = bucket.host_commit[bucket.turn]
         host[:rows, lay.accepted] = -1
         host[:rows, : accepted.shape[1]] = accepted
         host[:rows, lay.num_accepted] = num_accepted
+        self._send_commit_inputs(bucket, slots)
+        self._replay_commit(bucket)
+        self.cache.finish_commit(slots, counts, folds)
+
+    def _send_commit_inputs(self, bucket: _Bucket, slots: list[int]) -> None:
+        """The real rows' state slots (after prepare_commit) and the padding rows into the bucket's host commit
+        inputs, copied to the device in one non-blocking transfer (the accepted columns: the caller's)."""
+        rows, lay, host = len(slots), bucket.layout, bucket.host_commit[bucket.turn]
         host[:rows, lay.commit_state_slot] = host_longs(self.cache.committed_rows(slots)[1])
         host[rows:] = lay.padding_commit
-        graph_step.bucket.commit_inputs.copy_(host, non_blocking=True)
-        if graph_step.bucket.commit_graph is not None:
-            graph_step.bucket.commit_graph.replay()
+        bucket.commit_inputs.copy_(host, non_blocking=True)
+
+    def _replay_commit(self, bucket: _Bucket) -> None:
+        if bucket.commit_graph is not None:
+            bucket.commit_graph.replay()
         else:
-            self._commit(graph_step.bucket)
-        self.cache.finish_commit(slots, counts, folds)
+            self._commit(bucket)

@@ -75,8 +75,9 @@ class TargetAcceptance:
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
-        if all(p.greedy for p in params) and all(tree.is_chain for tree in trees):
-            return accept_greedy_chains(trees, logits)
+        on_device = self.accept_on_device(trees, logits, params)
+        if on_device is not None:
+            return on_device.read()
         argmax = logits.argmax(-1).tolist() if any(p.greedy for p in params) else None  # [B, T] ints
         results: list[Accepted | None] = [accept_greedy(tree, argmax[row]) if p.greedy else None
                                           for row, (tree, p) in enumerate(zip(trees, params, strict=True))]

@@ -86,31 +86,24 @@ def fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, 
 
 
 @triton.jit
-def fold_entries(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, o_c, m_c, b_G, o_k, o_v, T, A, H: tl.constexpr,
-                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ENTRIES: tl.constexpr):
-    """b_s [K, BV] plus the fold of row i_b's new entries o_c (those with m_c; ENTRIES: the token, or the accepted
-    nodes): S += sum_c e^{G - G_c} k_c u_c^T."""
-    if ENTRIES == 2:
-        b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
-    else:
-        b_node = (o_c * 0).to(tl.int64)
-    b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
-    b_ak = tl.load(k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
-                   other=0.).to(tl.float32)                                                  # [C, K]
-    b_au = tl.load(u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
-                   other=0.).to(tl.float32)                                                  # [C, BV]
-    b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
-    return b_s + tl.dot(tl.trans(b_ak), b_decay[:, None] * b_au, input_precision="tf32x3")
-
-
-@triton.jit
 def fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr,
              K: tl.constexpr, V: tl.constexpr, BC: tl.constexpr, ENTRIES: tl.constexpr):
-    """fold_entries of row i_b's na new entries, BC at a time."""
+    """b_s [K, BV] plus the fold of row i_b's na new entries (ENTRIES: the token, or the accepted nodes), BC at a
+    time: S += sum_c e^{G - G_c} k_c u_c^T."""
     for i_c in range(0, na, BC):
         o_c = i_c + tl.arange(0, BC)
-        b_s = fold_entries(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, o_c, o_c < na, b_G, o_k, o_v, T, A, H, HV, K,
-                           V, ENTRIES)
+        m_c = o_c < na
+        if ENTRIES == 2:
+            b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
+        else:
+            b_node = tl.zeros([BC], dtype=tl.int64)
+        b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
+        b_ak = tl.load(k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
+                       other=0.).to(tl.float32)                                              # [BC, K]
+        b_au = tl.load(u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
+                       other=0.).to(tl.float32)                                              # [BC, BV]
+        b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
+        b_s += tl.dot(tl.trans(b_ak), b_decay[:, None] * b_au, input_precision="tf32x3")
     return b_s
 
 
