@@ -19,6 +19,14 @@ def send(values, target: torch.Tensor) -> None:
         target[:count].copy_(host)
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor's copy on `device`, queued behind the device's work instead of waiting for it (pinned first
+    where the device is CUDA)."""
+    if torch.device(device).type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 class HostBuffer:
     """A [size] host tensor for device-to-host copies that do not wait: pinned where the device is CUDA. The caller
     reads it once the copy has run (an event) and does not send into it again before it has read it (alternate two

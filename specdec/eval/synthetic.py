@@ -22,6 +22,7 @@ import random
 import torch
 
 from drafters.base import Drafter, DraftRequest
+from specdec.cache.host_buffer import to_device
 from specdec.cache.step import host_longs
 from specdec.speculation import DraftTree, SamplingParams, TreeShape
 from specdec.speculation.acceptance import ChainsAccepted
@@ -129,7 +130,7 @@ class SyntheticAcceptance:
         """The kept counts drawn on the host while the device still runs the step (a row's Python after the read was
         the acceptance's 0.5 ms of idle GPU a step at batch 128 on the H200: benchmarks.step_timeline, 2026-12-03),
         the bonus (the argmax after the last kept node) left on the device, as the target's greedy chains are."""
-        kept = host_longs([len(self.forced_path(tree)) - 1 for tree in trees]).to(logits.device)
+        kept = to_device(host_longs([len(self.forced_path(tree)) - 1 for tree in trees]), logits.device)
         return ChainsAccepted(kept, logits.argmax(-1).gather(1, kept[:, None])[:, 0])
 
     def forced_path(self, tree: DraftTree) -> list[int]:

@@ -332,8 +332,9 @@ class StepGraphs:
         inputs, columns = bucket.commit_inputs, torch.arange(lay.width, device=bucket.commit_inputs.device)
         inputs[:rows, lay.accepted] = torch.where(columns <= accepted.kept[:, None], columns, -1)  # nodes 0..kept
         inputs[:rows, lay.num_accepted] = accepted.kept + 1
+        accepted.start_read()  # (queued before the commit: the read below waits for the acceptance only)
         self._replay_commit(bucket)
-        results = accepted.read()  # (the wait: the commit runs meanwhile)
+        results = accepted.read()  # (the wait: the commit runs meanwhile, and on while the host emits and drafts)
         counts = [len(path) for path, _ in results]
         folds = self.cache.folding(slots, counts)
         self.cache.return_states([slot for slot, taken, fold in zip(slots, took, folds, strict=True)

@@ -27,12 +27,13 @@ chain). The engine takes any Acceptance, so a benchmark can inject its own (spec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Protocol
 
 import torch
 
+from specdec.cache.host_buffer import to_device
 from specdec.cache.step import host_longs
 
 from .sampling import SamplingParams, sample, target_distribution
@@ -44,14 +45,31 @@ Accepted = tuple[list[int], int]  # (accepted node indices, root first; the bonu
 @dataclass
 class ChainsAccepted:
     """A step's acceptance of chains still on the device: kept [B] drafts kept per row (its path: nodes 0 .. kept)
-    and bonus [B] the token after them, int64. The commit can be launched from them before the host reads them."""
+    and bonus [B] the token after them, int64. The commit can be launched from them before the host reads them:
+    start_read before launching it, so that read waits for the acceptance, not for the commit too."""
 
     kept: torch.Tensor
     bonus: torch.Tensor
+    _host: torch.Tensor | None = field(default=None, repr=False)  # [2, B] pinned, once start_read queued its copy
+    _copied: torch.cuda.Event | None = field(default=None, repr=False)
+
+    def start_read(self) -> None:
+        """Queue the copy of both to the host (CUDA; elsewhere read copies them): the work launched after this is
+        not waited for by read."""
+        if self.kept.is_cuda and self._host is None:
+            both = torch.stack([self.kept, self.bonus])
+            self._host = torch.empty(both.shape, dtype=both.dtype, pin_memory=True)
+            self._host.copy_(both, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
 
     def read(self) -> list[Accepted]:
         """One small read of both (the step's wait for the device) -> per row, its path and bonus token."""
-        kept, bonus = torch.stack([self.kept, self.bonus]).tolist()
+        if self._copied is not None:
+            self._copied.synchronize()
+            kept, bonus = self._host.tolist()
+        else:
+            kept, bonus = torch.stack([self.kept, self.bonus]).tolist()
         paths = [list(range(n + 1)) for n in range(max(kept) + 1)]  # copied per row: a caller may change its path
         return [(paths[n][:], token) for n, token in zip(kept, bonus, strict=True)]
 
@@ -111,7 +129,7 @@ def greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> ChainsAccepte
         flat = list(chain.from_iterable(tree.tokens[1:] for tree in trees))
     else:
         flat = list(chain.from_iterable(tree.tokens[1:] + [-1] * (width - len(tree.tokens)) for tree in trees))
-    drafts = host_longs(flat, len(trees), width - 1).to(argmax.device)  # [B, T - 1], -1 past a chain's end
+    drafts = to_device(host_longs(flat, len(trees), width - 1), argmax.device)  # [B, T - 1], -1 past a chain's end
     kept = (drafts == argmax[:, :-1]).long().cumprod(-1).sum(-1)  # [B] drafts accepted
     return ChainsAccepted(kept, argmax.gather(1, kept[:, None])[:, 0])
 
