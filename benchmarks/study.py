@@ -77,24 +77,29 @@ def merge(results: list[dict]) -> list[dict]:
     merged: dict[tuple[str, int, str], dict] = {}
     for result in results:
         key = (result["model"], result["layers"], result.get("settings", {}).get("draft"))
+        rows = [{**row, "date": result.get("date", "")} for row in result["rows"]]  # (a row's run: its date)
         if key not in merged:
-            merged[key] = {**result, "rows": list(result["rows"]), "transformers": list(result["transformers"])}
+            merged[key] = {**result, "rows": rows, "transformers": list(result["transformers"])}
         else:
-            merged[key]["rows"] += result["rows"]
+            merged[key]["rows"] += rows
             merged[key]["transformers"] += result["transformers"]
     return [{**result, "rows": median_rows(result["rows"])} for result in merged.values()]
 
 
 def median_rows(rows: list[dict]) -> list[dict]:
-    """One row per (backend, mode, batch): of an engine run in several processes (study_on_device.sh REPEATS), the
-    run with the median tokens/s (the lower one of an even count), its `runs` the tokens/s of all. An engine's step
-    time moves by up to 8% from one process to the next on the H200 (2026-12-03: the same adaptive engine's 4-chain
-    steps 6.9-7.0 ms in one process, 7.5-7.6 in the next), more than the adaptive targets' margins."""
+    """One row per (backend, mode, batch): the runs of its latest date only (a point re-run after a change
+    replaces the earlier code's runs; the section names the re-run points: report.rerun_note), and of an engine run
+    in several processes that day (study_on_device.sh REPEATS), the run with the median tokens/s (the lower one of an
+    even count), its `runs` the tokens/s of all. An engine's step time moves by up to 8% from one process to the next
+    on the H200 (2026-12-03: the same adaptive engine's 4-chain steps 6.9-7.0 ms in one process, 7.5-7.6 in the
+    next), more than the adaptive targets' margins."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row.get("backend"), row.get("mode"), row.get("batch_size")), []).append(row)
     out = []
     for group in groups.values():
+        latest = max(row.get("date", "") for row in group)
+        group = [row for row in group if row.get("date", "") == latest]
         if len(group) == 1:
             out.append(group[0])
             continue

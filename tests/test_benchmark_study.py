@@ -111,3 +111,23 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
     # each engine's lower run of two: adaptive 170 against fixed 180 and plain 90
     assert lines[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 180 / 200 | 170 / 190 | 0.94x | 1.89x | "
                         "chain-4 30, plain 2 |")
+
+
+def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
+    from benchmarks.report import rerun_note
+
+    def row(backend, batch, speed):
+        return {"backend": backend, "mode": "plain", "batch_size": batch, "tokens_per_second": speed}
+
+    first = {"model": "m", "layers": 4, "transformers": [], "settings": {"draft": "synthetic:2.72"},
+             "date": "2026-12-02", "rows": [row("kvbuffer", 1, 100.0), row("kvbuffer", 256, 9000.0),
+                                            row("recurrent", 256, 9500.0)]}
+    later = {**first, "date": "2026-12-03", "rows": [row("kvbuffer", 256, 9900.0), row("recurrent", 256, 9400.0)]}
+    (joined,) = merge([later, first])
+    kept = {(r["backend"], r["batch_size"]): r["tokens_per_second"] for r in joined["rows"]}
+    assert kept == {("kvbuffer", 1): 100.0, ("kvbuffer", 256): 9900.0, ("recurrent", 256): 9400.0}
+    assert rerun_note(joined) == (" Re-run on 2026-12-03, after changes to the engine step: plain batch 256 "
+                                  "(kvbuffer and recurrent); the same-run ratios of those rows compare backends "
+                                  "measured together.")
+    (alone,) = merge([first])
+    assert rerun_note(alone) == ""
