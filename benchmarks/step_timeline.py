@@ -10,6 +10,12 @@ busy time, both kinds together; this says which kind it is.
 
 The saved trace keeps the kernels, memory copies, CUDA runtime calls and phase ranges only (start and duration in
 microseconds), a few MB where the full trace is hundreds.
+
+The profiler's tracing slows graph launches: on the H200 (2026-12-03, Qwen3.5-9B speculative batch 128) the host
+spent 1.0-1.4 ms in cudaGraphLaunch of the ~850-kernel verify graph under the profiler, and 0.033 ms without it, so
+a long gap charged to a phase that launches a graph (score) is mostly the profiler's. The same run therefore also
+times steps untraced (untraced_steps): their wall time per step, and each graph launch's host time; untraced wall
+minus the traced GPU busy time is the step's real host gap.
 """
 
 from __future__ import annotations
@@ -160,8 +166,47 @@ def summary(steps: list[dict]) -> list[str]:
     return lines
 
 
-def record(settings, batch: int, mode: str, steps: int) -> list[dict]:
-    """`steps` engine steps of a batch past its prefill and a few untimed steps, profiled: the reduced events."""
+def untraced_steps(engine, device: torch.device, steps: int) -> dict:
+    """`steps` engine steps without the profiler -> {"wall_ms": per step, "launches": [per CUDA graph replayed:
+    launches per step and the median host ms of a launch], most expensive first}."""
+    import time
+
+    from specdec.eval.bench import synchronize
+
+    launches: dict[int, list[float]] = defaultdict(list)
+    replay = torch.cuda.CUDAGraph.replay
+
+    def timed(graph) -> None:
+        start = time.perf_counter()
+        replay(graph)
+        launches[id(graph)].append((time.perf_counter() - start) * 1e3)
+
+    torch.cuda.CUDAGraph.replay = timed
+    try:
+        start = time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        synchronize(device)
+        wall_ms = (time.perf_counter() - start) * 1e3 / steps
+    finally:
+        torch.cuda.CUDAGraph.replay = replay
+    per_graph = [{"per_step": len(times) / steps, "host_ms": sorted(times)[len(times) // 2]}
+                 for times in launches.values()]
+    return {"wall_ms": wall_ms, "launches": sorted(per_graph, key=lambda g: -g["host_ms"])}
+
+
+def untraced_lines(untraced: dict, steps: list[dict]) -> list[str]:
+    """The untraced steps' figures beside the traced ones (summary's steps)."""
+    kept = steps[1:] or steps
+    busy_ms = sum(s["busy_us"] for s in kept) / len(kept) / 1e3
+    launches = ", ".join(f"{g['per_step']:g} a step at {g['host_ms']:.3f} ms" for g in untraced["launches"])
+    return ["", f"untraced: {untraced['wall_ms']:.2f} ms/step wall, {untraced['wall_ms'] - busy_ms:.2f} over the "
+            f"traced GPU busy time; graph launches (host): {launches or 'none'}"]
+
+
+def record(settings, batch: int, mode: str, steps: int) -> tuple[list[dict], dict]:
+    """`steps` engine steps of a batch past its prefill and a few untimed steps, profiled, then `steps` more
+    untraced -> (the profiled steps' reduced events, untraced_steps' figures)."""
     from torch.profiler import ProfilerActivity, profile
 
     from specdec.eval.bench import bench_prompts, load_llm, synchronize, warm_up_and_prefill
@@ -177,10 +222,11 @@ def record(settings, batch: int, mode: str, steps: int) -> list[dict]:
         for _ in range(steps):
             engine.step()
         synchronize(device)
+    untraced = untraced_steps(engine, device, steps)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")
         prof.export_chrome_trace(path)
-        return reduced_events(json.loads(Path(path).read_text()))
+        return reduced_events(json.loads(Path(path).read_text())), untraced
 
 
 def main() -> None:
@@ -195,19 +241,22 @@ def main() -> None:
     parser.add_argument("--read", type=Path, default=None, help="analyse a saved trace instead")
     args = parser.parse_args()
     if args.read is not None:
-        events = json.loads(gzip.decompress(args.read.read_bytes()))
+        saved = json.loads(gzip.decompress(args.read.read_bytes()))
+        # (traces saved before the untraced steps: the events alone)
+        events, untraced = (saved, None) if isinstance(saved, list) else (saved["events"], saved["untraced"])
     else:
         if args.device == "cuda" and not torch.cuda.is_available():
             raise SystemExit("the timeline needs a CUDA GPU (or --read a saved trace, or --device cpu to smoke-test)")
         from specdec.eval.bench import BenchSettings
 
         settings = BenchSettings(target=args.target, draft=args.draft, batch_sizes=(args.batch,),
-                                 max_new_tokens=64, prompt_tokens=128, device=args.device)
-        events = record(settings, args.batch, args.mode, args.steps)
+                                 max_new_tokens=96, prompt_tokens=128, device=args.device)
+        events, untraced = record(settings, args.batch, args.mode, args.steps)
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_bytes(gzip.compress(json.dumps(events).encode()))
-    print("\n".join(summary(split_steps(events))))
+            args.out.write_bytes(gzip.compress(json.dumps({"events": events, "untraced": untraced}).encode()))
+    steps = split_steps(events)
+    print("\n".join(summary(steps) + (untraced_lines(untraced, steps) if untraced else [])))
 
 
 if __name__ == "__main__":

@@ -90,4 +90,38 @@ def test_reading_a_trace_needs_no_gpu(tmp_path):
     path.write_bytes(gzip.compress(json.dumps(TRACE).encode()))
     out = subprocess.run([sys.executable, "-m", "benchmarks.step_timeline", "--read", str(path)], check=True,
                          capture_output=True, text=True).stdout
-    assert "| observe | 0.040 |" in out
+    assert "| observe | 0.040 |" in out and "untraced" not in out  # a trace saved before the untraced steps
+    untraced = {"wall_ms": 0.1, "launches": []}
+    path.write_bytes(gzip.compress(json.dumps({"events": TRACE, "untraced": untraced}).encode()))
+    out = subprocess.run([sys.executable, "-m", "benchmarks.step_timeline", "--read", str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    assert "| observe | 0.040 |" in out and "untraced: 0.10 ms/step wall, 0.06 over" in out
+
+
+def test_untraced_steps_time_each_graph_launch_and_the_step(monkeypatch):
+    import torch
+
+    from benchmarks.step_timeline import untraced_lines, untraced_steps
+
+    class Graph:  # a graph whose launch the test counts (replay: torch.cuda.CUDAGraph's, patched in)
+        pass
+
+    replays = []
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: replays.append(graph), raising=False)
+    verify, commit = Graph(), Graph()
+
+    class Engine:
+        def step(self):
+            torch.cuda.CUDAGraph.replay(verify)
+            torch.cuda.CUDAGraph.replay(commit)
+            torch.cuda.CUDAGraph.replay(commit)
+
+    figures = untraced_steps(Engine(), torch.device("cpu"), steps=3)
+    assert replays == [verify, commit, commit] * 3, "each launch still replays its graph"
+    assert sorted(g["per_step"] for g in figures["launches"]) == [1, 2] and figures["wall_ms"] > 0
+    original = torch.cuda.CUDAGraph.replay
+    assert original is not None and "timed" not in getattr(original, "__name__", ""), "the patch is undone"
+    lines = untraced_lines({"wall_ms": 2.5, "launches": [{"per_step": 1, "host_ms": 0.033}]},
+                           [{"busy_us": 9e9}, {"busy_us": 2000.0}])
+    assert lines[1] == ("untraced: 2.50 ms/step wall, 0.50 over the traced GPU busy time; graph launches (host): "
+                        "1 a step at 0.033 ms")
