@@ -178,6 +178,27 @@ def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter
     assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
 
 
+@pytest.mark.parametrize("drafter", [None, "model"])
+def test_bf16_static_steps_write_bf16_logits_and_generate_the_plain_tokens(checkpoint, drafter, monkeypatch):
+    """In bf16 the LM head's GEMM writes the shared logits buffer itself (model.logits_dtype: no cast to fp32), the
+    values of the eager path's fp32 cast exactly, so the tokens are the same (greedy argmax, the draft's top-k)."""
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
+    plain = generate(engine_for(checkpoint, drafter, 3, cuda_graphs=False, dtype=torch.bfloat16))
+    engine = static_steps(engine_for(checkpoint, drafter, 3, cuda_graphs=False, dtype=torch.bfloat16))
+    assert generate(engine) == plain
+    assert engine.runner.graphs._logits.dtype == torch.bfloat16
+
+
+def test_logits_written_in_place_are_the_cast_logits(checkpoint):
+    model = load_model(checkpoint, device="cpu", dtype=torch.bfloat16)
+    hidden = torch.randn(3, 5, model.lm_head.in_features, generator=torch.Generator().manual_seed(0)).bfloat16()
+    out = torch.full((3, 5, model.lm_head.out_features), float("nan"), dtype=torch.bfloat16)
+    assert model.logits_dtype == torch.bfloat16 and model.compute_logits(hidden, out).data_ptr() == out.data_ptr()
+    assert torch.equal(out.float(), model.compute_logits(hidden))
+    fp32 = torch.empty(3, 5, model.lm_head.out_features)  # another dtype: cast into it, as before
+    assert torch.equal(model.compute_logits(hidden, fp32), model.compute_logits(hidden))
+
+
 def counted_chain_commits(monkeypatch) -> list[int]:
     """The batch sizes of the steps committed through StepGraphs.commit_chains from now on (appended as they run)."""
     calls: list[int] = []
@@ -277,6 +298,16 @@ def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, 
     assert graphed.runner.cache.free_request_slots == 3, "the padding slot comes on top of max_requests"
     if drafter == "model":
         assert graphed.drafter.runner.graphs is not None, "the draft model's steps are captured too"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_captured_bf16_steps_write_bf16_logits_and_generate_what_eager_steps_generate(checkpoint):
+    """bf16 as served: the captured LM heads (target's and draft model's) write the shared logits buffer in bf16."""
+    eager = engine_for(checkpoint, "model", 3, cuda_graphs=False, device="cuda", dtype=torch.bfloat16)
+    graphed = engine_for(checkpoint, "model", 3, cuda_graphs=True, device="cuda", dtype=torch.bfloat16)
+    assert generate(graphed) == generate(eager)
+    assert graphed.runner.graphs._logits.dtype == graphed.drafter.runner.graphs._logits.dtype == torch.bfloat16
 
 
 @pytest.mark.gpu

@@ -106,6 +106,10 @@ class Eagle3Head(HybridCausalLM):
         h = hidden_in + layer.self_attn(x, self.rotary_emb(ctx.positions, x.dtype), ctx, cache)
         return h + layer.mlp(layer.post_attention_layernorm(h))
 
+    @property
+    def logits_dtype(self) -> torch.dtype:
+        return torch.float32  # (compute_logits scatters the draft vocabulary's fp32 logits into the full one)
+
     def compute_logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         draft = self.lm_head(self.norm(hidden)).float()
         full = draft.new_full((*draft.shape[:-1], self.vocab_size), float("-inf")) if out is None else out.fill_(

@@ -18,11 +18,11 @@ them), one node, nothing accepted. Prefill, and steps wider or larger than the g
 All graphs share one memory pool, as torch allows for graphs that never replay concurrently: a capture reuses the
 scratch that earlier captures freed (captured widest and largest first, the later ones fit in it), and each graph's
 outputs stay live; so outputs are valid until the next replay of any of these graphs, which no caller outlives (a
-step is scored, accepted and committed before the next one replays). The fp32 logits, by far the largest output
-(rows x width x vocab x 4 bytes: 1.3 GB for 256 rows of 5 nodes at Qwen3.5's 248k vocabulary, and one per batch
-bucket, width and key length), go to one buffer that every graph of these steps writes its rows into (the LM head's
-cast to fp32 writes there), sized for the largest bucket at the widest width: the sum over buckets would be
-several times that.
+step is scored, accepted and committed before the next one replays). The logits, by far the largest output
+(rows x width x vocab, in the LM head's dtype (model.logits_dtype): 0.6 GB in bf16 for 256 rows of 5 nodes at
+Qwen3.5's 248k vocabulary, and one per batch bucket, width and key length), go to one buffer that every graph of
+these steps writes its rows into (the LM head's GEMM writes there), sized for the largest bucket at the widest
+width: the sum over buckets would be several times that.
 
 Graphs replay on CUDA; `capture=False` runs the very same static, padded steps eagerly (the CPU tests use it to
 check the packing, the padding and the static context against the plain path).
@@ -103,7 +103,7 @@ class _Bucket:
     commit_inputs: torch.Tensor
     turn: int = 0
     ctx: StepContext | None = None
-    logits: torch.Tensor | None = None  # [bucket, T, vocab] fp32
+    logits: torch.Tensor | None = None  # [bucket, T, vocab], model.logits_dtype
     features: torch.Tensor | None = None  # [bucket, T, F]: the runner's feature_layers
     forward_graph: torch.cuda.CUDAGraph | None = None
     commit_graph: torch.cuda.CUDAGraph | None = None
@@ -145,7 +145,7 @@ class StepGraphs:
         # one pool for every width and bucket (and the graphs sharing it)
         self._pool = share._pool if share is not None else torch.cuda.graph_pool_handle() if capture else None
         self._steps: dict[tuple[int, int, int], _Bucket] = {}  # (width, batch bucket, key length) -> its step
-        self._logits: torch.Tensor | None = None  # flat fp32, every step's logits at its start (module docstring)
+        self._logits: torch.Tensor | None = None  # flat, every step's logits at its start (module docstring)
         self._vocab: int | None = None  # the logits' last dimension, from the first forward (a capture's warm-up)
 
     @property
@@ -218,12 +218,13 @@ class StepGraphs:
         return step
 
     def _logits_out(self, rows: int, width: int) -> torch.Tensor:
-        """[rows, width, vocab] fp32 at the start of the shared logits buffer, for the largest bucket at the widest
-        width (the vocabulary: the logits' of an earlier forward). Allocated on first use, which _build makes come
-        before its capture: a tensor allocated during a capture would sit in the graphs' pool."""
+        """[rows, width, vocab] at the start of the shared logits buffer (in model.logits_dtype: the LM head writes
+        there with no cast), for the largest bucket at the widest width (the vocabulary: the logits' of an earlier
+        forward). Allocated on first use, which _build makes come before its capture: a tensor allocated during a
+        capture would sit in the graphs' pool."""
         if self._logits is None:
-            self._logits = torch.empty(self.buckets[-1] * self.width * self._vocab, dtype=torch.float32,
-                                       device=self.cache.device)
+            self._logits = torch.empty(self.buckets[-1] * self.width * self._vocab,
+                                       dtype=self.runner.model.logits_dtype, device=self.cache.device)
         return self._logits[: rows * width * self._vocab].view(rows, width, self._vocab)
 
     @torch.inference_mode()
@@ -267,8 +268,8 @@ class StepGraphs:
 
     @torch.inference_mode()
     def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep]:
-        """A step that fits -> (logits [B, T, vocab] fp32 and features [B, T, F] of the real rows, T >= batch.width
-        the narrowest width captured that holds it; the step to commit)."""
+        """A step that fits -> (logits [B, T, vocab] (model.logits_dtype) and features [B, T, F] of the real rows,
+        T >= batch.width the narrowest width captured that holds it; the step to commit)."""
         batch = batch.padded_to(self.step_width(batch.width))
         step = self._replay(batch, self.cache.check_step(batch))
         rows = len(batch.req_slots)
@@ -276,8 +277,8 @@ class StepGraphs:
 
     @torch.inference_mode()
     def decode(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """A decode step that fits (its tokens: the runner's, on the device), committed in its forward -> (fp32
-        logits [B, vocab], the rows' request slots on the device), valid until the next replay: the host
+        """A decode step that fits (its tokens: the runner's, on the device), committed in its forward -> (logits
+        [B, vocab] (model.logits_dtype), the rows' request slots on the device), valid until the next replay: the host
         half of the commit first (the state slots of the rows whose buffer fills), the graph, the committed
         lengths. Nothing here waits for the device."""
         num_nodes = self.cache.check_step(batch)  # (width 1: nothing to pad)

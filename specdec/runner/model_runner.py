@@ -100,8 +100,9 @@ class ModelRunner:
     # ---- a step: score, then commit ----------------------------------------------------------------------------
     @torch.inference_mode()
     def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, StepContext | GraphStep]:
-        """-> (fp32 logits [B, T, vocab] of every node, features [B, T, F], the step to commit). From a graph the
-        logits and features are its outputs (T its width >= batch.width), valid until the step's next replay."""
+        """-> (logits [B, T, vocab] of every node, features [B, T, F], the step to commit). From a graph the
+        logits (in model.logits_dtype) and features are its outputs (T its width >= batch.width), valid until the
+        step's next replay; else fp32 logits."""
         if self.graphs is not None and self.graphs.fits(batch, decode=False):
             return self.graphs.score_all(batch)
         ctx = self.cache.begin_step(batch)
@@ -109,7 +110,7 @@ class ModelRunner:
         return self.model.compute_logits(hidden), features, ctx
 
     def score_logits(self, batch: StepBatch) -> tuple[torch.Tensor, StepContext | GraphStep]:
-        """-> (fp32 logits [B, T, vocab] of every node, the step to commit)."""
+        """-> (logits [B, T, vocab] of every node (score_all's), the step to commit)."""
         logits, _, step = self.score_all(batch)
         return logits, step
 
@@ -168,7 +169,7 @@ class ModelRunner:
     @torch.inference_mode()
     def decode(self, req_slots: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
         """Plain decoding: one token per request, committed in the same forward (the linear layers' fused
-        decode-commit, KVBufferCache.begin_decode); -> fp32 logits [B, V]."""
+        decode-commit, KVBufferCache.begin_decode); -> logits [B, V] (fp32, or a graph's in model.logits_dtype)."""
         self.set_tokens(req_slots, tokens)
         return self._decode(req_slots)[0]
 
