@@ -79,10 +79,14 @@ def variants() -> list[tuple[str, object, dict, int]]:
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
                                                                           "16-node tree")):
         heads = per_program or HV // H
+        fma = verify.TREE_FMA and what == "4-chain"
+        BT, BL = (verify.fma_blocks(4), verify.fma_blocks(CAPACITY)) if fma else (16, 16)
         out.append((f"verify tree pass, {what}", verify.gdn_verify_tree_kernel,
-                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
+                    dict(shapes, L=CAPACITY, BT=BT, BL=BL, BK=verify.PRODUCTS_BLOCK_K,
+                         BV=verify.TREE_FMA_BLOCK_V if fma else verify.TREE_BLOCK_V,
                          NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads), verify.TREE_WARPS))
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=fma),
+                    verify.TREE_FMA_WARPS if fma else verify.TREE_WARPS))
     for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
@@ -107,6 +111,16 @@ def variants() -> list[tuple[str, object, dict, int]]:
                 fold.FOLD_WARPS))
     out.append(("candidate: decode + commit, row loop in 2 stages", decode.gdn_decode_rows_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=2), decode.NUM_WARPS))
+    # the tree pass on the FMA units (verify.TREE_FMA) where it is off: 4-chains and 8-node trees, V columns, warps
+    if not verify.TREE_FMA:
+        heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
+        for nodes, block_v, warps in ((4, 32, 2), (4, 64, 2), (4, 32, 4), (4, 16, 1), (8, 32, 2)):
+            out.append((f"candidate: verify tree pass on the FMA units, {nodes} nodes, {block_v} columns",
+                        verify.gdn_verify_tree_kernel,
+                        dict(shapes, L=CAPACITY, BT=verify.fma_blocks(nodes), BL=verify.fma_blocks(CAPACITY),
+                             BK=verify.PRODUCTS_BLOCK_K, BV=block_v, NG=triton.next_power_of_2(heads),
+                             PRECISION=verify.DOT_PRECISION, PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
+                             FMA=True), warps))
     block_v, warps = verify.STATE_FMA_CONFIG
     out.append(("candidate: verify state pass (4-chain), row loop in 2 stages", verify.gdn_verify_state_rows_kernel,
                 dict(shapes, BV=block_v, MAX_NODES=verify.FMA_MAX_NODES, STAGES=2), warps))

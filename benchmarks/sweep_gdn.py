@@ -103,6 +103,13 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                   "decode.DECODE_LANES": lanes}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
+        # the tree pass of trees up to FMA_MAX_NODES on the FMA units (verify.TREE_FMA; the 4-chain): V columns,
+        # warps, the value heads of a key head in one program or one each
+        for bv, warps, heads in ((32, 4, None), (32, 2, None), (16, 2, None), (64, 4, None), (32, 2, 1), (16, 1, 1)):
+            out.append(Candidate("verify", f"tree pass on the FMA units, BV {bv}, {warps} warps, "
+                                           f"{'a key head' if heads is None else 'a value head'} per program",
+                                 {"verify.TREE_FMA": True, "verify.TREE_FMA_BLOCK_V": bv,
+                                  "verify.TREE_FMA_WARPS": warps, "verify.TREE_HEADS_PER_PROGRAM": heads}))
         # the state pass one node at a time (the 4-chain): per key head or per value head, V columns, warps
         for share, bv, warps in ((True, 16, 4), (True, 32, 2), (False, 64, 4), (False, 64, 2)):
             out.append(Candidate("verify", f"state pass per {'key' if share else 'value'} head, BV {bv}, {warps} warps",

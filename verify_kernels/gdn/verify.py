@@ -27,7 +27,9 @@ like this state pass, per value head, and spent the rest in a products pass and 
 Up to FUSED_MAX_BATCH rows, where launches cost more than bytes, one kernel does it all per (row, value head,
 V block) in one launch.
 Tiles are [BV, BT], V columns first: with the nodes first, tl.dot's layout for 16-row operands put a copy of every
-tile in each warp. Products over K go BK columns at a time: a whole [BT, K] operand sits in every warp.
+tile in each warp. With TREE_FMA the tree pass of a small tree computes its products on the FMA units instead, its
+tiles as small as the tree (products: [M, N, C] broadcast and summed). Products over K go BK columns at a time:
+a whole [BT, K] operand sits in every warp.
 Decays are exponentiated only as G differences <= 0 (or a single G), masked pairs set to -inf first. Padding nodes
 and stale buffer entries are selected away after loading (whatever they hold), so they add nothing and padding
 nodes come out as zeros.
@@ -87,6 +89,16 @@ TREE_WARPS = 2
 # 410.7 / 111.1 for 4-chains against 373.4 / 100.4.
 TREE_HEADS_PER_PROGRAM = None
 TREE_DOT_HEADS_PER_PROGRAM = 1
+# TREE_FMA: the tree pass of trees up to FMA_MAX_NODES nodes with its products on the FMA units, its tiles as small
+# as the tree and the buffer ([4, 4] and [4, 16] for a 4-chain on a 16-entry buffer: fma_blocks) where tl.dot pads
+# both to 16 and runs each product as three TF32 passes (tf32x3); exact fp32. sm_90 registers a thread
+# (benchmarks.gdn_registers, Triton 3.9, 4-chain): 80 at 32 columns and 4 warps (6 programs, 24 warps an SM), 128 at 32
+# and 2 (8 bytes spilled), where the tensor-core tree pass holds 250 at 2 warps (4 programs, 8 warps an SM). Written
+# and checked in the interpreter on 2026-12-03 with no GPU lent: off until benchmarks/sweep_gdn.py times it (its
+# "tree pass on the FMA units" candidates) against the tensor-core pass on the H200.
+TREE_FMA = False
+TREE_FMA_BLOCK_V = 32
+TREE_FMA_WARPS = 2
 FMA_MAX_NODES = 8
 STATE_BLOCK_K = 32
 PRODUCTS_BLOCK_K = 16
@@ -99,9 +111,20 @@ MAX_NODES = 64
 
 
 @triton.jit
+def products(a, b, FMA: tl.constexpr, PRECISION: tl.constexpr):
+    """a [M, C] . b [N, C] over C -> [M, N] fp32: on the tensor cores (tl.dot: M, N, C >= 16), or with FMA as a
+    broadcast product summed over C ([M, N, C] in registers: any power-of-two sizes, exact fp32; the few-node tree
+    pass, TREE_FMA)."""
+    if FMA:
+        return tl.sum(a[:, None, :] * b[None, :, :], 2)
+    else:
+        return tl.dot(a, tl.trans(b), input_precision=PRECISION)
+
+
+@triton.jit
 def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
                   BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
-                  PRODUCTS_STAGES: tl.constexpr):
+                  PRODUCTS_STAGES: tl.constexpr, FMA: tl.constexpr):
     """a. k_t . k_i and q_t . k_i among row i_b's nodes ([BT, BT]) and against its n buffer keys ([BT, BL]), key head
     i_hk; zero at padding nodes and stale entries."""
     o_t = tl.arange(0, BT)
@@ -119,10 +142,10 @@ def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.
         b_qc = tl.load(q + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
         b_bkc = tl.load(p_bk, mask=m_l[:, None], other=0.)
-        b_kk += tl.dot(b_kc, tl.trans(b_kc), input_precision=PRECISION)
-        b_qk += tl.dot(b_qc, tl.trans(b_kc), input_precision=PRECISION)
-        b_kB += tl.dot(b_kc, tl.trans(b_bkc), input_precision=PRECISION)
-        b_qB += tl.dot(b_qc, tl.trans(b_bkc), input_precision=PRECISION)
+        b_kk += products(b_kc, b_kc, FMA, PRECISION)
+        b_qk += products(b_qc, b_kc, FMA, PRECISION)
+        b_kB += products(b_kc, b_bkc, FMA, PRECISION)
+        b_qB += products(b_qc, b_bkc, FMA, PRECISION)
     return b_kk, b_qk, b_kB, b_qB
 
 
@@ -169,7 +192,8 @@ def node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h, n, nn, T, HV: tl.co
 
 @triton.jit
 def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV: tl.constexpr,
-                 V: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, PRECISION: tl.constexpr):
+                 V: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, PRECISION: tl.constexpr,
+                 FMA: tl.constexpr):
     """d. over columns o_v [BV]: w = beta (v - kr) and qr, [BV, BT] each."""
     o_t = tl.arange(0, BT)
     o_l = tl.arange(0, BL)
@@ -178,17 +202,17 @@ def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, 
     b_v = tl.where(m_t[None, :], tl.load(v + p_n, mask=(o_t < T)[None, :], other=0.).to(tl.float32), 0.)
     p_bu = buf_u + ((i_r * L + o_l[None, :]) * HV + i_h) * V + o_v[:, None]
     b_bu = tl.load(p_bu, mask=(o_l < n)[None, :], other=0.)                               # [BV, BL]
-    b_kr = tl.dot(b_bu, tl.trans(b_kB * b_dB), input_precision=PRECISION)                 # [BV, BT]
-    b_qr = tl.dot(b_bu, tl.trans(b_qB * b_dB), input_precision=PRECISION)
+    b_kr = products(b_bu, b_kB * b_dB, FMA, PRECISION)                                    # [BV, BT]
+    b_qr = products(b_bu, b_qB * b_dB, FMA, PRECISION)
     return b_beta[None, :] * (b_v - b_kr), b_qr
 
 
 @triton.jit
-def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr):
+def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr, FMA: tl.constexpr):
     """e.: u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u, as [BV, BT] tiles (u^T = (...)^T M^T)."""
     b_eG = tl.exp(b_G)
-    b_u = tl.dot(b_w - (b_beta * b_eG)[None, :] * b_kS, tl.trans(b_M), input_precision=PRECISION)
-    b_o = b_qr + b_eG[None, :] * b_qS + tl.dot(b_u, tl.trans(b_P), input_precision=PRECISION)
+    b_u = products(b_w - (b_beta * b_eG)[None, :] * b_kS, b_M, FMA, PRECISION)
+    b_o = b_qr + b_eG[None, :] * b_qS + products(b_u, b_P, FMA, PRECISION)
     return b_u, b_o
 
 
@@ -220,6 +244,7 @@ def gdn_verify_tree_kernel(
     PRECISION: tl.constexpr,
     PRODUCTS_STAGES: tl.constexpr,
     GP: tl.constexpr,   # value heads per program, of one key head (TREE_HEADS_PER_PROGRAM)
+    FMA: tl.constexpr,  # products on the FMA units, BT and BL any powers of two (TREE_FMA); else tl.dot, >= 16
 ):
     i_hp, i_b = tl.program_id(0), tl.program_id(1)
     i_h0 = i_hp * GP
@@ -235,7 +260,7 @@ def gdn_verify_tree_kernel(
     b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h0, n, nn, T, HV, L, BT, BL,
                                               GP, NG)
     b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                             PRODUCTS_STAGES)
+                                             PRODUCTS_STAGES, FMA)
     o_g = tl.arange(0, NG)
     for i_g in tl.static_range(GP):
         i_h = i_h0 + i_g
@@ -253,8 +278,8 @@ def gdn_verify_tree_kernel(
                 b_kS = tl.load(kS + p_n, mask=m_n, other=0.)
                 b_qS = tl.load(qS + p_n, mask=m_n, other=0.)
             b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT,
-                                     BL, PRECISION)
-            b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
+                                     BL, PRECISION, FMA)
+            b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION, FMA)
             tl.store(u + p_n, b_u, mask=m_T[None, :])
             tl.store(o + p_n, b_o, mask=m_T[None, :])
 
@@ -301,17 +326,17 @@ def gdn_verify_fused_kernel(
         b_s = state_tile(p_s, K, V, BV, USE_DOT, "")
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                             PRODUCTS_STAGES)
+                                             PRODUCTS_STAGES, False)
     b_g, b_beta, b_anc, b_bg = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h, n, nn, T, HV, L, BT, BL, 1, 1)
     b_beta = tl.sum(b_beta, 1)
     b_G, b_dB, b_M, b_P = head_weights(tl.sum(b_g, 1), b_beta, b_anc, tl.sum(b_bg, 1), b_kk, b_qk, n, nn, BT, BL)
     b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT, BL,
-                             PRECISION)
+                             PRECISION, False)
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
     b_qS = tl.zeros([BV, BT], dtype=tl.float32)
     if i_s >= 0:
         b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "")
-    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
+    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION, False)
     p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
     tl.store(u + p_n, b_u, mask=m_T[None, :])
     tl.store(o + p_n, b_o, mask=m_T[None, :])
@@ -322,6 +347,11 @@ def gdn_verify_fused_kernel(
 def verify_blocks(T: int) -> int:
     """A node or buffer-entry count padded to a power of two >= 16 (tl.dot's smallest)."""
     return max(16, triton.next_power_of_2(T))
+
+
+def fma_blocks(T: int) -> int:
+    """A node or buffer-entry count padded to a power of two >= 2, for products on the FMA units (TREE_FMA)."""
+    return max(2, triton.next_power_of_2(T))
 
 
 def verify_scratch_bytes(T: int, HV: int, V: int) -> int:
@@ -417,10 +447,15 @@ def gdn_verify(
     if (HV // H) % per_program:
         raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "
                          f"head ({HV // H})")
+    fma = TREE_FMA and not use_dot
+    if fma:  # tiles as small as the tree and the buffer (fma_blocks), no tl.dot
+        BT, BL, block_v, warps = fma_blocks(T), fma_blocks(L), TREE_FMA_BLOCK_V, TREE_FMA_WARPS
+    else:
+        block_v, warps = TREE_BLOCK_V, TREE_WARPS
     gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, TREE_BLOCK_V), PRECISION=DOT_PRECISION,
-        NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, num_warps=TREE_WARPS,
-        num_stages=1,
+        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v), PRECISION=DOT_PRECISION,
+        NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, FMA=fma,
+        num_warps=warps, num_stages=1,
     )
     return o, u, gcum
