@@ -97,9 +97,9 @@ def variants() -> list[tuple[str, object, dict, int]]:
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
-        stages, warps = fold.fold_launch(CAPACITY, append, entries)
+        stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
-                    dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                          BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages),
                     warps))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),

@@ -85,6 +85,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("commit", f"{lanes} fold lanes", {"fold.FOLD_LANES": lanes}))
         out.append(Candidate("commit", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
         out.append(Candidate("commit", "the looped-row fold, 16 lanes", {"fold.FOLD_STAGES": 1, "fold.FOLD_LANES": 16}))
+        # the looped row's tile and warps (fold.LOOPED_FOLD_BLOCK_V: [128, 32] on 2 warps spills, [128, 16] not)
+        for bv, warps in ((16, 2), (16, 4), (32, 4)):
+            out.append(Candidate("commit", f"looped-row fold BV {bv}, {warps} warps",
+                                 {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
         for bv, warps in ((32, 4), (64, 8)):
@@ -92,6 +96,9 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
         out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
         out.append(Candidate("decode", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
+        for bv, warps in ((16, 2), (16, 4)):
+            out.append(Candidate("decode", f"looped-row fold BV {bv}, {warps} warps",
+                                 {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))
         # fla's fused_recurrent shape: narrow tiles on one warp (its reductions over K stay in the warp)
         for bv, warps in ((8, 1), (16, 1), (16, 2)):
             out.append(Candidate("decode", f"BV {bv}, {warps} warp{'s' * (warps > 1)}",

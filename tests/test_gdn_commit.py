@@ -8,15 +8,19 @@ import torch
 from tests.gdn_checks import COMMITS, DIMS, ROWS, check_commit, make_batch
 from tests.reference_checks import TREE
 from verify_kernels.gdn import commit as commit_module
+from verify_kernels.gdn import fold as fold_module
 
 # every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["two-kernels", "one-launch"])
+@pytest.fixture(params=["two-kernels", "one-launch", "two-kernels-fold-16-columns"])
 def commit_path(request, monkeypatch):
-    """The commit appends in its own kernel, or for batches up to ONE_LAUNCH_MAX_BATCH in the fold kernel."""
-    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0 if request.param == "two-kernels" else len(ROWS))
+    """The commit appends in its own kernel, or for batches up to ONE_LAUNCH_MAX_BATCH in the fold kernel; or, in two
+    kernels, folds 16 V columns a program (a sweep candidate: fold.LOOPED_FOLD_BLOCK_V; k32-hv2 has two blocks)."""
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0 if request.param != "one-launch" else len(ROWS))
+    if request.param == "two-kernels-fold-16-columns":
+        monkeypatch.setattr(fold_module, "LOOPED_FOLD_BLOCK_V", 16)
     return request.param
 
 

@@ -42,7 +42,7 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     decode's fold (few rows fold), 32-entry buffers and the small batches' one-launch commit fold in the looped row
     (the H200: a commit folding one row in 8 at 128 against 101 us; a 32-entry flush 666 against 449)."""
     f = fold_module
-    pipelined, looped = (f.FOLD_STAGES, f.FOLD_WARPS), (1, f.LOOPED_FOLD_WARPS)
+    pipelined, looped = (f.FOLD_STAGES, f.FOLD_WARPS, f.FOLD_BLOCK_V), (1, f.LOOPED_FOLD_WARPS, f.LOOPED_FOLD_BLOCK_V)
     assert f.fold_launch(16, False, f.ENTRIES_NONE) == pipelined
     assert f.fold_launch(8, False, f.ENTRIES_NONE) == pipelined
     assert f.fold_launch(32, False, f.ENTRIES_NONE) == looped

@@ -53,6 +53,9 @@ FOLD_LANES = 4
 FOLD_STAGES = 3
 FOLD_PIPELINE_MAX_ENTRIES = 16
 LOOPED_FOLD_WARPS = 2
+# the looped row's V columns: at [128, 32] tiles on 2 warps it holds 255 registers and spills 32-40 bytes (sm_90,
+# Triton 3.9: benchmarks.gdn_registers), at [128, 16] 213 and none; the sweep's commit / decode candidates time both
+LOOPED_FOLD_BLOCK_V = 32
 SCAN_BLOCK = 128
 BLOCK_L = 16
 
@@ -276,9 +279,9 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     B = req_slots.shape[0]
     if B == 0:
         return
-    BV = min(V, FOLD_BLOCK_V)
+    stages, warps, block_v = fold_launch(L, append, entries)
+    BV = min(V, block_v)
     lanes = B if append else min(B, FOLD_LANES)
-    stages, warps = fold_launch(L, append, entries)
     gdn_fold_kernel[(V // BV, HV, lanes)](
         k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         flush_length, B, T, A,
@@ -287,12 +290,12 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     )
 
 
-def fold_launch(L: int, append: bool, entries: int) -> tuple[int, int]:
-    """(row loop stages, warps) of a fold over buffers of L entries: the pipelined row loop for a flush whose blocks
-    fit (FOLD_PIPELINE_MAX_ENTRIES), else the looped row."""
+def fold_launch(L: int, append: bool, entries: int) -> tuple[int, int, int]:
+    """(row loop stages, warps, V columns per program) of a fold over buffers of L entries: the pipelined row loop
+    for a flush whose blocks fit (FOLD_PIPELINE_MAX_ENTRIES), else the looped row."""
     if FOLD_STAGES > 1 and entries == ENTRIES_NONE and not append and entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES:
-        return FOLD_STAGES, FOLD_WARPS
-    return 1, LOOPED_FOLD_WARPS
+        return FOLD_STAGES, FOLD_WARPS, FOLD_BLOCK_V
+    return 1, LOOPED_FOLD_WARPS, LOOPED_FOLD_BLOCK_V
 
 
 def entry_block(count: int) -> int:
