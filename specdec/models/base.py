@@ -36,6 +36,14 @@ class HybridCausalLM(nn.Module):
         residual stream before the final norm) concatenated [B, T, len(layers) * D], None without layers)."""
         raise NotImplementedError
 
+    def merge_projections(self) -> nn.Module:
+        """Every layer's projections of one input as one GEMM (specdec/models/merged.py), once its weights are in
+        place (the loader calls it) -> self."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "merge_projections"):
+                module.merge_projections()
+        return self
+
     @property
     def logits_dtype(self) -> torch.dtype:
         """The dtype compute_logits writes into a given `out` with no cast: the LM head's weights' for a bias-free

@@ -10,6 +10,7 @@ from specdec.cache.spec import LinearLayerSpec
 from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear, shard_parameters
 
 from .layers import GatedRMSNorm, glue_for
+from .merged import merge_linears, merged_outputs
 
 
 class GatedDeltaNet(nn.Module):
@@ -53,6 +54,14 @@ class GatedDeltaNet(nn.Module):
         shard_parameters(self, tp, dt_bias=tp.split(0, value_heads), A_log=tp.split(0, value_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, eps=config.rms_norm_eps)
         self.out_proj = row_linear(full_value, hidden, tp)  # all-reduce
+        self.in_proj: torch.Tensor | None = None  # the four input projections' merged weight (merge_projections)
+
+    def input_projections(self) -> list[nn.Linear]:
+        return [self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a]
+
+    def merge_projections(self) -> None:
+        """The four input projections as one GEMM from now on (specdec/models/merged.py)."""
+        self.in_proj = merge_linears(self.input_projections())
 
     def cache_spec(self) -> LinearLayerSpec:
         return LinearLayerSpec(
@@ -68,17 +77,18 @@ class GatedDeltaNet(nn.Module):
     def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         pool = cache.linear[self.linear_index]
-        mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
+        # [B, T, conv_dim] pre-conv, [B, T, value_dim], [B, T, HV] twice: one GEMM once merged (strided rows)
+        mixed, z, b, a = merged_outputs(hidden, self.in_proj, self.input_projections())
         conv_out = pool.short_conv(ctx, mixed, self.conv1d.weight[:, 0], None, "silu")
         glue = glue_for(hidden, self.A_log, self.dt_bias)
         # fp32 contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K] and v [B, T, HV, V]
         query, key, value = glue.gdn_qkv(conv_out, self.num_k_heads, self.head_k_dim, self.num_v_heads,
                                          self.head_v_dim, self.head_k_dim**-0.5)
         # g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b): fp32 [B, T, HV]
-        g, beta = glue.gdn_gates(self.in_proj_a(hidden), self.in_proj_b(hidden), self.A_log, self.dt_bias)
+        g, beta = glue.gdn_gates(a, b, self.A_log, self.dt_bias)
         # the delta rule through the layer's linear state (tree rows) or the chunked prefill (chunk rows);
         # entries keep the key, chunk rows zero g and beta at padding nodes
         inputs = MixerInputs((query, key, value, g, beta), entry_key=1, padding_masked=(3, 4))
         out, ctx.scratch[self.linear_index] = pool.score(ctx, inputs, mixed, cache.buf_len_device)
 
-        return self.out_proj(self.norm(out.flatten(-2), self.in_proj_z(hidden)))  # norm per value head, then gate
+        return self.out_proj(self.norm(out.flatten(-2), z))  # norm per value head, then gate

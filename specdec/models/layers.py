@@ -16,6 +16,8 @@ from specdec.backend import GlueOps, glue_ops, glue_ops_for
 from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear
 from verify_kernels.glue.naive import apply_rotary_ref
 
+from .merged import merge_linears, merged_outputs
+
 ACTIVATIONS = {
     "silu": F.silu,
     "relu2": lambda x: F.relu(x).square(),
@@ -165,9 +167,15 @@ class GatedMLP(nn.Module):
         self.down_proj = row_linear(intermediate_size, hidden_size, tp)
         activation(act)  # a name we know
         self.act = act
+        self.gate_up: torch.Tensor | None = None  # gate_proj's and up_proj's merged weight (merge_projections)
+
+    def merge_projections(self) -> None:
+        """gate_proj and up_proj as one GEMM from now on (specdec/models/merged.py)."""
+        self.gate_up = merge_linears([self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(act_and_mul(self.act, self.gate_proj(x), self.up_proj(x)))
+        gate, up = merged_outputs(x, self.gate_up, [self.gate_proj, self.up_proj])
+        return self.down_proj(act_and_mul(self.act, gate, up))
 
 
 class PlainMLP(nn.Module):

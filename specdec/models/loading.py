@@ -119,7 +119,7 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
     plan = _plan_loading(model, family, tensor_names(files), directory)
     _load(model, family, plan, files, device, dtype)
     model.to(device)  # buffers built outside the meta device (rotary frequencies)
-    return model.eval()
+    return model.merge_projections().eval()
 
 
 def random_model(family: Family, build: Callable[..., HybridCausalLM], hf_config, spec: Path, device: torch.device,
@@ -145,7 +145,7 @@ def random_model(family: Family, build: Callable[..., HybridCausalLM], hf_config
             _assign(model, name, tensor.float())
     if getattr(hf_config, "tie_word_embeddings", False):
         model.lm_head.weight = (getattr(model.model, "embed_tokens", None) or model.model.embeddings).weight
-    return model.eval()
+    return model.merge_projections().eval()
 
 
 def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:

@@ -1,0 +1,73 @@
+"""Projections of one input merged into one GEMM after loading (specdec/models/merged.py): the Gated DeltaNet's four
+input projections and the gated MLPs' gate / up, on a tiny Qwen3.5 (dense and MoE) saved and loaded through the
+real loader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.models import load_model
+from specdec.models.gated_deltanet import GatedDeltaNet
+from specdec.models.layers import GatedMLP
+from specdec.models.merged import merge_linears, merged_outputs
+from tests.tiny_models import qwen35_text_config, save_tiny
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["dense", "moe"])
+def model(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("merged")
+    save_tiny(qwen35_text_config(moe=request.param), directory, seed=5)
+    return load_model(directory, device="cpu")
+
+
+def test_loaded_projections_are_views_of_one_weight(model):
+    gdn = [m for m in model.modules() if isinstance(m, GatedDeltaNet)]
+    mlps = [m for m in model.modules() if isinstance(m, GatedMLP)]
+    assert gdn and mlps  # (the MoE model's shared experts are gated MLPs)
+    for layer in gdn:
+        parts = layer.input_projections()
+        assert layer.in_proj.shape == (sum(p.out_features for p in parts), parts[0].in_features)
+        assert all(p.weight.untyped_storage().data_ptr() == layer.in_proj.untyped_storage().data_ptr()
+                   for p in parts)
+    for mlp in mlps:
+        assert mlp.gate_up is not None and mlp.up_proj.weight.data_ptr() == (
+            mlp.gate_up.data_ptr() + mlp.gate_proj.out_features * mlp.gate_up.stride(0) * mlp.gate_up.element_size())
+    # the parameters keep the checkpoint's names, each stored once
+    names = {name for name, _ in model.named_parameters()}
+    assert any(name.endswith("linear_attn.in_proj_b.weight") for name in names)
+    assert not any(name.endswith((".gate_up", ".in_proj")) for name in names)
+
+
+def test_one_gemm_gives_each_projection(model, monkeypatch):
+    layer = next(m for m in model.modules() if isinstance(m, GatedDeltaNet))
+    x = torch.randn(3, 5, layer.in_proj_qkv.in_features, generator=torch.Generator().manual_seed(1))
+    separate = [p(x) for p in layer.input_projections()]
+    calls = []
+    linear = F.linear
+    monkeypatch.setattr(F, "linear", lambda *args: calls.append(args[1].shape) or linear(*args))
+    merged = merged_outputs(x, layer.in_proj, layer.input_projections())
+    assert calls == [layer.in_proj.shape], "one GEMM on the merged weight"
+    for got, want in zip(merged, separate, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_weights_moved_after_the_merge_fall_back_to_one_gemm_each():
+    linears = [nn.Linear(8, 4, bias=False), nn.Linear(8, 2, bias=False)]
+    merged = merge_linears(linears)
+    x = torch.randn(3, 8)
+    want = [linear(x) for linear in linears]
+    linears[1].weight = nn.Parameter(linears[1].weight.detach().clone() * 2)  # (no longer its view)
+    got = merged_outputs(x, merged, linears)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], 2 * want[1])
+
+
+def test_merge_refuses_biases_and_waits_for_real_weights():
+    with pytest.raises(ValueError, match="bias-free"):
+        merge_linears([nn.Linear(8, 4), nn.Linear(8, 2)])
+    with torch.device("meta"):
+        on_meta = [nn.Linear(8, 4, bias=False), nn.Linear(8, 2, bias=False)]
+    assert merge_linears(on_meta) is None and on_meta[0].weight.is_meta
