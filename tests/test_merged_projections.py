@@ -1,6 +1,6 @@
 """Projections of one input merged into one GEMM after loading (specdec/models/merged.py): the Gated DeltaNet's four
-input projections and the gated MLPs' gate / up, on a tiny Qwen3.5 (dense and MoE) saved and loaded through the
-real loader."""
+input projections, attention's k / v and the gated MLPs' gate / up, on a tiny Qwen3.5 (dense and MoE) saved and
+loaded through the real loader."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.models import load_model
+from specdec.models.attention import GatedAttention
 from specdec.models.gated_deltanet import GatedDeltaNet
 from specdec.models.layers import GatedMLP
 from specdec.models.merged import merge_linears, merged_outputs
@@ -32,6 +33,9 @@ def test_loaded_projections_are_views_of_one_weight(model):
         assert layer.in_proj.shape == (sum(p.out_features for p in parts), parts[0].in_features)
         assert all(p.weight.untyped_storage().data_ptr() == layer.in_proj.untyped_storage().data_ptr()
                    for p in parts)
+    attention = [m for m in model.modules() if isinstance(m, GatedAttention)]
+    assert attention and all(layer.kv is not None and layer.k_proj.weight.data_ptr() == layer.kv.data_ptr()
+                             for layer in attention)
     for mlp in mlps:
         assert mlp.gate_up is not None and mlp.up_proj.weight.data_ptr() == (
             mlp.gate_up.data_ptr() + mlp.gate_proj.out_features * mlp.gate_up.stride(0) * mlp.gate_up.element_size())
@@ -71,3 +75,14 @@ def test_merge_refuses_biases_and_waits_for_real_weights():
     with torch.device("meta"):
         on_meta = [nn.Linear(8, 4, bias=False), nn.Linear(8, 2, bias=False)]
     assert merge_linears(on_meta) is None and on_meta[0].weight.is_meta
+
+
+def test_nemotron_attention_runs_one_qkv_gemm(tmp_path):
+    from specdec.models.attention import PlainAttention
+    from tests.tiny_models import nemotron_h_config
+
+    save_tiny(nemotron_h_config(), tmp_path, seed=6)
+    model = load_model(tmp_path, device="cpu")
+    attention = [m for m in model.modules() if isinstance(m, PlainAttention)]
+    assert attention and all(layer.qkv is not None and layer.v_proj.weight.untyped_storage().data_ptr()
+                             == layer.qkv.untyped_storage().data_ptr() for layer in attention)

@@ -9,6 +9,7 @@ from specdec.cache.spec import AttentionLayerSpec
 from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear
 
 from .layers import OffsetRMSNorm, glue_for
+from .merged import merge_linears, merged_outputs
 
 
 class GatedAttention(nn.Module):
@@ -33,6 +34,13 @@ class GatedAttention(nn.Module):
         self.o_proj = row_linear(heads * self.head_dim, hidden, tp, bias=bias)
         self.q_norm = OffsetRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = OffsetRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.kv: torch.Tensor | None = None  # k_proj's and v_proj's merged weight (merge_projections)
+
+    def merge_projections(self) -> None:
+        """k_proj and v_proj as one GEMM from now on, where they have no bias (specdec/models/merged.py). q_proj
+        stays apart: its gate half, read in place by the sigmoid gating (act_mul), needs rows of one stride, which
+        a split of a wider output would not give."""
+        self.kv = merge_biasless([self.k_proj, self.v_proj])
 
     def cache_spec(self) -> AttentionLayerSpec:
         return AttentionLayerSpec(self.num_kv_heads, self.head_dim)
@@ -40,13 +48,21 @@ class GatedAttention(nn.Module):
     def forward(self, hidden: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], ctx, cache) -> torch.Tensor:
         """hidden [B, T, D]; rotary (cos, sin) [B, T, R] -> [B, T, D]."""
         glue = glue_for(hidden, self.q_norm.weight, self.k_norm.weight)
+        k, v = merged_outputs(hidden, self.kv, [self.k_proj, self.v_proj])  # (strided rows)
         query, gate = self.q_proj(hidden).unflatten(-1, (self.num_heads, 2 * self.head_dim)).chunk(2, dim=-1)
-        key = self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
-        value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        key = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
+        value = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         # q / k norms (1 + w) then rotary, one op; query and gate are read in place from q_proj's output
         query, key = glue.qk_norm_rotary(query, key, self.q_norm.weight, self.k_norm.weight, *rotary, self.q_norm.eps)
         out = cache.attention[self.attention_index].attend(ctx, query, key, value, self.head_dim**-0.5)
         return self.o_proj(glue.act_mul(gate, out, "sigmoid").flatten(-2))  # out * sigmoid(gate)
+
+
+def merge_biasless(projections: list[nn.Linear]) -> torch.Tensor | None:
+    """The projections merged (merge_linears), unless they have biases (None: one GEMM each)."""
+    if any(projection.bias is not None for projection in projections):
+        return None
+    return merge_linears(projections)
 
 
 def kv_shard(tp: TensorParallel, kv_heads: int, head_dim: int):
@@ -76,13 +92,19 @@ class PlainAttention(nn.Module):
         self.k_proj = column_linear(hidden, kv_heads * self.head_dim, tp, shard=kv)
         self.v_proj = column_linear(hidden, kv_heads * self.head_dim, tp, shard=kv)
         self.o_proj = row_linear(heads * self.head_dim, hidden, tp)
+        self.qkv: torch.Tensor | None = None  # q_proj's, k_proj's and v_proj's merged weight (merge_projections)
+
+    def merge_projections(self) -> None:
+        """q_proj, k_proj and v_proj as one GEMM from now on (specdec/models/merged.py)."""
+        self.qkv = merge_biasless([self.q_proj, self.k_proj, self.v_proj])
 
     def cache_spec(self) -> AttentionLayerSpec:
         return AttentionLayerSpec(self.num_kv_heads, self.head_dim)
 
     def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
-        query = self.q_proj(hidden).unflatten(-1, (self.num_heads, self.head_dim))
-        key = self.k_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
-        value = self.v_proj(hidden).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        q, k, v = merged_outputs(hidden, self.qkv, [self.q_proj, self.k_proj, self.v_proj])  # (strided rows)
+        query = q.unflatten(-1, (self.num_heads, self.head_dim))
+        key = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
+        value = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         out = cache.attention[self.attention_index].attend(ctx, query, key, value, self.head_dim**-0.5)
         return self.o_proj(out.flatten(-2))
