@@ -1,5 +1,6 @@
 """Projections of one input run as one GEMM: the Gated DeltaNet's four input projections (in_proj_qkv, in_proj_z,
-in_proj_b, in_proj_a) and a gated MLP's gate_proj and up_proj.
+in_proj_b, in_proj_a), a gated MLP's gate_proj and up_proj, attention's k_proj and v_proj (and Nemotron-H's q_proj
+with them).
 
 Checkpoints store them apart, and the loader fills them apart (each under its checkpoint name, each rank's slice
 under tensor parallelism: specdec/models/loading.py). After loading, merge_linears concatenates their weights along
