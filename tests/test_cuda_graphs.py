@@ -178,6 +178,29 @@ def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter
     assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
 
 
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_static_sampled_chains_commit_before_their_acceptance_is_read(checkpoint, drafter, monkeypatch):
+    """Seeded sampled requests (one greedy beside them) on chains of 3 drafts: the static path commits each step
+    from its acceptance before reading it (the sampled rows walked on the host, their bonus tokens on the device),
+    and generates the eager path's tokens, every verify step committed that way, no state slot lost."""
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
+    monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
+    params = [SamplingParams(temperature=0.9, seed=7), SamplingParams(), SamplingParams(temperature=0.6, top_k=20,
+                                                                                         seed=8),
+              SamplingParams(temperature=1.0, top_p=0.9, seed=9)]
+
+    def sampled(engine):
+        requests = [engine.add_request(prompt, p, NEW_TOKENS) for prompt, p in zip(prompts(), params, strict=True)]
+        engine.run()
+        return [request.output for request in requests]
+
+    eager = sampled(engine_for(checkpoint, drafter, 3, cuda_graphs=False))
+    engine = static_steps(engine_for(checkpoint, drafter, 3, cuda_graphs=False))
+    calls = counted_chain_commits(monkeypatch)
+    assert sampled(engine) == eager
+    assert calls and engine.runner.cache.free_state_slots == engine.runner.cache.config.state_slots
+
+
 @pytest.mark.parametrize("drafter", [None, "model"])
 def test_bf16_static_steps_write_bf16_logits_and_generate_the_plain_tokens(checkpoint, drafter, monkeypatch):
     """In bf16 the LM head's GEMM writes the shared logits buffer itself (model.logits_dtype: no cast to fp32), the

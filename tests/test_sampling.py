@@ -296,3 +296,31 @@ def test_the_batched_sampler_draws_what_each_row_alone_draws(rows, seed):
         cdf = probs.double().cumsum(-1)
         expected = torch.searchsorted(cdf, uniform * cdf[-1:], right=True).clamp_max(cdf.shape[-1] - 1)
         assert batched[row] == expected[0], f"row {row}: {p}"
+
+
+@pytest.mark.parametrize("mix", ["sampled", "greedy-and-sampled"])
+def test_chains_accepted_on_device_are_the_host_walks(mix):
+    """TargetAcceptance.accept_on_device on chains with sampled rows (the engine commits from it before reading
+    it): each sampled row's path and bonus are accept_chains' over the sampled rows from the same generator states,
+    each greedy row's accept_greedy's, and the generators end where the host walk leaves them."""
+    from specdec.speculation.acceptance import TargetAcceptance, accept_chains, sampled_probs
+
+    gen = torch.Generator().manual_seed(11)
+    rows, width = 24, 5
+    logits = 3 * torch.randn(rows, width, VOCAB, generator=gen)
+    params = [SamplingParams() if mix != "sampled" and row % 3 == 0
+              else SamplingParams(temperature=0.7, top_k=0 if row % 2 else 20) for row in range(rows)]
+    trees = [DraftTree.chain(1, [int(logits[row, j].argmax()) if (row + j) % 4 else 2 for j in range(row % width)])
+             for row in range(rows)]
+    sampled = [row for row in range(rows) if not params[row].greedy]
+    on_device = [torch.Generator().manual_seed(100 + row) for row in range(rows)]
+    accepted = TargetAcceptance().accept_on_device(trees, logits, params, on_device).read()
+    host = [torch.Generator().manual_seed(100 + row) for row in sampled]
+    walks = dict(zip(sampled, accept_chains([trees[row] for row in sampled], sampled_probs(logits, params, sampled),
+                                            host), strict=True))
+    argmax = logits.argmax(-1).tolist()
+    for row in range(rows):
+        assert accepted[row] == (walks[row] if row in walks else accept_greedy(trees[row], argmax[row]))
+    assert [float(torch.rand((), generator=on_device[row])) for row in sampled] == [
+        float(torch.rand((), generator=g)) for g in host], "the same numbers drawn"
+    assert {len(path) for path, _ in accepted} >= {1, 2, 3}

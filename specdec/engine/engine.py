@@ -367,19 +367,19 @@ class Engine:
 
     def accept_and_commit(self, requests: list[Request], trees: list[DraftTree], logits: torch.Tensor, scored):
         """The target's acceptance of the step, and the commit of what it kept -> per row its path and bonus token.
-        Chains whose acceptance stays on the device (greedy rows, the synthetic benchmark's) on the static path are
-        committed before the host reads them, so the device runs the commit while the host waits; the rest are read
-        first, then committed."""
-        params = [r.params for r in requests]
+        Chains (greedy and sampled rows: TargetAcceptance.accept_on_device; the synthetic benchmark's) on the static
+        path are committed before the host reads their acceptance, so the device runs the commit while the host
+        waits, emits and drafts; trees are read first, then committed."""
+        params, generators = [r.params for r in requests], [r.generator for r in requests]
         on_device = getattr(self.acceptance, "accept_on_device", None)
-        accepted = on_device(trees, logits, params) if on_device is not None else None
+        accepted = on_device(trees, logits, params, generators) if on_device is not None else None
         if accepted is not None:
             results = self.runner.commit_chains(scored, accepted)
             if results is None:  # an eager step: read, then commit
                 results = accepted.read()
                 self.commit(scored, results)
             return results
-        results = self.acceptance.accept(trees, logits, params, [r.generator for r in requests])
+        results = self.acceptance.accept(trees, logits, params, generators)
         self.commit(scored, results)
         return results
 

@@ -125,8 +125,8 @@ class SyntheticAcceptance:
                generators: list[torch.Generator | None]) -> list[tuple[list[int], int]]:
         return self.accept_on_device(trees, logits, params).read()
 
-    def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor,
-                         params: list[SamplingParams]) -> ChainsAccepted:
+    def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
+                         generators=None) -> ChainsAccepted:
         """The kept counts drawn on the host while the device still runs the step (a row's Python after the read was
         the acceptance's 0.5 ms of idle GPU a step at batch 128 on the H200: benchmarks.step_timeline, 2026-12-03),
         the bonus (the argmax after the last kept node) left on the device, as the target's greedy chains are."""

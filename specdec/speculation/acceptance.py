@@ -15,7 +15,9 @@ Forms of the same walk:
 - accept_path: one row on its [T, V] distributions, the per-row reference;
 - accept_batch: all sampled rows of a step advancing together on the device, each round reading back only the few
   numbers p(x) of the tried tokens (at a 248k vocabulary a row's [T, V] distributions are 5 MB per step);
-  accept_chains: the same for chains, every round's numbers read at once (a chain's tried drafts are known ahead).
+  accept_chains: the same for chains, every round's numbers read at once (a chain's tried drafts are known ahead):
+  walk_chains, then bonus_tokens (on the device; TargetAcceptance.accept_on_device leaves them there, so that the
+  engine commits chains of sampled rows, too, before reading their acceptance).
 Random numbers come from each request's own generator on the host, drawn in the walk's order (an acceptance test
 only where p(x) < q(x), then one for the bonus), so a seed makes a request reproducible. The bonus token is drawn
 by inverse CDF with that number, which is exact.
@@ -84,16 +86,32 @@ class Acceptance(Protocol):
 class TargetAcceptance:
     """The target decides: lossless for greedy and sampled requests alike."""
 
-    def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor,
-                         params: list[SamplingParams]) -> ChainsAccepted | None:
-        """Greedy chains, every row: their acceptance left on the device (greedy_chains); else None."""
-        if all(p.greedy for p in params) and all(tree.is_chain for tree in trees):
+    def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
+                         generators: list[torch.Generator | None] | None = None) -> ChainsAccepted | None:
+        """Chains, every row: their acceptance as ChainsAccepted, not read back, so that the commit can be launched
+        before the host reads it. Greedy rows' stays on the device (greedy_chains); sampled rows' (given their
+        generators) walks on the host after one read of their drafts' probabilities (walk_chains, the numbers
+        accept_chains draws), their bonus tokens drawn on the device. Else (trees, or sampled rows without
+        generators) None."""
+        if not all(tree.is_chain for tree in trees):
+            return None
+        sampled = [row for row, p in enumerate(params) if not p.greedy]
+        if not sampled:
             return greedy_chains(trees, logits)
-        return None
+        if generators is None:
+            return None
+        chosen = [generators[row] for row in sampled]
+        kept, p = walk_chains([trees[row] for row in sampled], sampled_probs(logits, params, sampled), chosen)
+        kept, bonus = to_device(host_longs(kept), logits.device), bonus_tokens(p, chosen)
+        if len(sampled) == len(trees):
+            return ChainsAccepted(kept, bonus)
+        accepted = greedy_chains(trees, logits)  # (every row's; the sampled rows' replaced)
+        index = to_device(host_longs(sampled), logits.device)
+        return ChainsAccepted(accepted.kept.index_copy(0, index, kept), accepted.bonus.index_copy(0, index, bonus))
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
-        on_device = self.accept_on_device(trees, logits, params)
+        on_device = self.accept_on_device(trees, logits, params, generators)
         if on_device is not None:
             return on_device.read()
         argmax = logits.argmax(-1).tolist() if any(p.greedy for p in params) else None  # [B, T] ints
@@ -101,18 +119,25 @@ class TargetAcceptance:
                                           for row, (tree, p) in enumerate(zip(trees, params, strict=True))]
         sampled = [row for row, result in enumerate(results) if result is None]
         if sampled:
-            probs = torch.empty(len(sampled), *logits.shape[1:], device=logits.device)
-            groups: dict[tuple, list[int]] = {}  # rows by sampling filters: one target_distribution per group
-            for index, row in enumerate(sampled):
-                groups.setdefault(params[row].filters, []).append(index)
-            for group in groups.values():
-                rows = [sampled[index] for index in group]
-                probs[group] = target_distribution(logits[rows], params[rows[0]])
+            probs = sampled_probs(logits, params, sampled)
             walk = accept_chains if all(trees[row].is_chain for row in sampled) else accept_batch
             walks = walk([trees[row] for row in sampled], probs, [generators[row] for row in sampled])
             for row, walk in zip(sampled, walks, strict=True):
                 results[row] = walk
         return results
+
+
+def sampled_probs(logits: torch.Tensor, params: list[SamplingParams], sampled: list[int]) -> torch.Tensor:
+    """The target's distributions [S, T, V] of the sampled rows (in that order): one target_distribution per group of
+    rows sharing their sampling filters."""
+    probs = torch.empty(len(sampled), *logits.shape[1:], device=logits.device)
+    groups: dict[tuple, list[int]] = {}
+    for index, row in enumerate(sampled):
+        groups.setdefault(params[row].filters, []).append(index)
+    for group in groups.values():
+        rows = [sampled[index] for index in group]
+        probs[group] = target_distribution(logits[rows], params[rows[0]])
+    return probs
 
 
 def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[Accepted]:
@@ -230,7 +255,7 @@ def accept_batch(trees: list[DraftTree], probs: torch.Tensor, generators: list[t
             p[rej_rows] = torch.where(total > 0, rest / total.clamp_min(1e-30), p[rej_rows])
             for row in rej_rows:
                 rank[row] += 1
-    return list(zip(paths, _bonus(p, generators), strict=True))
+    return list(zip(paths, bonus_tokens(p, generators).tolist(), strict=True))
 
 
 def accept_chains(trees: list[DraftTree], probs: torch.Tensor, generators: list[torch.Generator | None]
@@ -238,7 +263,17 @@ def accept_chains(trees: list[DraftTree], probs: torch.Tensor, generators: list[
     """accept_batch for chains (any lengths), the same walk drawing the same numbers, with one read of every draft's
     p(x) and q(x) instead of a read per round: along a chain a tried draft's p is the target's own distribution at
     its parent (a rejection ends the walk), so all of them are gathered at once and the walk runs on the host over
-    those floats, round by round and row by row as accept_batch draws its uniforms."""
+    those floats, round by round and row by row as accept_batch draws its uniforms (walk_chains); then the bonus
+    tokens (bonus_tokens)."""
+    kept, p = walk_chains(trees, probs, generators)
+    paths = [list(range(n + 1)) for n in range(max(kept, default=0) + 1)]
+    return [(paths[n][:], token) for n, token in zip(kept, bonus_tokens(p, generators).tolist(), strict=True)]
+
+
+def walk_chains(trees: list[DraftTree], probs: torch.Tensor, generators: list[torch.Generator | None]
+                ) -> tuple[list[int], torch.Tensor]:
+    """accept_chains' walk -> (drafts kept per row, [B, V] on the device: the distribution each row's bonus token
+    is drawn from, the residual after a rejected draft)."""
     rows, vocab, device = len(trees), probs.shape[-1], probs.device
     lengths = [len(tree.tokens) for tree in trees]
     depth = max(lengths) - 1
@@ -280,17 +315,17 @@ def accept_chains(trees: list[DraftTree], probs: torch.Tensor, generators: list[
         rest = (before - drafts).clamp_min(0)
         total = rest.sum(-1, keepdim=True)
         p[index] = torch.where(total > 0, rest / total.clamp_min(1e-30), before)  # as accept_batch
-    paths = [list(range(n + 1)) for n in range(depth + 1)]
-    return [(paths[n][:], token) for n, token in zip(kept, _bonus(p, generators), strict=True)]
+    return kept, p
 
 
-def _bonus(p: torch.Tensor, generators: list[torch.Generator | None]) -> list[int]:
-    """A token per row from p [B, V] by inverse CDF, one uniform from each row's generator in row order."""
-    uniforms = torch.tensor([float(torch.rand((), generator=gen)) for gen in generators], dtype=torch.float64,
-                            device=p.device)
+def bonus_tokens(p: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """A token per row from p [B, V] by inverse CDF, one uniform from each row's generator in row order -> [B]
+    int64 on p's device (sent there without waiting for it: the host need not read them yet)."""
+    uniforms = to_device(torch.tensor([float(torch.rand((), generator=gen)) for gen in generators],
+                                      dtype=torch.float64), p.device)
     cdf = p.double().cumsum(-1)  # [B, V]
     bonus = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).clamp_max(p.shape[-1] - 1)
-    return bonus[:, 0].tolist()
+    return bonus[:, 0]
 
 
 def _law_at(q: torch.Tensor | None, token: int, device: torch.device) -> torch.Tensor:
