@@ -185,20 +185,22 @@ def test_static_sampled_chains_commit_before_their_acceptance_is_read(checkpoint
     and generates the eager path's tokens, every verify step committed that way, no state slot lost."""
     monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
     monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
-    params = [SamplingParams(temperature=0.9, seed=7), SamplingParams(), SamplingParams(temperature=0.6, top_k=20,
-                                                                                         seed=8),
-              SamplingParams(temperature=1.0, top_p=0.9, seed=9)]
-
-    def sampled(engine):
-        requests = [engine.add_request(prompt, p, NEW_TOKENS) for prompt, p in zip(prompts(), params, strict=True)]
-        engine.run()
-        return [request.output for request in requests]
-
-    eager = sampled(engine_for(checkpoint, drafter, 3, cuda_graphs=False))
+    eager = generate_sampled(engine_for(checkpoint, drafter, 3, cuda_graphs=False))
     engine = static_steps(engine_for(checkpoint, drafter, 3, cuda_graphs=False))
     calls = counted_chain_commits(monkeypatch)
-    assert sampled(engine) == eager
+    assert generate_sampled(engine) == eager
     assert calls and engine.runner.cache.free_state_slots == engine.runner.cache.config.state_slots
+
+
+SAMPLED = [SamplingParams(temperature=0.9, seed=7), SamplingParams(), SamplingParams(temperature=0.6, top_k=20, seed=8),
+           SamplingParams(temperature=1.0, top_p=0.9, seed=9)]
+
+
+def generate_sampled(engine: Engine) -> list[list[int]]:
+    """generate() with seeded sampled requests and one greedy one (SAMPLED)."""
+    requests = [engine.add_request(prompt, p, NEW_TOKENS) for prompt, p in zip(prompts(), SAMPLED, strict=True)]
+    engine.run()
+    return [request.output for request in requests]
 
 
 @pytest.mark.parametrize("drafter", [None, "model"])
@@ -345,6 +347,18 @@ def test_captured_chains_commit_before_their_acceptance_is_read(checkpoint, draf
     calls = counted_chain_commits(monkeypatch)
     assert generate(graphed) == generate(eager)
     assert calls and graphed.runner.cache.free_state_slots == graphed.runner.cache.config.state_slots
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_captured_sampled_chains_commit_before_their_acceptance_is_read(checkpoint, monkeypatch):
+    """Seeded sampled requests on chains of 3 drafts under CUDA graphs: the eager engine's tokens."""
+    monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
+    eager = engine_for(checkpoint, "ngram", 3, cuda_graphs=False, device="cuda")
+    graphed = engine_for(checkpoint, "ngram", 3, cuda_graphs=True, device="cuda")
+    calls = counted_chain_commits(monkeypatch)
+    assert generate_sampled(graphed) == generate_sampled(eager)
+    assert calls
 
 
 @pytest.mark.gpu
