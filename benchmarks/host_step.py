@@ -125,7 +125,7 @@ def instrument(engine: Engine, totals: dict[str, float]) -> None:
 def outside_phases(engine: Engine) -> list[tuple[object, str, str]]:
     """(owner, method, phase) of the phases outside the engine: the acceptance (read after the step, or left on the
     device for greedy chains, whose commit the runner launches before reading them) and the scheduler."""
-    out = [(engine.acceptance, "accept", "accept"), (engine.runner, "commit_chains", "commit"),
+    out = [(engine.acceptance, "accept", "accept"), (engine.runner, "commit_on_device", "commit"),
            (engine.scheduler, "admit", "scheduler"), (engine.scheduler, "retire", "scheduler")]
     if hasattr(engine.acceptance, "accept_on_device"):
         out.append((engine.acceptance, "accept_on_device", "accept"))

@@ -62,7 +62,7 @@ def marked_phases(engine) -> Iterator[None]:
     # the acceptance (read after the step, or left on the device for greedy chains, whose commit the runner
     # launches before reading them)
     outside = [(engine.acceptance, "accept", "accept"), (engine.acceptance, "accept_on_device", "accept"),
-               (engine.runner, "commit_chains", "commit")]
+               (engine.runner, "commit_on_device", "commit")]
     outside = [(owner, name, label) for owner, name, label in outside if hasattr(owner, name)]
     for owner, name, label in outside:
         setattr(owner, name, marked(label, getattr(owner, name)))

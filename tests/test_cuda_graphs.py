@@ -174,8 +174,12 @@ def test_static_steps_generate_what_the_plain_steps_generate(checkpoint, drafter
     monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
     plain = generate(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
     engine = static_steps(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
+    calls = counted_device_commits(monkeypatch)
     assert generate(engine) == plain
     assert engine.runner.cache.free_request_slots == 3 - 1, "only the padding slot stays taken"
+    # greedy trees (SHAPE: 2 children a node) commit from their acceptance on the device, before it is read
+    assert bool(calls) == (drafter is not None)
+    assert engine.runner.cache.free_state_slots == engine.runner.cache.config.state_slots
 
 
 @pytest.mark.parametrize("drafter", ["ngram", "model"])
@@ -187,7 +191,7 @@ def test_static_sampled_chains_commit_before_their_acceptance_is_read(checkpoint
     monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
     eager = generate_sampled(engine_for(checkpoint, drafter, 3, cuda_graphs=False))
     engine = static_steps(engine_for(checkpoint, drafter, 3, cuda_graphs=False))
-    calls = counted_chain_commits(monkeypatch)
+    calls = counted_device_commits(monkeypatch)
     assert generate_sampled(engine) == eager
     assert calls and engine.runner.cache.free_state_slots == engine.runner.cache.config.state_slots
 
@@ -224,29 +228,29 @@ def test_logits_written_in_place_are_the_cast_logits(checkpoint):
     assert torch.equal(model.compute_logits(hidden, fp32), model.compute_logits(hidden))
 
 
-def counted_chain_commits(monkeypatch) -> list[int]:
-    """The batch sizes of the steps committed through StepGraphs.commit_chains from now on (appended as they run)."""
+def counted_device_commits(monkeypatch) -> list[int]:
+    """The batch sizes of the steps committed through StepGraphs.commit_on_device from now on (appended as they run)."""
     calls: list[int] = []
-    commit_chains = StepGraphs.commit_chains
+    commit_on_device = StepGraphs.commit_on_device
 
     def counted(self, step, accepted):
         calls.append(len(step.batch.req_slots))
-        return commit_chains(self, step, accepted)
+        return commit_on_device(self, step, accepted)
 
-    monkeypatch.setattr(StepGraphs, "commit_chains", counted)
+    monkeypatch.setattr(StepGraphs, "commit_on_device", counted)
     return calls
 
 
 @pytest.mark.parametrize("drafter", ["ngram", "model"])
 def test_static_chains_commit_before_their_acceptance_is_read(checkpoint, drafter, monkeypatch, flush_length=3):
     """Greedy chains on the static path: the commit is launched from the acceptance still on the device
-    (StepGraphs.commit_chains; every row that may fold takes its state slot first and gives it back if it did not
+    (StepGraphs.commit_on_device; every row that may fold takes its state slot first and gives it back if it did not
     fold). The tokens are the plain steps', every verify step went that way, and no state slot is lost."""
     monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
     monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))  # chains of 3 drafts
     plain = generate(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
     engine = static_steps(engine_for(checkpoint, drafter, flush_length, cuda_graphs=False))
-    calls = counted_chain_commits(monkeypatch)
+    calls = counted_device_commits(monkeypatch)
     assert generate(engine) == plain
     assert calls and engine.runner.graphs.replays, "the chains were committed from the device"
     cache = engine.runner.cache
@@ -340,11 +344,11 @@ def test_captured_bf16_steps_write_bf16_logits_and_generate_what_eager_steps_gen
 @pytest.mark.parametrize("drafter", ["ngram", "model"])
 def test_captured_chains_commit_before_their_acceptance_is_read(checkpoint, drafter, monkeypatch):
     """Chains of 3 drafts under CUDA graphs: each verify's commit graph is replayed from the acceptance still on the
-    device (StepGraphs.commit_chains), and the tokens are the eager engine's."""
+    device (StepGraphs.commit_on_device), and the tokens are the eager engine's."""
     monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
     eager = engine_for(checkpoint, drafter, 3, cuda_graphs=False, device="cuda")
     graphed = engine_for(checkpoint, drafter, 3, cuda_graphs=True, device="cuda")
-    calls = counted_chain_commits(monkeypatch)
+    calls = counted_device_commits(monkeypatch)
     assert generate(graphed) == generate(eager)
     assert calls and graphed.runner.cache.free_state_slots == graphed.runner.cache.config.state_slots
 
@@ -356,7 +360,7 @@ def test_captured_sampled_chains_commit_before_their_acceptance_is_read(checkpoi
     monkeypatch.setitem(globals(), "SHAPE", TreeShape(steps=3))
     eager = engine_for(checkpoint, "ngram", 3, cuda_graphs=False, device="cuda")
     graphed = engine_for(checkpoint, "ngram", 3, cuda_graphs=True, device="cuda")
-    calls = counted_chain_commits(monkeypatch)
+    calls = counted_device_commits(monkeypatch)
     assert generate_sampled(graphed) == generate_sampled(eager)
     assert calls
 

@@ -218,6 +218,39 @@ def test_batched_greedy_chains_equal_the_walk_per_row():
     assert {len(path) for path, _ in expected} == {1, 2, 3, 4}, "the case covers rejections at every depth"
 
 
+def test_greedy_trees_accepted_on_the_device_are_the_walk_per_row():
+    """greedy_trees (what TargetAcceptance leaves on the device for greedy trees) against accept_greedy, on random
+    trees whose nodes often hold the argmax at their parent, with siblings of one token (the first one counts),
+    ragged sizes and a one-node tree; through the commit's columns too."""
+    from specdec.speculation.acceptance import TargetAcceptance, greedy_trees
+
+    gen = torch.Generator().manual_seed(6)
+    rows, width = 30, 9
+    logits = torch.randn(rows, width + 2, VOCAB, generator=gen)
+    argmax = logits.argmax(-1)
+    trees = []
+    for row in range(rows):
+        size = 1 + row % width
+        parents, tokens = [-1], [5]
+        for node in range(1, size):
+            parent = int(torch.randint(0, node, (), generator=gen))
+            likely = bool(torch.rand((), generator=gen) < 0.7)
+            tokens.append(int(argmax[row, parent]) if likely else int(torch.randint(0, VOCAB, (), generator=gen)))
+            parents.append(parent)
+        trees.append(DraftTree(tokens, parents))
+    expected = [accept_greedy(tree, argmax[row].tolist()) for row, tree in enumerate(trees)]
+    accepted = greedy_trees(trees, logits)
+    assert accepted.read() == expected
+    columns = accepted.columns(width + 2).tolist()
+    assert [row[:len(path)] for row, (path, _) in zip(columns, expected, strict=True)] == [p for p, _ in expected]
+    assert all(set(row[len(path):]) == {-1} for row, (path, _) in zip(columns, expected, strict=True))
+    params = [SamplingParams()] * rows
+    assert TargetAcceptance().accept(trees, logits, params, [None] * rows) == expected
+    assert max(len(path) for path, _ in expected) >= 4 and any(
+        len({(p, t) for p, t in zip(tree.parents, tree.tokens, strict=True)}) < len(tree.tokens) for tree in trees
+    ), "the case has deep paths and siblings of one token"
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["own-generators", "one-generator"])
 def test_batched_chains_walk_as_the_general_batched_walk(shared):
     """accept_chains (what TargetAcceptance takes when every sampled row is a chain: one read for the whole walk)

@@ -53,7 +53,7 @@ class FakeAcceptance:
 
 
 class FakeRunner:
-    def commit_chains(self, step, accepted):
+    def commit_on_device(self, step, accepted):
         return ("committed", step)
 
 
@@ -74,8 +74,8 @@ def test_marked_phases_wraps_and_restores():
     with marked_phases(engine):
         assert "step" in vars(engine) and "plan" in vars(engine) and "accept" in vars(engine.acceptance)
         assert engine.step() == ("planned", "accepted", 1)
-        assert "commit_chains" in vars(engine.runner) and engine.runner.commit_chains(2, None) == ("committed", 2)
-    assert "commit_chains" not in vars(engine.runner)
+        assert "commit_on_device" in vars(engine.runner) and engine.runner.commit_on_device(2, None) == ("committed", 2)
+    assert "commit_on_device" not in vars(engine.runner)
     assert "step" not in vars(engine) and "plan" not in vars(engine) and "accept" not in vars(engine.acceptance)
     assert engine.step() == ("planned", "accepted", 1)
 

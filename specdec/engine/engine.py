@@ -374,7 +374,7 @@ class Engine:
         on_device = getattr(self.acceptance, "accept_on_device", None)
         accepted = on_device(trees, logits, params, generators) if on_device is not None else None
         if accepted is not None:
-            results = self.runner.commit_chains(scored, accepted)
+            results = self.runner.commit_on_device(scored, accepted)
             if results is None:  # an eager step: read, then commit
                 results = accepted.read()
                 self.commit(scored, results)

@@ -25,7 +25,7 @@ from drafters.base import Drafter, DraftRequest
 from specdec.cache.host_buffer import to_device
 from specdec.cache.step import host_longs
 from specdec.speculation import DraftTree, SamplingParams, TreeShape
-from specdec.speculation.acceptance import ChainsAccepted
+from specdec.speculation.acceptance import AcceptedOnDevice
 
 PREFIX = "synthetic:"
 
@@ -126,12 +126,12 @@ class SyntheticAcceptance:
         return self.accept_on_device(trees, logits, params).read()
 
     def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
-                         generators=None) -> ChainsAccepted:
+                         generators=None) -> AcceptedOnDevice:
         """The kept counts drawn on the host while the device still runs the step (a row's Python after the read was
         the acceptance's 0.5 ms of idle GPU a step at batch 128 on the H200: benchmarks.step_timeline, 2026-12-03),
         the bonus (the argmax after the last kept node) left on the device, as the target's greedy chains are."""
         kept = to_device(host_longs([len(self.forced_path(tree)) - 1 for tree in trees]), logits.device)
-        return ChainsAccepted(kept, logits.argmax(-1).gather(1, kept[:, None])[:, 0])
+        return AcceptedOnDevice(kept, logits.argmax(-1).gather(1, kept[:, None])[:, 0])
 
     def forced_path(self, tree: DraftTree) -> list[int]:
         depth = len(tree) - 1

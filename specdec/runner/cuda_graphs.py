@@ -41,7 +41,7 @@ from specdec.backend import backend_for
 from specdec.cache.step import StepBatch, StepContext, host_longs, positions_for
 from specdec.models.base import HybridCausalLM
 from specdec.models.moe import StackedExperts
-from specdec.speculation.acceptance import Accepted, ChainsAccepted
+from specdec.speculation.acceptance import Accepted, AcceptedOnDevice
 from verify_kernels.tree import ancestor_mask, check_tree
 
 if TYPE_CHECKING:  # the runner owns its graphs; only its type is named here
@@ -318,11 +318,11 @@ class StepGraphs:
         return step
 
     @torch.inference_mode()
-    def commit_chains(self, graph_step: GraphStep, accepted: ChainsAccepted) -> list[Accepted]:
-        """Keep each row's accepted chain prefix, launched from its acceptance still on the device, then read the
+    def commit_on_device(self, graph_step: GraphStep, accepted: AcceptedOnDevice) -> list[Accepted]:
+        """Keep each row's accepted path, launched from its acceptance still on the device, then read the
         acceptance: the host's wait for the device overlaps the commit instead of preceding it (the H200 timeline
         of 2026-12-03: 0.8 ms a step of idle GPU at batch 128 between the verify and the commit). Every row that
-        may fold (its buffer plus its whole chain reaching the flush length) takes its state slot first; those
+        may fold (its buffer plus its whole tree reaching the flush length) takes its state slot first; those
         whose fold did not happen give it back."""
         slots, rows, bucket = graph_step.batch.req_slots, len(graph_step.batch.req_slots), graph_step.bucket
         lay = bucket.layout
@@ -330,8 +330,8 @@ class StepGraphs:
         self.cache.prepare_commit(slots, graph_step.batch.num_nodes.tolist(), [True] * rows)  # every node kept
         took = [not had and self.cache.state_slot[slot] >= 0 for slot, had in zip(slots, had_state, strict=True)]
         self._send_commit_inputs(bucket, slots)
-        inputs, columns = bucket.commit_inputs, torch.arange(lay.width, device=bucket.commit_inputs.device)
-        inputs[:rows, lay.accepted] = torch.where(columns <= accepted.kept[:, None], columns, -1)  # nodes 0..kept
+        inputs = bucket.commit_inputs
+        inputs[:rows, lay.accepted] = accepted.columns(lay.width)  # the kept nodes, root first
         inputs[:rows, lay.num_accepted] = accepted.kept + 1
         accepted.start_read()  # (queued before the commit: the read below waits for the acceptance only)
         self._replay_commit(bucket)

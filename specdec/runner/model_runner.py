@@ -14,7 +14,7 @@ from specdec.cache.model_cache import KVBufferCache
 from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch, StepContext
 from specdec.models.base import HybridCausalLM
-from specdec.speculation.acceptance import Accepted, ChainsAccepted
+from specdec.speculation.acceptance import Accepted, AcceptedOnDevice
 from specdec.speculation.sampler import SamplerRows, SamplerShape, sample_rows
 
 from .cuda_graphs import GraphStep, StepGraphs, capture_blocker
@@ -115,11 +115,11 @@ class ModelRunner:
         return logits, step
 
     @torch.inference_mode()
-    def commit_chains(self, step: StepContext | GraphStep, accepted: ChainsAccepted) -> list[Accepted] | None:
-        """A static step's chains committed from their acceptance on the device, then read (StepGraphs.commit_chains)
-        -> per row its path and bonus token; None for an eager step (the caller reads, then commits)."""
+    def commit_on_device(self, step: StepContext | GraphStep, accepted: AcceptedOnDevice) -> list[Accepted] | None:
+        """A static step committed from its acceptance on the device, then read (StepGraphs.commit_on_device) -> per
+        row its path and bonus token; None for an eager step (the caller reads, then commits)."""
         if isinstance(step, GraphStep):
-            return self.graphs.commit_chains(step, accepted)
+            return self.graphs.commit_on_device(step, accepted)
         return None
 
     @torch.inference_mode()

@@ -10,8 +10,8 @@ temperature 0 the target is a point mass at its argmax: a child is accepted iff 
 
 Forms of the same walk:
 - accept_greedy: argmax ids only (greedy rows; only [B, T] ints leave the device); accept_greedy_chains: all greedy
-  chains of a step at once (one small read), or left on the device (greedy_chains, ChainsAccepted: the engine
-  launches the commit from them before it reads them);
+  chains of a step at once (one small read), or left on the device (greedy_chains, and greedy_trees for trees:
+  AcceptedOnDevice, from which the engine launches the commit before it reads them);
 - accept_path: one row on its [T, V] distributions, the per-row reference;
 - accept_batch: all sampled rows of a step advancing together on the device, each round reading back only the few
   numbers p(x) of the tried tokens (at a 248k vocabulary a row's [T, V] distributions are 5 MB per step);
@@ -37,6 +37,7 @@ import torch
 
 from specdec.cache.host_buffer import to_device
 from specdec.cache.step import host_longs
+from verify_kernels.tree import ancestor_mask
 
 from .sampling import SamplingParams, sample, target_distribution
 from .tree import DraftTree
@@ -45,35 +46,51 @@ Accepted = tuple[list[int], int]  # (accepted node indices, root first; the bonu
 
 
 @dataclass
-class ChainsAccepted:
-    """A step's acceptance of chains still on the device: kept [B] drafts kept per row (its path: nodes 0 .. kept)
-    and bonus [B] the token after them, int64. The commit can be launched from them before the host reads them:
-    start_read before launching it, so that read waits for the acceptance, not for the commit too."""
+class AcceptedOnDevice:
+    """A step's acceptance still on the device, int64: kept [B] drafts kept per row, bonus [B] the token after them,
+    and nodes [B, W] the kept path's node indices, root first, -1 past its end (trees; None for chains, whose path
+    is nodes 0 .. kept). The commit can be launched from them before the host reads them: start_read before
+    launching it, so that read waits for the acceptance, not for the commit too."""
 
     kept: torch.Tensor
     bonus: torch.Tensor
-    _host: torch.Tensor | None = field(default=None, repr=False)  # [2, B] pinned, once start_read queued its copy
+    nodes: torch.Tensor | None = None
+    _host: torch.Tensor | None = field(default=None, repr=False)  # [B, 2 (+ W)] pinned, once start_read queued it
     _copied: torch.cuda.Event | None = field(default=None, repr=False)
 
+    def columns(self, width: int) -> torch.Tensor:
+        """[B, width] the kept nodes, root first, -1 padded (the commit's accepted columns; width >= the tree's)."""
+        o_w = torch.arange(width, device=self.kept.device)
+        if self.nodes is None:
+            return torch.where(o_w <= self.kept[:, None], o_w, -1)
+        return torch.nn.functional.pad(self.nodes, (0, width - self.nodes.shape[1]), value=-1)
+
     def start_read(self) -> None:
-        """Queue the copy of both to the host (CUDA; elsewhere read copies them): the work launched after this is
-        not waited for by read."""
+        """Queue the copy to the host (CUDA; elsewhere read copies): the work launched after this is not waited for
+        by read."""
         if self.kept.is_cuda and self._host is None:
-            both = torch.stack([self.kept, self.bonus])
-            self._host = torch.empty(both.shape, dtype=both.dtype, pin_memory=True)
-            self._host.copy_(both, non_blocking=True)
+            packed = self._packed()
+            self._host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            self._host.copy_(packed, non_blocking=True)
             self._copied = torch.cuda.Event()
             self._copied.record()
 
     def read(self) -> list[Accepted]:
-        """One small read of both (the step's wait for the device) -> per row, its path and bonus token."""
+        """One small read (the step's wait for the device) -> per row, its path and bonus token."""
         if self._copied is not None:
             self._copied.synchronize()
-            kept, bonus = self._host.tolist()
+            rows = self._host.tolist()
         else:
-            kept, bonus = torch.stack([self.kept, self.bonus]).tolist()
-        paths = [list(range(n + 1)) for n in range(max(kept) + 1)]  # copied per row: a caller may change its path
-        return [(paths[n][:], token) for n, token in zip(kept, bonus, strict=True)]
+            rows = self._packed().tolist()
+        if self.nodes is not None:
+            return [(row[2:row[0] + 3], row[1]) for row in rows]
+        paths = [list(range(n + 1)) for n in range(max(row[0] for row in rows) + 1)]  # copied per row (a caller may
+        return [(paths[row[0]][:], row[1]) for row in rows]                            # change its path)
+
+    def _packed(self) -> torch.Tensor:
+        """[B, 2 (+ W)]: kept, bonus (, nodes)."""
+        parts = [self.kept[:, None], self.bonus[:, None]]
+        return torch.cat(parts if self.nodes is None else [*parts, self.nodes], dim=1)
 
 
 class Acceptance(Protocol):
@@ -87,15 +104,15 @@ class TargetAcceptance:
     """The target decides: lossless for greedy and sampled requests alike."""
 
     def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
-                         generators: list[torch.Generator | None] | None = None) -> ChainsAccepted | None:
-        """Chains, every row: their acceptance as ChainsAccepted, not read back, so that the commit can be launched
-        before the host reads it. Greedy rows' stays on the device (greedy_chains); sampled rows' (given their
-        generators) walks on the host after one read of their drafts' probabilities (walk_chains, the numbers
-        accept_chains draws), their bonus tokens drawn on the device. Else (trees, or sampled rows without
-        generators) None."""
-        if not all(tree.is_chain for tree in trees):
-            return None
+                         generators: list[torch.Generator | None] | None = None) -> AcceptedOnDevice | None:
+        """The step's acceptance as AcceptedOnDevice, not read back, so that the commit can be launched before the
+        host reads it: greedy trees' (greedy_trees) and chains' (greedy_chains) computed on the device; chains of
+        sampled rows (given their generators) walked on the host after one read of their drafts' probabilities
+        (walk_chains, the numbers accept_chains draws), their bonus tokens drawn on the device. Else (trees with
+        sampled rows, or sampled rows without generators) None."""
         sampled = [row for row, p in enumerate(params) if not p.greedy]
+        if not all(tree.is_chain for tree in trees):
+            return None if sampled else greedy_trees(trees, logits)
         if not sampled:
             return greedy_chains(trees, logits)
         if generators is None:
@@ -104,10 +121,10 @@ class TargetAcceptance:
         kept, p = walk_chains([trees[row] for row in sampled], sampled_probs(logits, params, sampled), chosen)
         kept, bonus = to_device(host_longs(kept), logits.device), bonus_tokens(p, chosen)
         if len(sampled) == len(trees):
-            return ChainsAccepted(kept, bonus)
+            return AcceptedOnDevice(kept, bonus)
         accepted = greedy_chains(trees, logits)  # (every row's; the sampled rows' replaced)
         index = to_device(host_longs(sampled), logits.device)
-        return ChainsAccepted(accepted.kept.index_copy(0, index, kept), accepted.bonus.index_copy(0, index, bonus))
+        return AcceptedOnDevice(accepted.kept.index_copy(0, index, kept), accepted.bonus.index_copy(0, index, bonus))
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[Accepted]:
@@ -146,7 +163,36 @@ def accept_greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> list[A
     return greedy_chains(trees, logits).read()
 
 
-def greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> ChainsAccepted:
+def greedy_trees(trees: list[DraftTree], logits: torch.Tensor) -> AcceptedOnDevice:
+    """accept_greedy on every row's tree at once, left on the device: a node is kept when it and each of its
+    ancestors holds the argmax at its parent, the first such sibling where several do (accept_greedy follows the
+    first child holding it); the kept nodes form one path from the root. logits [B, T, V], T >= every tree's size."""
+    rows, width, device = len(trees), max(len(tree.tokens) for tree in trees), logits.device
+    argmax = logits[:, :width].argmax(-1)  # [B, W]
+    padding = [[-1] * (width - len(tree.tokens)) for tree in trees]
+    tokens = to_device(host_longs([t for tree, pad in zip(trees, padding, strict=True) for t in tree.tokens + pad],
+                                  rows, width), device)
+    parents = to_device(host_longs([p for tree, pad in zip(trees, padding, strict=True) for p in tree.parents + pad],
+                                   rows, width), device)
+    num_nodes = to_device(host_longs([len(tree.tokens) for tree in trees]), device)
+    o_w = torch.arange(width, device=device)
+    valid = o_w < num_nodes[:, None]
+    holds = (tokens == argmax.gather(1, parents.clamp(min=0))) & valid
+    holds[:, 0] = True  # the root
+    # an earlier sibling with the same token shadows a node
+    shadowed = ((o_w[:, None] > o_w[None, :]) & (parents[:, :, None] == parents[:, None, :])
+                & (tokens[:, :, None] == tokens[:, None, :]) & valid[:, None, :]).any(-1)
+    holds &= ~shadowed
+    on_path = ~(ancestor_mask(parents, num_nodes, check=False) & ~holds[:, None, :]).any(-1) & valid  # [B, W]
+    kept = on_path.sum(-1) - 1
+    # parents come before their children: the path's nodes in index order are root first
+    position = torch.where(on_path, on_path.long().cumsum(-1) - 1, width)  # (off the path: a spare column)
+    nodes = torch.full((rows, width + 1), -1, dtype=torch.long, device=device)
+    nodes = nodes.scatter(1, position, o_w.expand(rows, width))[:, :width]
+    return AcceptedOnDevice(kept, argmax.gather(1, nodes.gather(1, kept[:, None]))[:, 0], nodes)
+
+
+def greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> AcceptedOnDevice:
     """accept_greedy_chains left on the device: the drafts go to it, the kept counts and bonus tokens stay."""
     width = max(len(tree.tokens) for tree in trees)
     argmax = logits[:, :width].argmax(-1)  # [B, T]
@@ -156,7 +202,7 @@ def greedy_chains(trees: list[DraftTree], logits: torch.Tensor) -> ChainsAccepte
         flat = list(chain.from_iterable(tree.tokens[1:] + [-1] * (width - len(tree.tokens)) for tree in trees))
     drafts = to_device(host_longs(flat, len(trees), width - 1), argmax.device)  # [B, T - 1], -1 past a chain's end
     kept = (drafts == argmax[:, :-1]).long().cumprod(-1).sum(-1)  # [B] drafts accepted
-    return ChainsAccepted(kept, argmax.gather(1, kept[:, None])[:, 0])
+    return AcceptedOnDevice(kept, argmax.gather(1, kept[:, None])[:, 0])
 
 
 # ---- one row ---------------------------------------------------------------------------------------------------
