@@ -86,3 +86,10 @@ def test_nemotron_attention_runs_one_qkv_gemm(tmp_path):
     attention = [m for m in model.modules() if isinstance(m, PlainAttention)]
     assert attention and all(layer.qkv is not None and layer.v_proj.weight.untyped_storage().data_ptr()
                              == layer.qkv.untyped_storage().data_ptr() for layer in attention)
+
+
+def test_weights_being_trained_get_their_gradients():
+    linears = [nn.Linear(8, 4, bias=False), nn.Linear(8, 2, bias=False)]  # (requires_grad, as built)
+    merged = merge_linears(linears)
+    sum(out.sum() for out in merged_outputs(torch.randn(3, 8), merged, linears)).backward()
+    assert all(linear.weight.grad is not None for linear in linears)

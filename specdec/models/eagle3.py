@@ -27,6 +27,7 @@ from transformers import LlamaConfig
 from .base import HybridCausalLM
 from .checkpoint import CheckpointError, iter_tensors, read_config, resolve_checkpoint, weight_files
 from .layers import GatedMLP, RMSNorm, RotaryEmbedding, apply_rotary
+from .merged import merge_linears, merged_outputs
 
 ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 
@@ -45,6 +46,11 @@ class Eagle3Attention(nn.Module):
         self.k_proj = nn.Linear(2 * hidden, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(2 * hidden, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.qkv: torch.Tensor | None = None  # q_proj's, k_proj's and v_proj's merged weight (merge_projections)
+
+    def merge_projections(self) -> None:
+        """q_proj, k_proj and v_proj as one GEMM from now on (specdec/models/merged.py)."""
+        self.qkv = merge_linears([self.q_proj, self.k_proj, self.v_proj])
 
     def cache_spec(self):
         from specdec.cache.spec import AttentionLayerSpec
@@ -53,9 +59,10 @@ class Eagle3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary, ctx, cache) -> torch.Tensor:
         """x [B, T, 2H] -> [B, T, H]."""
-        query = self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))
-        key = self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
-        value = self.v_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        q, k, v = merged_outputs(x, self.qkv, [self.q_proj, self.k_proj, self.v_proj])  # (strided rows)
+        query = q.unflatten(-1, (self.num_heads, self.head_dim))
+        key = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
+        value = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         cos, sin = rotary
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         out = cache.attention[0].attend(ctx, query, key, value, self.head_dim**-0.5)
@@ -168,4 +175,4 @@ def load_eagle3(name_or_path: str | Path, target: HybridCausalLM) -> tuple[Eagle
     if hot.min() < 0 or hot.max() >= config.vocab_size:
         raise CheckpointError(f"d2t in {directory} maps draft ids outside the target's vocabulary")
     head.load_state_dict({name: tensor.long() if name == "d2t" else tensor for name, tensor in tensors.items()})
-    return head.to(device=target.device, dtype=target.dtype), layers
+    return head.to(device=target.device, dtype=target.dtype).merge_projections(), layers

@@ -45,8 +45,10 @@ def merge_linears(linears: list[nn.Linear]) -> torch.Tensor | None:
 
 def merged_outputs(x: torch.Tensor, merged: torch.Tensor | None, linears: list[nn.Linear]) -> list[torch.Tensor]:
     """[linear(x) for each linear]: one GEMM on the merged weight, split (views), while every linear's weight is
-    still its view of it (merge_linears); else one GEMM each."""
-    if merged is not None and _in_place(merged, linears):
+    still its view of it (merge_linears); else one GEMM each, and so where a weight is to be trained (the merged
+    tensor is no parameter: gradients would not reach the weights)."""
+    trained = torch.is_grad_enabled() and any(linear.weight.requires_grad for linear in linears)
+    if merged is not None and not trained and _in_place(merged, linears):
         return list(F.linear(x, merged).split([linear.out_features for linear in linears], dim=-1))
     return [linear(x) for linear in linears]
 

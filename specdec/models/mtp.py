@@ -46,7 +46,7 @@ class Qwen35Mtp(HybridCausalLM):
         head_dim = getattr(config, "head_dim", None) or size // config.num_attention_heads
         self.rotary_emb = RotaryEmbedding(config, head_dim)
         load_checked(self, stack_experts(weights, PER_EXPERT, STACKED), "one Qwen3.5 MTP layer")
-        self.to(device=target.device, dtype=target.dtype)
+        self.to(device=target.device, dtype=target.dtype).merge_projections()
         # the target's, shared (not parameters of this module: they belong to the target)
         self._shared = (target.model.embed_tokens, target.lm_head)
 

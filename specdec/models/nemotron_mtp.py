@@ -52,6 +52,7 @@ class NemotronHMtp(HybridCausalLM):
         for name, buffer in self.named_buffers():
             if name.endswith(FP32):
                 buffer.data = buffer.data.float()
+        self.merge_projections()
         self._shared = (target.model.embeddings, target.lm_head)  # the target's, not parameters of this module
 
     @property
