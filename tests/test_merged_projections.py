@@ -1,5 +1,5 @@
 """Projections of one input merged into one GEMM after loading (specdec/models/merged.py): the Gated DeltaNet's four
-input projections, attention's k / v and the gated MLPs' gate / up, on a tiny Qwen3.5 (dense and MoE) saved and
+z / b / a projections, attention's k / v and the gated MLPs' gate / up, on a tiny Qwen3.5 (dense and MoE) saved and
 loaded through the real loader."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def test_loaded_projections_are_views_of_one_weight(model):
     mlps = [m for m in model.modules() if isinstance(m, GatedMLP)]
     assert gdn and mlps  # (the MoE model's shared experts are gated MLPs)
     for layer in gdn:
-        parts = layer.input_projections()
-        assert layer.in_proj.shape == (sum(p.out_features for p in parts), parts[0].in_features)
-        assert all(p.weight.untyped_storage().data_ptr() == layer.in_proj.untyped_storage().data_ptr()
+        parts = layer.gate_projections()
+        assert layer.in_proj_zba.shape == (sum(p.out_features for p in parts), parts[0].in_features)
+        assert all(p.weight.untyped_storage().data_ptr() == layer.in_proj_zba.untyped_storage().data_ptr()
                    for p in parts)
     attention = [m for m in model.modules() if isinstance(m, GatedAttention)]
     assert attention and all(layer.kv is not None and layer.k_proj.weight.data_ptr() == layer.kv.data_ptr()
@@ -42,18 +42,18 @@ def test_loaded_projections_are_views_of_one_weight(model):
     # the parameters keep the checkpoint's names, each stored once
     names = {name for name, _ in model.named_parameters()}
     assert any(name.endswith("linear_attn.in_proj_b.weight") for name in names)
-    assert not any(name.endswith((".gate_up", ".in_proj")) for name in names)
+    assert not any(name.endswith((".gate_up", ".in_proj_zba", ".kv")) for name in names)
 
 
 def test_one_gemm_gives_each_projection(model, monkeypatch):
     layer = next(m for m in model.modules() if isinstance(m, GatedDeltaNet))
-    x = torch.randn(3, 5, layer.in_proj_qkv.in_features, generator=torch.Generator().manual_seed(1))
-    separate = [p(x) for p in layer.input_projections()]
+    x = torch.randn(3, 5, layer.in_proj_z.in_features, generator=torch.Generator().manual_seed(1))
+    separate = [p(x) for p in layer.gate_projections()]
     calls = []
     linear = F.linear
     monkeypatch.setattr(F, "linear", lambda *args: calls.append(args[1].shape) or linear(*args))
-    merged = merged_outputs(x, layer.in_proj, layer.input_projections())
-    assert calls == [layer.in_proj.shape], "one GEMM on the merged weight"
+    merged = merged_outputs(x, layer.in_proj_zba, layer.gate_projections())
+    assert calls == [layer.in_proj_zba.shape], "one GEMM on the merged weight"
     for got, want in zip(merged, separate, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 

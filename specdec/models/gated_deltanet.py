@@ -54,14 +54,16 @@ class GatedDeltaNet(nn.Module):
         shard_parameters(self, tp, dt_bias=tp.split(0, value_heads), A_log=tp.split(0, value_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, eps=config.rms_norm_eps)
         self.out_proj = row_linear(full_value, hidden, tp)  # all-reduce
-        self.in_proj: torch.Tensor | None = None  # the four input projections' merged weight (merge_projections)
+        self.in_proj_zba: torch.Tensor | None = None  # in_proj_z's, _b's and _a's merged weight (merge_projections)
 
-    def input_projections(self) -> list[nn.Linear]:
-        return [self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a]
+    def gate_projections(self) -> list[nn.Linear]:
+        return [self.in_proj_z, self.in_proj_b, self.in_proj_a]
 
     def merge_projections(self) -> None:
-        """The four input projections as one GEMM from now on (specdec/models/merged.py)."""
-        self.in_proj = merge_linears(self.input_projections())
+        """in_proj_z, in_proj_b and in_proj_a as one GEMM from now on (specdec/models/merged.py). in_proj_qkv stays
+        apart: its output, the conv's input, is kept in the step's scratch until the commit, and a split of a wider
+        output would keep the whole of it (+50% of that scratch at Qwen3.5-9B's shapes, in every layer)."""
+        self.in_proj_zba = merge_linears(self.gate_projections())
 
     def cache_spec(self) -> LinearLayerSpec:
         return LinearLayerSpec(
@@ -77,8 +79,9 @@ class GatedDeltaNet(nn.Module):
     def forward(self, hidden: torch.Tensor, ctx, cache) -> torch.Tensor:
         """hidden [B, T, D] -> [B, T, D]; reads the layer's pool, leaves what commit needs in ctx.scratch."""
         pool = cache.linear[self.linear_index]
-        # [B, T, conv_dim] pre-conv, [B, T, value_dim], [B, T, HV] twice: one GEMM once merged (strided rows)
-        mixed, z, b, a = merged_outputs(hidden, self.in_proj, self.input_projections())
+        mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
+        # [B, T, value_dim], [B, T, HV] twice: one GEMM once merged (strided rows)
+        z, b, a = merged_outputs(hidden, self.in_proj_zba, self.gate_projections())
         conv_out = pool.short_conv(ctx, mixed, self.conv1d.weight[:, 0], None, "silu")
         glue = glue_for(hidden, self.A_log, self.dt_bias)
         # fp32 contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K] and v [B, T, HV, V]

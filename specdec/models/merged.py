@@ -1,12 +1,13 @@
-"""Projections of one input run as one GEMM: the Gated DeltaNet's four input projections (in_proj_qkv, in_proj_z,
-in_proj_b, in_proj_a), a gated MLP's gate_proj and up_proj, attention's k_proj and v_proj (and Nemotron-H's q_proj
-with them).
+"""Projections of one input run as one GEMM: the Gated DeltaNet's in_proj_z, in_proj_b and in_proj_a, a gated MLP's
+gate_proj and up_proj, attention's k_proj and v_proj (and Nemotron-H's q_proj with them). An output the step keeps
+until its commit (the GDN's in_proj_qkv, the conv's input) stays apart: a split view would keep the whole merged
+output alive.
 
 Checkpoints store them apart, and the loader fills them apart (each under its checkpoint name, each rank's slice
 under tensor parallelism: specdec/models/loading.py). After loading, merge_linears concatenates their weights along
 the outputs and makes each one's weight a view of its rows of the merged tensor, so the module's parameters keep
 their names and the model holds each weight once. A forward then runs one GEMM and splits its output (views with
-strided rows, which every consumer reads: the conv, the glue kernels). Why: on the H200 (Qwen3.5-9B, plain decoding
+strided rows, which every consumer reads: the glue kernels, attention). Why: on the H200 (Qwen3.5-9B, plain decoding
 at batch 256, 2026-12-02 profile) the GDN's in_proj_b and in_proj_a, 32 output channels each, were 48 split-K GEMMs
 and as many reduce kernels a step (~0.45 ms of 15.6), and every separate projection is one more launch; serving
 engines fuse them the same way (vLLM's merged column-parallel linears).
