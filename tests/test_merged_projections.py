@@ -69,9 +69,10 @@ def test_weights_moved_after_the_merge_fall_back_to_one_gemm_each():
     torch.testing.assert_close(got[1], 2 * want[1])
 
 
-def test_merge_refuses_biases_and_waits_for_real_weights():
-    with pytest.raises(ValueError, match="bias-free"):
-        merge_linears([nn.Linear(8, 4), nn.Linear(8, 2)])
+def test_merge_leaves_biased_projections_and_waits_for_real_weights():
+    biased = [nn.Linear(8, 4), nn.Linear(8, 2)]
+    weight = biased[0].weight
+    assert merge_linears(biased) is None and biased[0].weight is weight
     with torch.device("meta"):
         on_meta = [nn.Linear(8, 4, bias=False), nn.Linear(8, 2, bias=False)]
     assert merge_linears(on_meta) is None and on_meta[0].weight.is_meta

@@ -37,10 +37,10 @@ class GatedAttention(nn.Module):
         self.kv: torch.Tensor | None = None  # k_proj's and v_proj's merged weight (merge_projections)
 
     def merge_projections(self) -> None:
-        """k_proj and v_proj as one GEMM from now on, where they have no bias (specdec/models/merged.py). q_proj
+        """k_proj and v_proj as one GEMM from now on where they have no bias (specdec/models/merged.py). q_proj
         stays apart: its gate half, read in place by the sigmoid gating (act_mul), needs rows of one stride, which
         a split of a wider output would not give."""
-        self.kv = merge_biasless([self.k_proj, self.v_proj])
+        self.kv = merge_linears([self.k_proj, self.v_proj])
 
     def cache_spec(self) -> AttentionLayerSpec:
         return AttentionLayerSpec(self.num_kv_heads, self.head_dim)
@@ -56,13 +56,6 @@ class GatedAttention(nn.Module):
         query, key = glue.qk_norm_rotary(query, key, self.q_norm.weight, self.k_norm.weight, *rotary, self.q_norm.eps)
         out = cache.attention[self.attention_index].attend(ctx, query, key, value, self.head_dim**-0.5)
         return self.o_proj(glue.act_mul(gate, out, "sigmoid").flatten(-2))  # out * sigmoid(gate)
-
-
-def merge_biasless(projections: list[nn.Linear]) -> torch.Tensor | None:
-    """The projections merged (merge_linears), unless they have biases (None: one GEMM each)."""
-    if any(projection.bias is not None for projection in projections):
-        return None
-    return merge_linears(projections)
 
 
 def kv_shard(tp: TensorParallel, kv_heads: int, head_dim: int):
@@ -96,7 +89,7 @@ class PlainAttention(nn.Module):
 
     def merge_projections(self) -> None:
         """q_proj, k_proj and v_proj as one GEMM from now on (specdec/models/merged.py)."""
-        self.qkv = merge_biasless([self.q_proj, self.k_proj, self.v_proj])
+        self.qkv = merge_linears([self.q_proj, self.k_proj, self.v_proj])
 
     def cache_spec(self) -> AttentionLayerSpec:
         return AttentionLayerSpec(self.num_kv_heads, self.head_dim)

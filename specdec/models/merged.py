@@ -25,13 +25,11 @@ from torch import nn
 
 def merge_linears(linears: list[nn.Linear]) -> torch.Tensor | None:
     """Concatenate bias-free linears' weights (one input size, dtype and device) along the outputs -> the merged
-    weight [sum of out_features, in_features], each linear's weight now a view of its rows; None (nothing changed)
-    while any weight is still on the meta device."""
+    weight [sum of out_features, in_features], each linear's weight now a view of its rows; None (nothing changed,
+    one GEMM each) where one has a bias or a weight is still on the meta device."""
     weights = [linear.weight for linear in linears]
-    if any(w.is_meta for w in weights):
+    if any(w.is_meta for w in weights) or any(linear.bias is not None for linear in linears):
         return None
-    if any(linear.bias is not None for linear in linears):
-        raise ValueError("merge_linears merges bias-free projections only")
     if len({(w.shape[1], w.dtype, w.device) for w in weights}) != 1:
         raise ValueError("merge_linears needs one input size, dtype and device, got "
                          f"{[(tuple(w.shape), w.dtype, str(w.device)) for w in weights]}")
