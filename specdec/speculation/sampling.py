@@ -58,5 +58,9 @@ def target_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.T
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token from probs [V]."""
+    """One token from probs [V]. A seeded request's generator lives on the host (Request), so its draw is made
+    there, from probs copied over: torch.multinomial refuses a generator of another device, and the host's
+    stream keeps a seed's tokens the same on every device."""
+    if generator is not None and probs.device != generator.device:
+        probs = probs.to(generator.device)
     return int(torch.multinomial(probs, 1, generator=generator))
