@@ -54,7 +54,9 @@ FOLD_STAGES = 3
 FOLD_PIPELINE_MAX_ENTRIES = 16
 LOOPED_FOLD_WARPS = 2
 # the looped row's V columns: at [128, 32] tiles on 2 warps it holds 255 registers and spills 32-40 bytes (sm_90,
-# Triton 3.9: benchmarks.gdn_registers), at [128, 16] 213 and none; the sweep's commit / decode candidates time both
+# Triton 3.9: benchmarks.gdn_registers), at [128, 16] 213 and none, yet 32 columns stay: the H200 sweep of 2026-12-03
+# (sweeps_h200/sweep_gdn_verify_commit_decode_2026-12-03f.txt) timed the commit at batch 64 / 256 at 33.3 / 102.1 us
+# with 32, 38.9 / 126.1 with 16 (2 warps), 39.9 / 128.0 (4 warps); the decode's fold likewise (239 against 250 us)
 LOOPED_FOLD_BLOCK_V = 32
 SCAN_BLOCK = 128
 BLOCK_L = 16

@@ -93,9 +93,10 @@ TREE_DOT_HEADS_PER_PROGRAM = 1
 # as the tree and the buffer ([4, 4] and [4, 16] for a 4-chain on a 16-entry buffer: fma_blocks) where tl.dot pads
 # both to 16 and runs each product as three TF32 passes (tf32x3); exact fp32. sm_90 registers a thread
 # (benchmarks.gdn_registers, Triton 3.9, 4-chain): 80 at 32 columns and 4 warps (6 programs, 24 warps an SM), 128 at 32
-# and 2 (8 bytes spilled), where the tensor-core tree pass holds 250 at 2 warps (4 programs, 8 warps an SM). Written
-# and checked in the interpreter on 2026-12-03 with no GPU lent: off until benchmarks/sweep_gdn.py times it (its
-# "tree pass on the FMA units" candidates) against the tensor-core pass on the H200.
+# and 2 (8 bytes spilled), where the tensor-core tree pass holds 250 at 2 warps (4 programs, 8 warps an SM). Off: the
+# H200 sweep of 2026-12-03 (benchmarks/results/sweeps_h200/sweep_gdn_verify_commit_decode_2026-12-03f.txt) timed its
+# best candidate, 16 columns on 2 warps, at 114.5 / 420.8 us for 4-chains at batch 64 / 256 against 101.2 / 377.6
+# for the tensor-core pass (the registers' occupancy does not buy back the products' serial FMA chains).
 TREE_FMA = False
 TREE_FMA_BLOCK_V = 32
 TREE_FMA_WARPS = 2
