@@ -37,6 +37,7 @@ from verify_kernels.conv import (
     conv_commit,
     conv_commit_ref,
     conv_decode,
+    conv_window_sources,
     tree_conv,
 )
 from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_commit, gdn_flush, gdn_verify, verify
@@ -157,7 +158,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"conv.ROWS": False, "conv.BLOCK_D": block_d, "conv.COMMIT_BLOCK_D": block_d,
                                   "conv.NUM_WARPS": warps}))
         # a program per row for all its nodes (conv.ROWS, the default): channels, warps
-        for block_d, warps in ((128, 4), (256, 2), (256, 8), (512, 4)):
+        for block_d, warps in ((64, 2), (128, 2), (128, 4), (256, 2), (256, 8), (512, 4)):
             out.append(Candidate("conv", f"per row, {block_d} channels, {warps} warps",
                                  {"conv.ROWS": True, "conv.ROWS_BLOCK_D": block_d, "conv.ROWS_WARPS": warps}))
     if "small" in ops:
@@ -224,8 +225,9 @@ class Workloads:
 
     def conv(self, nodes: int) -> tuple[float, float]:
         """The conv of a chain of `nodes` per row, then the commit of all of them (nodes 1: plain decoding's one
-        kernel, conv_decode, as the engine runs it), bf16 inputs and windows; bytes: the windows read and written,
-        the nodes' inputs read and outputs written."""
+        kernel, conv_decode, as the engine runs it), bf16 inputs and windows, the window sources computed once as
+        the engine does for all of a step's conv layers; bytes: the windows read and written, the nodes' inputs
+        read and outputs written."""
         D, W, B = CONV_D, CONV_W, self.batch
         window = D * (W - 1) * 2
         rotations = rotations_for(B * window)
@@ -236,12 +238,13 @@ class Workloads:
         num_nodes = torch.full((B,), nodes, device="cuda")
         accepted = torch.arange(nodes, device="cuda").expand(B, nodes).contiguous()
         slots = [rotation_slots(r, B) for r in range(rotations)]
+        sources = conv_window_sources(parents, num_nodes, W)  # as the engine: once a step, for all its conv layers
 
         def step(r: int) -> None:
             if nodes == 1:
                 conv_decode(x[r], num_nodes, pool, slots[r], weight, None, "silu")
                 return
-            causal_conv1d_tree(x[r], parents, num_nodes, pool, slots[r], weight, None, "silu")
+            causal_conv1d_tree(x[r], parents, num_nodes, pool, slots[r], weight, None, "silu", sources=sources)
             conv_commit(x[r], accepted, num_nodes, pool, slots[r])
 
         calls = [partial(step, r) for r in range(rotations)]
@@ -304,8 +307,10 @@ def check_conv(batch: int = 24, nodes: int = 4) -> float:
     weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
     parents = torch.tensor(tree_parents("tree8")[:nodes], device="cuda").expand(batch, nodes).contiguous()
     num_nodes = torch.arange(batch, device="cuda") % (nodes + 1)
-    y = causal_conv1d_tree(x, parents, num_nodes, pool, slots, weight, None, "silu")
-    error = checks.relative_error(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, slots, weight, None, "silu"))
+    reference = causal_conv1d_tree_ref(x, parents, num_nodes, pool, slots, weight, None, "silu")
+    error = max(checks.relative_error(causal_conv1d_tree(x, parents, num_nodes, pool, slots, weight, None, "silu",
+                                                         sources=sources), reference)
+                for sources in (None, conv_window_sources(parents, num_nodes, W)))
     accepted = torch.arange(nodes, device="cuda").expand(batch, nodes).contiguous()
     ours, ref = pool.clone(), pool.clone()
     conv_commit(x, accepted, num_nodes, ours, slots)

@@ -104,9 +104,9 @@ def test_tree_conv_matches_reference(case, tree_conv_grid):
     assert_close(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, req_slots, weight, bias, activation))
 
 
-def test_tree_conv_of_strided_inputs_with_shared_sources():
-    """x as the model has it (a channel split of a wider projection: strided rows and nodes) and window sources
-    computed once for the step."""
+def test_tree_conv_of_strided_inputs_with_shared_sources(tree_conv_grid):
+    """Either grid on x as the model has it (a channel split of a wider projection: strided rows and nodes) and
+    window sources computed once for the step (StepContext.window_sources)."""
     gen = torch.Generator().manual_seed(1)
     T, D, W = 9, 40, 4
     parents, num_nodes = trees(gen, "tree", T)
@@ -143,15 +143,17 @@ def test_tree_conv_of_bf16_inputs_matches_reference(tree_conv_grid):
 
 
 @settings(max_examples=10, deadline=None)
-@given(batch=tree_batches(max_rows=3, max_nodes=10), W=st.sampled_from([2, 3, 4]), with_bias=st.booleans())
-def test_tree_conv_of_random_trees_matches_reference(batch: TreeBatch, W, with_bias):
+@given(batch=tree_batches(max_rows=3, max_nodes=10), W=st.sampled_from([2, 3, 4]), with_bias=st.booleans(),
+       with_sources=st.booleans())
+def test_tree_conv_of_random_trees_matches_reference(batch: TreeBatch, W, with_bias, with_sources):
     gen = torch.Generator().manual_seed(batch.seed)
     B, T, D = len(batch.rows), batch.num_tokens, 24
     parents, num_nodes = (t.to(DEVICE) for t in batch.tensors())
     pool, req_slots = conv_pool(gen, B, D, W, torch.float32)
     weight, bias = conv_layer(gen, D, W, with_bias)
     x = pad_nodes(torch.randn(B, T, D, generator=gen), num_nodes.cpu()).to(DEVICE)
-    y = causal_conv1d_tree(x, parents, num_nodes, pool, req_slots, weight, bias, "silu")
+    sources = conv_window_sources(parents, num_nodes, W) if with_sources else None
+    y = causal_conv1d_tree(x, parents, num_nodes, pool, req_slots, weight, bias, "silu", sources=sources)
     assert_close(y, causal_conv1d_tree_ref(x, parents, num_nodes, pool, req_slots, weight, bias, "silu"))
 
 

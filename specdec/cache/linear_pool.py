@@ -79,7 +79,7 @@ class LinearLayerPool:
         if ctx.commit_in_forward:
             return self.conv_ops.decode(conv_input, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias, activation)
         return self.conv_ops.tree(conv_input, ctx.parents, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias,
-                                  activation)
+                                  activation, sources=ctx.window_sources(self.conv.shape[-1] + 1))
 
     def score(self, ctx, inputs: MixerInputs, conv_input: torch.Tensor,
               buf_len: torch.Tensor) -> tuple[torch.Tensor, LinearScratch | None]:

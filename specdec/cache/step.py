@@ -15,6 +15,8 @@ from itertools import chain
 
 import torch
 
+from verify_kernels import conv
+
 
 def host_longs(values: Sequence[int], *shape: int) -> torch.Tensor:
     """A host int64 tensor of a flat list of Python ints, [N] or `shape`: through an array, about five times cheaper
@@ -138,6 +140,17 @@ class StepContext:
     # plain decoding (one node per row, accepted by construction): the layers commit as they score, and no commit
     # follows; the cache took the state slots of the rows that fold before the step (KVBufferCache.begin_decode)
     commit_in_forward: bool = False
+    # conv width -> conv_window_sources [B, T, width - 1]: computed by the step's first conv layer (a few small
+    # ops, captured with the step), read by the others; the tree conv then loads each window column at once
+    # instead of walking W - 1 parent pointers in every layer
+    conv_sources: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def window_sources(self, width: int) -> torch.Tensor:
+        """[B, T, width - 1] int64: where each node's conv window lives (verify_kernels.conv.conv_window_sources),
+        shared by every conv layer of the step."""
+        if width not in self.conv_sources:
+            self.conv_sources[width] = conv.conv_window_sources(self.parents, self.num_nodes, width)
+        return self.conv_sources[width]
 
     @property
     def tree_index(self) -> torch.Tensor | slice:

@@ -60,12 +60,14 @@ def causal_conv1d_tree_ref(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     activation: str | None = "silu",
+    sources: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal depthwise conv1d of a token tree on top of each row's committed conv history; writes nothing.
 
     x: [B, T, D]; parents: [B, T] int64; num_nodes: [B] int64; conv_pool: [R, D, W - 1]; req_slots: [B] int64;
     weight: [D, W]; bias: [D] or None; activation: "silu" or None. Returns y [B, T, D] in x.dtype (computed in
-    fp32), zeros at padding nodes.
+    fp32), zeros at padding nodes. sources: the kernel's windows precomputed from the parents (its signature);
+    the reference, being the contract, walks the parents itself and does not read them.
     """
     if activation not in ("silu", None):
         raise ValueError(f"activation must be 'silu' or None, got {activation!r}")

@@ -85,12 +85,13 @@ def causal_conv1d_tree_kernel(
 
 @triton.jit
 def causal_conv1d_tree_rows_kernel(
-    x, parents, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
+    x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
     T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    HAS_SOURCES: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
 ):
-    """causal_conv1d_tree_kernel's work for all of a row's nodes ([BT, BLOCK_D] tiles, BT >= T): the window walk
-    vectorised over the nodes, each window column a gather of node inputs or committed columns."""
+    """causal_conv1d_tree_kernel's work for all of a row's nodes ([BT, BLOCK_D] tiles, BT >= T): each window
+    column a gather of node inputs or committed columns, from the sources (one load each, all independent) or
+    from the window walk vectorised over the nodes (W - 1 dependent loads before the gathers)."""
     i_b, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
     nn = tl.minimum(tl.load(num_nodes + i_b), T)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
@@ -106,9 +107,12 @@ def causal_conv1d_tree_rows_kernel(
     for j in tl.static_range(W - 1):
         # column w, newest first: node src (>= 0) or committed column W - 1 + src (< 0), as the per-node kernel
         w = W - 2 - j
-        up = tl.load(parents + i_b * T + tl.maximum(cur, 0), mask=(cur >= 0) & m_t, other=-1).to(tl.int64)
-        src = tl.where(cur >= 0, tl.minimum(tl.maximum(up, -1), T - 1), cur - 1)
-        cur = src
+        if HAS_SOURCES:
+            src = tl.load(sources + (i_b * T + o_t) * (W - 1) + w, mask=m_t, other=0).to(tl.int64)
+        else:
+            up = tl.load(parents + i_b * T + tl.maximum(cur, 0), mask=(cur >= 0) & m_t, other=-1).to(tl.int64)
+            src = tl.where(cur >= 0, tl.minimum(tl.maximum(up, -1), T - 1), cur - 1)
+            cur = src
         m_x = m & (src >= 0)[:, None]
         m_p = m & (src < 0)[:, None]
         b_win = tl.load(p_x + tl.maximum(src, 0)[:, None] * stride_xt, mask=m_x, other=0.0).to(tl.float32)
@@ -220,10 +224,11 @@ def causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, 
     if sources is not None:
         _check_int("sources", sources, (B, T, W - 1))
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
-    if y.numel() and ROWS and sources is None:  # (ROWS' comment)
+    if y.numel() and ROWS:  # (ROWS' comment)
         causal_conv1d_tree_rows_kernel[(B, triton.cdiv(D, ROWS_BLOCK_D))](
-            x, parents, num_nodes, conv_pool, req_slots, weight, weight if bias is None else bias, y, x.stride(0),
-            x.stride(1), T=T, D=D, W=W, BT=triton.next_power_of_2(T), BLOCK_D=ROWS_BLOCK_D,
+            x, parents, parents if sources is None else sources, num_nodes, conv_pool, req_slots, weight,
+            weight if bias is None else bias, y, x.stride(0), x.stride(1), T=T, D=D, W=W,
+            BT=triton.next_power_of_2(T), BLOCK_D=ROWS_BLOCK_D, HAS_SOURCES=sources is not None,
             HAS_BIAS=bias is not None, SILU=activation == "silu", num_warps=ROWS_WARPS,
         )
     elif y.numel():
