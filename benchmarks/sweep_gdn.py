@@ -231,7 +231,7 @@ class Workloads:
         D, W, B = CONV_D, CONV_W, self.batch
         window = D * (W - 1) * 2
         rotations = rotations_for(B * window)
-        pool = torch.randn(rotations * B, D, W - 1, device="cuda", dtype=torch.bfloat16)
+        pool = torch.randn(rotations * B, W - 1, D, device="cuda", dtype=torch.bfloat16)
         x = torch.randn(rotations, B, nodes, D, device="cuda", dtype=torch.bfloat16)
         weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
         parents = chain_parents(B, nodes, "cuda")
@@ -301,7 +301,7 @@ class Workloads:
 def check_conv(batch: int = 24, nodes: int = 4) -> float:
     """The conv of random trees and the commit of a root path against their references at full width, bf16."""
     D, W = CONV_D, CONV_W
-    pool = torch.randn(batch + 3, D, W - 1, device="cuda", dtype=torch.bfloat16)
+    pool = torch.randn(batch + 3, W - 1, D, device="cuda", dtype=torch.bfloat16)
     slots = torch.randperm(batch + 3, device="cuda")[:batch]
     x = torch.randn(batch, nodes, D, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)

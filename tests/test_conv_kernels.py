@@ -40,11 +40,11 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 def conv_pool(gen: torch.Generator, B: int, D: int, W: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """conv_pool [B + 2, D, W - 1] with random histories at shuffled request slots (the last row's is zeros: a
+    """conv_pool [B + 2, W - 1, D] with random histories at shuffled request slots (the last row's is zeros: a
     fresh request) and NaN in the spare slots; req_slots [B]."""
     req_slots = torch.randperm(B + 2, generator=gen)[:B]
-    pool = torch.full((B + 2, D, W - 1), NAN)
-    pool[req_slots] = torch.randn(B, D, W - 1, generator=gen)
+    pool = torch.full((B + 2, W - 1, D), NAN)
+    pool[req_slots] = torch.randn(B, W - 1, D, generator=gen)
     pool[req_slots[-1]] = 0.0
     return pool.to(DEVICE, dtype), req_slots.to(DEVICE)
 
@@ -163,10 +163,10 @@ def test_window_sources_of_a_hand_made_tree():
     sources = conv_window_sources(torch.tensor([[-1, 0, 0, 1, 7]]), torch.tensor([4]), 4)
     assert sources[0, :4].tolist() == [[-3, -2, -1], [-2, -1, 0], [-2, -1, 0], [-1, 0, 1]]
     # as the reference gathers them
-    pool = torch.tensor([[[1.0, 2.0, 3.0]]])
+    pool = torch.tensor([[[1.0], [2.0], [3.0]]])  # [R = 1, W - 1 = 3, D = 1]
     x = torch.tensor([[10.0, 11.0, 12.0, 13.0]])[..., None]
     windows = tree_conv_windows_ref(x, torch.tensor([[-1, 0, 0, 1]]), torch.tensor([4]), pool, torch.tensor([0]))
-    history_or_node = torch.where(sources[0, :4] < 0, pool[0, 0][(3 + sources[0, :4]).clamp(0, 2)],
+    history_or_node = torch.where(sources[0, :4] < 0, pool[0, :, 0][(3 + sources[0, :4]).clamp(0, 2)],
                                   x[0, sources[0, :4].clamp(min=0), 0])
     assert torch.equal(history_or_node, windows[0, :, 0, :3])
 
@@ -218,14 +218,14 @@ def test_conv_decode_is_the_tree_conv_then_the_commit(W, dtype, with_bias):
 
 
 def test_bad_arguments_raise():
-    x, pool, slots = torch.zeros(1, 1, 8, device=DEVICE), torch.zeros(1, 8, 3, device=DEVICE), torch.zeros(
+    x, pool, slots = torch.zeros(1, 1, 8, device=DEVICE), torch.zeros(1, 3, 8, device=DEVICE), torch.zeros(
         1, dtype=torch.long, device=DEVICE)
     parents, num_nodes = torch.full((1, 1), -1, device=DEVICE), torch.ones(1, dtype=torch.long, device=DEVICE)
     weight = torch.zeros(8, 4, device=DEVICE)
     with pytest.raises(ValueError, match="activation"):
         causal_conv1d_tree(x, parents, num_nodes, pool, slots, weight, activation="gelu")
     with pytest.raises(ValueError, match="W in"):
-        causal_conv1d_tree(x, parents, num_nodes, torch.zeros(1, 8, 4, device=DEVICE), slots, weight)
+        causal_conv1d_tree(x, parents, num_nodes, torch.zeros(1, 4, 8, device=DEVICE), slots, weight)
     with pytest.raises(ValueError, match="weight"):
         causal_conv1d_tree(x, parents, num_nodes, pool, slots, weight[:, :3].contiguous())
     with pytest.raises(ValueError, match="unit stride"):

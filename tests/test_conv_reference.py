@@ -22,13 +22,13 @@ def conv_layer(gen, W, with_bias=True):
 
 
 def committed_pool(gen, histories, W):
-    """conv_pool [B + 2, D, W - 1] holding the last W - 1 inputs of each history [D, n_b] (zero left padding)
+    """conv_pool [B + 2, W - 1, D] holding the last W - 1 inputs of each history [D, n_b] (zero left padding)
     at shuffled request slots; the spare slots hold NaN. Returns the pool and req_slots [B]."""
     B = len(histories)
     req_slots = torch.randperm(B + 2, generator=gen)[:B]
-    pool = torch.full((B + 2, D, W - 1), NAN)
+    pool = torch.full((B + 2, W - 1, D), NAN)
     for b, history in enumerate(histories):
-        pool[req_slots[b]] = F.pad(history, (W - 1, 0))[:, history.shape[1]:]
+        pool[req_slots[b]] = F.pad(history, (W - 1, 0))[:, history.shape[1]:].T
     return pool, req_slots
 
 
@@ -61,7 +61,7 @@ def test_tree_conv_matches_sequential_conv_along_root_paths(batch: TreeBatch, W,
 def test_windows_of_a_hand_made_tree():
     #  history (1, 2, 3) ── 10 ── 11 ── 13
     #                        └─── 12
-    pool = torch.tensor([[[1.0, 2.0, 3.0]]])                                # [R = 1, D = 1, W - 1 = 3]
+    pool = torch.tensor([[[1.0], [2.0], [3.0]]])                            # [R = 1, W - 1 = 3, D = 1]
     x = torch.tensor([[10.0, 11.0, 12.0, 13.0]])[..., None]
     windows = tree_conv_windows_ref(x, torch.tensor([[-1, 0, 0, 1]]), torch.tensor([4]), pool, torch.tensor([0]))
     assert windows[0, :, 0].tolist() == [[1, 2, 3, 10], [2, 3, 10, 11], [2, 3, 10, 12], [3, 10, 11, 13]]
@@ -72,7 +72,7 @@ def test_fresh_request_is_zero_left_padding(dtype):
     gen = torch.Generator().manual_seed(0)
     weight, bias = conv_layer(gen, 4)
     x = torch.randn(2, 9, D, generator=gen).to(dtype)
-    pool = torch.zeros(2, D, 3)
+    pool = torch.zeros(2, 3, D)
     y = causal_conv1d_tree_ref(x, chain_parents(2, 9), torch.tensor([9, 9]), pool, torch.tensor([1, 0]),
                                weight, bias, "silu")
     assert y.dtype == dtype
@@ -116,7 +116,7 @@ def test_commit_then_next_chunk_matches_the_whole_sequence(path):
 
 
 def test_unknown_activation_raises():
-    x, pool = torch.zeros(1, 1, D), torch.zeros(1, D, 3)
+    x, pool = torch.zeros(1, 1, D), torch.zeros(1, 3, D)
     with pytest.raises(ValueError, match="activation"):
         causal_conv1d_tree_ref(x, chain_parents(1, 1), torch.tensor([1]), pool, torch.tensor([0]),
                                torch.zeros(D, 4), activation="gelu")

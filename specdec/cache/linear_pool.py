@@ -34,7 +34,8 @@ class LinearLayerPool:
     state [S, *state_shape] fp32: committed states, one per state slot.
     buf_key [R, L, *key_shape], buf_value [R, L, *value_shape], buf_gcum [R, L, decay_heads] fp32: buffers (L = 0
         for intermediate states).
-    conv [R, conv_dim, W-1] (model dtype): the last W-1 committed pre-conv inputs, newest last.
+    conv [R, W-1, conv_dim] (model dtype): the last W-1 committed pre-conv inputs, newest last (columns first: each
+    a contiguous vector of channels for the kernels, verify_kernels/conv/naive.py).
     linear_state: KVBufferState or IntermediateStates (specdec/cache/linear_state.py), by `linear_state`.
     conv_ops / chunk_prefill: the kernel backend's ops for this layer (specdec/backend.py), picked once here.
     """
@@ -49,7 +50,7 @@ class LinearLayerPool:
         self.buf_key = torch.zeros(max_requests, entries, *spec.key_shape, **fp32)
         self.buf_value = torch.zeros(max_requests, entries, *spec.value_shape, **fp32)
         self.buf_gcum = torch.zeros(max_requests, entries, spec.decay_heads, **fp32)
-        self.conv = torch.zeros(max_requests, spec.conv_dim, spec.conv_width - 1, device=device, dtype=dtype)
+        self.conv = torch.zeros(max_requests, spec.conv_width - 1, spec.conv_dim, device=device, dtype=dtype)
         backend = backend_for(torch.device(device), spec.key_shape[-1], spec.value_shape[-1])
         ops = _MIXER_OPS[spec.mixer](backend)
         self.conv_ops = conv_ops(backend)
@@ -79,7 +80,7 @@ class LinearLayerPool:
         if ctx.commit_in_forward:
             return self.conv_ops.decode(conv_input, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias, activation)
         return self.conv_ops.tree(conv_input, ctx.parents, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias,
-                                  activation, sources=ctx.window_sources(self.conv.shape[-1] + 1))
+                                  activation, sources=ctx.window_sources(self.conv.shape[1] + 1))
 
     def score(self, ctx, inputs: MixerInputs, conv_input: torch.Tensor,
               buf_len: torch.Tensor) -> tuple[torch.Tensor, LinearScratch | None]:

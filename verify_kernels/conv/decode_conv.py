@@ -29,17 +29,17 @@ def conv_decode_kernel(
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < D
     m_n = o_d < tl.where(is_node, D, 0)  # (a vector & a scalar mask fails in Triton's interpreter)
-    p_pool = conv_pool + (i_r * D + o_d) * (W - 1)
+    p_pool = conv_pool + i_r * (W - 1) * D + o_d  # column j at p_pool + j * D
     b_x = tl.load(x + i_b * stride_xb + o_d, mask=m_n, other=0.0)
     b_y = b_x.to(tl.float32) * tl.load(weight + o_d * W + W - 1, mask=m_d, other=0.0).to(tl.float32)
     # the W - 1 <= 3 committed columns, oldest first
     b_c0 = tl.load(p_pool, mask=m_n, other=0.0)
     b_y += b_c0.to(tl.float32) * tl.load(weight + o_d * W, mask=m_d, other=0.0).to(tl.float32)
     if W > 2:
-        b_c1 = tl.load(p_pool + 1, mask=m_n, other=0.0)
+        b_c1 = tl.load(p_pool + D, mask=m_n, other=0.0)
         b_y += b_c1.to(tl.float32) * tl.load(weight + o_d * W + 1, mask=m_d, other=0.0).to(tl.float32)
     if W > 3:
-        b_c2 = tl.load(p_pool + 2, mask=m_n, other=0.0)
+        b_c2 = tl.load(p_pool + 2 * D, mask=m_n, other=0.0)
         b_y += b_c2.to(tl.float32) * tl.load(weight + o_d * W + 2, mask=m_d, other=0.0).to(tl.float32)
     if HAS_BIAS:
         b_y += tl.load(bias + o_d, mask=m_d, other=0.0).to(tl.float32)
@@ -54,11 +54,11 @@ def conv_decode_kernel(
         tl.store(p_pool, b_new, mask=m_n)
     if W == 3:
         tl.store(p_pool, b_c1, mask=m_n)
-        tl.store(p_pool + 1, b_new, mask=m_n)
+        tl.store(p_pool + D, b_new, mask=m_n)
     if W == 4:
         tl.store(p_pool, b_c1, mask=m_n)
-        tl.store(p_pool + 1, b_c2, mask=m_n)
-        tl.store(p_pool + 2, b_new, mask=m_n)
+        tl.store(p_pool + D, b_c2, mask=m_n)
+        tl.store(p_pool + 2 * D, b_new, mask=m_n)
 
 
 def conv_decode(
@@ -72,7 +72,7 @@ def conv_decode(
 ) -> torch.Tensor:
     """Plain decoding's conv and window update in one kernel (as conv_decode_ref).
 
-    x: [B, 1, D] (unit channel stride); num_nodes: [B] 1 or 0 (padding rows); conv_pool: [R, D, W - 1] (W in 2..4,
+    x: [B, 1, D] (unit channel stride); num_nodes: [B] 1 or 0 (padding rows); conv_pool: [R, W - 1, D] (W in 2..4,
     the model dtype), updated in place; req_slots: [B]; weight: [D, W]; bias: [D] or None; activation: "silu" or
     None. Returns y [B, 1, D] in x.dtype (computed in fp32), zeros at padding rows.
     """

@@ -3,8 +3,11 @@
 As transformers' causal_conv1d_fn / causal_conv1d_update: y[c] = act(bias[c] + sum_w weight[c, w] win[c, w])
 over a window of W inputs, oldest first, the token itself last. A token's window is its W - 1 predecessors
 along ITS path: draft ancestors first, then the committed history. Each committed request keeps its last
-W - 1 pre-conv inputs in `conv_pool` [R, D, W - 1] (column -1 = the most recent; zeros for a fresh request,
-which is what zero left-padding gives), indexed by `req_slots` [B]. Trees are `parents` [B, T] and
+W - 1 pre-conv inputs in `conv_pool` [R, W - 1, D] (column -1, conv_pool[r, -1], the most recent; zeros for a
+fresh request, which is what zero left-padding gives), indexed by `req_slots` [B]. Columns first, unlike
+causal_conv1d's conv_state [B, D, W - 1]: each column is then D contiguous channels, which the kernels read and
+write as whole vectors (in [D, W - 1] a channel's columns sit side by side and every access is a strided 2-byte
+one). Trees are `parents` [B, T] and
 `num_nodes` [B] as in verify_kernels.tree; padding nodes give zeros and never reach valid ones.
 """
 
@@ -24,17 +27,17 @@ def tree_conv_windows_ref(
     """Conv input window of every node, gathered through parent pointers.
 
     x: [B, T, D] pre-conv inputs of the nodes; parents: [B, T] int64; num_nodes: [B] int64;
-    conv_pool: [R, D, W - 1]; req_slots: [B] int64. Returns [B, T, D, W] float32, oldest first, the node
+    conv_pool: [R, W - 1, D]; req_slots: [B] int64. Returns [B, T, D, W] float32, oldest first, the node
     itself last; zeros at padding nodes.
     """
     check_tree(parents, num_nodes)
     B, T, D = x.shape
-    W = conv_pool.shape[-1] + 1
+    W = conv_pool.shape[1] + 1
     rows = torch.arange(B, device=x.device)[:, None]
     node = torch.arange(T, device=x.device) < num_nodes[:, None]            # [B, T]
     parent = torch.where(node, parents, -1)                                  # padding parents may be garbage
     x = x.float()
-    committed = conv_pool[req_slots].float().transpose(1, 2)                 # [B, W - 1, D], newest last
+    committed = conv_pool[req_slots].float()                                 # [B, W - 1, D], newest last
     # walk up every node's path W - 1 times at once: the input w steps back is the ancestor w steps up while the
     # path lasts, then the committed inputs, newest first
     newest_first = [x]
@@ -64,7 +67,7 @@ def causal_conv1d_tree_ref(
 ) -> torch.Tensor:
     """Causal depthwise conv1d of a token tree on top of each row's committed conv history; writes nothing.
 
-    x: [B, T, D]; parents: [B, T] int64; num_nodes: [B] int64; conv_pool: [R, D, W - 1]; req_slots: [B] int64;
+    x: [B, T, D]; parents: [B, T] int64; num_nodes: [B] int64; conv_pool: [R, W - 1, D]; req_slots: [B] int64;
     weight: [D, W]; bias: [D] or None; activation: "silu" or None. Returns y [B, T, D] in x.dtype (computed in
     fp32), zeros at padding nodes. sources: the kernel's windows precomputed from the parents (its signature);
     the reference, being the contract, walks the parents itself and does not read them.
@@ -91,18 +94,18 @@ def conv_commit_ref(
     """Append the accepted path's inputs to each row's committed conv history, in place.
 
     x: [B, T, D] pre-conv inputs of the nodes; accepted: [B, A] int64 node indices, root first, -1 padded;
-    num_accepted: [B] int64 (may be 0, may exceed W - 1); conv_pool: [R, D, W - 1]; req_slots: [B] int64.
+    num_accepted: [B] int64 (may be 0, may exceed W - 1); conv_pool: [R, W - 1, D]; req_slots: [B] int64.
     conv_pool[req_slots[b]] becomes the last W - 1 of (its old columns ++ x[b] at the accepted nodes).
     """
     B, A = accepted.shape
-    keep = conv_pool.shape[-1]                                               # W - 1
+    keep = conv_pool.shape[1]                                                # W - 1
     rows = torch.arange(B, device=x.device)
     taken = torch.where(torch.arange(A, device=x.device) < num_accepted[:, None], accepted, 0)
-    new = x[rows[:, None], taken].transpose(1, 2).to(conv_pool.dtype)       # [B, D, A]
-    history = torch.cat([conv_pool[req_slots], new], dim=-1)                 # [B, D, W - 1 + A]
-    # the row's sequence is history[:, :, :keep + a]: its last `keep` columns start at column a
-    last = (num_accepted[:, None] + torch.arange(keep, device=x.device))[:, None].expand(B, x.shape[-1], keep)
-    conv_pool[req_slots] = history.gather(-1, last)
+    new = x[rows[:, None], taken].to(conv_pool.dtype)                        # [B, A, D]
+    history = torch.cat([conv_pool[req_slots], new], dim=1)                  # [B, W - 1 + A, D]
+    # the row's sequence is history[:, :keep + a]: its last `keep` columns start at column a
+    last = (num_accepted[:, None] + torch.arange(keep, device=x.device))[..., None].expand(B, keep, x.shape[-1])
+    conv_pool[req_slots] = history.gather(1, last)
 
 
 def conv_decode_ref(
@@ -118,7 +121,7 @@ def conv_decode_ref(
     window, in place (causal_conv1d_tree_ref, then conv_commit_ref of the node).
 
     x: [B, 1, D]; num_nodes: [B] int64, 1 or 0 (a padding row: output zeros, window untouched); conv_pool:
-    [R, D, W - 1]; req_slots: [B] int64; weight: [D, W]; bias: [D] or None; activation: "silu" or None.
+    [R, W - 1, D]; req_slots: [B] int64; weight: [D, W]; bias: [D] or None; activation: "silu" or None.
     Returns y [B, 1, D] in x.dtype."""
     B = x.shape[0]
     roots = torch.full((B, 1), -1, dtype=torch.long, device=x.device)

@@ -3,7 +3,7 @@ semantics as causal_conv1d_tree_ref / conv_commit_ref (verify_kernels.conv.naive
 
 A node's window is its W - 1 predecessors along its own path, then itself. Where those predecessors come from is the
 same for every layer of a step, so a small torch helper (conv_window_sources) can turn the parent pointers into
-window sources once: a node index (>= 0), or a committed column counted from the newest (-1 = conv_pool[..., -1]).
+window sources once: a node index (>= 0), or a committed column counted from the newest (-1 = conv_pool[r, -1]).
 Without them the conv kernel walks the W - 1 parent pointers itself (a few scalar loads per program, where the
 helper is about ten small launches per layer). Grid (row, node, channel block): each program reads its W window
 columns one at a time (its sources are scalars: each column is a draft input from x or a committed one from
@@ -72,7 +72,7 @@ def causal_conv1d_tree_kernel(
         m_x = o_d < tl.where(is_node & (src >= 0), D, 0)
         m_p = o_d < tl.where(is_node & (src < 0), D, 0)
         b_win = tl.load(p_x + tl.maximum(src, 0) * stride_xt, mask=m_x, other=0.0).to(tl.float32)
-        b_win += tl.load(conv_pool + (i_r * D + o_d) * (W - 1) + tl.maximum(W - 1 + src, 0), mask=m_p,
+        b_win += tl.load(conv_pool + (i_r * (W - 1) + tl.maximum(W - 1 + src, 0)) * D + o_d, mask=m_p,
                          other=0.0).to(tl.float32)
         b_y += b_win * tl.load(weight + o_d * W + w, mask=m_d, other=0.0).to(tl.float32)
     if HAS_BIAS:
@@ -116,7 +116,7 @@ def causal_conv1d_tree_rows_kernel(
         m_x = m & (src >= 0)[:, None]
         m_p = m & (src < 0)[:, None]
         b_win = tl.load(p_x + tl.maximum(src, 0)[:, None] * stride_xt, mask=m_x, other=0.0).to(tl.float32)
-        b_win += tl.load(conv_pool + (i_r * D + o_d[None, :]) * (W - 1) + tl.maximum(W - 1 + src, 0)[:, None],
+        b_win += tl.load(conv_pool + (i_r * (W - 1) + tl.maximum(W - 1 + src, 0)[:, None]) * D + o_d[None, :],
                          mask=m_p, other=0.0).to(tl.float32)
         b_y += b_win * tl.load(weight + o_d * W + w, mask=m_d, other=0.0).to(tl.float32)[None, :]
     if HAS_BIAS:
@@ -130,11 +130,12 @@ def causal_conv1d_tree_rows_kernel(
 
 @triton.jit
 def committed_column(x, accepted, p_pool, i_b, n_acc, c, o_d, D, stride_xb, stride_xt, A, W: tl.constexpr):
-    """New committed column c [BLOCK_D]: element n_acc + c of (the W - 1 old columns ++ the n_acc accepted inputs)."""
+    """New committed column c [BLOCK_D]: element n_acc + c of (the W - 1 old columns ++ the n_acc accepted inputs);
+    p_pool: the row's column 0 at the program's channels (column j at p_pool + j * D)."""
     k = n_acc + c
     is_old = k < W - 1
     node = tl.load(accepted + i_b * A + tl.maximum(k - (W - 1), 0), mask=~is_old, other=0).to(tl.int64)
-    b_old = tl.load(p_pool + tl.minimum(k, W - 2), mask=o_d < tl.where(is_old, D, 0), other=0.0)
+    b_old = tl.load(p_pool + tl.minimum(k, W - 2) * D, mask=o_d < tl.where(is_old, D, 0), other=0.0)
     b_x = tl.load(x + i_b * stride_xb + node * stride_xt + o_d, mask=o_d < tl.where(is_old, 0, D), other=0.0)
     return tl.where(is_old, b_old, b_x.to(b_old.dtype))
 
@@ -149,7 +150,7 @@ def conv_commit_kernel(
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < tl.where(n_acc > 0, D, 0)             # nothing accepted: the history stays as it is
-    p_pool = conv_pool + (i_r * D + o_d) * (W - 1)
+    p_pool = conv_pool + i_r * (W - 1) * D + o_d
     # W - 1 <= 3 columns, all read before any is written
     b_c0 = committed_column(x, accepted, p_pool, i_b, n_acc, 0, o_d, D, stride_xb, stride_xt, A, W)
     if W > 2:
@@ -160,14 +161,14 @@ def conv_commit_kernel(
     tl.debug_barrier()
     tl.store(p_pool, b_c0, mask=m_d)
     if W > 2:
-        tl.store(p_pool + 1, b_c1, mask=m_d)
+        tl.store(p_pool + D, b_c1, mask=m_d)
     if W > 3:
-        tl.store(p_pool + 2, b_c2, mask=m_d)
+        tl.store(p_pool + 2 * D, b_c2, mask=m_d)
 
 
 def conv_window_sources(parents: torch.Tensor, num_nodes: torch.Tensor, width: int) -> torch.Tensor:
     """Where each node's W - 1 window predecessors live, oldest first: [B, T, W - 1] int64 with a node index (>= 0)
-    or a committed column counted from the newest (-1 = conv_pool[..., -1], -2 the one before, ...).
+    or a committed column counted from the newest (-1 = conv_pool[r, -1], -2 the one before, ...).
 
     parents: [B, T]; num_nodes: [B]; width: W. Walks up W - 1 parent pointers (a root's parent, -1, is the newest
     committed input; above that, older committed inputs). No host synchronisation: shared by every conv layer of a
@@ -187,12 +188,12 @@ def conv_window_sources(parents: torch.Tensor, num_nodes: torch.Tensor, width: i
 def _check_conv(x, conv_pool, req_slots) -> tuple[int, int, int, int]:
     """Shapes, dtypes and strides shared by both ops; returns B, T, D, W."""
     if x.dim() != 3 or conv_pool.dim() != 3:
-        raise ValueError(f"expected x [B, T, D] and conv_pool [R, D, W - 1], got {tuple(x.shape)} and "
+        raise ValueError(f"expected x [B, T, D] and conv_pool [R, W - 1, D], got {tuple(x.shape)} and "
                          f"{tuple(conv_pool.shape)}")
     B, T, D = x.shape
-    W = conv_pool.shape[-1] + 1
-    if conv_pool.shape[1] != D or W not in WIDTHS:
-        raise ValueError(f"conv_pool must be [R, {D}, W - 1] with W in {WIDTHS}, got {tuple(conv_pool.shape)}")
+    W = conv_pool.shape[1] + 1
+    if conv_pool.shape[2] != D or W not in WIDTHS:
+        raise ValueError(f"conv_pool must be [R, W - 1, {D}] with W in {WIDTHS}, got {tuple(conv_pool.shape)}")
     if req_slots.shape != (B,) or req_slots.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"req_slots must be [{B}] int32 / int64, got {tuple(req_slots.shape)} {req_slots.dtype}")
     for name, t in (("x", x), ("conv_pool", conv_pool)):
@@ -256,7 +257,7 @@ def causal_conv1d_tree(
     """Causal depthwise conv1d of a token tree on top of each row's committed conv history; writes nothing (as
     causal_conv1d_tree_ref).
 
-    x: [B, T, D] (unit channel stride); parents: [B, T]; num_nodes: [B]; conv_pool: [R, D, W - 1] (W in 2..4, the
+    x: [B, T, D] (unit channel stride); parents: [B, T]; num_nodes: [B]; conv_pool: [R, W - 1, D] (W in 2..4, the
     model dtype); req_slots: [B]; weight: [D, W]; bias: [D] or None; activation: "silu" or None; sources:
     conv_window_sources(parents, num_nodes, W) [B, T, W - 1], shared by the conv layers of a step, or None
     (computed here). Returns y [B, T, D] in x.dtype (computed in fp32), zeros at padding nodes.
@@ -274,7 +275,7 @@ def conv_commit(
     """Append the accepted path's inputs to each row's committed conv history, in place (as conv_commit_ref).
 
     x: [B, T, D] pre-conv inputs of the nodes (unit channel stride); accepted: [B, A] node indices, root first, -1
-    padded; num_accepted: [B] (0 .. A, may exceed W - 1); conv_pool: [R, D, W - 1]; req_slots: [B].
+    padded; num_accepted: [B] (0 .. A, may exceed W - 1); conv_pool: [R, W - 1, D]; req_slots: [B].
     conv_pool[req_slots[b]] becomes the last W - 1 of (its old columns ++ x[b] at the accepted nodes).
     """
     B, _, D, W = _check_conv(x, conv_pool, req_slots)
