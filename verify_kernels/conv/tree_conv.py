@@ -31,7 +31,10 @@ NUM_WARPS = 2
 # its loads of 512 bytes per column, ~6x its bytes at batch 128 (0.97 ms per step over Qwen3.5-9B's 24 layers, H200
 # 2026-12-02). The H200 sweep of 2026-12-03 (`python -m benchmarks.sweep_gdn --ops conv`): 256 channels on 4 warps
 # per row 57.1 us at batch 256 and 18.0 at 64 for 4-node chains with their commit, against 60.9 / 18.9 per node; one
-# node per row the same (19.6 / 7.1 us); 512 channels on 8 warps 70.1 / 20.8.
+# node per row the same (19.6 / 7.1 us); 512 channels on 8 warps 70.1 / 20.8. With the window sources computed once a
+# step (2026-12-03, sixth sitting: sweeps_h200/sweep_gdn_conv_sources_2026-12-03f.txt, the [R, D, W - 1] pool of then):
+# 4-node chains with their commit 27.4 / 50.2 us at batch 128 / 256 (35% of their bytes' bound), 128 channels on 2
+# warps 27.0 / 49.5, one program per node 32.6 / 60.5.
 ROWS = True
 ROWS_BLOCK_D = 256
 ROWS_WARPS = 4
