@@ -111,9 +111,15 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                   "decode.DECODE_LANES": lanes}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
-        # the tree pass of trees up to FMA_MAX_NODES on the FMA units (verify.TREE_FMA; the 4-chain): V columns,
-        # warps, the value heads of a key head in one program or one each
-        for bv, warps, heads in ((32, 4, None), (32, 2, None), (16, 2, None), (64, 4, None), (32, 2, 1), (16, 1, 1)):
+        # the tree pass's products over K with keys and queries stacked (verify.STACKED_PRODUCTS): K columns a step,
+        # the tree pass's V columns and warps
+        for bk, bv, warps in ((16, 32, 2), (32, 32, 2), (16, 64, 4), (16, 16, 2)):
+            out.append(Candidate("verify", f"stacked products, BK {bk}, tree pass BV {bv}, {warps} warps",
+                                 {"verify.STACKED_PRODUCTS": True, "verify.PRODUCTS_BLOCK_K": bk,
+                                  "verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
+        # the tree pass of trees up to FMA_MAX_NODES on the FMA units (verify.TREE_FMA; the 4-chain): its best
+        # candidate of the 2026-12-03 sweep (the others were slower still)
+        for bv, warps, heads in ((16, 2, None),):
             out.append(Candidate("verify", f"tree pass on the FMA units, BV {bv}, {warps} warps, "
                                            f"{'a key head' if heads is None else 'a value head'} per program",
                                  {"verify.TREE_FMA": True, "verify.TREE_FMA_BLOCK_V": bv,

@@ -102,6 +102,13 @@ TREE_FMA_BLOCK_V = 32
 TREE_FMA_WARPS = 2
 FMA_MAX_NODES = 8
 STATE_BLOCK_K = 32
+# STACKED_PRODUCTS: the tree pass's products over K with the nodes' keys and queries stacked ([k; q], 2 BT rows), two
+# products a step of PRODUCTS_BLOCK_K columns where there were four, split into halves once after the last step.
+# The pass is issue-bound (ncu on the H200, 2026-12-03, batch 128, 4-chains: 42 M instructions, 1.5 a cycle an SM,
+# 249 registers, 2 of 16 warps a scheduler active); each tl.dot of [16, 16] tiles in tf32x3 carries its operands'
+# splits and layout conversions, which the stacking halves for the products over K. Written and checked in the
+# interpreter on 2026-12-03 with no GPU lent: off until `benchmarks.sweep_gdn --ops verify` times it.
+STACKED_PRODUCTS = False
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -147,6 +154,42 @@ def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.
         b_qk += products(b_qc, b_kc, FMA, PRECISION)
         b_kB += products(b_kc, b_bkc, FMA, PRECISION)
         b_qB += products(b_qc, b_bkc, FMA, PRECISION)
+    return b_kk, b_qk, b_kB, b_qB
+
+
+@triton.jit
+def row_halves(x, N: tl.constexpr, M: tl.constexpr):
+    """x [2N, M] -> its rows 0..N-1 and N..2N-1, [N, M] each."""
+    return tl.split(tl.permute(tl.reshape(x, [2, N, M]), [1, 2, 0]))
+
+
+@triton.jit
+def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr,
+                          L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr,
+                          PRECISION: tl.constexpr, PRODUCTS_STAGES: tl.constexpr, FMA: tl.constexpr):
+    """node_products with the keys and queries stacked, [k; q] [2 BT, BK]: two products a step of BK columns (against
+    the nodes' keys and against the buffer's) instead of four, each twice as tall (STACKED_PRODUCTS)."""
+    o_s = tl.arange(0, 2 * BT)
+    node = o_s % BT
+    o_t = tl.arange(0, BT)
+    o_l = tl.arange(0, BL)
+    m_s = node < nn
+    m_t = o_t < nn
+    m_l = o_l < n
+    b_xk = tl.zeros([2 * BT, BT], dtype=tl.float32)
+    b_xB = tl.zeros([2 * BT, BL], dtype=tl.float32)
+    for i_k in tl.range(0, K, BK, num_stages=PRODUCTS_STAGES):
+        o_k = i_k + tl.arange(0, BK)
+        p_s = ((i_b * T + node[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_xc = tl.load(tl.where((o_s < BT)[:, None], k + p_s, q + p_s), mask=m_s[:, None], other=0.).to(tl.float32)
+        p_x = ((i_b * T + o_t[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_kc = tl.load(k + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
+        p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_bkc = tl.load(p_bk, mask=m_l[:, None], other=0.)
+        b_xk += products(b_xc, b_kc, FMA, PRECISION)
+        b_xB += products(b_xc, b_bkc, FMA, PRECISION)
+    b_kk, b_qk = row_halves(b_xk, BT, BT)
+    b_kB, b_qB = row_halves(b_xB, BT, BL)
     return b_kk, b_qk, b_kB, b_qB
 
 
@@ -246,6 +289,7 @@ def gdn_verify_tree_kernel(
     PRODUCTS_STAGES: tl.constexpr,
     GP: tl.constexpr,   # value heads per program, of one key head (TREE_HEADS_PER_PROGRAM)
     FMA: tl.constexpr,  # products on the FMA units, BT and BL any powers of two (TREE_FMA); else tl.dot, >= 16
+    STACKED: tl.constexpr,  # the keys' and queries' products stacked (STACKED_PRODUCTS)
 ):
     i_hp, i_b = tl.program_id(0), tl.program_id(1)
     i_h0 = i_hp * GP
@@ -260,8 +304,12 @@ def gdn_verify_tree_kernel(
     # the program's value heads' g, beta and buffer G (NG columns, the first GP of them real)
     b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h0, n, nn, T, HV, L, BT, BL,
                                               GP, NG)
-    b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                             PRODUCTS_STAGES, FMA)
+    if STACKED:
+        b_kk, b_qk, b_kB, b_qB = stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK,
+                                                       PRECISION, PRODUCTS_STAGES, FMA)
+    else:
+        b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
+                                               PRODUCTS_STAGES, FMA)
     o_g = tl.arange(0, NG)
     for i_g in tl.static_range(GP):
         i_h = i_h0 + i_g
@@ -457,6 +505,6 @@ def gdn_verify(
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v), PRECISION=DOT_PRECISION,
         NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, FMA=fma,
-        num_warps=warps, num_stages=1,
+        STACKED=STACKED_PRODUCTS, num_warps=warps, num_stages=1,
     )
     return o, u, gcum
