@@ -62,6 +62,9 @@ class ConvOps:
     tree: Callable
     commit: Callable
     decode: Callable  # plain decoding: the tree conv of one node and its commit in one op
+    # whether tree() reads the step's window sources (StepContext.window_sources): the kernel does, the reference
+    # walks the parents itself, so a step on the references computes none
+    reads_sources: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def mamba2_ops(backend: str) -> MixerOps:
 def conv_ops(backend: str) -> ConvOps:
     if backend == "reference":
         return ConvOps(conv.causal_conv1d_tree_ref, conv.conv_commit_ref, conv.conv_decode_ref)
-    return ConvOps(conv.causal_conv1d_tree, conv.conv_commit, conv.conv_decode)
+    return ConvOps(conv.causal_conv1d_tree, conv.conv_commit, conv.conv_decode, reads_sources=True)
 
 
 @functools.cache

@@ -79,8 +79,9 @@ class LinearLayerPool:
         same op (one kernel: the window read once)."""
         if ctx.commit_in_forward:
             return self.conv_ops.decode(conv_input, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias, activation)
+        sources = ctx.window_sources(self.conv.shape[1] + 1) if self.conv_ops.reads_sources else None
         return self.conv_ops.tree(conv_input, ctx.parents, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias,
-                                  activation, sources=ctx.window_sources(self.conv.shape[1] + 1))
+                                  activation, sources=sources)
 
     def score(self, ctx, inputs: MixerInputs, conv_input: torch.Tensor,
               buf_len: torch.Tensor) -> tuple[torch.Tensor, LinearScratch | None]:

@@ -3,15 +3,16 @@ references (naive.py) and Triton kernels of the same signatures (tree_conv.py; p
 one: decode_conv.py)."""
 
 from verify_kernels.conv.naive import causal_conv1d_tree_ref, conv_commit_ref, conv_decode_ref, tree_conv_windows_ref
+from verify_kernels.conv.window_sources import conv_window_sources
 from verify_kernels.lazy import kernels_on_first_use
 
-__all__ = ["causal_conv1d_tree_ref", "conv_commit_ref", "conv_decode_ref", "tree_conv_windows_ref"]
+__all__ = ["causal_conv1d_tree_ref", "conv_commit_ref", "conv_decode_ref", "conv_window_sources",
+           "tree_conv_windows_ref"]
 
 _KERNELS = {  # the Triton kernels (imported on first use: they need triton) -> their modules
     "causal_conv1d_tree": "verify_kernels.conv.tree_conv",
     "conv_commit": "verify_kernels.conv.tree_conv",
     "conv_decode": "verify_kernels.conv.decode_conv",
-    "conv_window_sources": "verify_kernels.conv.tree_conv",
 }
 __all__ += sorted(_KERNELS)
 

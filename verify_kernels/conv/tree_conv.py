@@ -169,25 +169,6 @@ def conv_commit_kernel(
         tl.store(p_pool + 2 * D, b_c2, mask=m_d)
 
 
-def conv_window_sources(parents: torch.Tensor, num_nodes: torch.Tensor, width: int) -> torch.Tensor:
-    """Where each node's W - 1 window predecessors live, oldest first: [B, T, W - 1] int64 with a node index (>= 0)
-    or a committed column counted from the newest (-1 = conv_pool[r, -1], -2 the one before, ...).
-
-    parents: [B, T]; num_nodes: [B]; width: W. Walks up W - 1 parent pointers (a root's parent, -1, is the newest
-    committed input; above that, older committed inputs). No host synchronisation: shared by every conv layer of a
-    step. Parents of padding nodes are ignored (their rows are never used)."""
-    B, T = parents.shape
-    o_t = torch.arange(T, device=parents.device)
-    parent = torch.where(o_t < num_nodes[:, None], parents, -1).clamp(-1, T - 1)
-    current = o_t.expand(B, T)
-    steps = []
-    for _ in range(width - 1):
-        up = parent.gather(1, current.clamp(min=0))
-        current = torch.where(current >= 0, up, current - 1)
-        steps.append(current)
-    return torch.stack(steps[::-1], dim=-1)
-
-
 def _check_conv(x, conv_pool, req_slots) -> tuple[int, int, int, int]:
     """Shapes, dtypes and strides shared by both ops; returns B, T, D, W."""
     if x.dim() != 3 or conv_pool.dim() != 3:
@@ -263,7 +244,7 @@ def causal_conv1d_tree(
     x: [B, T, D] (unit channel stride); parents: [B, T]; num_nodes: [B]; conv_pool: [R, W - 1, D] (W in 2..4, the
     model dtype); req_slots: [B]; weight: [D, W]; bias: [D] or None; activation: "silu" or None; sources:
     conv_window_sources(parents, num_nodes, W) [B, T, W - 1], shared by the conv layers of a step, or None
-    (computed here). Returns y [B, T, D] in x.dtype (computed in fp32), zeros at padding nodes.
+    (the kernel walks the parents itself). Returns y [B, T, D] in x.dtype (computed in fp32), zeros at padding nodes.
     """
     return causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources)
 
