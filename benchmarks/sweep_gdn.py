@@ -117,6 +117,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"stacked products, BK {bk}, tree pass BV {bv}, {warps} warps",
                                  {"verify.STACKED_PRODUCTS": True, "verify.PRODUCTS_BLOCK_K": bk,
                                   "verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
+        # the tree pass's loops over K and V: steps in flight (verify.PRODUCTS_STAGES, pipelined loads held in
+        # registers and shared memory of a pass that is issue-bound at 249 registers) and K columns a step
+        for stages, bk in ((1, 16), (2, 16), (1, 32), (3, 32)):
+            out.append(Candidate("verify", f"tree pass loops in {stages} stages, BK {bk}",
+                                 {"verify.PRODUCTS_STAGES": stages, "verify.PRODUCTS_BLOCK_K": bk}))
         # the tree pass of trees up to FMA_MAX_NODES on the FMA units (verify.TREE_FMA; the 4-chain): its best
         # candidate of the 2026-12-03 sweep (the others were slower still)
         for bv, warps, heads in ((16, 2, None),):
