@@ -113,10 +113,14 @@ def candidates(ops: set[str]) -> list[Candidate]:
         out.append(Candidate("verify", "defaults"))
         # the tree pass's products over K with keys and queries stacked (verify.STACKED_PRODUCTS): K columns a step,
         # the tree pass's V columns and warps
-        for bk, bv, warps in ((16, 32, 2), (32, 32, 2), (16, 64, 4), (16, 16, 2)):
-            out.append(Candidate("verify", f"stacked products, BK {bk}, tree pass BV {bv}, {warps} warps",
-                                 {"verify.STACKED_PRODUCTS": True, "verify.PRODUCTS_BLOCK_K": bk,
-                                  "verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
+        # (and verify.STACKED_READS: the V loop's buffer reads kr and qr one product)
+        for bk, bv, warps, reads in ((16, 32, 2, False), (32, 32, 2, False), (16, 64, 4, False), (16, 16, 2, False),
+                                     (16, 32, 2, True), (16, 64, 4, True)):
+            out.append(Candidate("verify", f"stacked products{' and reads' if reads else ''}, BK {bk}, tree pass BV "
+                                           f"{bv}, {warps} warps",
+                                 {"verify.STACKED_PRODUCTS": True, "verify.STACKED_READS": reads,
+                                  "verify.PRODUCTS_BLOCK_K": bk, "verify.TREE_BLOCK_V": bv,
+                                  "verify.TREE_WARPS": warps}))
         # the tree pass's loops over K and V: steps in flight (verify.PRODUCTS_STAGES, pipelined loads held in
         # registers and shared memory of a pass that is issue-bound at 249 registers) and K columns a step
         for stages, bk in ((1, 16), (2, 16), (1, 32), (3, 32)):

@@ -15,18 +15,21 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "state-row-loop", "tree-pass-heads-swapped", "tree-pass-fma-swapped",
-                        "stacked-products-swapped"])
+                        "stacked-products-swapped", "stacked-reads-swapped"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the state pass's rows (trees up to FMA_MAX_NODES) in its software-pipelined row loop, two lanes for five rows;
     or with the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass of trees up to
     FMA_MAX_NODES on the FMA units or on the tensor cores, whichever the default is not (TREE_FMA); or with the tree
-    pass's products over K stacked or not, whichever the default is not (STACKED_PRODUCTS)."""
+    pass's products over K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads
+    with them (STACKED_READS)."""
     if request.param == "tree-pass-fma-swapped":
         monkeypatch.setattr(verify_module, "TREE_FMA", not verify_module.TREE_FMA)
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
+    if request.param == "stacked-reads-swapped":
+        monkeypatch.setattr(verify_module, "STACKED_READS", not verify_module.STACKED_READS)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
     if request.param == "state-row-loop":
         monkeypatch.setattr(verify_module, "STATE_STAGES", 2)

@@ -109,6 +109,11 @@ STATE_BLOCK_K = 32
 # splits and layout conversions, which the stacking halves for the products over K. Written and checked in the
 # interpreter on 2026-12-03 with no GPU lent: off until `benchmarks.sweep_gdn --ops verify` times it.
 STACKED_PRODUCTS = False
+# STACKED_READS: the buffer's reads of the tree pass's V loop, kr and qr, as one product of the value block's buffer
+# entries with the stacked decayed products [k.kB; q.kB] e^dG ([BV, BL] . [BL, 2 BT]): three tl.dot a V block
+# instead of four. Takes the stacked products with it (STACKED_PRODUCTS' products over K). Written and checked in the
+# interpreter on 2026-12-03 with no GPU lent: off until `benchmarks.sweep_gdn --ops verify` times it.
+STACKED_READS = False
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -168,7 +173,8 @@ def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr
                           L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr,
                           PRECISION: tl.constexpr, PRODUCTS_STAGES: tl.constexpr, FMA: tl.constexpr):
     """node_products with the keys and queries stacked, [k; q] [2 BT, BK]: two products a step of BK columns (against
-    the nodes' keys and against the buffer's) instead of four, each twice as tall (STACKED_PRODUCTS)."""
+    the nodes' keys and against the buffer's) instead of four, each twice as tall (STACKED_PRODUCTS). Returns
+    k.k, q.k [BT, BT] and the buffer's products still stacked, [k.kB; q.kB] [2 BT, BL] (rows_halves splits them)."""
     o_s = tl.arange(0, 2 * BT)
     node = o_s % BT
     o_t = tl.arange(0, BT)
@@ -189,8 +195,7 @@ def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr
         b_xk += products(b_xc, b_kc, FMA, PRECISION)
         b_xB += products(b_xc, b_bkc, FMA, PRECISION)
     b_kk, b_qk = row_halves(b_xk, BT, BT)
-    b_kB, b_qB = row_halves(b_xB, BT, BL)
-    return b_kk, b_qk, b_kB, b_qB
+    return b_kk, b_qk, b_xB
 
 
 @triton.jit
@@ -252,6 +257,30 @@ def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, 
 
 
 @triton.jit
+def stacked_buffer_reads(v, buf_u, b_xBd, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV: tl.constexpr, V: tl.constexpr,
+                         L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BV: tl.constexpr,
+                         PRECISION: tl.constexpr, FMA: tl.constexpr):
+    """buffer_reads from the stacked, decayed buffer products [k.kB e^dG; q.kB e^dG] [2 BT, BL] (STACKED_READS):
+    kr and qr as one product [BV, 2 BT], split by columns."""
+    o_t = tl.arange(0, BT)
+    o_l = tl.arange(0, BL)
+    m_t = o_t < nn
+    p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+    b_v = tl.where(m_t[None, :], tl.load(v + p_n, mask=(o_t < T)[None, :], other=0.).to(tl.float32), 0.)
+    p_bu = buf_u + ((i_r * L + o_l[None, :]) * HV + i_h) * V + o_v[:, None]
+    b_bu = tl.load(p_bu, mask=(o_l < n)[None, :], other=0.)                               # [BV, BL]
+    b_kr, b_qr = tl.split(tl.permute(tl.reshape(products(b_bu, b_xBd, FMA, PRECISION), [BV, 2, BT]),
+                                     [0, 2, 1]))                                          # [BV, BT] each
+    return b_beta[None, :] * (b_v - b_kr), b_qr
+
+
+@triton.jit
+def stacked_rows(x, N: tl.constexpr, M: tl.constexpr):
+    """x [N, M] -> [x; x] [2N, M]."""
+    return tl.reshape(tl.permute(tl.join(x, x), [2, 0, 1]), [2 * N, M])
+
+
+@triton.jit
 def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr, FMA: tl.constexpr):
     """e.: u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u, as [BV, BT] tiles (u^T = (...)^T M^T)."""
     b_eG = tl.exp(b_G)
@@ -290,6 +319,7 @@ def gdn_verify_tree_kernel(
     GP: tl.constexpr,   # value heads per program, of one key head (TREE_HEADS_PER_PROGRAM)
     FMA: tl.constexpr,  # products on the FMA units, BT and BL any powers of two (TREE_FMA); else tl.dot, >= 16
     STACKED: tl.constexpr,  # the keys' and queries' products stacked (STACKED_PRODUCTS)
+    STACKED_READS: tl.constexpr,  # ... and the buffer's reads kr and qr one product (STACKED_READS, needs STACKED)
 ):
     i_hp, i_b = tl.program_id(0), tl.program_id(1)
     i_h0 = i_hp * GP
@@ -305,8 +335,10 @@ def gdn_verify_tree_kernel(
     b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h0, n, nn, T, HV, L, BT, BL,
                                               GP, NG)
     if STACKED:
-        b_kk, b_qk, b_kB, b_qB = stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK,
-                                                       PRECISION, PRODUCTS_STAGES, FMA)
+        b_kk, b_qk, b_xB = stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK,
+                                                 PRECISION, PRODUCTS_STAGES, FMA)
+        if not STACKED_READS:
+            b_kB, b_qB = row_halves(b_xB, BT, BL)
     else:
         b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
                                                PRODUCTS_STAGES, FMA)
@@ -318,6 +350,8 @@ def gdn_verify_tree_kernel(
                                            tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BT,
                                            BL)
         tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
+        if STACKED_READS:
+            b_xBd = b_xB * stacked_rows(b_dB, BT, BL)                                        # [2 BT, BL]
         for i_v in tl.range(0, V, BV, num_stages=PRODUCTS_STAGES):
             o_v = i_v + tl.arange(0, BV)
             p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
@@ -326,8 +360,12 @@ def gdn_verify_tree_kernel(
             if i_s >= 0:
                 b_kS = tl.load(kS + p_n, mask=m_n, other=0.)
                 b_qS = tl.load(qS + p_n, mask=m_n, other=0.)
-            b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT,
-                                     BL, PRECISION, FMA)
+            if STACKED_READS:
+                b_w, b_qr = stacked_buffer_reads(v, buf_u, b_xBd, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
+                                                 BT, BL, BV, PRECISION, FMA)
+            else:
+                b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
+                                         BT, BL, PRECISION, FMA)
             b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION, FMA)
             tl.store(u + p_n, b_u, mask=m_T[None, :])
             tl.store(o + p_n, b_o, mask=m_T[None, :])
@@ -505,6 +543,6 @@ def gdn_verify(
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v), PRECISION=DOT_PRECISION,
         NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, FMA=fma,
-        STACKED=STACKED_PRODUCTS, num_warps=warps, num_stages=1,
+        STACKED=STACKED_PRODUCTS or STACKED_READS, STACKED_READS=STACKED_READS, num_warps=warps, num_stages=1,
     )
     return o, u, gcum
