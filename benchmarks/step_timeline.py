@@ -15,7 +15,10 @@ The profiler's tracing slows graph launches: on the H200 (2026-12-03, Qwen3.5-9B
 spent 1.0-1.4 ms in cudaGraphLaunch of the ~850-kernel verify graph under the profiler, and 0.033 ms without it, so
 a long gap charged to a phase that launches a graph (score) is mostly the profiler's. The same run therefore also
 times steps untraced (untraced_steps): their wall time per step, and each graph launch's host time; untraced wall
-minus the traced GPU busy time is the step's real host gap.
+minus the traced GPU busy time is the step's real host gap. A launch's host time costs the GPU nothing while the
+GPU is still on the work queued before it: each launch also says whether that work was still running when the
+launch returned (an event recorded before it, queried after: the H200 run of 2026-12-03, sixth sitting, timed the
+verify graph's launch at 0.51 ms untraced, where a one-off script had 0.033, and could not tell which it was).
 """
 
 from __future__ import annotations
@@ -168,18 +171,26 @@ def summary(steps: list[dict]) -> list[str]:
 
 def untraced_steps(engine, device: torch.device, steps: int) -> dict:
     """`steps` engine steps without the profiler -> {"wall_ms": per step, "launches": [per CUDA graph replayed:
-    launches per step and the median host ms of a launch], most expensive first}."""
+    launches per step, the median host ms of a launch and the share of its launches that returned while the GPU was
+    still on earlier work (None off CUDA)], most expensive first}."""
     import time
 
     from specdec.eval.bench import synchronize
 
     launches: dict[int, list[float]] = defaultdict(list)
+    covered: dict[int, list[bool]] = defaultdict(list)
     replay = torch.cuda.CUDAGraph.replay
 
     def timed(graph) -> None:
+        earlier = None
+        if device.type == "cuda":  # completes when the work queued before this launch is done
+            earlier = torch.cuda.Event()
+            earlier.record()
         start = time.perf_counter()
         replay(graph)
         launches[id(graph)].append((time.perf_counter() - start) * 1e3)
+        if earlier is not None:
+            covered[id(graph)].append(not earlier.query())
 
     torch.cuda.CUDAGraph.replay = timed
     try:
@@ -190,8 +201,9 @@ def untraced_steps(engine, device: torch.device, steps: int) -> dict:
         wall_ms = (time.perf_counter() - start) * 1e3 / steps
     finally:
         torch.cuda.CUDAGraph.replay = replay
-    per_graph = [{"per_step": len(times) / steps, "host_ms": sorted(times)[len(times) // 2]}
-                 for times in launches.values()]
+    per_graph = [{"per_step": len(times) / steps, "host_ms": sorted(times)[len(times) // 2],
+                  "covered": sum(covered[key]) / len(covered[key]) if covered[key] else None}
+                 for key, times in launches.items()]
     return {"wall_ms": wall_ms, "launches": sorted(per_graph, key=lambda g: -g["host_ms"])}
 
 
@@ -199,7 +211,9 @@ def untraced_lines(untraced: dict, steps: list[dict]) -> list[str]:
     """The untraced steps' figures beside the traced ones (summary's steps)."""
     kept = steps[1:] or steps
     busy_ms = sum(s["busy_us"] for s in kept) / len(kept) / 1e3
-    launches = ", ".join(f"{g['per_step']:g} a step at {g['host_ms']:.3f} ms" for g in untraced["launches"])
+    launches = ", ".join(f"{g['per_step']:g} a step at {g['host_ms']:.3f} ms" + (
+        f" ({g['covered']:.0%} returning while the GPU was still on earlier work)" if g.get("covered") is not None
+        else "") for g in untraced["launches"])
     return ["", f"untraced: {untraced['wall_ms']:.2f} ms/step wall, {untraced['wall_ms'] - busy_ms:.2f} over the "
             f"traced GPU busy time; graph launches (host): {launches or 'none'}"]
 

@@ -121,7 +121,13 @@ def test_untraced_steps_time_each_graph_launch_and_the_step(monkeypatch):
     assert sorted(g["per_step"] for g in figures["launches"]) == [1, 2] and figures["wall_ms"] > 0
     original = torch.cuda.CUDAGraph.replay
     assert original is not None and "timed" not in getattr(original, "__name__", ""), "the patch is undone"
+    assert all(g["covered"] is None for g in figures["launches"]), "no CUDA stream to ask off CUDA"
     lines = untraced_lines({"wall_ms": 2.5, "launches": [{"per_step": 1, "host_ms": 0.033}]},
                            [{"busy_us": 9e9}, {"busy_us": 2000.0}])
     assert lines[1] == ("untraced: 2.50 ms/step wall, 0.50 over the traced GPU busy time; graph launches (host): "
                         "1 a step at 0.033 ms")
+    lines = untraced_lines({"wall_ms": 2.5, "launches": [{"per_step": 1, "host_ms": 0.515, "covered": 0.75},
+                                                         {"per_step": 1, "host_ms": 0.1, "covered": None}]},
+                           [{"busy_us": 2000.0}])
+    assert lines[1].endswith("1 a step at 0.515 ms (75% returning while the GPU was still on earlier work), 1 a step "
+                             "at 0.100 ms")
