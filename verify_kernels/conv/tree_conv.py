@@ -2,14 +2,15 @@
 semantics as causal_conv1d_tree_ref / conv_commit_ref (verify_kernels.conv.naive gives the contract).
 
 A node's window is its W - 1 predecessors along its own path, then itself. Where those predecessors come from is the
-same for every layer of a step, so a small torch helper (conv_window_sources) can turn the parent pointers into
-window sources once: a node index (>= 0), or a committed column counted from the newest (-1 = conv_pool[r, -1]).
-Without them the conv kernel walks the W - 1 parent pointers itself (a few scalar loads per program, where the
-helper is about ten small launches per layer). Grid (row, node, channel block): each program reads its W window
-columns one at a time (its sources are scalars: each column is a draft input from x or a committed one from
-conv_pool) and the weights of BLOCK_D channels, and writes one output block; padding nodes read nothing and write
-zeros. The commit kernel, grid (row, channel block), rewrites the row's W - 1 committed columns from (old columns ++
-accepted inputs) in place.
+same for every layer of a step, so a small torch helper (conv_window_sources, window_sources.py) turns the parent
+pointers into window sources once a step for all its conv layers (the engine's StepContext.window_sources, about ten
+small launches): a node index (>= 0), or a committed column counted from the newest (-1 = conv_pool[r, -1]).
+Without them the conv kernel walks the W - 1 parent pointers itself (W - 1 dependent loads before its gathers).
+The default grid, (row, channel block), takes all the row's nodes at once (ROWS); the other, (row, node, channel
+block), reads a node's W window columns one at a time (its sources are scalars: each column is a draft input from
+x or a committed one from conv_pool). Both write zeros at padding nodes and read nothing for them. The commit
+kernel, grid (row, channel block), rewrites the row's W - 1 committed columns from (old columns ++ accepted inputs)
+in place.
 Launchers check static shapes only and never synchronise with the device (CUDA-graph safe); trees are not
 validated (out-of-range parents are clamped, padding parents ignored).
 """
