@@ -85,7 +85,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     dict(shapes, L=CAPACITY, BT=BT, BL=BL, BK=verify.PRODUCTS_BLOCK_K,
                          BV=verify.TREE_FMA_BLOCK_V if fma else verify.TREE_BLOCK_V,
                          NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=fma),
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=fma,
+                         STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS),
                     verify.TREE_FMA_WARPS if fma else verify.TREE_WARPS))
     for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
                                 (True, True, "decode + commit, folding in place (small batches)")):
@@ -120,7 +121,17 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         dict(shapes, L=CAPACITY, BT=verify.fma_blocks(nodes), BL=verify.fma_blocks(CAPACITY),
                              BK=verify.PRODUCTS_BLOCK_K, BV=block_v, NG=triton.next_power_of_2(heads),
                              PRECISION=verify.DOT_PRECISION, PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
-                             FMA=True), warps))
+                             FMA=True, STACKED=False, STACKED_READS=False), warps))
+    # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
+    if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
+        heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
+        for reads in (False, True):
+            out.append((f"candidate: verify tree pass (4-chain), stacked products{' and reads' if reads else ''}",
+                        verify.gdn_verify_tree_kernel,
+                        dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
+                             NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
+                             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=False, STACKED=True,
+                             STACKED_READS=reads), verify.TREE_WARPS))
     block_v, warps = verify.STATE_FMA_CONFIG
     out.append(("candidate: verify state pass (4-chain), row loop in 2 stages", verify.gdn_verify_state_rows_kernel,
                 dict(shapes, BV=block_v, MAX_NODES=verify.FMA_MAX_NODES, STAGES=2), warps))
