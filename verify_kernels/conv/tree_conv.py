@@ -35,10 +35,12 @@ NUM_WARPS = 2
 # node per row the same (19.6 / 7.1 us); 512 channels on 8 warps 70.1 / 20.8. With the window sources computed once a
 # step (2026-12-03, sixth sitting: sweeps_h200/sweep_gdn_conv_sources_2026-12-03f.txt, the [R, D, W - 1] pool of then):
 # 4-node chains with their commit 27.4 / 50.2 us at batch 128 / 256 (35% of their bytes' bound), 128 channels on 2
-# warps 27.0 / 49.5, one program per node 32.6 / 60.5.
+# warps 27.0 / 49.5, one program per node 32.6 / 60.5. With the pool stored columns first ([R, W - 1, D], 2026-12-03,
+# seventh sitting: sweeps_h200/sweep_gdn_conv_layout_2026-12-03g.txt): 18.0 / 33.5 us at 256 channels on 4 warps, 17.6
+# / 32.0 at 128 on 2 warps (the default since), 18.3 / 33.7 at 512 on 4, one program per node 26.3 / 48.9.
 ROWS = True
-ROWS_BLOCK_D = 256
-ROWS_WARPS = 4
+ROWS_BLOCK_D = 128
+ROWS_WARPS = 2
 
 WIDTHS = (2, 3, 4)
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)

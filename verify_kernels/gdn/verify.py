@@ -69,7 +69,8 @@ from verify_kernels.tree import ancestor_mask
 # faster than 4 on the H200). Registers per thread for sm_90 (python -m benchmarks.gdn_registers, Triton 3.9's
 # compiler): state pass 114 (4-chain), 122 (16-node tree); tree pass 250 at 32 columns per step and 2 warps, 249
 # at 64 and 4 warps, spilling at 64 and 2 warps (the last sweep's best before the finish of u and o moved in; 168
-# registers then). Products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight. Never
+# registers then). Products over K in steps of PRODUCTS_BLOCK_K columns, PRODUCTS_STAGES of them in flight (3: 1 and 2
+# stages 121.3 and 105.6 us against 100.1 for 4-chains at batch 64, H200 2026-12-03, seventh sitting). Never
 # 8 warps for 64-node blocks: with tf32x3 products Triton 3.6 built a kernel that made illegal memory accesses on
 # the H200 (an earlier tree pass). 64-node blocks spill registers (rare trees; correct, not tuned). The fused
 # kernel: by BT, V columns and warps; one launch won only at batch 1 in the last sweep. The FMA state pass, H200
@@ -118,14 +119,17 @@ STATE_BLOCK_K = 32
 # The pass is issue-bound (ncu on the H200, 2026-12-03, batch 128, 4-chains: 42 M instructions, 1.5 a cycle an SM,
 # 249 registers, 2 of 16 warps a scheduler active); each tl.dot of [16, 16] tiles in tf32x3 carries its operands'
 # splits and layout conversions, which the stacking halves for the products over K. Written and checked in the
-# interpreter on 2026-12-03 with no GPU lent: off until `benchmarks.sweep_gdn --ops verify` times it. Compiled for
-# sm_90 (benchmarks.gdn_registers, Triton 3.9, 4-chain, 32 columns, 2 warps): 168 registers and 8 bytes spilled,
-# against 250 and none for the pass as it is (with STACKED_READS too: the same).
-STACKED_PRODUCTS = False
+# interpreter on 2026-12-03. Compiled for sm_90 (benchmarks.gdn_registers, Triton 3.9, 4-chain, 32 columns, 2
+# warps): 168 registers and 8 bytes spilled, against 250 and none unstacked (with STACKED_READS too: the same). On:
+# the H200 sweep of 2026-12-03, seventh sitting (sweeps_h200/sweep_gdn_verify_stacked_2026-12-03g.txt), verify at
+# batch 64 / 256 94.5 / 354.4 us for 4-chains and 137.6 / 518.0 for 16-node trees, against 100.1 / 375.9 and 150.1
+# / 555.3 unstacked; K steps of 32 the same; 64 columns on 4 warps 100.2 / 365.9.
+STACKED_PRODUCTS = True
 # STACKED_READS: the buffer's reads of the tree pass's V loop, kr and qr, as one product of the value block's buffer
 # entries with the stacked decayed products [k.kB; q.kB] e^dG ([BV, BL] . [BL, 2 BT]): three tl.dot a V block
 # instead of four. Takes the stacked products with it (STACKED_PRODUCTS' products over K). Written and checked in the
-# interpreter on 2026-12-03 with no GPU lent: off until `benchmarks.sweep_gdn --ops verify` times it.
+# interpreter on 2026-12-03. Off: the same sweep timed it at 98.1 / 368.3 us (4-chains) and 138.6 / 521.0 (trees),
+# behind the stacked products alone.
 STACKED_READS = False
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
