@@ -1,0 +1,36 @@
+"""benchmarks/device_call.sh, the one-call runner of timed steps for a lent GPU machine, run here with shell steps:
+each step's files and log come back packed in one archive, a step that runs out of its time loses only itself, and a
+step that would not fit in what is left of the call is skipped."""
+
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "device_call.sh"
+PATH = {"PATH": "/usr/bin:/bin"}
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def test_steps_packed_timed_out_and_skipped(tmp_path):
+    steps = ['5:echo kept > "$STEP_OUT/result.txt"; echo step one done', "1:sleep 5", "60:echo never"]
+    run = subprocess.run(["bash", str(SCRIPT), *steps], env={"OUT": str(tmp_path), "TOTAL": "20", **PATH},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "[call] step 2 exit 124" in run.stdout  # the sleep ran out of its second, the call went on
+    assert "[call] step 3 skipped: it asks 60s" in run.stdout
+    with tarfile.open(tmp_path / "call.tar.gz") as archive:
+        names = {Path(name).as_posix().lstrip("./") for name in archive.getnames()}
+        assert {"step01/result.txt", "step01/log.txt", "step02/log.txt", "step03/command.txt"} <= names
+        assert "step03/log.txt" not in names
+        assert archive.extractfile("./step01/result.txt").read() == b"kept\n"
+        assert archive.extractfile("./step01/log.txt").read() == b"step one done\n"
+
+
+def test_out_is_required(tmp_path):
+    run = subprocess.run(["bash", str(SCRIPT), "5:true"], env=PATH, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode != 0
+    assert "OUT must name the folder" in run.stderr
