@@ -37,6 +37,26 @@ def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, stages):
     assert check_decode_commit(make_batch(d, ROWS, seed=11), 1).all()
 
 
+@pytest.mark.parametrize(("stages", "one_launch"), [(1, False), (3, False), (1, True)],
+                         ids=["looped", "pipelined", "one-launch-commit"])
+def test_fold_through_tensor_descriptors(monkeypatch, stages, one_launch):
+    """FOLD_TMA (a sweep candidate): S0's tiles read and written through a tensor descriptor of the pool, in the
+    looped and the pipelined row loop and in the small batches' one-launch commit (which appends too): the commit,
+    the flush and the decode + commit against their references."""
+    monkeypatch.setattr(fold_module, "FOLD_TMA", True)
+    monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
+    for setting in ("FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 32 columns: boxes at column 0 and 16
+        monkeypatch.setattr(fold_module, setting, 16)
+    if not one_launch:
+        monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
+        monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    d, rows = DIMS["k32-hv2"], ROWS[:commit_module.ONE_LAUNCH_MAX_BATCH] if one_launch else ROWS
+    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
+        check_commit(make_batch(d, rows, seed=13, T=len(TREE), shape="tree"), lengths[:len(rows)], flush_length)
+    check_flush(make_batch(d, rows, seed=13))
+    assert check_decode_commit(make_batch(d, rows, seed=13), 1).all()
+
+
 def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     """The pipelined row loop for a flush whose buffer fits its one block (the engine's 16 entries); commits and the
     decode's fold (few rows fold), 32-entry buffers and the small batches' one-launch commit fold in the looped row

@@ -21,6 +21,7 @@ accepted entries of the rows that do not fold, each to its own value head (and i
 value head of the group); large batches append in the commit's own light kernel instead.
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -58,6 +59,13 @@ LOOPED_FOLD_WARPS = 2
 # (sweeps_h200/sweep_gdn_verify_commit_decode_2026-12-03f.txt) timed the commit at batch 64 / 256 at 33.3 / 102.1 us
 # with 32, 38.9 / 126.1 with 16 (2 warps), 39.9 / 128.0 (4 warps); the decode's fold likewise (239 against 250 us)
 LOOPED_FOLD_BLOCK_V = 32
+# FOLD_TMA: S0's tiles read and written through tensor descriptors (the pool seen as [S HV K, V], a [K, BV] box a
+# tile): Hopper's tensor memory accelerator copies a tile between global and shared memory from one instruction,
+# with no per-element addresses in registers (a [128, 32] tile's 64-bit pointers are most of the looped row's 255
+# registers a thread) and, in the pipelined row loop, the next rows' tiles in flight without cp.async's registers.
+# Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time left): off until
+# `benchmarks.sweep_gdn --ops fold,commit,decode` times it.
+FOLD_TMA = False
 SCAN_BLOCK = 128
 BLOCK_L = 16
 
@@ -154,6 +162,26 @@ def state_tile(state_pool, i_s, i_h, o_k, o_v, valid, HV: tl.constexpr, K: tl.co
 
 
 @triton.jit
+def fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, v0, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+              TMA: tl.constexpr):
+    """A folding row's [K, BV] tile of S0 (slot i_s >= 0, value head i_h, columns o_v = v0, v0 + 1, ...): through
+    the descriptor (FOLD_TMA) or the pointers."""
+    if TMA:
+        return state_desc.load([((i_s * HV + i_h) * K).to(tl.int32), v0])
+    return state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
+
+
+@triton.jit
+def store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, v0, HV: tl.constexpr, K: tl.constexpr,
+               V: tl.constexpr, TMA: tl.constexpr):
+    """The folded tile b_s [K, BV] back into S0 at fold_tile's place."""
+    if TMA:
+        state_desc.store([((i_s * HV + i_h) * K).to(tl.int32), v0], b_s)
+    else:
+        tl.store(state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :]), b_s)
+
+
+@triton.jit
 def last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV: tl.constexpr, L: tl.constexpr,
            ENTRIES: tl.constexpr):
     """G_last of row i_b's fold: of its last new entry, else of its last buffered one."""
@@ -168,31 +196,30 @@ def last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV: tl.constexp
 
 
 @triton.jit
-def fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na, o_k,
-             o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
-             BC: tl.constexpr, ENTRIES: tl.constexpr):
-    """Fold row i_b's n buffered and na new entries into its tile b_s of S0 and store it."""
+def fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
+             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr,
+             ENTRIES: tl.constexpr):
+    """Row i_b's n buffered and na new entries folded into its tile b_s of S0 -> the folded tile."""
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
     b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
     if ENTRIES != 0:
         b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V, BC, ENTRIES)
-    tl.store(state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :]), b_s)
+    return b_s
 
 
 @triton.jit
-def fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n, na,
-                    o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                    L: tl.constexpr, BL: tl.constexpr, ENTRIES: tl.constexpr):
+def fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
+                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+                    BL: tl.constexpr, ENTRIES: tl.constexpr):
     """fold_row of a flush with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1;
     fold_launch runs it for flushes alone)."""
     tl.static_assert(ENTRIES == 0, "the pipelined row loop folds flushes alone (fold_launch)")
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
-    b_s = fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL)
-    tl.store(state_pool + (i_s * HV + i_h) * (K * V) + (o_k[:, None] * V + o_v[None, :]), b_s)
+    return fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL)
 
 
 @triton.jit
@@ -203,6 +230,7 @@ def gdn_fold_kernel(
     accepted,      # [B, A] node indices, root first (ENTRIES == 2)
     num_accepted,  # [B] (ENTRIES == 2)
     state_pool,    # [S, HV, K, V] fp32
+    state_desc,    # TMA: state_pool as a [S HV K, V] tensor descriptor, [K, BV] boxes
     state_slots,   # [B]
     buf_k,         # [R, L, H, K] fp32
     buf_u,         # [R, L, HV, V] fp32
@@ -225,6 +253,7 @@ def gdn_fold_kernel(
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
     STAGES: tl.constexpr,  # the row loop's pipeline depth (FOLD_STAGES)
+    TMA: tl.constexpr,     # S0's tiles through state_desc (FOLD_TMA)
 ):
     i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P = tl.num_programs(2)
@@ -250,15 +279,17 @@ def gdn_fold_kernel(
         if STAGES == 1:
             for j in range(i_p, count, P):
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
-                b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
-                fold_row(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h, i_hk, n,
-                         na, o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
+                b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
+                b_s = fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k,
+                               o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
+                store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
         else:  # software-pipelined: the next rows' loads in flight (cp.async) while this one folds
             for j in tl.range(i_p, count, P, num_stages=STAGES):
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
-                b_s = state_tile(state_pool, i_s, i_h, o_k, o_v, True, HV, K, V)
-                fold_row_blocks(b_s, k, u, gcum, accepted, state_pool, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h,
-                                i_hk, n, na, o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES)
+                b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
+                b_s = fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na,
+                                      o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES)
+                store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
             b_keep = m_b & ~b_due
@@ -284,12 +315,23 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     stages, warps, block_v = fold_launch(L, append, entries)
     BV = min(V, block_v)
     lanes = B if append else min(B, FOLD_LANES)
+    state_desc = state_descriptor(state_pool, BV) if FOLD_TMA else None
     gdn_fold_kernel[(V // BV, HV, lanes)](
-        k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
-        flush_length, B, T, A,
+        k, u, gcum, accepted, num_accepted, state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+        req_slots, flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L),
-        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, num_warps=warps, num_stages=1,
+        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=FOLD_TMA, num_warps=warps, num_stages=1,
     )
+
+
+def state_descriptor(state_pool: torch.Tensor, block_v: int):
+    """The state pool [S, HV, K, V] as a [S HV K, V] tensor descriptor of [K, block_v] boxes (FOLD_TMA); made on
+    the host at each launch (a CUDA graph keeps the one of its capture: the pool never moves). Imported here: only
+    FOLD_TMA needs Triton's host descriptors."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    K, V = state_pool.shape[-2:]
+    return TensorDescriptor.from_tensor(state_pool.view(-1, V), [K, block_v])
 
 
 def fold_launch(L: int, append: bool, entries: int) -> tuple[int, int, int]:
