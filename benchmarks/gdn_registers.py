@@ -45,6 +45,8 @@ def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, 
             signature[name] = "i32"
         elif name in INDEX:
             signature[name] = "*i64"
+        elif name == "state_desc" and constexprs.get("TMA"):  # the fold's S0 boxes (fold.FOLD_TMA)
+            signature[name] = f"tensordesc<fp32[{constexprs['K']}, {constexprs['BV']}]>"
         else:
             signature[name] = "*u8" if name == "ancestors" else "*fp32"
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(params) if signature[name].startswith("*")}
@@ -101,15 +103,24 @@ def variants() -> list[tuple[str, object, dict, int]]:
         stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
                     dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                         BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages),
+                         BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA),
                     warps))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     # the software-pipelined row loops, candidates of benchmarks/sweep_gdn.py, at 2 stages and the settings above
     out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
                 dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2),
+                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2, TMA=fold.FOLD_TMA),
                 fold.FOLD_WARPS))
+    # S0's tiles through a tensor descriptor (fold.FOLD_TMA) where it is off: the flush, the commit's looped row
+    if not fold.FOLD_TMA:
+        for entries, what, warps in ((fold.ENTRIES_NONE, "flush", fold.FOLD_WARPS),
+                                     (fold.ENTRIES_ACCEPTED, "commit's fold", fold.LOOPED_FOLD_WARPS),
+                                     (fold.ENTRIES_ACCEPTED, "commit's fold", 4)):
+            stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
+            out.append((f"candidate: fold: {what}, TMA tiles", fold.gdn_fold_kernel,
+                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                             BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=True), warps))
     out.append(("candidate: decode + commit, row loop in 2 stages", decode.gdn_decode_rows_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=2), decode.NUM_WARPS))
     # the tree pass on the FMA units (verify.TREE_FMA) where it is off: 4-chains and 8-node trees, V columns, warps

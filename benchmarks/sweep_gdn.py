@@ -75,6 +75,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for stages in (2, 4):
             out.append(Candidate("fold", f"row loop in {stages} stages", {"fold.FOLD_STAGES": stages}))
         out.append(Candidate("fold", "the looped row (2 warps, 1 stage)", {"fold.FOLD_STAGES": 1}))
+        # S0's tiles through a tensor descriptor (fold.FOLD_TMA): the copy engine's boxes, no per-element addresses
+        for stages, bv, warps in ((3, 32, 4), (4, 32, 4), (3, 64, 8), (2, 64, 4)):
+            out.append(Candidate("fold", f"TMA tiles, {stages} stages, BV {bv}, {warps} warps",
+                                 {"fold.FOLD_TMA": True, "fold.FOLD_STAGES": stages, "fold.FOLD_BLOCK_V": bv,
+                                  "fold.FOLD_WARPS": warps}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
         out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
@@ -90,6 +95,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((16, 2), (16, 4), (32, 4)):
             out.append(Candidate("commit", f"looped-row fold BV {bv}, {warps} warps",
                                  {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))
+        # the looped row with S0's tiles through a tensor descriptor (fold.FOLD_TMA: fewer registers, more programs)
+        for bv, warps, lanes in ((32, 2, 4), (32, 4, 4), (64, 4, 4), (32, 2, 16)):
+            out.append(Candidate("commit", f"TMA looped-row fold BV {bv}, {warps} warps, {lanes} lanes",
+                                 {"fold.FOLD_TMA": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
+                                  "fold.LOOPED_FOLD_WARPS": warps, "fold.FOLD_LANES": lanes}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
         for bv, warps in ((32, 4), (64, 8)):
@@ -97,6 +107,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
         out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
         out.append(Candidate("decode", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
+        out.append(Candidate("decode", "TMA fold tiles", {"fold.FOLD_TMA": True}))
         for bv, warps in ((16, 2), (16, 4)):
             out.append(Candidate("decode", f"looped-row fold BV {bv}, {warps} warps",
                                  {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))

@@ -61,10 +61,11 @@ LOOPED_FOLD_WARPS = 2
 LOOPED_FOLD_BLOCK_V = 32
 # FOLD_TMA: S0's tiles read and written through tensor descriptors (the pool seen as [S HV K, V], a [K, BV] box a
 # tile): Hopper's tensor memory accelerator copies a tile between global and shared memory from one instruction,
-# with no per-element addresses in registers (a [128, 32] tile's 64-bit pointers are most of the looped row's 255
-# registers a thread) and, in the pipelined row loop, the next rows' tiles in flight without cp.async's registers.
-# Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time left): off until
-# `benchmarks.sweep_gdn --ops fold,commit,decode` times it.
+# with no per-element addresses in registers and, in the pipelined row loop, the next rows' tiles in flight without
+# cp.async's registers. sm_90 (benchmarks.gdn_registers, Triton 3.9): the flush's pipelined loop 150 registers a
+# thread against 218 (3 programs an SM instead of 2), the commit's looped row 246 against 255 and 40 bytes spilled
+# at 2 warps, 144 at 4 warps. Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time
+# left): off until `benchmarks.sweep_gdn --ops fold,commit,decode` times it.
 FOLD_TMA = False
 SCAN_BLOCK = 128
 BLOCK_L = 16
