@@ -95,8 +95,12 @@ def variants() -> list[tuple[str, object, dict, int]]:
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
         out.append((what, decode.gdn_decode_kernel,
                     dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
-                         COMMIT=commit_, FOLD_HERE=here),
+                         COMMIT=commit_, FOLD_HERE=here, TMA=decode.DECODE_TMA),
                     decode.SMALL_WARPS if here else decode.NUM_WARPS))
+    if not decode.DECODE_TMA:  # the per-row grid's S0 tile through a tensor descriptor (a sweep candidate)
+        out.append(("candidate: decode + commit, TMA tile", decode.gdn_decode_kernel,
+                    dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
+                         COMMIT=True, FOLD_HERE=False, TMA=True), decode.NUM_WARPS))
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):

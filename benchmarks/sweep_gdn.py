@@ -108,6 +108,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
         out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
         out.append(Candidate("decode", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
         out.append(Candidate("decode", "TMA fold tiles", {"fold.FOLD_TMA": True}))
+        # S0's tile of the per-row grid through a tensor descriptor (decode.DECODE_TMA), its fold's too
+        for bv, warps in ((64, 4), (32, 4), (64, 8), (128, 8)):
+            out.append(Candidate("decode", f"TMA tiles, BV {bv}, {warps} warps",
+                                 {"decode.DECODE_TMA": True, "fold.FOLD_TMA": True, "decode.BLOCK_V": bv,
+                                  "decode.NUM_WARPS": warps}))
         for bv, warps in ((16, 2), (16, 4)):
             out.append(Candidate("decode", f"looped-row fold BV {bv}, {warps} warps",
                                  {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))
