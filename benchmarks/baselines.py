@@ -18,8 +18,11 @@ from pathlib import Path
 
 import torch
 
-SGLANG_GDN = "sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurrent.py"
-SGLANG_SSU = "sglang/kernels/ops/mamba/triton_ops/mamba_ssm.py"
+# where each kernel file sits in a wheel: 0.5.2x's layout, then 0.5.1x's (the newest on PyPI reachable here, 2026-12)
+SGLANG_GDN = ("sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurrent.py",
+              "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py")
+SGLANG_SSU = ("sglang/kernels/ops/mamba/triton_ops/mamba_ssm.py",
+              "sglang/srt/layers/attention/mamba/ops/mamba_ssm.py")
 
 
 def fla_recurrent_gdn():
@@ -52,8 +55,18 @@ def _install_sglang_probes() -> None:
             setattr(module, attribute, value)
 
 
-def _module_from_wheel(wheel: Path, inner_path: str, name: str) -> types.ModuleType:
+def _inner_path(archive: zipfile.ZipFile, candidates: tuple[str, ...]) -> str:
+    """The first of a kernel file's known places that the wheel (or subset) holds."""
+    names = set(archive.namelist())
+    found = next((path for path in candidates if path in names), None)
+    if found is None:
+        raise FileNotFoundError(f"none of {', '.join(candidates)} in {archive.filename}")
+    return found
+
+
+def _module_from_wheel(wheel: Path, candidates: tuple[str, ...], name: str) -> types.ModuleType:
     with zipfile.ZipFile(wheel) as archive:
+        inner_path = _inner_path(archive, candidates)
         source = archive.read(inner_path).decode()
     # Triton's JIT reads kernel source through `inspect`, so the code needs a real file behind it.
     target = Path("/tmp/specdec_baselines") / inner_path
@@ -77,3 +90,24 @@ def sglang_kernels(wheel: Path | None):
     except Exception as error:  # a newer wheel with other imports: report it, measure the rest
         return None, None, f"sglang kernels not loadable from {Path(wheel).name}: {type(error).__name__}: {error}"
     return gdn.fused_sigmoid_gating_delta_rule_update, ssu.selective_state_update, Path(wheel).name
+
+
+def write_subset(wheel: Path, out: Path) -> None:
+    """The two kernel files of an sglang wheel (6 MB) in a zip of their own (~50 KB), at the same inner paths, to
+    carry to a GPU machine whose working tree has a size limit; sglang_kernels reads either."""
+    with zipfile.ZipFile(wheel) as archive, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as subset:
+        for candidates in (SGLANG_GDN, SGLANG_SSU):
+            inner_path = _inner_path(archive, candidates)
+            subset.writestr(inner_path, archive.read(inner_path))
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="write the subset of an sglang wheel that the kernel benchmark "
+                                                 "reads: python -m benchmarks.baselines WHEEL OUT.zip")
+    parser.add_argument("wheel", type=Path)
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args()
+    write_subset(args.wheel, args.out)
+    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
