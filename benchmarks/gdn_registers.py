@@ -70,9 +70,15 @@ def variants() -> list[tuple[str, object, dict, int]]:
     for BT, use_dot, what in ((16, False, "4-chain"), (16, True, "16-node tree")):
         block_v, warps = verify.STATE_DOT_CONFIGS[BT] if use_dot else verify.STATE_FMA_CONFIG
         heads = 1 if use_dot else G
+        tma = verify.STATE_TMA and not use_dot and heads == 1
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
-                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION), warps))
+                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION, TMA=tma),
+                    warps))
+        if not use_dot and heads == 1 and not verify.STATE_TMA:  # its tile through a tensor descriptor (a candidate)
+            out.append(("candidate: verify state pass (4-chain), TMA tile", verify.gdn_verify_state_kernel,
+                        dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=False,
+                             PRECISION=verify.DOT_PRECISION, TMA=True), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,

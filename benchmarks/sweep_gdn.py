@@ -153,6 +153,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for share, bv, warps in ((True, 16, 4), (True, 32, 2), (False, 64, 4), (False, 64, 2)):
             out.append(Candidate("verify", f"state pass per {'key' if share else 'value'} head, BV {bv}, {warps} warps",
                                  {"verify.STATE_SHARE_KEY_HEAD": share, "verify.STATE_FMA_CONFIG": (bv, warps)}))
+        # ... its tile through a tensor descriptor (verify.STATE_TMA, per value head)
+        for bv, warps in ((64, 2), (64, 4), (128, 4)):
+            out.append(Candidate("verify", f"state pass TMA tile, BV {bv}, {warps} warps",
+                                 {"verify.STATE_TMA": True, "verify.STATE_FMA_CONFIG": (bv, warps)}))
         # the state pass as dots (the 16-node tree)
         for bv, warps in ((32, 4), (64, 8)):
             out.append(Candidate("verify", f"state pass dots BV {bv}, {warps} warps",

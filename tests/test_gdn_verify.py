@@ -75,3 +75,14 @@ def test_verify_random_trees(batch: TreeBatch, ratio: int):
                    num_nodes=[r.num_nodes for r in batch.rows], shape=[r.parents for r in batch.rows],
                    capacity=batch.capacity)
     check_verify(b)
+
+
+@pytest.mark.parametrize(("T", "shape", "num_nodes"), [(5, "chain", [5, 4, 0, 1, 5]), (8, "random", [8, 3, 8, 0, 6])],
+                         ids=["T5-chain", "T8-random"])
+def test_state_pass_through_a_tensor_descriptor(monkeypatch, T, shape, num_nodes):
+    """STATE_TMA (a sweep candidate): the FMA state pass reads its S0 tile through a tensor descriptor of the pool, at
+    16 columns a program so that 32-column heads take two boxes; rows without a state read nothing."""
+    monkeypatch.setattr(verify_module, "STATE_TMA", True)
+    monkeypatch.setattr(verify_module, "STATE_FMA_CONFIG", (16, 2))
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
+    check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))

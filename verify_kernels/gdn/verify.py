@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
+from verify_kernels.gdn.fold import state_descriptor
 from verify_kernels.gdn.tree_math import (
     buffer_reads,
     finish,
@@ -87,6 +88,10 @@ STATE_FMA_CONFIG = (64, 2)
 # per row): off by default.
 STATE_STAGES = 1
 STATE_LANES = 8
+# STATE_TMA: the FMA state pass (one value head a program) reads its S0 tile through a tensor descriptor of the pool,
+# as fold.FOLD_TMA and decode.DECODE_TMA. Written and checked in the interpreter on 2026-12-03 (seventh sitting, no
+# device time left): off until `benchmarks.sweep_gdn --ops verify` times it.
+STATE_TMA = False
 STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
@@ -376,10 +381,11 @@ def gdn_verify(
             **shapes, BV=BV, MAX_NODES=FMA_MAX_NODES, STAGES=STATE_STAGES, num_warps=warps, num_stages=1,
         )
     else:
+        tma = STATE_TMA and not use_dot and G == 1
         gdn_verify_state_kernel[(V // BV, HV // G, B)](
-            q, k, num_nodes, state_pool, state_slots, kS, qS,
+            q, k, num_nodes, state_pool, state_descriptor(state_pool, BV) if tma else None, state_slots, kS, qS,
             **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-            PRECISION=DOT_PRECISION, num_warps=warps, num_stages=1,
+            PRECISION=DOT_PRECISION, TMA=tma, num_warps=warps, num_stages=1,
         )
     per_program = (TREE_DOT_HEADS_PER_PROGRAM if use_dot else TREE_HEADS_PER_PROGRAM) or HV // H
     if (HV // H) % per_program:

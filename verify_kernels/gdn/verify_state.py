@@ -56,6 +56,7 @@ def gdn_verify_state_kernel(
     q, k,               # [B, T, H, K]
     num_nodes,          # [B]
     state_pool,         # [S, HV, K, V] fp32
+    state_desc,         # TMA: state_pool as a [S HV K, V] tensor descriptor, [K, BV] boxes
     state_slots,        # [B]
     kS, qS,             # [B, T, HV, V] fp32 out: S0^T k_t, S0^T q_t (rows with a state, nodes < num_nodes only)
     T,
@@ -70,6 +71,7 @@ def gdn_verify_state_kernel(
     NG: tl.constexpr,   # G padded to a power of two
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
+    TMA: tl.constexpr,  # the FMA path's tile through state_desc (verify.STATE_TMA; G == 1)
 ):
     i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
@@ -92,9 +94,12 @@ def gdn_verify_state_kernel(
             o_g = tl.arange(0, NG)
             o_k = tl.arange(0, K)
             m_g = o_g < G
-            p_s = state_pool + (((i_s * HV + i_h0 + o_g[:, None, None]) * K + o_k[None, :, None]) * V
-                                + o_v[None, None, :])
-            b_s = tl.load(p_s, mask=m_g[:, None, None], other=0., eviction_policy="evict_first")   # [NG, K, BV]
+            if TMA:  # one value head (G == 1): its [K, BV] tile as one box
+                b_s = tl.reshape(state_desc.load([((i_s * HV + i_h0) * K).to(tl.int32), i_v * BV]), [NG, K, BV])
+            else:
+                p_s = state_pool + (((i_s * HV + i_h0 + o_g[:, None, None]) * K + o_k[None, :, None]) * V
+                                    + o_v[None, None, :])
+                b_s = tl.load(p_s, mask=m_g[:, None, None], other=0., eviction_policy="evict_first")  # [NG, K, BV]
             p_x = (i_b * T * H + i_hk) * K + o_k
             b_k = tl.load(k + p_x).to(tl.float32)
             b_q = tl.load(q + p_x).to(tl.float32)
