@@ -153,6 +153,17 @@ def variants() -> list[tuple[str, object, dict, int]]:
                              NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
                              PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=False, STACKED=True,
                              STACKED_READS=reads), verify.TREE_WARPS))
+    # the tree pass's tf32x3 operands split by a mask (verify.TREE_SPLIT_TF32) where it is off
+    if not verify.TREE_SPLIT_TF32:
+        heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
+        for block_v, warps in ((verify.TREE_BLOCK_V, verify.TREE_WARPS), (64, 4)):
+            out.append((f"candidate: verify tree pass (4-chain), operands split by mask, {block_v} columns",
+                        verify.gdn_verify_tree_kernel,
+                        dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=block_v,
+                             NG=triton.next_power_of_2(heads), PRECISION="tf32x3-split",
+                             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=False,
+                             STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS,
+                             STACKED_READS=verify.STACKED_READS), warps))
     block_v, warps = verify.STATE_FMA_CONFIG
     out.append(("candidate: verify state pass (4-chain), row loop in 2 stages", verify.gdn_verify_state_rows_kernel,
                 dict(shapes, BV=block_v, MAX_NODES=verify.FMA_MAX_NODES, STAGES=2), warps))

@@ -137,6 +137,12 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.STACKED_PRODUCTS": True, "verify.STACKED_READS": reads,
                                   "verify.PRODUCTS_BLOCK_K": bk, "verify.TREE_BLOCK_V": bv,
                                   "verify.TREE_WARPS": warps}))
+        # the tree pass's tf32x3 operands split by a mask (verify.TREE_SPLIT_TF32: no emulated roundings), its V
+        # columns and warps
+        for bv, warps in ((32, 2), (64, 4), (64, 2)):
+            out.append(Candidate("verify", f"tree pass operands split by mask, BV {bv}, {warps} warps",
+                                 {"verify.TREE_SPLIT_TF32": True, "verify.TREE_BLOCK_V": bv,
+                                  "verify.TREE_WARPS": warps}))
         # the tree pass's loops over K and V: steps in flight (verify.PRODUCTS_STAGES, pipelined loads held in
         # registers and shared memory of a pass that is issue-bound at 249 registers) and K columns a step
         for stages, bk in ((1, 16), (2, 16), (1, 32), (3, 32)):

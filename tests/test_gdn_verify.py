@@ -86,3 +86,15 @@ def test_state_pass_through_a_tensor_descriptor(monkeypatch, T, shape, num_nodes
     monkeypatch.setattr(verify_module, "STATE_FMA_CONFIG", (16, 2))
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
+
+
+@pytest.mark.parametrize(("dims", "T", "shape", "num_nodes"),
+                         [("k32-hv2", 5, "chain", [5, 4, 0, 1, 5]), ("k16-hv1", 17, "random", [17, 9, 16, 1, 0])],
+                         ids=["k32-hv2-T5-chain", "k16-hv1-T17-random"])
+def test_tree_pass_with_operands_split_by_mask(monkeypatch, dims, T, shape, num_nodes):
+    """TREE_SPLIT_TF32 (a sweep candidate): the tree pass's tf32x3 products from operands split by a mask, three
+    TF32 products each (in the interpreter TF32 products are exact, so this checks the algebra: a missing or doubled
+    term fails; the GPU sweep checks the error)."""
+    monkeypatch.setattr(verify_module, "TREE_SPLIT_TF32", True)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
+    check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))

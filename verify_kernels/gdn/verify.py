@@ -136,6 +136,16 @@ STACKED_PRODUCTS = True
 # interpreter on 2026-12-03. Off: the same sweep timed it at 98.1 / 368.3 us (4-chains) and 138.6 / 521.0 (trees),
 # behind the stacked products alone.
 STACKED_READS = False
+# TREE_SPLIT_TF32: the tree pass's tf32x3 products with their operands split by a mask instead of Triton's rounding
+# (tree_math.products, "tf32x3-split"). sm_90 SASS of the 4-chain tree pass (Triton 3.9, compiled here, stacked
+# products): the roundings' infinity tests, selects, adds and masks take much of its loops, where the pass is
+# issue-bound (ncu, H200, 2026-12-03: 83 M instructions at batch 256); split by mask, the loop over K goes from 243
+# to 140 instructions a step and the V loop from ~650 to ~475 a block (about 27% fewer instructions a program in
+# all), at the same 168 registers (the operand split after its transpose; before it, 218).
+# Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time left; the interpreter's
+# TF32 products are full fp32, so only the GPU shows its error): off until `benchmarks.sweep_gdn --ops verify`
+# checks and times it.
+TREE_SPLIT_TF32 = False
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -398,7 +408,8 @@ def gdn_verify(
         block_v, warps = TREE_BLOCK_V, TREE_WARPS
     gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v), PRECISION=DOT_PRECISION,
+        **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v),
+        PRECISION="tf32x3-split" if TREE_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION,
         NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, FMA=fma,
         STACKED=STACKED_PRODUCTS or STACKED_READS, STACKED_READS=STACKED_READS, num_warps=warps, num_stages=1,
     )
