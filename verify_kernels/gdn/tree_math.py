@@ -7,33 +7,20 @@ head, the buffer's share of the reads, and u and o from the state's products. Ti
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def tf32_split(x):
-    """fp32 x -> (hi, lo): hi is x with the 13 low mantissa bits cleared (exact in TF32), lo = x - hi (exact in
-    fp32; a TF32 product keeps its 10 high bits). Finite x only: an infinite one would give lo = NaN."""
-    hi = (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
-    return hi, x - hi
+from verify_kernels.precision import dot_tf32x3
 
 
 @triton.jit
 def products(a, b, FMA: tl.constexpr, PRECISION: tl.constexpr):
     """a [M, C] . b [N, C] over C -> [M, N] fp32: on the tensor cores (tl.dot: M, N, C >= 16), or with FMA as a
     broadcast product summed over C ([M, N, C] in registers: any power-of-two sizes, exact fp32; the few-node tree
-    pass, TREE_FMA). PRECISION "tf32x3-split" (verify.TREE_SPLIT_TF32): Triton's tf32x3 done by hand, the operands
-    split by a mask (tf32_split) and three plain TF32 products, smallest first. Triton's own tf32x3 rounds each
-    split to nearest with an emulated cvt.rna (sm_90 SASS: an add, a mask, an infinity test and a select, twice an
-    element); the hardware's TF32 product truncates instead, which a split by mask leaves exact for hi and loses
-    2^-11 of lo (fp32-level error still)."""
+    pass, TREE_FMA). PRECISION "tf32x3-split" (verify.TREE_SPLIT_TF32): tf32x3 from operands split by a mask
+    (verify_kernels/precision.py; b split after its transpose: 168 registers a thread for sm_90 where splitting it
+    before took 218)."""
     if FMA:
         return tl.sum(a[:, None, :] * b[None, :, :], 2)
     elif PRECISION == "tf32x3-split":
-        a_hi, a_lo = tf32_split(a)
-        b_t = tl.trans(b)
-        b_hi, b_lo = tf32_split(b_t)
-        acc = tl.dot(a_lo, b_hi, input_precision="tf32")
-        acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
-        return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+        return dot_tf32x3(a, tl.trans(b), tl.zeros([a.shape[0], b.shape[0]], dtype=tl.float32))
     else:
         return tl.dot(a, tl.trans(b), input_precision=PRECISION)
 
