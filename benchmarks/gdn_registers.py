@@ -113,14 +113,16 @@ def variants() -> list[tuple[str, object, dict, int]]:
         stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
                     dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                         BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA),
+                         BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA,
+                         SPLIT=fold.FOLD_SPLIT_TF32),
                     warps))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     # the software-pipelined row loops, candidates of benchmarks/sweep_gdn.py, at 2 stages and the settings above
     out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
                 dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2, TMA=fold.FOLD_TMA),
+                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2, TMA=fold.FOLD_TMA,
+                         SPLIT=fold.FOLD_SPLIT_TF32),
                 fold.FOLD_WARPS))
     # S0's tiles through a tensor descriptor (fold.FOLD_TMA) where it is off: the flush, the commit's looped row
     if not fold.FOLD_TMA:
@@ -130,7 +132,19 @@ def variants() -> list[tuple[str, object, dict, int]]:
             stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
             out.append((f"candidate: fold: {what}, TMA tiles", fold.gdn_fold_kernel,
                         dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                             BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=True), warps))
+                             BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=True,
+                             SPLIT=fold.FOLD_SPLIT_TF32), warps))
+    # the fold's tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32) where it is off, with and without TMA tiles
+    if not fold.FOLD_SPLIT_TF32:
+        for entries, what, warps, tma in ((fold.ENTRIES_NONE, "flush", fold.FOLD_WARPS, False),
+                                          (fold.ENTRIES_ACCEPTED, "commit's fold", fold.LOOPED_FOLD_WARPS, False),
+                                          (fold.ENTRIES_ACCEPTED, "commit's fold", 4, True)):
+            stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
+            out.append((f"candidate: fold: {what}, operands split by mask{', TMA tiles' if tma else ''}",
+                        fold.gdn_fold_kernel,
+                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                             BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
+                        warps))
     out.append(("candidate: decode + commit, row loop in 2 stages", decode.gdn_decode_rows_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=2), decode.NUM_WARPS))
     # the tree pass on the FMA units (verify.TREE_FMA) where it is off: 4-chains and 8-node trees, V columns, warps

@@ -75,6 +75,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for stages in (2, 4):
             out.append(Candidate("fold", f"row loop in {stages} stages", {"fold.FOLD_STAGES": stages}))
         out.append(Candidate("fold", "the looped row (2 warps, 1 stage)", {"fold.FOLD_STAGES": 1}))
+        # the tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32), alone and with TMA tiles
+        for tma, stages in ((False, 3), (True, 3), (True, 4)):
+            out.append(Candidate("fold", f"operands split by mask{', TMA tiles' if tma else ''}, {stages} stages",
+                                 {"fold.FOLD_SPLIT_TF32": True, "fold.FOLD_TMA": tma, "fold.FOLD_STAGES": stages}))
         # S0's tiles through a tensor descriptor (fold.FOLD_TMA): the copy engine's boxes, no per-element addresses
         for stages, bv, warps in ((3, 32, 4), (4, 32, 4), (3, 64, 8), (2, 64, 4)):
             out.append(Candidate("fold", f"TMA tiles, {stages} stages, BV {bv}, {warps} warps",
@@ -95,6 +99,12 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((16, 2), (16, 4), (32, 4)):
             out.append(Candidate("commit", f"looped-row fold BV {bv}, {warps} warps",
                                  {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))
+        # the fold's tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32), alone and with TMA tiles on 4 warps
+        out.append(Candidate("commit", "operands split by mask", {"fold.FOLD_SPLIT_TF32": True}))
+        for bv, lanes in ((32, 4), (32, 16), (64, 4)):
+            out.append(Candidate("commit", f"operands split by mask, TMA tiles, BV {bv}, 4 warps, {lanes} lanes",
+                                 {"fold.FOLD_SPLIT_TF32": True, "fold.FOLD_TMA": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
+                                  "fold.LOOPED_FOLD_WARPS": 4, "fold.FOLD_LANES": lanes}))
         # the looped row with S0's tiles through a tensor descriptor (fold.FOLD_TMA: fewer registers, more programs)
         for bv, warps, lanes in ((32, 2, 4), (32, 4, 4), (64, 4, 4), (32, 2, 16)):
             out.append(Candidate("commit", f"TMA looped-row fold BV {bv}, {warps} warps, {lanes} lanes",
@@ -108,6 +118,9 @@ def candidates(ops: set[str]) -> list[Candidate]:
         out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
         out.append(Candidate("decode", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
         out.append(Candidate("decode", "TMA fold tiles", {"fold.FOLD_TMA": True}))
+        out.append(Candidate("decode", "fold operands split by mask", {"fold.FOLD_SPLIT_TF32": True}))
+        out.append(Candidate("decode", "fold operands split by mask, TMA tiles, 4 warps",
+                             {"fold.FOLD_SPLIT_TF32": True, "fold.FOLD_TMA": True, "fold.LOOPED_FOLD_WARPS": 4}))
         # S0's tile of the per-row grid through a tensor descriptor (decode.DECODE_TMA), its fold's too
         for bv, warps in ((64, 4), (32, 4), (64, 8), (128, 8)):
             out.append(Candidate("decode", f"TMA tiles, BV {bv}, {warps} warps",

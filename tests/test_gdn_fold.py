@@ -57,6 +57,24 @@ def test_fold_through_tensor_descriptors(monkeypatch, stages, one_launch):
     assert check_decode_commit(make_batch(d, rows, seed=13), 1).all()
 
 
+@pytest.mark.parametrize(("stages", "tma"), [(1, False), (3, False), (1, True)],
+                         ids=["looped", "pipelined", "looped-tma"])
+def test_fold_with_operands_split_by_mask(monkeypatch, stages, tma):
+    """FOLD_SPLIT_TF32 (a sweep candidate): the fold's tf32x3 products from operands split by a mask, accumulated
+    into the tile (in the interpreter the TF32 products are exact, so this checks the algebra; the GPU sweep checks
+    the error), alone and with FOLD_TMA: the commit, the flush and the decode + commit against their references."""
+    monkeypatch.setattr(fold_module, "FOLD_SPLIT_TF32", True)
+    monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
+    monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    d = DIMS["k32-hv2"]
+    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
+        check_commit(make_batch(d, ROWS, seed=17, T=len(TREE), shape="tree"), lengths, flush_length)
+    check_flush(make_batch(d, ROWS, seed=17))
+    assert check_decode_commit(make_batch(d, ROWS, seed=17), 1).all()
+
+
 def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     """The pipelined row loop for a flush whose buffer fits its one block (the engine's 16 entries); commits and the
     decode's fold (few rows fold), 32-entry buffers and the small batches' one-launch commit fold in the looped row

@@ -184,7 +184,8 @@ def gdn_decode_kernel(
             # S <- e^G S0 + sum_i e^{G - G_i} k_i u_i^T + k u^T: the token is the last entry, decay 1
             if i_s >= 0:
                 b_s = b_eG * b_s + b_k[:, None] * b_u[None, :]
-                b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
+                b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC,
+                                  False)
                 tl.store(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :], b_s)
 
 

@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from verify_kernels.precision import dot_tf32x3
+
 ENTRIES_NONE = 0
 ENTRIES_TOKEN = 1
 ENTRIES_ACCEPTED = 2
@@ -67,13 +69,31 @@ LOOPED_FOLD_BLOCK_V = 32
 # at 2 warps, 144 at 4 warps. Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time
 # left): off until `benchmarks.sweep_gdn --ops fold,commit,decode` times it.
 FOLD_TMA = False
+# FOLD_SPLIT_TF32: the fold's tf32x3 products from operands split by a mask (verify_kernels/precision.py) instead of
+# Triton's emulated roundings, accumulated into the tile (fold_product): fewer instructions and registers for a
+# kernel that is register-bound. sm_90 (benchmarks.gdn_registers, Triton 3.9): flush 154 registers against 218, the
+# commit's looped row 222 against 255 (+40 bytes spilled) at 2 warps, 112 at 4 warps with FOLD_TMA (4 programs an
+# SM). Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time left): off until
+# `benchmarks.sweep_gdn --ops fold,commit,decode` checks and times it.
+FOLD_SPLIT_TF32 = False
 SCAN_BLOCK = 128
 BLOCK_L = 16
 
 
 @triton.jit
+def fold_product(b_s, a_t, b, SPLIT: tl.constexpr):
+    """b_s [K, BV] + a_t [K, BC] . b [BC, BV] in tf32x3: Triton's, or from operands split by a mask (SPLIT:
+    FOLD_SPLIT_TF32, verify_kernels/precision.py) accumulating into the tile itself (sm_90: the flush's loop 154
+    registers a thread against 218, the commit's looped row 222 and no spill against 255 and 40 bytes; Triton's
+    tf32x3 into the tile as accumulator saves none)."""
+    if SPLIT:
+        return dot_tf32x3(a_t, b, b_s)
+    return b_s + tl.dot(a_t, b, input_precision="tf32x3")
+
+
+@triton.jit
 def fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H: tl.constexpr, HV: tl.constexpr,
-                K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr):
+                K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr, SPLIT: tl.constexpr):
     """b_s [K, BV] plus the fold of the first n entries of buffer row i_r: sum_i e^{G - G_i} k_i u_i^T."""
     for i_c in range(0, n, BC):
         o_c = i_c + tl.arange(0, BC)
@@ -82,13 +102,14 @@ def fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H
         b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
         b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
         b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
-        b_s += tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="tf32x3")
+        b_s = fold_product(b_s, tl.trans(b_bk), b_decay[:, None] * b_bu, SPLIT)
     return b_s
 
 
 @triton.jit
 def fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H: tl.constexpr,
-                      HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BL: tl.constexpr):
+                      HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BL: tl.constexpr,
+                      SPLIT: tl.constexpr):
     """fold_buffer as one block of BL >= L entries, no loop (the pipelined row loop's body holds none)."""
     o_l = tl.arange(0, BL)
     m_l = o_l < n
@@ -96,12 +117,12 @@ def fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, 
     b_bk = tl.load(buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_l[:, None], other=0.)
     b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_l[:, None], other=0.)
     b_decay = tl.exp(tl.where(m_l, b_G - b_bg, float("-inf")))
-    return b_s + tl.dot(tl.trans(b_bk), b_decay[:, None] * b_bu, input_precision="tf32x3")
+    return fold_product(b_s, tl.trans(b_bk), b_decay[:, None] * b_bu, SPLIT)
 
 
 @triton.jit
 def fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr,
-             K: tl.constexpr, V: tl.constexpr, BC: tl.constexpr, ENTRIES: tl.constexpr):
+             K: tl.constexpr, V: tl.constexpr, BC: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
     """b_s [K, BV] plus the fold of row i_b's na new entries (ENTRIES: the token, or the accepted nodes), BC at a
     time: S += sum_c e^{G - G_c} k_c u_c^T."""
     for i_c in range(0, na, BC):
@@ -117,7 +138,7 @@ def fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A,
         b_au = tl.load(u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
                        other=0.).to(tl.float32)                                              # [BC, BV]
         b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
-        b_s += tl.dot(tl.trans(b_ak), b_decay[:, None] * b_au, input_precision="tf32x3")
+        b_s = fold_product(b_s, tl.trans(b_ak), b_decay[:, None] * b_au, SPLIT)
     return b_s
 
 
@@ -199,28 +220,30 @@ def last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV: tl.constexp
 @triton.jit
 def fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr,
-             ENTRIES: tl.constexpr):
+             ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
     """Row i_b's n buffered and na new entries folded into its tile b_s of S0 -> the folded tile."""
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
-    b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC)
+    b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC, SPLIT)
     if ENTRIES != 0:
-        b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V, BC, ENTRIES)
+        b_s = fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H, HV, K, V, BC, ENTRIES,
+                       SPLIT)
     return b_s
 
 
 @triton.jit
 def fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
-                    BL: tl.constexpr, ENTRIES: tl.constexpr):
+                    BL: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
     """fold_row of a flush with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1;
     fold_launch runs it for flushes alone)."""
     tl.static_assert(ENTRIES == 0, "the pipelined row loop folds flushes alone (fold_launch)")
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
-    return fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL)
+    return fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
+                             SPLIT)
 
 
 @triton.jit
@@ -255,6 +278,7 @@ def gdn_fold_kernel(
     APPEND: tl.constexpr,
     STAGES: tl.constexpr,  # the row loop's pipeline depth (FOLD_STAGES)
     TMA: tl.constexpr,     # S0's tiles through state_desc (FOLD_TMA)
+    SPLIT: tl.constexpr,   # tf32x3 from operands split by a mask (FOLD_SPLIT_TF32)
 ):
     i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P = tl.num_programs(2)
@@ -282,14 +306,14 @@ def gdn_fold_kernel(
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
                 b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
                 b_s = fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k,
-                               o_v, T, A, H, HV, K, V, L, BC, ENTRIES)
+                               o_v, T, A, H, HV, K, V, L, BC, ENTRIES, SPLIT)
                 store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
         else:  # software-pipelined: the next rows' loads in flight (cp.async) while this one folds
             for j in tl.range(i_p, count, P, num_stages=STAGES):
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
                 b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
                 b_s = fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na,
-                                      o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES)
+                                      o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES, SPLIT)
                 store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
@@ -321,7 +345,8 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
         k, u, gcum, accepted, num_accepted, state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len,
         req_slots, flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L),
-        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=FOLD_TMA, num_warps=warps, num_stages=1,
+        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=FOLD_TMA, SPLIT=FOLD_SPLIT_TF32,
+        num_warps=warps, num_stages=1,
     )
 
 
