@@ -39,6 +39,11 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     candidates |= {f"dots bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, num_stages=s)
                    for s in (3, 5)}
     candidates["dots bp64 w4 inline"] = VerifyConfig(64, 4, state_dot=True, inline_scores=True)
+    # the products' tf32x3 from operands split by a mask (verify_kernels/precision.py: no emulated roundings, and
+    # plain TF32 products that Triton runs as warpgroup MMAs on 4 warps)
+    candidates |= {f"dots bp{bp} w{w} split": VerifyConfig(bp, w, state_dot=True, inline_scores=False,
+                                                          precision="tf32x3-split")
+                   for bp, w in ((64, 4), (64, 8), (32, 4))}
     if len(mamba2.VERIFY_TREES[tree]) <= 8:
         candidates |= {f"fma bp{bp} w{w}": VerifyConfig(bp, w, state_dot=False, inline_scores=False)
                        for bp, w in ((32, 4), (64, 4), (64, 8))}

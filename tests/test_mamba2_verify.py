@@ -29,6 +29,7 @@ from tests.mamba2_checks import (
 )
 from tests.reference_checks import TreeBatch, pad_nodes, tree_batches
 from verify_kernels.mamba2 import mamba2_decode, mamba2_decode_ref, mamba2_verify, mamba2_verify_ref
+from verify_kernels.mamba2 import verify as mamba2_verify_module
 from verify_kernels.mamba2.verify import mamba2_verify_fwd
 from verify_kernels.tree import ancestor_mask, chain_parents
 
@@ -149,3 +150,22 @@ def test_nemotron_nano_verify_paths_match_reference(config, T, B):
     ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
     for o, r in zip(out, ref, strict=True):
         assert_close(o, r, 2e-4)
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["products", "inline"])
+def test_verify_with_operands_split_by_mask(monkeypatch, inline):
+    """DOT_PRECISION "tf32x3-split" (a sweep candidate): every product of the verify's kernels from operands split by
+    a mask (verify_kernels/precision.py), on the sliced heads of the launch-config test (in the interpreter the TF32
+    products are exact, so this checks the algebra; the GPU sweep checks the error)."""
+    monkeypatch.setattr(mamba2_verify_module, "DOT_PRECISION", "tf32x3-split")
+    config = VERIFY_CONFIGS[f"{'inline' if inline else 'products'}-dots"]
+    gen = torch.Generator().manual_seed(31)
+    A, D = layer(gen, SLICED)
+    pools = kv_pools(gen, SLICED, ROWS)
+    parents, num_nodes = trees(gen, len(ROWS), 17)
+    x, dt, Bm, C = (pad_nodes(t, num_nodes) for t in tokens(gen, SLICED, len(ROWS), 17))
+    out = mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args(), ancestor_mask(parents, num_nodes),
+                            config)
+    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    for o, r in zip(out, ref, strict=True):
+        assert_close(o, r)

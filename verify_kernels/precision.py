@@ -26,3 +26,14 @@ def dot_tf32x3(a, b, acc):
     acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
     acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
     return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+
+
+@triton.jit
+def add_product(acc, a, b, PRECISION: tl.constexpr):
+    """acc + a . b at PRECISION: one of tl.dot's ("ieee", "tf32x3", ...), each as acc + tl.dot(...), or
+    "tf32x3-split", dot_tf32x3 accumulating into acc."""
+    if PRECISION == "tf32x3-split":
+        out = dot_tf32x3(a, b, acc)
+    else:
+        out = acc + tl.dot(a, b, input_precision=PRECISION)
+    return out

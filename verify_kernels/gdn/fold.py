@@ -87,8 +87,10 @@ def fold_product(b_s, a_t, b, SPLIT: tl.constexpr):
     registers a thread against 218, the commit's looped row 222 and no spill against 255 and 40 bytes; Triton's
     tf32x3 into the tile as accumulator saves none)."""
     if SPLIT:
-        return dot_tf32x3(a_t, b, b_s)
-    return b_s + tl.dot(a_t, b, input_precision="tf32x3")
+        out = dot_tf32x3(a_t, b, b_s)
+    else:
+        out = b_s + tl.dot(a_t, b, input_precision="tf32x3")
+    return out
 
 
 @triton.jit

@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_indices, check_pools, check_tokens
+from verify_kernels.precision import add_product
 from verify_kernels.tree import ancestor_mask
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (5-node
@@ -80,6 +81,10 @@ SMALL_BATCH_BLOCK_P = 16
 PRODUCTS_BLOCK_N = 32
 PRODUCTS_WARPS = 4
 
+# DOT_PRECISION: "tf32x3" (Triton's: each operand split and rounded to nearest with an emulated cvt.rna, an add, a
+# mask, an infinity test and a select twice an element on sm_90) or "tf32x3-split" (verify_kernels/precision.py: split
+# by a mask, two instructions an element, the same fp32-level error; written and checked in the interpreter on
+# 2026-12-03, seventh sitting, no device time left: a sweep candidate until benchmarks/sweep_mamba2.py times it).
 DOT_PRECISION = "tf32x3"
 MAX_NODES = 64
 
@@ -93,6 +98,7 @@ class VerifyConfig(NamedTuple):
     inline_scores: bool     # scores computed in every state-pass program (one launch) instead of a products pass
     block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
     num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
+    precision: str | None = None  # the products' (DOT_PRECISION when None)
 
 
 def verify_config(B: int, T: int, P: int) -> VerifyConfig:
@@ -138,8 +144,8 @@ def mamba2_verify_products_kernel(
         b_c = tl.load(C + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         b_k = tl.load(Bm + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None], other=0.)
-        b_st += tl.dot(b_c, tl.trans(b_k), input_precision=PRECISION)
-        b_sb += tl.dot(b_c, tl.trans(b_kb), input_precision=PRECISION)
+        b_st = add_product(b_st, b_c, tl.trans(b_k), PRECISION)
+        b_sb = add_product(b_sb, b_c, tl.trans(b_kb), PRECISION)
     p_s = (i_b * NG + i_g) * BT + o_t[:, None]
     tl.store(s_tree + p_s * BT + o_t[None, :], b_st)
     tl.store(s_buf + p_s * BL + o_l[None, :], b_sb)
@@ -234,14 +240,14 @@ def mamba2_verify_kernel(
             b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)      # [BN, BT]
             if FMA_NODES == 0:
                 b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
-                b_hc += tl.dot(b_hn, b_cn, input_precision=PRECISION)
+                b_hc = add_product(b_hc, b_hn, b_cn, PRECISION)
             if INLINE_SCORES:
                 b_kn = tl.load(Bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_t[:, None],
                                other=0.).to(tl.float32)
-                b_st += tl.dot(b_kn, b_cn, input_precision=PRECISION)
+                b_st = add_product(b_st, b_kn, b_cn, PRECISION)
                 b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None],
                                other=0.)
-                b_sb += tl.dot(b_kb, b_cn, input_precision=PRECISION)
+                b_sb = add_product(b_sb, b_kb, b_cn, PRECISION)
 
     # Gl along root paths (rows i of the transposed ancestor mask are the sources, columns t the nodes), G, entries
     b_a = b_dt * b_A
@@ -253,11 +259,11 @@ def mamba2_verify_kernel(
 
     # tree term: the scores kept for i in anc(t) + {t}
     b_decay = tl.exp(tl.where(b_anc, b_gl[None, :] - b_gl[:, None], float("-inf")))
-    b_y += tl.dot(b_xdt, b_st * b_decay, input_precision=PRECISION)
+    b_y = add_product(b_y, b_xdt, b_st * b_decay, PRECISION)
 
     # buffer term: e^{(G_last - G_i) + Gl_t} (C_t . B_i) xdt_i over the valid entries
     b_decay_buf = tl.exp(tl.where(m_l[:, None], (g_last - b_gi)[:, None] + b_gl[None, :], float("-inf")))
-    b_y += tl.dot(b_v, b_sb * b_decay_buf, input_precision=PRECISION)
+    b_y = add_product(b_y, b_v, b_sb * b_decay_buf, PRECISION)
 
     # state term on the FMA units, now that the tile has had the whole program to arrive
     if FMA_NODES > 0:
@@ -308,6 +314,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
     if B == 0:
         return y, xdt, gcum
     cfg = config or verify_config(B, T, P)
+    precision = cfg.precision or DOT_PRECISION
     BT, BL = verify_blocks(T, L)
     if cfg.inline_scores:
         s_tree = s_buf = y                                                  # stand-ins, not read
@@ -315,7 +322,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         s_tree, s_buf = new(B, NG, BT, BT), new(B, NG, BT, BL)
         mamba2_verify_products_kernel[(NG, B)](
             Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, T,
-            NG=NG, N=N, L=L, BT=BT, BL=BL, BN=min(N, PRODUCTS_BLOCK_N), PRECISION=DOT_PRECISION,
+            NG=NG, N=N, L=L, BT=BT, BL=BL, BN=min(N, PRODUCTS_BLOCK_N), PRECISION=precision,
             num_warps=PRODUCTS_WARPS,
         )
     BP = min(P, cfg.block_p)
@@ -324,7 +331,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         buf_gcum, buf_len, req_slots, s_tree, s_buf, y, xdt, gcum, T,
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
-        N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=DOT_PRECISION,
+        N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=precision,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y, xdt, gcum
