@@ -75,6 +75,11 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
                          NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION, TMA=tma),
                     warps))
+        if use_dot and not verify.STATE_SPLIT_TF32:  # its dots from operands split by a mask (a candidate)
+            out.append(("candidate: verify state pass (16-node tree), dots split by mask",
+                        verify.gdn_verify_state_kernel,
+                        dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=True,
+                             PRECISION="tf32x3-split", TMA=False), warps))
         if not use_dot and heads == 1 and not verify.STATE_TMA:  # its tile through a tensor descriptor (a candidate)
             out.append(("candidate: verify state pass (4-chain), TMA tile", verify.gdn_verify_state_kernel,
                         dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=False,

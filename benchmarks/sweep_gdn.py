@@ -176,10 +176,14 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((64, 2), (64, 4), (128, 4)):
             out.append(Candidate("verify", f"state pass TMA tile, BV {bv}, {warps} warps",
                                  {"verify.STATE_TMA": True, "verify.STATE_FMA_CONFIG": (bv, warps)}))
-        # the state pass as dots (the 16-node tree)
+        # the state pass as dots (the 16-node tree), and with their operands split by a mask (verify.STATE_SPLIT_TF32)
         for bv, warps in ((32, 4), (64, 8)):
             out.append(Candidate("verify", f"state pass dots BV {bv}, {warps} warps",
                                  {"verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
+        for bv, warps in ((64, 4), (128, 4)):
+            out.append(Candidate("verify", f"state pass dots split by mask, BV {bv}, {warps} warps",
+                                 {"verify.STATE_SPLIT_TF32": True,
+                                  "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
         for bv, warps in ((64, 4), (16, 2), (32, 4)):
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))

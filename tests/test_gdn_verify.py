@@ -98,3 +98,12 @@ def test_tree_pass_with_operands_split_by_mask(monkeypatch, dims, T, shape, num_
     monkeypatch.setattr(verify_module, "TREE_SPLIT_TF32", True)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
+
+
+def test_state_pass_dots_with_operands_split_by_mask(monkeypatch):
+    """STATE_SPLIT_TF32 (a sweep candidate): the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands
+    split by a mask, 16 columns a program (two V blocks at V = 32); the algebra, as the tree pass's test."""
+    monkeypatch.setattr(verify_module, "STATE_SPLIT_TF32", True)
+    monkeypatch.setattr(verify_module, "STATE_DOT_CONFIGS", {16: (16, 4), 32: (16, 4), 64: (16, 4)})
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
+    check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=19, T=17, num_nodes=[17, 9, 16, 0, 12], shape="random"))

@@ -92,6 +92,10 @@ STATE_LANES = 8
 # as fold.FOLD_TMA and decode.DECODE_TMA. Written and checked in the interpreter on 2026-12-03 (seventh sitting, no
 # device time left): off until `benchmarks.sweep_gdn --ops verify` times it.
 STATE_TMA = False
+# STATE_SPLIT_TF32: the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands split by a mask
+# (verify_kernels/precision.py, as TREE_SPLIT_TF32), whose plain TF32 products Triton may run as warpgroup MMAs at 4
+# warps. Written and checked in the interpreter on 2026-12-03 (seventh sitting): off until the sweep times it.
+STATE_SPLIT_TF32 = False
 STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
@@ -395,7 +399,8 @@ def gdn_verify(
         gdn_verify_state_kernel[(V // BV, HV // G, B)](
             q, k, num_nodes, state_pool, state_descriptor(state_pool, BV) if tma else None, state_slots, kS, qS,
             **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-            PRECISION=DOT_PRECISION, TMA=tma, num_warps=warps, num_stages=1,
+            PRECISION="tf32x3-split" if STATE_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION, TMA=tma,
+            num_warps=warps, num_stages=1,
         )
     per_program = (TREE_DOT_HEADS_PER_PROGRAM if use_dot else TREE_HEADS_PER_PROGRAM) or HV // H
     if (HV // H) % per_program:

@@ -6,6 +6,8 @@ shares. Launch parameters live with the launcher (verify.py)."""
 import triton
 import triton.language as tl
 
+from verify_kernels.precision import add_product
+
 
 @triton.jit
 def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -27,8 +29,8 @@ def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constex
             p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
             b_kx = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)              # [BK, BT]
             b_qx = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
-            b_kS += tl.dot(tl.trans(b_sc), b_kx, input_precision=PRECISION)
-            b_qS += tl.dot(tl.trans(b_sc), b_qx, input_precision=PRECISION)
+            b_kS = add_product(b_kS, tl.trans(b_sc), b_kx, PRECISION)
+            b_qS = add_product(b_qS, tl.trans(b_sc), b_qx, PRECISION)
     else:
         o_k = tl.arange(0, K)
         for t in range(0, nn):
