@@ -188,6 +188,12 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
                                  {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
         out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
+        # the state pass's dots at every tree size, split by a mask (the FMA reads' shuffles against padded dots),
+        # the tree pass per key head as for chains; with the tree pass's operands split too
+        for tree_split in (False, True):
+            out.append(Candidate("verify", f"state dots split by mask at every size{', tree pass split' * tree_split}",
+                                 {"verify.FMA_MAX_NODES": 0, "verify.STATE_SPLIT_TF32": True,
+                                  "verify.TREE_DOT_HEADS_PER_PROGRAM": None, "verify.TREE_SPLIT_TF32": tree_split}))
         for bv, warps in ((32, 2), (64, 4)):
             out.append(Candidate("verify", f"tree pass per value head at every width, BV {bv}, {warps} warps",
                                  {"verify.TREE_HEADS_PER_PROGRAM": 1, "verify.TREE_DOT_HEADS_PER_PROGRAM": 1,
