@@ -25,6 +25,7 @@ from triton.compiler import ASTSource
 
 from benchmarks.gdn import HV, H, K, V
 from verify_kernels.gdn import commit, decode, fold, verify
+from verify_kernels.gdn.verify_packed import gdn_verify_packed_kernel, packed_rows
 
 TARGET = GPUTarget("cuda", 90, 32)
 CAPACITY = 16
@@ -183,6 +184,17 @@ def variants() -> list[tuple[str, object, dict, int]]:
                              PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=False,
                              STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS,
                              STACKED_READS=verify.STACKED_READS), warps))
+    # the packed tree pass (verify.PACKED_ROWS) where it is off: 5-node chains, 3 rows a program
+    if not verify.PACKED_ROWS:
+        heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
+        for max_rows, precision in ((verify.PACKED_MAX_ROWS, verify.DOT_PRECISION),
+                                    (verify.PACKED_MAX_ROWS, "tf32x3-split"), (2, "tf32x3-split")):
+            rows = packed_rows(5, CAPACITY, max_rows)
+            out.append((f"candidate: verify packed tree pass ({rows} 5-node chains), {precision}",
+                        gdn_verify_packed_kernel,
+                        dict(shapes, L=CAPACITY, ROWS=rows, BT=16, BE=max(16, triton.next_power_of_2(rows * CAPACITY)),
+                             BK=verify.PRODUCTS_BLOCK_K, BV=verify.PACKED_BLOCK_V, GP=heads, PRECISION=precision,
+                             PRODUCTS_STAGES=verify.PACKED_STAGES), verify.PACKED_WARPS))
     block_v, warps = verify.STATE_FMA_CONFIG
     out.append(("candidate: verify state pass (4-chain), row loop in 2 stages", verify.gdn_verify_state_rows_kernel,
                 dict(shapes, BV=block_v, MAX_NODES=verify.FMA_MAX_NODES, STAGES=2), warps))

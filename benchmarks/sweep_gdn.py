@@ -156,6 +156,15 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"tree pass operands split by mask, BV {bv}, {warps} warps",
                                  {"verify.TREE_SPLIT_TF32": True, "verify.TREE_BLOCK_V": bv,
                                   "verify.TREE_WARPS": warps}))
+        # several rows' small trees packed into one tree-pass program (verify.PACKED_ROWS): rows, columns, warps,
+        # Triton's tf32x3 or operands split by a mask
+        for rows, bv, warps, split in ((3, 32, 4, True), (3, 32, 4, False), (2, 32, 4, True), (3, 16, 4, True),
+                                       (3, 32, 8, True)):
+            out.append(Candidate("verify", f"packed tree pass, {rows} rows, BV {bv}, {warps} warps"
+                                           f"{', split by mask' if split else ''}",
+                                 {"verify.PACKED_ROWS": True, "verify.PACKED_MAX_ROWS": rows,
+                                  "verify.PACKED_BLOCK_V": bv, "verify.PACKED_WARPS": warps,
+                                  "verify.TREE_SPLIT_TF32": split}))
         # the tree pass's loops over K and V: steps in flight (verify.PRODUCTS_STAGES, pipelined loads held in
         # registers and shared memory of a pass that is issue-bound at 249 registers) and K columns a step
         for stages, bk in ((1, 16), (2, 16), (1, 32), (3, 32)):

@@ -107,3 +107,19 @@ def test_state_pass_dots_with_operands_split_by_mask(monkeypatch):
     monkeypatch.setattr(verify_module, "STATE_DOT_CONFIGS", {16: (16, 4), 32: (16, 4), 64: (16, 4)})
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=19, T=17, num_nodes=[17, 9, 16, 0, 12], shape="random"))
+
+
+@pytest.mark.parametrize(("dims", "T", "shape", "num_nodes", "split"), [
+    ("k32-hv2", 5, "chain", [5, 4, 0, 1, 5], False),      # 3 rows a program: two programs, the second one row short
+    ("k16-hv1", 4, "random", [4, 3, 4, 0, 2], False),     # 4 rows a program
+    ("k16-hv2-bf16", 8, "random", [8, 5, 8, 1, 7], True),  # 2 rows a program, operands split by mask
+    ("k16-hv3", 3, "flat", [3, 2, 3, 0, 1], False),       # three value heads a key head
+], ids=["k32-hv2-T5-chain", "k16-hv1-T4-random", "k16-hv2-T8-random-split", "k16-hv3-T3-flat"])
+def test_packed_rows_tree_pass(monkeypatch, dims, T, shape, num_nodes, split):
+    """PACKED_ROWS (a sweep candidate): the tree pass with 16 // T rows' trees packed into one program's tiles, ragged
+    rows (an empty one), rows with and without a state, against the reference."""
+    monkeypatch.setattr(verify_module, "PACKED_ROWS", True)
+    monkeypatch.setattr(verify_module, "TREE_SPLIT_TF32", split)
+    monkeypatch.setattr(verify_module, "PACKED_BLOCK_V", 16)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
+    check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))

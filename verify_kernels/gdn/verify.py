@@ -54,6 +54,7 @@ from verify_kernels.gdn.tree_math import (
     stacked_node_products,
     stacked_rows,
 )
+from verify_kernels.gdn.verify_packed import gdn_verify_packed_kernel, packed_rows
 from verify_kernels.gdn.verify_state import (
     gdn_verify_state_kernel,
     gdn_verify_state_rows_kernel,
@@ -150,6 +151,18 @@ STACKED_READS = False
 # TF32 products are full fp32, so only the GPU shows its error): off until `benchmarks.sweep_gdn --ops verify`
 # checks and times it.
 TREE_SPLIT_TF32 = False
+# PACKED_ROWS: trees up to FMA_MAX_NODES nodes with several rows in one tree-pass program (verify_packed.py: R = 16 // T
+# rows of T nodes, 3 for 5-node chains, their tiles block-diagonal), where one row pads its T nodes to 16; the node
+# products and the solve then serve R rows at once. At most PACKED_MAX_ROWS rows, PACKED_BLOCK_V columns, PACKED_WARPS
+# warps, PACKED_STAGES loop stages. sm_90 (benchmarks.gdn_registers, Triton 3.9, 5-node chains, 16-entry buffers): 3
+# rows on 4 warps 246 registers (2 warps spill 160 bytes, 2 stages 104); 2 rows on 4 warps 172. Written and checked in
+# the interpreter on 2026-12-03 (seventh sitting, no device time left): off until `benchmarks.sweep_gdn --ops verify`
+# times it.
+PACKED_ROWS = False
+PACKED_MAX_ROWS = 3
+PACKED_BLOCK_V = 32
+PACKED_WARPS = 4
+PACKED_STAGES = 1
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -407,6 +420,16 @@ def gdn_verify(
         raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "
                          f"head ({HV // H})")
     fma = TREE_FMA and not use_dot
+    tree_precision = "tf32x3-split" if TREE_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION
+    rows = packed_rows(T, L, PACKED_MAX_ROWS) if PACKED_ROWS and not use_dot and not fma else 0
+    if rows:  # several rows' small trees in one program's tiles (verify_packed.py)
+        gdn_verify_packed_kernel[(HV // per_program, triton.cdiv(B, rows))](
+            q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
+            gcum, B, **shapes, L=L, ROWS=rows, BT=16, BE=max(16, triton.next_power_of_2(rows * L)),
+            BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, PACKED_BLOCK_V), GP=per_program, PRECISION=tree_precision,
+            PRODUCTS_STAGES=PACKED_STAGES, num_warps=PACKED_WARPS, num_stages=1,
+        )
+        return o, u, gcum
     if fma:  # tiles as small as the tree and the buffer (fma_blocks), no tl.dot
         BT, BL, block_v, warps = fma_blocks(T), fma_blocks(L), TREE_FMA_BLOCK_V, TREE_FMA_WARPS
     else:
@@ -414,8 +437,8 @@ def gdn_verify(
     gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v),
-        PRECISION="tf32x3-split" if TREE_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION,
-        NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, FMA=fma,
-        STACKED=STACKED_PRODUCTS or STACKED_READS, STACKED_READS=STACKED_READS, num_warps=warps, num_stages=1,
+        PRECISION=tree_precision, NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES,
+        GP=per_program, FMA=fma, STACKED=STACKED_PRODUCTS or STACKED_READS, STACKED_READS=STACKED_READS,
+        num_warps=warps, num_stages=1,
     )
     return o, u, gcum
