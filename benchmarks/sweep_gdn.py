@@ -224,6 +224,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bk, stages in ((32, 2), (64, 1)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
                                  {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
+        # its products from operands split by a mask (verify.FUSED_SPLIT_TF32): fewer instructions on the chain
+        for bv, warps in ((32, 4), (16, 2)):
+            out.append(Candidate("verify1", f"fused split by mask, BV {bv}, {warps} warps",
+                                 {"verify.FUSED_SPLIT_TF32": True,
+                                  "verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
     if "conv" in ops:  # (one node: the decode kernel, decode_conv.py, keeps its own setting)
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):

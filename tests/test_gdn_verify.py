@@ -123,3 +123,14 @@ def test_packed_rows_tree_pass(monkeypatch, dims, T, shape, num_nodes, split):
     monkeypatch.setattr(verify_module, "PACKED_BLOCK_V", 16)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
+
+
+@pytest.mark.parametrize(("T", "shape", "num_nodes"),
+                         [(5, "chain", [5, 4, 0, 1, 5]), (17, "random", [17, 9, 16, 1, 0])],
+                         ids=["T5-chain", "T17-random"])
+def test_fused_kernel_with_operands_split_by_mask(monkeypatch, T, shape, num_nodes):
+    """FUSED_SPLIT_TF32 (a sweep candidate): the one-launch kernel (every row here) with its products from operands
+    split by a mask, the state's reads by node and as dots; the algebra, as the tree pass's test."""
+    monkeypatch.setattr(verify_module, "FUSED_SPLIT_TF32", True)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS))
+    check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))

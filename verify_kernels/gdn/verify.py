@@ -79,6 +79,10 @@ from verify_kernels.tree import ancestor_mask
 # sweep of 2026-12-02 (4-chain at batch 256): per value head at 64 columns and 2 warps 373 us, per key head at 32
 # and 4 (the previous default) 471 us, per key head at 32 and 2 375 us: the warps, not the sharing, decide.
 FUSED_MAX_BATCH = 1
+# FUSED_SPLIT_TF32: the one-launch kernel's products from operands split by a mask (verify_kernels/precision.py):
+# batch 1 is a chain of dependent steps, so fewer instructions in it are less latency. Written and checked in the
+# interpreter on 2026-12-03 (seventh sitting): off until `benchmarks.sweep_gdn --ops verify1` times it.
+FUSED_SPLIT_TF32 = False
 STATE_FMA_CONFIG = (64, 2)
 # STATE_STAGES > 1: the FMA state pass (up to FMA_MAX_NODES nodes) as a software-pipelined row loop instead of a
 # program per row: a grid of (V blocks, value heads, STATE_LANES), each program taking every STATE_LANES-th row, its
@@ -390,7 +394,8 @@ def gdn_verify(
         gdn_verify_fused_kernel[(V // BV, HV, B)](
             q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
             o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K), BV=BV,
-            USE_DOT=use_dot, PRECISION=DOT_PRECISION, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
+            USE_DOT=use_dot, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
+            PRECISION="tf32x3-split" if FUSED_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION,
         )
         return o, u, gcum
     # the state pass, then the tree pass (verify_scratch_bytes: S0^T k and S0^T q between them)
