@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_flush_length, check_pools, check_tokens
+from verify_kernels.precision import add_product
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (a step
 # at the mean buffer fill and a fold step, batch 64 and 256) and prints the best; copy its choice here.
@@ -47,7 +48,8 @@ NUM_WARPS = 4
 SMALL_BATCH = 4
 SMALL_BATCH_BLOCK_P = 16
 # the fold: N columns per slice (the whole N at once held too many registers), its tl.dots in three TF32 passes
-# (fp32-level error)
+# (fp32-level error): Triton's tf32x3, or "tf32x3-split" (verify_kernels/precision.py: operands split by a mask, no
+# emulated roundings; a sweep candidate, DecodeConfig.fold_precision, checked in the interpreter on 2026-12-03)
 FOLD_BLOCK_N = 32
 FOLD_PRECISION = "tf32x3"
 # Above SMALL_BATCH, ROW_STAGES > 1 runs the step path in a software-pipelined row loop instead of a program per row:
@@ -71,6 +73,7 @@ class DecodeConfig(NamedTuple):
     block_n: int = FOLD_BLOCK_N     # N columns per fold slice
     row_stages: int = 1             # > 1: the pipelined row loop (ROW_STAGES' comment), above SMALL_BATCH rows
     row_lanes: int = ROW_LANES      # its programs per (P block, head)
+    fold_precision: str | None = None  # the fold's products (FOLD_PRECISION when None)
 
 
 def decode_config(B: int, P: int) -> DecodeConfig:
@@ -188,7 +191,7 @@ def mamba2_decode_kernel(
             b_ki = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_m[None, :], mask=m_l[:, None],
                            other=0.)                                                        # [BL, BN]
             b_hm = tl.exp(b_G) * b_hm + b_xdt[:, None] * b_km[None, :]
-            b_hm += tl.dot(b_vt, b_ki, input_precision=PRECISION)
+            b_hm = add_product(b_hm, b_vt, b_ki, PRECISION)
             b_cm = tl.load(C + (i_b * NG + i_g) * N + o_m).to(tl.float32)
             b_y += tl.sum(b_hm * b_cm[None, :], 1)
             if i_s >= 0:                      # the caller's contract; never write outside the pool
@@ -310,7 +313,8 @@ def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xd
                 x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
                 y, xdt, gcum, flushed, flush_length,
                 NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BL=BL,
-                BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=FOLD_PRECISION, ONLY_FOLDS=rows_loop,
+                BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=cfg.fold_precision or FOLD_PRECISION,
+                ONLY_FOLDS=rows_loop,
                 num_warps=cfg.num_warps,
             )
     return (y, flushed) if commit else (y, xdt, gcum)
