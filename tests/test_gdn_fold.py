@@ -14,6 +14,15 @@ from verify_kernels.gdn import fold as fold_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
+def check_fold_paths(d, rows, seed: int) -> None:
+    """The commit (every row folding; some folding, the others appending), the flush and the decode + commit of
+    these rows against their references: every path of the fold kernel at the settings in force."""
+    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
+        check_commit(make_batch(d, rows, seed=seed, T=len(TREE), shape="tree"), lengths[:len(rows)], flush_length)
+    check_flush(make_batch(d, rows, seed=seed))
+    assert check_decode_commit(make_batch(d, rows, seed=seed), 1).all()
+
+
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
 def test_flush(d):
     check_flush(make_batch(d, ROWS, seed=5))
@@ -30,11 +39,7 @@ def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, stages):
     monkeypatch.setattr(fold_module, "SCAN_BLOCK", scan_block)
     monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
     monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
-    d = DIMS["k16-hv2-bf16"]
-    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
-        check_commit(make_batch(d, ROWS, seed=11, T=len(TREE), shape="tree"), lengths, flush_length)
-    check_flush(make_batch(d, ROWS, seed=11))
-    assert check_decode_commit(make_batch(d, ROWS, seed=11), 1).all()
+    check_fold_paths(DIMS["k16-hv2-bf16"], ROWS, seed=11)
 
 
 @pytest.mark.parametrize(("stages", "one_launch"), [(1, False), (3, False), (1, True)],
@@ -50,11 +55,7 @@ def test_fold_through_tensor_descriptors(monkeypatch, stages, one_launch):
     if not one_launch:
         monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
         monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
-    d, rows = DIMS["k32-hv2"], ROWS[:commit_module.ONE_LAUNCH_MAX_BATCH] if one_launch else ROWS
-    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
-        check_commit(make_batch(d, rows, seed=13, T=len(TREE), shape="tree"), lengths[:len(rows)], flush_length)
-    check_flush(make_batch(d, rows, seed=13))
-    assert check_decode_commit(make_batch(d, rows, seed=13), 1).all()
+    check_fold_paths(DIMS["k32-hv2"], ROWS[:commit_module.ONE_LAUNCH_MAX_BATCH] if one_launch else ROWS, seed=13)
 
 
 @pytest.mark.parametrize(("stages", "tma"), [(1, False), (3, False), (1, True)],
@@ -68,11 +69,7 @@ def test_fold_with_operands_split_by_mask(monkeypatch, stages, tma):
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
     monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
-    d = DIMS["k32-hv2"]
-    for flush_length, lengths in (COMMITS["fold-all"], COMMITS["fold-and-append"]):
-        check_commit(make_batch(d, ROWS, seed=17, T=len(TREE), shape="tree"), lengths, flush_length)
-    check_flush(make_batch(d, ROWS, seed=17))
-    assert check_decode_commit(make_batch(d, ROWS, seed=17), 1).all()
+    check_fold_paths(DIMS["k32-hv2"], ROWS, seed=17)
 
 
 def test_fold_launch_pipelines_flushes_of_short_buffers_only():

@@ -18,13 +18,20 @@ from verify_kernels.gdn.tree_math import finish, products, row_halves
 
 
 @triton.jit
+def group_rows(o_p, per_row, i_grp, B, ROWS: tl.constexpr):
+    """Packed positions o_p, per_row of them a row, of row group i_grp -> each one's row slot in the group, its row
+    (int64, 0 where none) and whether that row exists."""
+    j = o_p // per_row
+    row = i_grp * ROWS + j
+    m_row = (j < ROWS) & (row < B)
+    return j, tl.where(m_row, row, 0).to(tl.int64), m_row
+
+
+@triton.jit
 def packed_nodes(o_p, i_grp, num_nodes, B, T, ROWS: tl.constexpr):
     """Packed node indices o_p of row group i_grp -> their index in [B, T] (0 where none) and whether each is a real
     node (its row exists and the node is below the row's count)."""
-    j = o_p // T
-    row = i_grp * ROWS + j
-    m_row = (j < ROWS) & (row < B)
-    row = tl.where(m_row, row, 0).to(tl.int64)
+    _, row, m_row = group_rows(o_p, T, i_grp, B, ROWS)
     nn = tl.where(m_row, tl.minimum(tl.load(num_nodes + row).to(tl.int32), T), 0)
     return row * T + o_p % T, m_row & (o_p % T < nn)
 
@@ -64,11 +71,8 @@ def gdn_verify_packed_kernel(
     i_hk = i_h0 // (HV // H)
     # packed nodes: row slot and local node; packed entries: row slot and buffer position
     o_t = tl.arange(0, BT)
-    j_t = o_t // T
     t_loc = o_t % T
-    b_t = i_grp * ROWS + j_t
-    m_row_t = (j_t < ROWS) & (b_t < B)
-    b_t = tl.where(m_row_t, b_t, 0).to(tl.int64)
+    j_t, b_t, m_row_t = group_rows(o_t, T, i_grp, B, ROWS)
     nn_t = tl.where(m_row_t, tl.minimum(tl.load(num_nodes + b_t).to(tl.int32), T), 0)
     r_t = tl.load(req_slots + b_t).to(tl.int64)
     s_t = tl.where(m_row_t, tl.load(state_slots + b_t).to(tl.int64), -1)
@@ -77,11 +81,8 @@ def gdn_verify_packed_kernel(
     m_out = m_row_t & (t_loc < T)                    # every node slot of a real row is written
     node = b_t * T + t_loc                           # [BT] the node's index in [B, T]
     o_e = tl.arange(0, BE)
-    j_e = o_e // L
     l_e = o_e % L
-    b_e = i_grp * ROWS + j_e
-    m_row_e = (j_e < ROWS) & (b_e < B)
-    b_e = tl.where(m_row_e, b_e, 0).to(tl.int64)
+    j_e, b_e, m_row_e = group_rows(o_e, L, i_grp, B, ROWS)
     r_e = tl.load(req_slots + b_e).to(tl.int64)
     n_e = tl.where(m_row_e, tl.minimum(tl.load(buf_len + r_e).to(tl.int32), L), 0)
     m_e = m_row_e & (l_e < n_e)                      # real entries
