@@ -311,15 +311,23 @@ def adaptive_table(result: dict) -> list[str]:
     speed = {key: r["tokens_per_second"] for key, r in kept.items()}
     header = ["batch", "plain tok/s", "fixed tok/s", "adaptive tok/s", "adaptive / best of plain, fixed",
               "adaptive / plain", "shapes chosen (share of steps)"]
-    body = []
+    body, across = [], set()
     for batch in sorted(b for (m, b) in speed if m == "adaptive"):
         plain, fixed, adaptive = (speed.get((m, batch)) for m in ("plain", "speculative", "adaptive"))
         best = max((v for v in (plain, fixed) if v is not None), default=None)
         cells = [speed_cell(kept.get((m, batch))) for m in ("plain", "speculative", "adaptive")]
+        # a ratio of rows measured on different days (a point re-run without the others: study.median_rows)
+        dates = {m: kept[m, batch].get("date", "") for m in ("plain", "speculative", "adaptive") if (m, batch) in kept}
+        mark = " *" if len(set(dates.values())) > 1 else ""
+        if mark:
+            across.add((dates["adaptive"], tuple(sorted({d for m, d in dates.items() if m != "adaptive"}))))
         body.append([str(batch), *cells,
-                     _times(adaptive / best if best else None), _times(adaptive / plain if plain else None),
+                     _times(adaptive / best if best else None) + mark,
+                     _times(adaptive / plain if plain else None) + mark,
                      shape_shares(rows["kvbuffer", "adaptive", batch].get("shapes") or {})])
-    return _table(header, body)
+    notes = [f"* adaptive measured on {ours}, plain / fixed on {' and '.join(theirs)}: a ratio across sittings, not "
+             "a same-run comparison." for ours, theirs in sorted(across)]
+    return _table(header, body) + ([""] + notes if notes else [])
 
 
 def speed_cell(row: dict | None) -> str:

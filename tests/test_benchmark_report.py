@@ -10,6 +10,7 @@ from benchmarks.report import (
     START,
     STUDY_END,
     STUDY_START,
+    adaptive_table,
     bound_us,
     markdown_section,
     memory_table,
@@ -156,3 +157,18 @@ def test_the_study_section_is_replaced_and_the_kernels_kept(tmp_path):
     text = path.read_text()
     assert text.count(STUDY_START) == 1 and text.count(START) == 1
     assert "copy 4.27 TB/s, GEMM 790 TFLOP/s" in text
+
+
+def test_adaptive_ratios_across_sittings_are_marked():
+    """The adaptive table marks a ratio whose rows were measured on different days (a point re-run without the
+    others) and says which days; rows of one day get no mark."""
+    rows = [study_row("kvbuffer", mode, batch, speed, 10.0, 5.0)
+            for batch in (64, 256) for mode, speed in (("plain", 100.0), ("speculative", 120.0), ("adaptive", 110.0))]
+    for row in rows:
+        row["shapes"] = {"chain-4": 3}
+        row["date"] = "2026-12-03" if (row["batch_size"], row["mode"]) == (256, "plain") else "2026-12-02"
+    lines = adaptive_table(study_result(rows))
+    assert lines[2].startswith("| 64 | 100 | 120 | 110 | 0.92x | 1.10x |"), "one day: no mark"
+    assert lines[3].startswith("| 256 | 100 | 120 | 110 | 0.92x * | 1.10x * |")
+    assert lines[-1] == ("* adaptive measured on 2026-12-02, plain / fixed on 2026-12-02 and 2026-12-03: a ratio "
+                         "across sittings, not a same-run comparison.")
