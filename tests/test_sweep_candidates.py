@@ -1,21 +1,22 @@
-"""benchmarks/sweep_gdn.py's candidates name settings that exist: a misspelt one would set a new attribute that no
-kernel reads, and a GPU sweep would time the defaults under its label (device time is the scarce resource)."""
+"""benchmarks/sweep_gdn.py's candidates (benchmarks/sweep_gdn_candidates.py) name settings that exist: a misspelt
+one would set a new attribute that no kernel reads, and a GPU sweep would time the defaults under its label
+(device time is the scarce resource)."""
 
-from benchmarks import sweep_gdn
+from benchmarks import sweep_gdn_candidates
 
 OPS = {"fold", "append", "commit", "decode", "verify", "verify1", "conv", "small"}
 
 
 def test_every_candidate_changes_an_existing_setting():
-    candidates = sweep_gdn.candidates(OPS)
+    candidates = sweep_gdn_candidates.candidates(OPS)
     assert {c.op for c in candidates} >= OPS - {"append"}  # (append times the defaults alone)
     for candidate in candidates:
         for name in candidate.changes:
             module, _, attribute = name.partition(".")
-            assert hasattr(sweep_gdn.MODULES[module], attribute), f"{candidate.label}: no setting {name}"
+            assert hasattr(sweep_gdn_candidates.MODULES[module], attribute), f"{candidate.label}: no setting {name}"
 
 
 def test_candidate_labels_are_unique_per_op():
-    candidates = sweep_gdn.candidates(OPS)
+    candidates = sweep_gdn_candidates.candidates(OPS)
     labels = [(c.op, c.label) for c in candidates]
     assert len(labels) == len(set(labels))
