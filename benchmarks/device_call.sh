@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call of a lent GPU machine as several timed steps. Such a call runs one command of at most 10 minutes and hands
 # back at most 8 files from $OUT, so: fla-core is unpacked from a carried wheel (.whl/fla*.zip or .whl/fla*.whl,
-# never installed on the CPU: it breaks transformers' Qwen3.5 there), each step runs under its own time limit with
+# never installed on the CPU: it breaks transformers' Qwen3.5 there) or a trimmed copy of it (.whl/fla*.tar.xz: the
+# tracked tree leaves little of the call's 64 MiB), each step runs under its own time limit with
 # its own log, a step that fails or runs out of time loses only itself, a step that would not fit in what is left of
 # TOTAL seconds (default 570) is skipped, and everything the steps wrote is packed into one file,
 # $OUT/call.tar.gz (read it back with `tar xzf`), beside the last lines of each log on stdout.
@@ -17,12 +18,17 @@ set -u
 cd "$(dirname "$0")/.."
 out=${OUT:?OUT must name the folder whose files come back}
 total=${TOTAL:-570}
-wheel=$(ls .whl/fla*.zip .whl/fla*.whl 2>/dev/null | head -1)
+wheels=${WHEELS:-.whl}
+wheel=$(ls "$wheels"/fla*.zip "$wheels"/fla*.whl "$wheels"/fla*.tar.xz 2>/dev/null | head -1)
 if [ -n "$wheel" ]; then
-  mkdir -p /tmp/site && python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall('/tmp/site')" "$wheel"
-  export PYTHONPATH=/tmp/site:$PWD
+  site=${SITE:-/tmp/site}
+  mkdir -p "$site" && python3 -c "import sys, tarfile, zipfile
+archive = sys.argv[1]
+(tarfile.open(archive) if archive.endswith('.tar.xz') else zipfile.ZipFile(archive)).extractall(sys.argv[2])" \
+    "$wheel" "$site"
+  export PYTHONPATH=$site:$PWD
 else
-  echo "[call] no fla-core wheel under .whl/: its baselines and prefill are left out"
+  echo "[call] no fla-core wheel under $wheels/: its baselines and prefill are left out"
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1

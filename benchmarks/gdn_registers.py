@@ -74,7 +74,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
         tma = verify.STATE_TMA and not use_dot and heads == 1
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
-                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION, TMA=tma),
+                         NG=triton.next_power_of_2(heads), USE_DOT=use_dot,
+                         PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot), TMA=tma),
                     warps))
         if use_dot and not verify.STATE_SPLIT_TF32:  # its dots from operands split by a mask (a candidate)
             out.append(("candidate: verify state pass (16-node tree), dots split by mask",
@@ -88,20 +89,21 @@ def variants() -> list[tuple[str, object, dict, int]]:
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
-                         BV=block_v, USE_DOT=use_dot, PRECISION=verify.DOT_PRECISION,
+                         BV=block_v, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
                                                                           "16-node tree")):
         heads = per_program or HV // H
         fma = verify.TREE_FMA and what == "4-chain"
         BT, BL = (verify.fma_blocks(4), verify.fma_blocks(CAPACITY)) if fma else (16, 16)
+        tree_config = verify.TREE_SMALL_CONFIG if what == "4-chain" else verify.TREE_CONFIG
         out.append((f"verify tree pass, {what}", verify.gdn_verify_tree_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=BL, BK=verify.PRODUCTS_BLOCK_K,
-                         BV=verify.TREE_FMA_BLOCK_V if fma else verify.TREE_BLOCK_V,
-                         NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
+                         BV=verify.TREE_FMA_BLOCK_V if fma else tree_config[0],
+                         NG=triton.next_power_of_2(heads), PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=fma,
                          STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS),
-                    verify.TREE_FMA_WARPS if fma else verify.TREE_WARPS))
+                    verify.TREE_FMA_WARPS if fma else tree_config[1]))
     for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
@@ -116,7 +118,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
-        stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries)
+        stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries, fold.FOLD_TMA)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
                     dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                          BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA,
@@ -169,14 +171,15 @@ def variants() -> list[tuple[str, object, dict, int]]:
         for reads in (False, True):
             out.append((f"candidate: verify tree pass (4-chain), stacked products{' and reads' if reads else ''}",
                         verify.gdn_verify_tree_kernel,
-                        dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_BLOCK_V,
+                        dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K,
+                             BV=verify.TREE_SMALL_CONFIG[0],
                              NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
                              PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=False, STACKED=True,
-                             STACKED_READS=reads), verify.TREE_WARPS))
+                             STACKED_READS=reads), verify.TREE_SMALL_CONFIG[1]))
     # the tree pass's tf32x3 operands split by a mask (verify.TREE_SPLIT_TF32) where it is off
     if not verify.TREE_SPLIT_TF32:
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
-        for block_v, warps in ((verify.TREE_BLOCK_V, verify.TREE_WARPS), (64, 4)):
+        for block_v, warps in (verify.TREE_SMALL_CONFIG, (64, 4)):
             out.append((f"candidate: verify tree pass (4-chain), operands split by mask, {block_v} columns",
                         verify.gdn_verify_tree_kernel,
                         dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=block_v,

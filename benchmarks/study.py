@@ -32,6 +32,7 @@ import torch
 
 from benchmarks.report import STUDY_END, STUDY_START, replace_section, study_section
 from specdec.eval.bench import BenchSettings, bench_peaks, markdown_table, run_bench
+from specdec.eval.plots import save_figure
 from specdec.models.real_shapes import SHAPES
 
 RESULTS = Path("benchmarks/results")
@@ -132,10 +133,7 @@ def plot(result: dict, path: Path) -> Path:
     ax.set(xlabel="batch size", ylabel="new tokens / s", xscale="log", yscale="log",
            title=f"{result['model']} shapes, {result['layers']} layers ({result['device']})")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def acceptance_suffix(result: dict) -> str:

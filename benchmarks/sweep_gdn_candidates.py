@@ -28,170 +28,75 @@ def candidates(ops: set[str]) -> list[Candidate]:
     out = []
     if "fold" in ops:
         out.append(Candidate("fold", "defaults"))
-        # around the defaults (the pipelined row loop, [128, 32] tiles, 4 warps, 3 stages: the H200 sweep of
-        # 2026-12-03): V columns and warps, lanes, stages; and the looped row of before it
-        for bv, warps in ((16, 4), (16, 2), (32, 8), (64, 8)):
-            out.append(Candidate("fold", f"BV {bv}, {warps} warps",
-                                 {"fold.FOLD_BLOCK_V": bv, "fold.FOLD_WARPS": warps}))
-        for lanes in (2, 8, 16):
-            out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
+        # around the defaults (S0's tiles through TMA, [128, 64] tiles on 8 warps, 3 stages, 4 lanes: the H200 sweep
+        # of 2026-12-03, eighth sitting): stages, tiles and warps, lanes, the operands split by a mask
         for stages in (2, 4):
-            out.append(Candidate("fold", f"row loop in {stages} stages", {"fold.FOLD_STAGES": stages}))
-        out.append(Candidate("fold", "the looped row (2 warps, 1 stage)", {"fold.FOLD_STAGES": 1}))
-        # the tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32), alone and with TMA tiles
-        for tma, stages in ((False, 3), (True, 3), (True, 4)):
-            out.append(Candidate("fold", f"operands split by mask{', TMA tiles' if tma else ''}, {stages} stages",
-                                 {"fold.FOLD_SPLIT_TF32": True, "fold.FOLD_TMA": tma, "fold.FOLD_STAGES": stages}))
-        # S0's tiles through a tensor descriptor (fold.FOLD_TMA): the copy engine's boxes, no per-element addresses
-        for stages, bv, warps in ((3, 32, 4), (4, 32, 4), (3, 64, 8), (2, 64, 4)):
-            out.append(Candidate("fold", f"TMA tiles, {stages} stages, BV {bv}, {warps} warps",
-                                 {"fold.FOLD_TMA": True, "fold.FOLD_STAGES": stages, "fold.FOLD_BLOCK_V": bv,
-                                  "fold.FOLD_WARPS": warps}))
+            out.append(Candidate("fold", f"{stages} stages", {"fold.FOLD_STAGES": stages}))
+        for bv, warps, stages in ((128, 8, 3), (128, 4, 2), (64, 4, 3), (32, 4, 3), (32, 2, 3)):
+            out.append(Candidate("fold", f"BV {bv}, {warps} warps, {stages} stages",
+                                 {"fold.TMA_FOLD_BLOCK_V": bv, "fold.TMA_FOLD_WARPS": warps,
+                                  "fold.FOLD_STAGES": stages}))
+        for lanes in (2, 8):
+            out.append(Candidate("fold", f"{lanes} lanes", {"fold.FOLD_LANES": lanes}))
+        out.append(Candidate("fold", "operands split by mask", {"fold.FOLD_SPLIT_TF32": True}))
+        # the fallback where the device has no TMA: the pointer loads' [128, 32] tiles on 4 warps
+        out.append(Candidate("fold", "pointer loads (no TMA)", {"fold.FOLD_TMA": False}))
     if "append" in ops:
         out.append(Candidate("append", "defaults"))
         out.append(Candidate("append", "2 warps", {"commit.APPEND_WARPS": 2}))
-        # the fold kernel launched beside the append folds nothing here: what its row loop costs then
-        out.append(Candidate("append", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
     if "commit" in ops:
         out.append(Candidate("commit", "defaults"))
-        for lanes in (8, 16, 32):
-            out.append(Candidate("commit", f"{lanes} fold lanes", {"fold.FOLD_LANES": lanes}))
-        out.append(Candidate("commit", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
-        out.append(Candidate("commit", "the looped-row fold, 16 lanes", {"fold.FOLD_STAGES": 1, "fold.FOLD_LANES": 16}))
-        # the looped row's tile and warps (fold.LOOPED_FOLD_BLOCK_V: [128, 32] on 2 warps spills, [128, 16] not)
-        for bv, warps in ((16, 2), (16, 4), (32, 4)):
-            out.append(Candidate("commit", f"looped-row fold BV {bv}, {warps} warps",
-                                 {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))
-        # the fold's tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32), alone and with TMA tiles on 4 warps
-        out.append(Candidate("commit", "operands split by mask", {"fold.FOLD_SPLIT_TF32": True}))
-        for bv, lanes in ((32, 4), (32, 16), (64, 4)):
-            out.append(Candidate("commit", f"operands split by mask, TMA tiles, BV {bv}, 4 warps, {lanes} lanes",
-                                 {"fold.FOLD_SPLIT_TF32": True, "fold.FOLD_TMA": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
-                                  "fold.LOOPED_FOLD_WARPS": 4, "fold.FOLD_LANES": lanes}))
-        # the looped row with S0's tiles through a tensor descriptor (fold.FOLD_TMA: fewer registers, more programs)
-        for bv, warps, lanes in ((32, 2, 4), (32, 4, 4), (64, 4, 4), (32, 2, 16)):
-            out.append(Candidate("commit", f"TMA looped-row fold BV {bv}, {warps} warps, {lanes} lanes",
-                                 {"fold.FOLD_TMA": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
+        out.append(Candidate("commit", "pointer loads (no TMA)", {"fold.FOLD_TMA": False}))
+        # the looped row's operands split by a mask (fold.FOLD_SPLIT_TF32: 112 registers at 4 warps with TMA)
+        for bv, warps, lanes in ((32, 2, 4), (32, 4, 4), (32, 4, 16), (64, 4, 4)):
+            out.append(Candidate("commit", f"operands split by mask, BV {bv}, {warps} warps, {lanes} lanes",
+                                 {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
                                   "fold.LOOPED_FOLD_WARPS": warps, "fold.FOLD_LANES": lanes}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
-        for bv, warps in ((32, 4), (64, 8)):
-            out.append(Candidate("decode", f"BV {bv}, {warps} warps",
-                                 {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
-        out.append(Candidate("decode", "buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
-        out.append(Candidate("decode", "the looped-row fold", {"fold.FOLD_STAGES": 1}))
-        out.append(Candidate("decode", "TMA fold tiles", {"fold.FOLD_TMA": True}))
-        out.append(Candidate("decode", "fold operands split by mask", {"fold.FOLD_SPLIT_TF32": True}))
-        out.append(Candidate("decode", "fold operands split by mask, TMA tiles, 4 warps",
-                             {"fold.FOLD_SPLIT_TF32": True, "fold.FOLD_TMA": True, "fold.LOOPED_FOLD_WARPS": 4}))
-        # S0's tile of the per-row grid through a tensor descriptor (decode.DECODE_TMA), its fold's too
-        for bv, warps in ((64, 4), (32, 4), (64, 8), (128, 8)):
-            out.append(Candidate("decode", f"TMA tiles, BV {bv}, {warps} warps",
-                                 {"decode.DECODE_TMA": True, "fold.FOLD_TMA": True, "decode.BLOCK_V": bv,
-                                  "decode.NUM_WARPS": warps}))
-        for bv, warps in ((16, 2), (16, 4)):
-            out.append(Candidate("decode", f"looped-row fold BV {bv}, {warps} warps",
-                                 {"fold.LOOPED_FOLD_BLOCK_V": bv, "fold.LOOPED_FOLD_WARPS": warps}))
-        # fla's fused_recurrent shape: narrow tiles on one warp (its reductions over K stay in the warp)
-        for bv, warps in ((8, 1), (16, 1), (16, 2)):
-            out.append(Candidate("decode", f"BV {bv}, {warps} warp{'s' * (warps > 1)}",
-                                 {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
+        out.append(Candidate("decode", "pointer loads in the fold (no TMA)", {"fold.FOLD_TMA": False}))
+        out.append(Candidate("decode", "fold operands split by mask, 4 warps",
+                             {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_WARPS": 4}))
         # the software-pipelined row loop (decode.DECODE_STAGES > 1): stages, V columns, warps, lanes
-        for stages, bv, warps, lanes in ((2, 64, 4, 8), (3, 64, 4, 8), (2, 32, 4, 4), (3, 32, 4, 8), (2, 64, 4, 16)):
+        for stages, bv, warps, lanes in ((2, 64, 4, 8), (2, 64, 4, 16)):
             out.append(Candidate("decode", f"row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
                                  {"decode.DECODE_STAGES": stages, "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps,
                                   "decode.DECODE_LANES": lanes}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
-        # the tree pass's products over K with keys and queries stacked (verify.STACKED_PRODUCTS): K columns a step,
-        # the tree pass's V columns and warps
-        # (and verify.STACKED_READS: the V loop's buffer reads kr and qr one product)
-        for bk, bv, warps, reads in ((16, 32, 2, False), (32, 32, 2, False), (16, 64, 4, False), (16, 16, 2, False),
-                                     (16, 32, 2, True), (16, 64, 4, True)):
-            out.append(Candidate("verify", f"stacked products{' and reads' if reads else ''}, BK {bk}, tree pass BV "
-                                           f"{bv}, {warps} warps",
-                                 {"verify.STACKED_PRODUCTS": True, "verify.STACKED_READS": reads,
-                                  "verify.PRODUCTS_BLOCK_K": bk, "verify.TREE_BLOCK_V": bv,
-                                  "verify.TREE_WARPS": warps}))
-        # the tree pass's tf32x3 operands split by a mask (verify.TREE_SPLIT_TF32: no emulated roundings), its V
-        # columns and warps
-        for bv, warps in ((32, 2), (64, 4), (64, 2)):
-            out.append(Candidate("verify", f"tree pass operands split by mask, BV {bv}, {warps} warps",
-                                 {"verify.TREE_SPLIT_TF32": True, "verify.TREE_BLOCK_V": bv,
-                                  "verify.TREE_WARPS": warps}))
-        # several rows' small trees packed into one tree-pass program (verify.PACKED_ROWS): rows, columns, warps,
-        # Triton's tf32x3 or operands split by a mask
-        for rows, bv, warps, split in ((3, 32, 4, True), (3, 32, 4, False), (2, 32, 4, True), (3, 16, 4, True),
-                                       (3, 32, 8, True)):
-            out.append(Candidate("verify", f"packed tree pass, {rows} rows, BV {bv}, {warps} warps"
-                                           f"{', split by mask' if split else ''}",
-                                 {"verify.PACKED_ROWS": True, "verify.PACKED_MAX_ROWS": rows,
-                                  "verify.PACKED_BLOCK_V": bv, "verify.PACKED_WARPS": warps,
-                                  "verify.TREE_SPLIT_TF32": split}))
-        # the tree pass's loops over K and V: steps in flight (verify.PRODUCTS_STAGES, pipelined loads held in
-        # registers and shared memory of a pass that is issue-bound at 249 registers) and K columns a step
-        for stages, bk in ((1, 16), (2, 16), (1, 32), (3, 32)):
-            out.append(Candidate("verify", f"tree pass loops in {stages} stages, BK {bk}",
-                                 {"verify.PRODUCTS_STAGES": stages, "verify.PRODUCTS_BLOCK_K": bk}))
-        # the tree pass of trees up to FMA_MAX_NODES on the FMA units (verify.TREE_FMA; the 4-chain): its best
-        # candidate of the 2026-12-03 sweep (the others were slower still)
-        for bv, warps, heads in ((16, 2, None),):
-            out.append(Candidate("verify", f"tree pass on the FMA units, BV {bv}, {warps} warps, "
-                                           f"{'a key head' if heads is None else 'a value head'} per program",
-                                 {"verify.TREE_FMA": True, "verify.TREE_FMA_BLOCK_V": bv,
-                                  "verify.TREE_FMA_WARPS": warps, "verify.TREE_HEADS_PER_PROGRAM": heads}))
-        # the state pass one node at a time (the 4-chain): per key head or per value head, V columns, warps
-        for share, bv, warps in ((True, 16, 4), (True, 32, 2), (False, 64, 4), (False, 64, 2)):
-            out.append(Candidate("verify", f"state pass per {'key' if share else 'value'} head, BV {bv}, {warps} warps",
-                                 {"verify.STATE_SHARE_KEY_HEAD": share, "verify.STATE_FMA_CONFIG": (bv, warps)}))
-        # ... its tile through a tensor descriptor (verify.STATE_TMA, per value head)
-        for bv, warps in ((64, 2), (64, 4), (128, 4)):
-            out.append(Candidate("verify", f"state pass TMA tile, BV {bv}, {warps} warps",
-                                 {"verify.STATE_TMA": True, "verify.STATE_FMA_CONFIG": (bv, warps)}))
-        # the state pass as dots (the 16-node tree), and with their operands split by a mask (verify.STATE_SPLIT_TF32)
-        for bv, warps in ((32, 4), (64, 8)):
-            out.append(Candidate("verify", f"state pass dots BV {bv}, {warps} warps",
+        # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state
+        # dots' operands split by a mask; chains' tree pass at 64 columns on 2 warps, trees' at 32): the chains'
+        # tree pass tile, warps, value heads per program, K steps and stages
+        for bv, warps, heads in ((32, 2, None), (128, 4, None), (64, 2, 1), (32, 2, 1), (64, 4, 2)):
+            out.append(Candidate("verify", f"chains' tree pass BV {bv}, {warps} warps"
+                                           f"{f', {heads} value heads a program' if heads else ''}",
+                                 {"verify.TREE_SMALL_CONFIG": (bv, warps), "verify.TREE_HEADS_PER_PROGRAM": heads}))
+        for bk, stages in ((32, 3), (16, 2), (16, 4)):
+            out.append(Candidate("verify", f"tree pass BK {bk}, {stages} stages",
+                                 {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
+        # the trees' tree pass: tile, warps, a key head per program
+        for bv, warps, heads in ((32, 4, 1), (16, 2, 1), (32, 2, None)):
+            out.append(Candidate("verify", f"trees' tree pass BV {bv}, {warps} warps, "
+                                           f"{'a key head' if heads is None else 'a value head'} a program",
+                                 {"verify.TREE_CONFIG": (bv, warps), "verify.TREE_DOT_HEADS_PER_PROGRAM": heads}))
+        # the trees' state dots: tile and warps
+        for bv, warps in ((128, 8), (64, 4), (256, 8)):
+            out.append(Candidate("verify", f"16-node state dots BV {bv}, {warps} warps",
                                  {"verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
-        for bv, warps in ((64, 4), (128, 4)):
-            out.append(Candidate("verify", f"state pass dots split by mask, BV {bv}, {warps} warps",
-                                 {"verify.STATE_SPLIT_TF32": True,
-                                  "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
-        for bv, warps in ((64, 4), (16, 2), (32, 4)):
-            out.append(Candidate("verify", f"tree pass BV {bv}, {warps} warps",
-                                 {"verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
-        out.append(Candidate("verify", "S0 reads one node at a time up to 16", {"verify.FMA_MAX_NODES": 16}))
-        # the state pass's dots at every tree size, split by a mask (the FMA reads' shuffles against padded dots),
-        # the tree pass per key head as for chains; with the tree pass's operands split too
-        for tree_split in (False, True):
-            out.append(Candidate("verify", f"state dots split by mask at every size{', tree pass split' * tree_split}",
-                                 {"verify.FMA_MAX_NODES": 0, "verify.STATE_SPLIT_TF32": True,
-                                  "verify.TREE_DOT_HEADS_PER_PROGRAM": None, "verify.TREE_SPLIT_TF32": tree_split}))
-        for bv, warps in ((32, 2), (64, 4)):
-            out.append(Candidate("verify", f"tree pass per value head at every width, BV {bv}, {warps} warps",
-                                 {"verify.TREE_HEADS_PER_PROGRAM": 1, "verify.TREE_DOT_HEADS_PER_PROGRAM": 1,
-                                  "verify.TREE_BLOCK_V": bv, "verify.TREE_WARPS": warps}))
-        out.append(Candidate("verify", "tree pass per key head at every width",
-                             {"verify.TREE_HEADS_PER_PROGRAM": None, "verify.TREE_DOT_HEADS_PER_PROGRAM": None}))
-        # the FMA state pass as a software-pipelined row loop (verify.STATE_STAGES > 1): stages, V columns, warps,
-        # lanes
-        for stages, bv, warps, lanes in ((2, 64, 2, 8), (3, 64, 2, 8), (2, 64, 4, 8), (2, 32, 2, 8), (2, 64, 2, 16)):
-            out.append(Candidate("verify", f"state row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
-                                 {"verify.STATE_STAGES": stages, "verify.STATE_FMA_CONFIG": (bv, warps),
-                                  "verify.STATE_LANES": lanes}))
+        # the previous defaults (Triton's tf32x3, 32 columns for chains too), for the record
+        out.append(Candidate("verify", "Triton's tf32x3 (the defaults before the eighth sitting)",
+                             {"verify.TREE_SPLIT_TF32": False, "verify.STATE_SPLIT_TF32": False,
+                              "verify.TREE_SMALL_CONFIG": (32, 2),
+                              "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (64, 4)}}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))
-        for bv, warps in ((64, 4), (16, 2)):
+        for bv, warps in ((64, 4), (16, 2), (32, 2)):
             out.append(Candidate("verify1", f"fused BV {bv}, {warps} warps",
                                  {"verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
-        for bk, stages in ((32, 2), (64, 1)):
+        for bk, stages in ((32, 2), (16, 2)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
                                  {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
-        # its products from operands split by a mask (verify.FUSED_SPLIT_TF32): fewer instructions on the chain
-        for bv, warps in ((32, 4), (16, 2)):
-            out.append(Candidate("verify1", f"fused split by mask, BV {bv}, {warps} warps",
-                                 {"verify.FUSED_SPLIT_TF32": True,
-                                  "verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
     if "conv" in ops:  # (one node: the decode kernel, decode_conv.py, keeps its own setting)
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):

@@ -39,11 +39,10 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     candidates |= {f"dots bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, num_stages=s)
                    for s in (3, 5)}
     candidates["dots bp64 w4 inline"] = VerifyConfig(64, 4, state_dot=True, inline_scores=True)
-    # the products' tf32x3 from operands split by a mask (verify_kernels/precision.py: no emulated roundings, and
-    # plain TF32 products that Triton runs as warpgroup MMAs on 4 warps)
-    candidates |= {f"dots bp{bp} w{w} split": VerifyConfig(bp, w, state_dot=True, inline_scores=False,
-                                                          precision="tf32x3-split")
-                   for bp, w in ((64, 4), (64, 8), (32, 4))}
+    # the products in Triton's tf32x3 (its emulated roundings) rather than the default's operands split by a mask
+    # (verify.DOT_PRECISION, verify_kernels/precision.py), for the record
+    candidates["dots bp64 w4 triton-tf32x3"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,
+                                                            precision="tf32x3")
     if len(mamba2.VERIFY_TREES[tree]) <= 8:
         candidates |= {f"fma bp{bp} w{w}": VerifyConfig(bp, w, state_dot=False, inline_scores=False)
                        for bp, w in ((32, 4), (64, 4), (64, 8))}
@@ -75,7 +74,7 @@ def sweep_verify(tree: str, copy_bw: float) -> list[dict]:
     for batch in BATCHES:
         nodes = len(mamba2.VERIFY_TREES[tree])
         rotations = rotations_for(batch * mamba2.STATE_BYTES)
-        pools = Pools.make(rotations * batch, mamba2.BUFFER_CAPACITY, (mamba2.NH, mamba2.P, mamba2.N),
+        pools = Pools.make(rotations * batch, mamba2.ENGINE_FLUSH_LENGTH, (mamba2.NH, mamba2.P, mamba2.N),
                            (mamba2.NG, mamba2.N), (mamba2.NH, mamba2.P), mamba2.NH)
         pools.buf_len.fill_(mamba2.VERIFY_FILL)
         slots = [rotation_slots(r, batch) for r in range(rotations)]
@@ -114,7 +113,7 @@ def sweep_decode(copy_bw: float) -> list[dict]:
             rows.append({"op": "decode", "config": name, "error": error})
     for batch in BATCHES:
         rotations = rotations_for(batch * mamba2.STATE_BYTES)
-        pools = Pools.make(rotations * batch, mamba2.BUFFER_CAPACITY, (mamba2.NH, mamba2.P, mamba2.N),
+        pools = Pools.make(rotations * batch, mamba2.ENGINE_FLUSH_LENGTH, (mamba2.NH, mamba2.P, mamba2.N),
                            (mamba2.NG, mamba2.N), (mamba2.NH, mamba2.P), mamba2.NH)
         slots = [rotation_slots(r, batch) for r in range(rotations)]
         x = mamba2.TokenInputs(rotations, batch, 1)

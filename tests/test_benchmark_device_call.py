@@ -34,3 +34,21 @@ def test_out_is_required(tmp_path):
                          text=True, timeout=60)
     assert run.returncode != 0
     assert "OUT must name the folder" in run.stderr
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.xz"])
+def test_fla_unpacked_from_a_wheel_or_a_trimmed_archive(tmp_path, kind):
+    """The carried fla-core (a wheel, or a trimmed copy as .tar.xz) is unpacked onto the steps' PYTHONPATH."""
+    wheels, site, out = tmp_path / "wheels", tmp_path / "site", tmp_path / "out"
+    wheels.mkdir()
+    out.mkdir()
+    package = tmp_path / "package"
+    (package / "fla").mkdir(parents=True)
+    (package / "fla" / "__init__.py").write_text("VERSION = 'carried'\n")
+    archive = shutil.make_archive(str(wheels / "fla_core"), "zip" if kind == "zip" else "xztar", package)
+    assert archive.endswith(kind)
+    run = subprocess.run(["bash", str(SCRIPT), '5:python3 -c "import fla; print(fla.VERSION)"'],
+                         env={"OUT": str(out), "WHEELS": str(wheels), "SITE": str(site), **PATH},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "carried" in run.stdout

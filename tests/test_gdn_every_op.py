@@ -51,7 +51,8 @@ def test_small_blocks(monkeypatch):
     for configs in ("STATE_DOT_CONFIGS", "FUSED_CONFIGS"):
         monkeypatch.setattr(verify_module, configs, {bt: (16, 4) for bt in getattr(verify_module, configs)})
     monkeypatch.setattr(verify_module, "STATE_FMA_CONFIG", (16, 4))
-    monkeypatch.setattr(verify_module, "TREE_BLOCK_V", 16)
+    monkeypatch.setattr(verify_module, "TREE_CONFIG", (16, 2))
+    monkeypatch.setattr(verify_module, "TREE_SMALL_CONFIG", (16, 2))
     monkeypatch.setattr(verify_module, "STATE_BLOCK_K", 16)
     d = DIMS["k32-hv2"]
     # decode + commit with the fold kernel, then folding in place with the buffer loaded only up to buf_len

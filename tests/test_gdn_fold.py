@@ -42,16 +42,19 @@ def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, stages):
     check_fold_paths(DIMS["k16-hv2-bf16"], ROWS, seed=11)
 
 
-@pytest.mark.parametrize(("stages", "one_launch"), [(1, False), (3, False), (1, True)],
-                         ids=["looped", "pipelined", "one-launch-commit"])
-def test_fold_through_tensor_descriptors(monkeypatch, stages, one_launch):
-    """FOLD_TMA (a sweep candidate): S0's tiles read and written through a tensor descriptor of the pool, in the
-    looped and the pipelined row loop and in the small batches' one-launch commit (which appends too): the commit,
-    the flush and the decode + commit against their references."""
-    monkeypatch.setattr(fold_module, "FOLD_TMA", True)
+@pytest.mark.parametrize(("stages", "one_launch", "tma"),
+                         [(1, False, True), (3, False, True), (1, True, True), (1, False, False), (3, False, False)],
+                         ids=["looped-tma", "pipelined-tma", "one-launch-commit-tma", "looped-pointers",
+                              "pipelined-pointers"])
+def test_fold_tile_loads(monkeypatch, stages, one_launch, tma):
+    """S0's tiles read and written through a tensor descriptor of the pool (FOLD_TMA, the default where the device
+    has TMA) or through pointers (the fallback elsewhere), in the looped and the pipelined row loop and in the small
+    batches' one-launch commit (which appends too): the commit, the flush and the decode + commit against their
+    references."""
+    monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
-    for setting in ("FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 32 columns: boxes at column 0 and 16
-        monkeypatch.setattr(fold_module, setting, 16)
+    for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 32 columns: boxes
+        monkeypatch.setattr(fold_module, setting, 16)                            # at column 0 and 16
     if not one_launch:
         monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
         monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
@@ -84,3 +87,6 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED) == looped
     assert f.fold_launch(16, False, f.ENTRIES_TOKEN) == looped
     assert f.fold_launch(16, True, f.ENTRIES_ACCEPTED) == looped
+    # with S0 through TMA the flush's own tile; the looped row keeps its own
+    assert f.fold_launch(16, False, f.ENTRIES_NONE, tma=True) == (f.FOLD_STAGES, f.TMA_FOLD_WARPS, f.TMA_FOLD_BLOCK_V)
+    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True) == looped

@@ -152,12 +152,13 @@ def test_nemotron_nano_verify_paths_match_reference(config, T, B):
         assert_close(o, r, 2e-4)
 
 
+@pytest.mark.parametrize("precision", ["tf32x3-split", "tf32x3"])
 @pytest.mark.parametrize("inline", [False, True], ids=["products", "inline"])
-def test_verify_with_operands_split_by_mask(monkeypatch, inline):
-    """DOT_PRECISION "tf32x3-split" (a sweep candidate): every product of the verify's kernels from operands split by
-    a mask (verify_kernels/precision.py), on the sliced heads of the launch-config test (in the interpreter the TF32
-    products are exact, so this checks the algebra; the GPU sweep checks the error)."""
-    monkeypatch.setattr(mamba2_verify_module, "DOT_PRECISION", "tf32x3-split")
+def test_verify_products_precision(monkeypatch, inline, precision):
+    """DOT_PRECISION "tf32x3-split" (the default): every product of the verify's kernels from operands split by a mask
+    (verify_kernels/precision.py), and Triton's "tf32x3", on the sliced heads of the launch-config test (in the
+    interpreter the TF32 products are exact, so this checks the algebra; the GPU checks the error)."""
+    monkeypatch.setattr(mamba2_verify_module, "DOT_PRECISION", precision)
     config = VERIFY_CONFIGS[f"{'inline' if inline else 'products'}-dots"]
     gen = torch.Generator().manual_seed(31)
     A, D = layer(gen, SLICED)

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from verify_kernels.precision import dot_tf32x3
+from verify_kernels.tma import tma_usable
 
 ENTRIES_NONE = 0
 ENTRIES_TOKEN = 1
@@ -66,9 +67,14 @@ LOOPED_FOLD_BLOCK_V = 32
 # with no per-element addresses in registers and, in the pipelined row loop, the next rows' tiles in flight without
 # cp.async's registers. sm_90 (benchmarks.gdn_registers, Triton 3.9): the flush's pipelined loop 150 registers a
 # thread against 218 (3 programs an SM instead of 2), the commit's looped row 246 against 255 and 40 bytes spilled
-# at 2 warps, 144 at 4 warps. Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time
-# left): off until `benchmarks.sweep_gdn --ops fold,commit,decode` times it.
-FOLD_TMA = False
+# at 2 warps, 144 at 4 warps. On where the device has TMA (verify_kernels/tma.py; elsewhere the pointer loads): the
+# H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_fold_commit_decode_2026-12-03h.txt), timed the flush
+# with TMA tiles at [128, 64] on 8 warps in 3 stages at 93.6 / 348.1 us at batch 64 / 256 (79% of copy bandwidth)
+# against 106.3 / 395.6 (70%) for the pointer loads' best ([128, 32] on 4 warps); [128, 32] on 4 warps 94.6 / 353.4.
+# The pipelined loop's tile and warps with TMA: TMA_FOLD_BLOCK_V, TMA_FOLD_WARPS.
+FOLD_TMA = True
+TMA_FOLD_BLOCK_V = 64
+TMA_FOLD_WARPS = 8
 # FOLD_SPLIT_TF32: the fold's tf32x3 products from operands split by a mask (verify_kernels/precision.py) instead of
 # Triton's emulated roundings, accumulated into the tile (fold_product): fewer instructions and registers for a
 # kernel that is register-bound. sm_90 (benchmarks.gdn_registers, Triton 3.9): flush 154 registers against 218, the
@@ -339,15 +345,16 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     B = req_slots.shape[0]
     if B == 0:
         return
-    stages, warps, block_v = fold_launch(L, append, entries)
+    tma = FOLD_TMA and tma_usable(state_pool)
+    stages, warps, block_v = fold_launch(L, append, entries, tma)
     BV = min(V, block_v)
     lanes = B if append else min(B, FOLD_LANES)
-    state_desc = state_descriptor(state_pool, BV) if FOLD_TMA else None
+    state_desc = state_descriptor(state_pool, BV) if tma else None
     gdn_fold_kernel[(V // BV, HV, lanes)](
         k, u, gcum, accepted, num_accepted, state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len,
         req_slots, flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L),
-        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=FOLD_TMA, SPLIT=FOLD_SPLIT_TF32,
+        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=tma, SPLIT=FOLD_SPLIT_TF32,
         num_warps=warps, num_stages=1,
     )
 
@@ -362,11 +369,12 @@ def state_descriptor(state_pool: torch.Tensor, block_v: int):
     return TensorDescriptor.from_tensor(state_pool.view(-1, V), [K, block_v])
 
 
-def fold_launch(L: int, append: bool, entries: int) -> tuple[int, int, int]:
+def fold_launch(L: int, append: bool, entries: int, tma: bool = False) -> tuple[int, int, int]:
     """(row loop stages, warps, V columns per program) of a fold over buffers of L entries: the pipelined row loop
-    for a flush whose blocks fit (FOLD_PIPELINE_MAX_ENTRIES), else the looped row."""
+    for a flush whose blocks fit (FOLD_PIPELINE_MAX_ENTRIES), its tile set by whether S0 goes through TMA, else the
+    looped row."""
     if FOLD_STAGES > 1 and entries == ENTRIES_NONE and not append and entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES:
-        return FOLD_STAGES, FOLD_WARPS, FOLD_BLOCK_V
+        return (FOLD_STAGES, TMA_FOLD_WARPS, TMA_FOLD_BLOCK_V) if tma else (FOLD_STAGES, FOLD_WARPS, FOLD_BLOCK_V)
     return 1, LOOPED_FOLD_WARPS, LOOPED_FOLD_BLOCK_V
 
 

@@ -80,9 +80,10 @@ from verify_kernels.tree import ancestor_mask
 # and 4 (the previous default) 471 us, per key head at 32 and 2 375 us: the warps, not the sharing, decide.
 FUSED_MAX_BATCH = 1
 # FUSED_SPLIT_TF32: the one-launch kernel's products from operands split by a mask (verify_kernels/precision.py):
-# batch 1 is a chain of dependent steps, so fewer instructions in it are less latency. Written and checked in the
-# interpreter on 2026-12-03 (seventh sitting): off until `benchmarks.sweep_gdn --ops verify1` times it.
-FUSED_SPLIT_TF32 = False
+# batch 1 is a chain of dependent steps, so fewer instructions in it are less latency. On: the H200 sweep of
+# 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify1_2026-12-03h.txt), batch 1 at 12.5 / 16.1 us for a
+# 4-chain / 16-node tree against 12.6 / 17.3 with Triton's tf32x3.
+FUSED_SPLIT_TF32 = True
 STATE_FMA_CONFIG = (64, 2)
 # STATE_STAGES > 1: the FMA state pass (up to FMA_MAX_NODES nodes) as a software-pipelined row loop instead of a
 # program per row: a grid of (V blocks, value heads, STATE_LANES), each program taking every STATE_LANES-th row, its
@@ -94,18 +95,26 @@ STATE_FMA_CONFIG = (64, 2)
 STATE_STAGES = 1
 STATE_LANES = 8
 # STATE_TMA: the FMA state pass (one value head a program) reads its S0 tile through a tensor descriptor of the pool,
-# as fold.FOLD_TMA and decode.DECODE_TMA. Written and checked in the interpreter on 2026-12-03 (seventh sitting, no
-# device time left): off until `benchmarks.sweep_gdn --ops verify` times it.
+# as fold.FOLD_TMA and decode.DECODE_TMA. Off: the H200 sweep of 2026-12-03, eighth sitting
+# (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), 4-chains at batch 64 / 256 at 104.3 / 377.4 us (64 columns, 2
+# warps) against 94.0 / 354.4 for the pointer loads.
 STATE_TMA = False
 # STATE_SPLIT_TF32: the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands split by a mask
 # (verify_kernels/precision.py, as TREE_SPLIT_TF32), whose plain TF32 products Triton may run as warpgroup MMAs at 4
-# warps. Written and checked in the interpreter on 2026-12-03 (seventh sitting): off until the sweep times it.
-STATE_SPLIT_TF32 = False
+# warps. On, with the 16-node dots at 128 columns on 4 warps: the H200 sweep of 2026-12-03, eighth sitting
+# (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), 16-node trees at batch 64 / 256 at 128.7 / 464.3 us against
+# 137.0 / 514.0 with Triton's tf32x3 at 64 columns (its dots at 64 columns split: 127.7 / 468.1).
+STATE_SPLIT_TF32 = True
 STATE_SHARE_KEY_HEAD = False
-STATE_DOT_CONFIGS = {16: (64, 4), 32: (64, 4), 64: (32, 4)}
+STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
-TREE_BLOCK_V = 32
-TREE_WARPS = 2
+# The tree pass's V columns and warps: TREE_SMALL_CONFIG up to FMA_MAX_NODES nodes (the chains), TREE_CONFIG past
+# them. With the operands split by a mask (TREE_SPLIT_TF32) the chains' pass holds 221 registers at 64 columns on 2
+# warps and the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), timed
+# 4-chains at batch 64 / 256 at 82.9 / 304.2 us against 88.1 / 327.4 at 32 columns (94.0 / 354.4 at 32 columns with
+# Triton's tf32x3); 16-node trees at 64 columns 146.9 / 554.4 against 136.8 / 502.0 at 32, so they keep 32.
+TREE_SMALL_CONFIG = (64, 2)
+TREE_CONFIG = (32, 2)
 # The tree pass's value heads per program: all of a key head's (None: they share the key head's products over K,
 # computed once) or fewer (each program recomputes its key head's products, but its serial chain is shorter and
 # there are more programs to hide one another's latency: the pass is latency-bound, ncu 2026-12-03). Up to
@@ -151,17 +160,16 @@ STACKED_READS = False
 # issue-bound (ncu, H200, 2026-12-03: 83 M instructions at batch 256); split by mask, the loop over K goes from 243
 # to 140 instructions a step and the V loop from ~650 to ~475 a block (about 27% fewer instructions a program in
 # all), at the same 168 registers (the operand split after its transpose; before it, 218).
-# Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time left; the interpreter's
-# TF32 products are full fp32, so only the GPU shows its error): off until `benchmarks.sweep_gdn --ops verify`
-# checks and times it.
-TREE_SPLIT_TF32 = False
+# On: the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), checked at
+# 8.8e-7 relative error (Triton's tf32x3 3.3e-7; the checks' tolerance 1e-4) and timed as TREE_SMALL_CONFIG says.
+TREE_SPLIT_TF32 = True
 # PACKED_ROWS: trees up to FMA_MAX_NODES nodes with several rows in one tree-pass program (verify_packed.py: R = 16 // T
 # rows of T nodes, 3 for 5-node chains, their tiles block-diagonal), where one row pads its T nodes to 16; the node
 # products and the solve then serve R rows at once. At most PACKED_MAX_ROWS rows, PACKED_BLOCK_V columns, PACKED_WARPS
 # warps, PACKED_STAGES loop stages. sm_90 (benchmarks.gdn_registers, Triton 3.9, 5-node chains, 16-entry buffers): 3
-# rows on 4 warps 246 registers (2 warps spill 160 bytes, 2 stages 104); 2 rows on 4 warps 172. Written and checked in
-# the interpreter on 2026-12-03 (seventh sitting, no device time left): off until `benchmarks.sweep_gdn --ops verify`
-# times it.
+# rows on 4 warps 246 registers (2 warps spill 160 bytes, 2 stages 104); 2 rows on 4 warps 172. Off: the H200 sweep
+# of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), 4-chains at batch 64 / 256 at 132.5
+# / 443.9 us (3 rows, 32 columns, 4 warps, split by mask) against 82.9 / 304.2 for the tree pass a row.
 PACKED_ROWS = False
 PACKED_MAX_ROWS = 3
 PACKED_BLOCK_V = 32
@@ -174,6 +182,12 @@ PRODUCTS_STAGES = 3
 DOT_PRECISION = "tf32x3"
 
 MAX_NODES = 64
+
+
+def products_precision(split: bool) -> str:
+    """A pass's PRECISION constexpr: tf32x3 from operands split by a mask where its *_SPLIT_TF32 setting asks for
+    it and the products are tf32x3 at all (DOT_PRECISION "ieee" stays ieee)."""
+    return "tf32x3-split" if split and DOT_PRECISION == "tf32x3" else DOT_PRECISION
 
 
 @triton.jit
@@ -395,7 +409,7 @@ def gdn_verify(
             q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
             o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K), BV=BV,
             USE_DOT=use_dot, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
-            PRECISION="tf32x3-split" if FUSED_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION,
+            PRECISION=products_precision(FUSED_SPLIT_TF32),
         )
         return o, u, gcum
     # the state pass, then the tree pass (verify_scratch_bytes: S0^T k and S0^T q between them)
@@ -417,7 +431,7 @@ def gdn_verify(
         gdn_verify_state_kernel[(V // BV, HV // G, B)](
             q, k, num_nodes, state_pool, state_descriptor(state_pool, BV) if tma else None, state_slots, kS, qS,
             **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-            PRECISION="tf32x3-split" if STATE_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION, TMA=tma,
+            PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), TMA=tma,
             num_warps=warps, num_stages=1,
         )
     per_program = (TREE_DOT_HEADS_PER_PROGRAM if use_dot else TREE_HEADS_PER_PROGRAM) or HV // H
@@ -425,7 +439,7 @@ def gdn_verify(
         raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "
                          f"head ({HV // H})")
     fma = TREE_FMA and not use_dot
-    tree_precision = "tf32x3-split" if TREE_SPLIT_TF32 and DOT_PRECISION == "tf32x3" else DOT_PRECISION
+    tree_precision = products_precision(TREE_SPLIT_TF32)
     rows = packed_rows(T, L, PACKED_MAX_ROWS) if PACKED_ROWS and not use_dot and not fma else 0
     if rows:  # several rows' small trees in one program's tiles (verify_packed.py)
         gdn_verify_packed_kernel[(HV // per_program, triton.cdiv(B, rows))](
@@ -438,7 +452,7 @@ def gdn_verify(
     if fma:  # tiles as small as the tree and the buffer (fma_blocks), no tl.dot
         BT, BL, block_v, warps = fma_blocks(T), fma_blocks(L), TREE_FMA_BLOCK_V, TREE_FMA_WARPS
     else:
-        block_v, warps = TREE_BLOCK_V, TREE_WARPS
+        block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG
     gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v),

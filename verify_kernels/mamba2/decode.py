@@ -49,7 +49,9 @@ SMALL_BATCH = 4
 SMALL_BATCH_BLOCK_P = 16
 # the fold: N columns per slice (the whole N at once held too many registers), its tl.dots in three TF32 passes
 # (fp32-level error): Triton's tf32x3, or "tf32x3-split" (verify_kernels/precision.py: operands split by a mask, no
-# emulated roundings; a sweep candidate, DecodeConfig.fold_precision, checked in the interpreter on 2026-12-03)
+# emulated roundings, DecodeConfig.fold_precision): the H200 sweep of 2026-12-03, eighth sitting
+# (sweeps_h200/sweep_mamba2_2026-12-03h.txt), decode amortised over 16 steps 49.6 / 177.7 us at batch 64 / 256 with
+# the split against 49.5 / 176.8 without: the same, so Triton's stays
 FOLD_BLOCK_N = 32
 FOLD_PRECISION = "tf32x3"
 # Above SMALL_BATCH, ROW_STAGES > 1 runs the step path in a software-pipelined row loop instead of a program per row:

@@ -83,9 +83,11 @@ PRODUCTS_WARPS = 4
 
 # DOT_PRECISION: "tf32x3" (Triton's: each operand split and rounded to nearest with an emulated cvt.rna, an add, a
 # mask, an infinity test and a select twice an element on sm_90) or "tf32x3-split" (verify_kernels/precision.py: split
-# by a mask, two instructions an element, the same fp32-level error; written and checked in the interpreter on
-# 2026-12-03, seventh sitting, no device time left: a sweep candidate until benchmarks/sweep_mamba2.py times it).
-DOT_PRECISION = "tf32x3"
+# by a mask, two instructions an element, the same fp32-level error). The split: the H200 sweep of 2026-12-03, eighth
+# sitting (benchmarks/results/sweeps_h200/sweep_mamba2_2026-12-03h.txt, Nemotron-3-Nano shapes, dots at 64 P rows
+# on 4 warps), 5-chains at batch 64 / 256 at 69.8 / 253.5 us against 73.5 / 268.1, 16-node trees 75.4 / 270.9
+# against 79.2 / 282.6.
+DOT_PRECISION = "tf32x3-split"
 MAX_NODES = 64
 
 

@@ -1,0 +1,33 @@
+"""Whether a kernel may read its tiles through Hopper's tensor memory accelerator (TMA): Triton's host tensor
+descriptors (triton.tools.tensor_descriptor, Triton >= 3.4) on a GPU of compute capability 9.0 or later, or Triton's
+interpreter on CPU tensors (TRITON_INTERPRET=1, the tests). Elsewhere (an A100, an older Triton) the kernels that
+default to TMA tiles fall back to their pointer loads, so one default serves every machine.
+"""
+
+import functools
+
+import torch
+
+
+@functools.cache
+def host_descriptors() -> bool:
+    """Triton's host tensor descriptors import."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _device_has_tma(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def tma_usable(tensor: torch.Tensor) -> bool:
+    """TMA tiles of `tensor` can be used where it lives (a CPU tensor: the interpreter)."""
+    if not host_descriptors():
+        return False
+    if tensor.device.type == "cuda":
+        return _device_has_tma(tensor.device.index if tensor.device.index is not None else torch.cuda.current_device())
+    return tensor.device.type == "cpu"
