@@ -25,7 +25,6 @@ from triton.compiler import ASTSource
 
 from benchmarks.gdn import HV, H, K, V
 from verify_kernels.gdn import commit, decode, fold, verify
-from verify_kernels.gdn.verify_packed import gdn_verify_packed_kernel, packed_rows
 
 TARGET = GPUTarget("cuda", 90, 32)
 CAPACITY = 16
@@ -71,21 +70,16 @@ def variants() -> list[tuple[str, object, dict, int]]:
     for BT, use_dot, what in ((16, False, "4-chain"), (16, True, "16-node tree")):
         block_v, warps = verify.STATE_DOT_CONFIGS[BT] if use_dot else verify.STATE_FMA_CONFIG
         heads = 1 if use_dot else G
-        tma = verify.STATE_TMA and not use_dot and heads == 1
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
                          NG=triton.next_power_of_2(heads), USE_DOT=use_dot,
-                         PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot), TMA=tma),
+                         PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot)),
                     warps))
         if use_dot and not verify.STATE_SPLIT_TF32:  # its dots from operands split by a mask (a candidate)
             out.append(("candidate: verify state pass (16-node tree), dots split by mask",
                         verify.gdn_verify_state_kernel,
                         dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=True,
-                             PRECISION="tf32x3-split", TMA=False), warps))
-        if not use_dot and heads == 1 and not verify.STATE_TMA:  # its tile through a tensor descriptor (a candidate)
-            out.append(("candidate: verify state pass (4-chain), TMA tile", verify.gdn_verify_state_kernel,
-                        dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=False,
-                             PRECISION=verify.DOT_PRECISION, TMA=True), warps))
+                             PRECISION="tf32x3-split"), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
@@ -94,27 +88,20 @@ def variants() -> list[tuple[str, object, dict, int]]:
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
                                                                           "16-node tree")):
         heads = per_program or HV // H
-        fma = verify.TREE_FMA and what == "4-chain"
-        BT, BL = (verify.fma_blocks(4), verify.fma_blocks(CAPACITY)) if fma else (16, 16)
         tree_config = verify.TREE_SMALL_CONFIG if what == "4-chain" else verify.TREE_CONFIG
         out.append((f"verify tree pass, {what}", verify.gdn_verify_tree_kernel,
-                    dict(shapes, L=CAPACITY, BT=BT, BL=BL, BK=verify.PRODUCTS_BLOCK_K,
-                         BV=verify.TREE_FMA_BLOCK_V if fma else tree_config[0],
+                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=tree_config[0],
                          NG=triton.next_power_of_2(heads), PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=fma,
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
                          STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS),
-                    verify.TREE_FMA_WARPS if fma else tree_config[1]))
+                    tree_config[1]))
     for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
                                 (True, True, "decode + commit, folding in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
         out.append((what, decode.gdn_decode_kernel,
                     dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
-                         COMMIT=commit_, FOLD_HERE=here, TMA=decode.DECODE_TMA),
+                         COMMIT=commit_, FOLD_HERE=here),
                     decode.SMALL_WARPS if here else decode.NUM_WARPS))
-    if not decode.DECODE_TMA:  # the per-row grid's S0 tile through a tensor descriptor (a sweep candidate)
-        out.append(("candidate: decode + commit, TMA tile", decode.gdn_decode_kernel,
-                    dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
-                         COMMIT=True, FOLD_HERE=False, TMA=True), decode.NUM_WARPS))
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
@@ -155,16 +142,6 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         warps))
     out.append(("candidate: decode + commit, row loop in 2 stages", decode.gdn_decode_rows_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=2), decode.NUM_WARPS))
-    # the tree pass on the FMA units (verify.TREE_FMA) where it is off: 4-chains and 8-node trees, V columns, warps
-    if not verify.TREE_FMA:
-        heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
-        for nodes, block_v, warps in ((4, 32, 2), (4, 64, 2), (4, 32, 4), (4, 16, 1), (8, 32, 2)):
-            out.append((f"candidate: verify tree pass on the FMA units, {nodes} nodes, {block_v} columns",
-                        verify.gdn_verify_tree_kernel,
-                        dict(shapes, L=CAPACITY, BT=verify.fma_blocks(nodes), BL=verify.fma_blocks(CAPACITY),
-                             BK=verify.PRODUCTS_BLOCK_K, BV=block_v, NG=triton.next_power_of_2(heads),
-                             PRECISION=verify.DOT_PRECISION, PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
-                             FMA=True, STACKED=False, STACKED_READS=False), warps))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
@@ -174,7 +151,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K,
                              BV=verify.TREE_SMALL_CONFIG[0],
                              NG=triton.next_power_of_2(heads), PRECISION=verify.DOT_PRECISION,
-                             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=False, STACKED=True,
+                             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, STACKED=True,
                              STACKED_READS=reads), verify.TREE_SMALL_CONFIG[1]))
     # the tree pass's tf32x3 operands split by a mask (verify.TREE_SPLIT_TF32) where it is off
     if not verify.TREE_SPLIT_TF32:
@@ -184,23 +161,9 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         verify.gdn_verify_tree_kernel,
                         dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=block_v,
                              NG=triton.next_power_of_2(heads), PRECISION="tf32x3-split",
-                             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads, FMA=False,
+                             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
                              STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS,
                              STACKED_READS=verify.STACKED_READS), warps))
-    # the packed tree pass (verify.PACKED_ROWS) where it is off: 5-node chains, 3 rows a program
-    if not verify.PACKED_ROWS:
-        heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
-        for max_rows, precision in ((verify.PACKED_MAX_ROWS, verify.DOT_PRECISION),
-                                    (verify.PACKED_MAX_ROWS, "tf32x3-split"), (2, "tf32x3-split")):
-            rows = packed_rows(5, CAPACITY, max_rows)
-            out.append((f"candidate: verify packed tree pass ({rows} 5-node chains), {precision}",
-                        gdn_verify_packed_kernel,
-                        dict(shapes, L=CAPACITY, ROWS=rows, BT=16, BE=max(16, triton.next_power_of_2(rows * CAPACITY)),
-                             BK=verify.PRODUCTS_BLOCK_K, BV=verify.PACKED_BLOCK_V, GP=heads, PRECISION=precision,
-                             PRODUCTS_STAGES=verify.PACKED_STAGES), verify.PACKED_WARPS))
-    block_v, warps = verify.STATE_FMA_CONFIG
-    out.append(("candidate: verify state pass (4-chain), row loop in 2 stages", verify.gdn_verify_state_rows_kernel,
-                dict(shapes, BV=block_v, MAX_NODES=verify.FMA_MAX_NODES, STAGES=2), warps))
     return out
 
 

@@ -6,28 +6,21 @@ import pytest
 
 from tests.gdn_checks import DIMS, ROWS, L, check_decode, check_decode_commit, make_batch
 from verify_kernels.gdn import decode as decode_module
-from verify_kernels.gdn import fold as fold_module
 
 # every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["fold-kernel", "fold-in-place", "row-loop", "tma"])
+@pytest.fixture(params=["fold-kernel", "fold-in-place", "row-loop"])
 def decode_path(request, monkeypatch):
     """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs;
     or the rows decode in the software-pipelined row loop (DECODE_STAGES > 1, two lanes for five rows: each lane
-    decodes several) and fold in the fold kernel; or S0's tiles go through tensor descriptors (DECODE_TMA and
-    FOLD_TMA, sweep candidates), at 16 columns a program so that 32-column heads take two boxes: test all on the
-    same rows."""
+    decodes several) and fold in the fold kernel: test all on the same rows (the fold's S0 tiles through tensor
+    descriptors or pointers: tests/test_gdn_fold.py)."""
     monkeypatch.setattr(decode_module, "SMALL_BATCH", len(ROWS) if request.param == "fold-in-place" else 0)
     if request.param == "row-loop":
         monkeypatch.setattr(decode_module, "DECODE_STAGES", 2)
         monkeypatch.setattr(decode_module, "DECODE_LANES", 2)
-    if request.param == "tma":
-        monkeypatch.setattr(decode_module, "DECODE_TMA", True)
-        monkeypatch.setattr(decode_module, "BLOCK_V", 16)
-        monkeypatch.setattr(fold_module, "FOLD_TMA", True)
-        monkeypatch.setattr(fold_module, "LOOPED_FOLD_BLOCK_V", 16)
     return request.param
 
 

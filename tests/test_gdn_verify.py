@@ -14,26 +14,19 @@ from verify_kernels.gdn import verify as verify_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["two-passes", "fused", "state-row-loop", "tree-pass-heads-swapped", "tree-pass-fma-swapped",
-                        "stacked-products-swapped", "stacked-reads-swapped"])
+@pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
+                        "stacked-reads-swapped"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
-    the state pass's rows (trees up to FMA_MAX_NODES) in its software-pipelined row loop, two lanes for five rows;
-    or with the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
-    products), per key head past them (the defaults are the other way round); or with the tree pass of trees up to
-    FMA_MAX_NODES on the FMA units or on the tensor cores, whichever the default is not (TREE_FMA); or with the tree
-    pass's products over K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads
-    with them (STACKED_READS)."""
-    if request.param == "tree-pass-fma-swapped":
-        monkeypatch.setattr(verify_module, "TREE_FMA", not verify_module.TREE_FMA)
+    the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
+    products), per key head past them (the defaults are the other way round); or with the tree pass's products over
+    K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
+    (STACKED_READS)."""
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":
         monkeypatch.setattr(verify_module, "STACKED_READS", not verify_module.STACKED_READS)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
-    if request.param == "state-row-loop":
-        monkeypatch.setattr(verify_module, "STATE_STAGES", 2)
-        monkeypatch.setattr(verify_module, "STATE_LANES", 2)
     if request.param == "tree-pass-heads-swapped":
         monkeypatch.setattr(verify_module, "TREE_HEADS_PER_PROGRAM", 1)
         monkeypatch.setattr(verify_module, "TREE_DOT_HEADS_PER_PROGRAM", None)
@@ -77,17 +70,6 @@ def test_verify_random_trees(batch: TreeBatch, ratio: int):
     check_verify(b)
 
 
-@pytest.mark.parametrize(("T", "shape", "num_nodes"), [(5, "chain", [5, 4, 0, 1, 5]), (8, "random", [8, 3, 8, 0, 6])],
-                         ids=["T5-chain", "T8-random"])
-def test_state_pass_through_a_tensor_descriptor(monkeypatch, T, shape, num_nodes):
-    """STATE_TMA (a sweep candidate): the FMA state pass reads its S0 tile through a tensor descriptor of the pool, at
-    16 columns a program so that 32-column heads take two boxes; rows without a state read nothing."""
-    monkeypatch.setattr(verify_module, "STATE_TMA", True)
-    monkeypatch.setattr(verify_module, "STATE_FMA_CONFIG", (16, 2))
-    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
-    check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
-
-
 @pytest.mark.parametrize(("dims", "T", "shape", "num_nodes"),
                          [("k32-hv2", 5, "chain", [5, 4, 0, 1, 5]), ("k16-hv1", 17, "random", [17, 9, 16, 1, 0])],
                          ids=["k32-hv2-T5-chain", "k16-hv1-T17-random"])
@@ -107,22 +89,6 @@ def test_state_pass_dots_with_operands_split_by_mask(monkeypatch):
     monkeypatch.setattr(verify_module, "STATE_DOT_CONFIGS", {16: (16, 4), 32: (16, 4), 64: (16, 4)})
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=19, T=17, num_nodes=[17, 9, 16, 0, 12], shape="random"))
-
-
-@pytest.mark.parametrize(("dims", "T", "shape", "num_nodes", "split"), [
-    ("k32-hv2", 5, "chain", [5, 4, 0, 1, 5], False),      # 3 rows a program: two programs, the second one row short
-    ("k16-hv1", 4, "random", [4, 3, 4, 0, 2], False),     # 4 rows a program
-    ("k16-hv2-bf16", 8, "random", [8, 5, 8, 1, 7], True),  # 2 rows a program, operands split by mask
-    ("k16-hv3", 3, "flat", [3, 2, 3, 0, 1], False),       # three value heads a key head
-], ids=["k32-hv2-T5-chain", "k16-hv1-T4-random", "k16-hv2-T8-random-split", "k16-hv3-T3-flat"])
-def test_packed_rows_tree_pass(monkeypatch, dims, T, shape, num_nodes, split):
-    """PACKED_ROWS (a sweep candidate): the tree pass with 16 // T rows' trees packed into one program's tiles, ragged
-    rows (an empty one), rows with and without a state, against the reference."""
-    monkeypatch.setattr(verify_module, "PACKED_ROWS", True)
-    monkeypatch.setattr(verify_module, "TREE_SPLIT_TF32", split)
-    monkeypatch.setattr(verify_module, "PACKED_BLOCK_V", 16)
-    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
-    check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
 
 
 @pytest.mark.parametrize(("T", "shape", "num_nodes"),

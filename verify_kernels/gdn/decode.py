@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd, state_descriptor
+from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
@@ -43,11 +43,6 @@ SMALL_WARPS = 4
 # 3 stages or BV 32 slower: the default stays the per-row grid.
 DECODE_STAGES = 1
 DECODE_LANES = 8
-# DECODE_TMA: the per-row grid reads its S0 tile through a tensor descriptor of the pool (as fold.FOLD_TMA): one
-# copy-engine instruction and no per-element addresses, which the tile's registers share with the buffer's reads.
-# Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time left): off until
-# `benchmarks.sweep_gdn --ops decode` times it.
-DECODE_TMA = False
 
 MAX_BUFFER = 64
 HEAD_DIMS = (16, 32, 64, 128)
@@ -140,7 +135,6 @@ def append_token(buf_k, buf_u, buf_gcum, b_k, b_u, b_G, i_r, i_h, i_hk, i_v, n, 
 def gdn_decode_kernel(
     q, k, v, g, beta,        # [B, H, K], [B, H, K], [B, HV, V], [B, HV], [B, HV]
     state_pool,              # [S, HV, K, V] fp32
-    state_desc,              # TMA: state_pool as a [S HV K, V] tensor descriptor, [K, BV] boxes
     state_slots,             # [B]
     buf_k, buf_u, buf_gcum,  # [R, L, H, K], [R, L, HV, V], [R, L, HV] fp32
     buf_len,                 # [R]
@@ -157,7 +151,6 @@ def gdn_decode_kernel(
     BEFORE_LEN: tl.constexpr,
     COMMIT: tl.constexpr,
     FOLD_HERE: tl.constexpr,   # COMMIT: the rows that flush fold here, else in the fold kernel launched next
-    TMA: tl.constexpr,         # S0's tile through state_desc (DECODE_TMA)
 ):
     i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_hk = i_h // (HV // H)
@@ -169,11 +162,8 @@ def gdn_decode_kernel(
     b_s = tl.zeros([K, BV], dtype=tl.float32)
     if i_s >= 0:
         # S0 is streamed once and not reused: evict it first so the buffers and inputs keep the L2
-        if TMA:
-            b_s = state_desc.load([((i_s * HV + i_h) * K).to(tl.int32), i_v * BV])
-        else:
-            b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
-                          eviction_policy="evict_first")
+        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
+                      eviction_policy="evict_first")
     n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H,
                                       HV, K, V, L, BC, BEFORE_LEN, False)
     b_eG, b_u = token_outputs(o, u, gcum, b_s, b_q, b_k, b_v, b_beta, b_G, b_kr, b_qr, p_x, i_b, i_h, i_v, HV)
@@ -306,11 +296,10 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
             num_warps=NUM_WARPS, num_stages=1,
         )
     else:
-        state_desc = state_descriptor(state_pool, BV) if DECODE_TMA else None
         gdn_decode_kernel[(V // BV, HV, B)](
-            q, k, v, g, beta, state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
+            q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
             gcum, flush_length if commit else 0,
-            **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, COMMIT=commit, FOLD_HERE=small, TMA=DECODE_TMA,
+            **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, COMMIT=commit, FOLD_HERE=small,
             num_warps=SMALL_WARPS if small else NUM_WARPS,
             num_stages=1,
         )

@@ -1,7 +1,7 @@
 """The per-row tree math of the GDN KVBuffer verify (verify.py's steps a.-e.), shared by its tree pass and its fused
 kernel: products over K among the nodes and against the buffer, the nodes' decays and the triangular solve per value
 head, the buffer's share of the reads, and u and o from the state's products. Tiles are [BV, BT], V columns first
-(verify.py says why); products run on the tensor cores (tl.dot, tf32x3) or, for small trees, on the FMA units.
+(verify.py says why); products run on the tensor cores (tl.dot, tf32x3).
 """
 
 import triton
@@ -11,15 +11,11 @@ from verify_kernels.precision import dot_tf32x3
 
 
 @triton.jit
-def products(a, b, FMA: tl.constexpr, PRECISION: tl.constexpr):
-    """a [M, C] . b [N, C] over C -> [M, N] fp32: on the tensor cores (tl.dot: M, N, C >= 16), or with FMA as a
-    broadcast product summed over C ([M, N, C] in registers: any power-of-two sizes, exact fp32; the few-node tree
-    pass, TREE_FMA). PRECISION "tf32x3-split" (verify.TREE_SPLIT_TF32): tf32x3 from operands split by a mask
-    (verify_kernels/precision.py; b split after its transpose: 168 registers a thread for sm_90 where splitting it
-    before took 218)."""
-    if FMA:
-        return tl.sum(a[:, None, :] * b[None, :, :], 2)
-    elif PRECISION == "tf32x3-split":
+def products(a, b, PRECISION: tl.constexpr):
+    """a [M, C] . b [N, C] over C -> [M, N] fp32 on the tensor cores (tl.dot: M, N, C >= 16). PRECISION
+    "tf32x3-split" (verify.TREE_SPLIT_TF32): tf32x3 from operands split by a mask (verify_kernels/precision.py; b
+    split after its transpose: 168 registers a thread for sm_90 where splitting it before took 218)."""
+    if PRECISION == "tf32x3-split":
         return dot_tf32x3(a, tl.trans(b), tl.zeros([a.shape[0], b.shape[0]], dtype=tl.float32))
     else:
         return tl.dot(a, tl.trans(b), input_precision=PRECISION)
@@ -28,7 +24,7 @@ def products(a, b, FMA: tl.constexpr, PRECISION: tl.constexpr):
 @triton.jit
 def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
                   BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
-                  PRODUCTS_STAGES: tl.constexpr, FMA: tl.constexpr):
+                  PRODUCTS_STAGES: tl.constexpr):
     """a. k_t . k_i and q_t . k_i among row i_b's nodes ([BT, BT]) and against its n buffer keys ([BT, BL]), key head
     i_hk; zero at padding nodes and stale entries."""
     o_t = tl.arange(0, BT)
@@ -46,10 +42,10 @@ def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.
         b_qc = tl.load(q + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
         b_bkc = tl.load(p_bk, mask=m_l[:, None], other=0.)
-        b_kk += products(b_kc, b_kc, FMA, PRECISION)
-        b_qk += products(b_qc, b_kc, FMA, PRECISION)
-        b_kB += products(b_kc, b_bkc, FMA, PRECISION)
-        b_qB += products(b_qc, b_bkc, FMA, PRECISION)
+        b_kk += products(b_kc, b_kc, PRECISION)
+        b_qk += products(b_qc, b_kc, PRECISION)
+        b_kB += products(b_kc, b_bkc, PRECISION)
+        b_qB += products(b_qc, b_bkc, PRECISION)
     return b_kk, b_qk, b_kB, b_qB
 
 
@@ -62,7 +58,7 @@ def row_halves(x, N: tl.constexpr, M: tl.constexpr):
 @triton.jit
 def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr,
                           L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr,
-                          PRECISION: tl.constexpr, PRODUCTS_STAGES: tl.constexpr, FMA: tl.constexpr):
+                          PRECISION: tl.constexpr, PRODUCTS_STAGES: tl.constexpr):
     """node_products with the keys and queries stacked, [k; q] [2 BT, BK]: two products a step of BK columns (against
     the nodes' keys and against the buffer's) instead of four, each twice as tall (STACKED_PRODUCTS). Returns
     k.k, q.k [BT, BT] and the buffer's products still stacked, [k.kB; q.kB] [2 BT, BL] (rows_halves splits them)."""
@@ -83,8 +79,8 @@ def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr
         b_kc = tl.load(k + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
         b_bkc = tl.load(p_bk, mask=m_l[:, None], other=0.)
-        b_xk += products(b_xc, b_kc, FMA, PRECISION)
-        b_xB += products(b_xc, b_bkc, FMA, PRECISION)
+        b_xk += products(b_xc, b_kc, PRECISION)
+        b_xB += products(b_xc, b_bkc, PRECISION)
     b_kk, b_qk = row_halves(b_xk, BT, BT)
     return b_kk, b_qk, b_xB
 
@@ -145,23 +141,22 @@ def value_inputs(v, buf_u, i_b, i_r, i_h, n, nn, o_v, T, HV: tl.constexpr, V: tl
 
 @triton.jit
 def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV: tl.constexpr,
-                 V: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, PRECISION: tl.constexpr,
-                 FMA: tl.constexpr):
+                 V: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, PRECISION: tl.constexpr):
     """d. over columns o_v [BV]: w = beta (v - kr) and qr, [BV, BT] each."""
     b_v, b_bu = value_inputs(v, buf_u, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT, BL)
-    b_kr = products(b_bu, b_kB * b_dB, FMA, PRECISION)                                    # [BV, BT]
-    b_qr = products(b_bu, b_qB * b_dB, FMA, PRECISION)
+    b_kr = products(b_bu, b_kB * b_dB, PRECISION)                                    # [BV, BT]
+    b_qr = products(b_bu, b_qB * b_dB, PRECISION)
     return b_beta[None, :] * (b_v - b_kr), b_qr
 
 
 @triton.jit
 def stacked_buffer_reads(v, buf_u, b_xBd, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV: tl.constexpr, V: tl.constexpr,
                          L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BV: tl.constexpr,
-                         PRECISION: tl.constexpr, FMA: tl.constexpr):
+                         PRECISION: tl.constexpr):
     """buffer_reads from the stacked, decayed buffer products [k.kB e^dG; q.kB e^dG] [2 BT, BL] (STACKED_READS):
     kr and qr as one product [BV, 2 BT], split by columns."""
     b_v, b_bu = value_inputs(v, buf_u, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT, BL)
-    b_kr, b_qr = tl.split(tl.permute(tl.reshape(products(b_bu, b_xBd, FMA, PRECISION), [BV, 2, BT]),
+    b_kr, b_qr = tl.split(tl.permute(tl.reshape(products(b_bu, b_xBd, PRECISION), [BV, 2, BT]),
                                      [0, 2, 1]))                                          # [BV, BT] each
     return b_beta[None, :] * (b_v - b_kr), b_qr
 
@@ -173,9 +168,9 @@ def stacked_rows(x, N: tl.constexpr, M: tl.constexpr):
 
 
 @triton.jit
-def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr, FMA: tl.constexpr):
+def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr):
     """e.: u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u, as [BV, BT] tiles (u^T = (...)^T M^T)."""
     b_eG = tl.exp(b_G)
-    b_u = products(b_w - (b_beta * b_eG)[None, :] * b_kS, b_M, FMA, PRECISION)
-    b_o = b_qr + b_eG[None, :] * b_qS + products(b_u, b_P, FMA, PRECISION)
+    b_u = products(b_w - (b_beta * b_eG)[None, :] * b_kS, b_M, PRECISION)
+    b_o = b_qr + b_eG[None, :] * b_qS + products(b_u, b_P, PRECISION)
     return b_u, b_o

@@ -27,9 +27,7 @@ like this state pass, per value head, and spent the rest in a products pass and 
 Up to FUSED_MAX_BATCH rows, where launches cost more than bytes, one kernel does it all per (row, value head,
 V block) in one launch.
 Tiles are [BV, BT], V columns first: with the nodes first, tl.dot's layout for 16-row operands put a copy of every
-tile in each warp. With TREE_FMA the tree pass of a small tree computes its products on the FMA units instead, its
-tiles as small as the tree (products: [M, N, C] broadcast and summed). Products over K go BK columns at a time:
-a whole [BT, K] operand sits in every warp.
+tile in each warp. Products over K go BK columns at a time: a whole [BT, K] operand sits in every warp.
 Decays are exponentiated only as G differences <= 0 (or a single G), masked pairs set to -inf first. Padding nodes
 and stale buffer entries are selected away after loading (whatever they hold), so they add nothing and padding
 nodes come out as zeros.
@@ -42,7 +40,6 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
-from verify_kernels.gdn.fold import state_descriptor
 from verify_kernels.gdn.tree_math import (
     buffer_reads,
     finish,
@@ -54,13 +51,7 @@ from verify_kernels.gdn.tree_math import (
     stacked_node_products,
     stacked_rows,
 )
-from verify_kernels.gdn.verify_packed import gdn_verify_packed_kernel, packed_rows
-from verify_kernels.gdn.verify_state import (
-    gdn_verify_state_kernel,
-    gdn_verify_state_rows_kernel,
-    state_reads,
-    state_tile,
-)
+from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
@@ -85,20 +76,6 @@ FUSED_MAX_BATCH = 1
 # 4-chain / 16-node tree against 12.6 / 17.3 with Triton's tf32x3.
 FUSED_SPLIT_TF32 = True
 STATE_FMA_CONFIG = (64, 2)
-# STATE_STAGES > 1: the FMA state pass (up to FMA_MAX_NODES nodes) as a software-pipelined row loop instead of a
-# program per row: a grid of (V blocks, value heads, STATE_LANES), each program taking every STATE_LANES-th row, its
-# nodes unrolled to FMA_MAX_NODES (masked past the row's count) and its loads unconditional, so that Triton's
-# pipeliner copies the next rows' S0 tiles into shared memory (cp.async) while this row's products run (ncu,
-# 2026-12-03: the per-row state pass at 114 registers, 3.5 TB/s, warps waiting on the S0 load). Slower on the H200
-# (benchmarks/results/sweeps_h200/sweep_gdn_rowloops_2026-12-03.txt: 4-chains 494-718 us at batch 256 against 373
-# per row): off by default.
-STATE_STAGES = 1
-STATE_LANES = 8
-# STATE_TMA: the FMA state pass (one value head a program) reads its S0 tile through a tensor descriptor of the pool,
-# as fold.FOLD_TMA and decode.DECODE_TMA. Off: the H200 sweep of 2026-12-03, eighth sitting
-# (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), 4-chains at batch 64 / 256 at 104.3 / 377.4 us (64 columns, 2
-# warps) against 94.0 / 354.4 for the pointer loads.
-STATE_TMA = False
 # STATE_SPLIT_TF32: the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands split by a mask
 # (verify_kernels/precision.py, as TREE_SPLIT_TF32), whose plain TF32 products Triton may run as warpgroup MMAs at 4
 # warps. On, with the 16-node dots at 128 columns on 4 warps: the H200 sweep of 2026-12-03, eighth sitting
@@ -124,17 +101,6 @@ TREE_CONFIG = (32, 2)
 # 410.7 / 111.1 for 4-chains against 373.4 / 100.4.
 TREE_HEADS_PER_PROGRAM = None
 TREE_DOT_HEADS_PER_PROGRAM = 1
-# TREE_FMA: the tree pass of trees up to FMA_MAX_NODES nodes with its products on the FMA units, its tiles as small
-# as the tree and the buffer ([4, 4] and [4, 16] for a 4-chain on a 16-entry buffer: fma_blocks) where tl.dot pads
-# both to 16 and runs each product as three TF32 passes (tf32x3); exact fp32. sm_90 registers a thread
-# (benchmarks.gdn_registers, Triton 3.9, 4-chain): 80 at 32 columns and 4 warps (6 programs, 24 warps an SM), 128 at 32
-# and 2 (8 bytes spilled), where the tensor-core tree pass holds 250 at 2 warps (4 programs, 8 warps an SM). Off: the
-# H200 sweep of 2026-12-03 (benchmarks/results/sweeps_h200/sweep_gdn_verify_commit_decode_2026-12-03f.txt) timed its
-# best candidate, 16 columns on 2 warps, at 114.5 / 420.8 us for 4-chains at batch 64 / 256 against 101.2 / 377.6
-# for the tensor-core pass (the registers' occupancy does not buy back the products' serial FMA chains).
-TREE_FMA = False
-TREE_FMA_BLOCK_V = 32
-TREE_FMA_WARPS = 2
 FMA_MAX_NODES = 8
 STATE_BLOCK_K = 32
 # STACKED_PRODUCTS: the tree pass's products over K with the nodes' keys and queries stacked ([k; q], 2 BT rows), two
@@ -163,18 +129,6 @@ STACKED_READS = False
 # On: the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), checked at
 # 8.8e-7 relative error (Triton's tf32x3 3.3e-7; the checks' tolerance 1e-4) and timed as TREE_SMALL_CONFIG says.
 TREE_SPLIT_TF32 = True
-# PACKED_ROWS: trees up to FMA_MAX_NODES nodes with several rows in one tree-pass program (verify_packed.py: R = 16 // T
-# rows of T nodes, 3 for 5-node chains, their tiles block-diagonal), where one row pads its T nodes to 16; the node
-# products and the solve then serve R rows at once. At most PACKED_MAX_ROWS rows, PACKED_BLOCK_V columns, PACKED_WARPS
-# warps, PACKED_STAGES loop stages. sm_90 (benchmarks.gdn_registers, Triton 3.9, 5-node chains, 16-entry buffers): 3
-# rows on 4 warps 246 registers (2 warps spill 160 bytes, 2 stages 104); 2 rows on 4 warps 172. Off: the H200 sweep
-# of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), 4-chains at batch 64 / 256 at 132.5
-# / 443.9 us (3 rows, 32 columns, 4 warps, split by mask) against 82.9 / 304.2 for the tree pass a row.
-PACKED_ROWS = False
-PACKED_MAX_ROWS = 3
-PACKED_BLOCK_V = 32
-PACKED_WARPS = 4
-PACKED_STAGES = 1
 PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -218,7 +172,6 @@ def gdn_verify_tree_kernel(
     PRECISION: tl.constexpr,
     PRODUCTS_STAGES: tl.constexpr,
     GP: tl.constexpr,   # value heads per program, of one key head (TREE_HEADS_PER_PROGRAM)
-    FMA: tl.constexpr,  # products on the FMA units, BT and BL any powers of two (TREE_FMA); else tl.dot, >= 16
     STACKED: tl.constexpr,  # the keys' and queries' products stacked (STACKED_PRODUCTS)
     STACKED_READS: tl.constexpr,  # ... and the buffer's reads kr and qr one product (STACKED_READS, needs STACKED)
 ):
@@ -237,12 +190,12 @@ def gdn_verify_tree_kernel(
                                               GP, NG)
     if STACKED:
         b_kk, b_qk, b_xB = stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK,
-                                                 PRECISION, PRODUCTS_STAGES, FMA)
+                                                 PRECISION, PRODUCTS_STAGES)
         if not STACKED_READS:
             b_kB, b_qB = row_halves(b_xB, BT, BL)
     else:
         b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                               PRODUCTS_STAGES, FMA)
+                                               PRODUCTS_STAGES)
     o_g = tl.arange(0, NG)
     for i_g in tl.static_range(GP):
         i_h = i_h0 + i_g
@@ -263,11 +216,11 @@ def gdn_verify_tree_kernel(
                 b_qS = tl.load(qS + p_n, mask=m_n, other=0.)
             if STACKED_READS:
                 b_w, b_qr = stacked_buffer_reads(v, buf_u, b_xBd, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
-                                                 BT, BL, BV, PRECISION, FMA)
+                                                 BT, BL, BV, PRECISION)
             else:
                 b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
-                                         BT, BL, PRECISION, FMA)
-            b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION, FMA)
+                                         BT, BL, PRECISION)
+            b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
             tl.store(u + p_n, b_u, mask=m_T[None, :])
             tl.store(o + p_n, b_o, mask=m_T[None, :])
 
@@ -314,17 +267,17 @@ def gdn_verify_fused_kernel(
         b_s = state_tile(p_s, K, V, BV, USE_DOT, "")
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                             PRODUCTS_STAGES, False)
+                                             PRODUCTS_STAGES)
     b_g, b_beta, b_anc, b_bg = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h, n, nn, T, HV, L, BT, BL, 1, 1)
     b_beta = tl.sum(b_beta, 1)
     b_G, b_dB, b_M, b_P = head_weights(tl.sum(b_g, 1), b_beta, b_anc, tl.sum(b_bg, 1), b_kk, b_qk, n, nn, BT, BL)
     b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT, BL,
-                             PRECISION, False)
+                             PRECISION)
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
     b_qS = tl.zeros([BV, BT], dtype=tl.float32)
     if i_s >= 0:
         b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "")
-    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION, False)
+    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
     p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
     tl.store(u + p_n, b_u, mask=m_T[None, :])
     tl.store(o + p_n, b_o, mask=m_T[None, :])
@@ -335,11 +288,6 @@ def gdn_verify_fused_kernel(
 def verify_blocks(T: int) -> int:
     """A node or buffer-entry count padded to a power of two >= 16 (tl.dot's smallest)."""
     return max(16, triton.next_power_of_2(T))
-
-
-def fma_blocks(T: int) -> int:
-    """A node or buffer-entry count padded to a power of two >= 2, for products on the FMA units (TREE_FMA)."""
-    return max(2, triton.next_power_of_2(T))
 
 
 def verify_scratch_bytes(T: int, HV: int, V: int) -> int:
@@ -421,43 +369,21 @@ def gdn_verify(
         block_v, warps = STATE_FMA_CONFIG
         G = HV // H if STATE_SHARE_KEY_HEAD else 1
     BV = min(V, block_v)
-    if not use_dot and STATE_STAGES > 1:  # the pipelined row loop (STATE_STAGES' comment)
-        gdn_verify_state_rows_kernel[(V // BV, HV, min(B, STATE_LANES))](
-            q, k, num_nodes, state_pool, state_slots, kS, qS, B,
-            **shapes, BV=BV, MAX_NODES=FMA_MAX_NODES, STAGES=STATE_STAGES, num_warps=warps, num_stages=1,
-        )
-    else:
-        tma = STATE_TMA and not use_dot and G == 1
-        gdn_verify_state_kernel[(V // BV, HV // G, B)](
-            q, k, num_nodes, state_pool, state_descriptor(state_pool, BV) if tma else None, state_slots, kS, qS,
-            **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-            PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), TMA=tma,
-            num_warps=warps, num_stages=1,
-        )
+    gdn_verify_state_kernel[(V // BV, HV // G, B)](
+        q, k, num_nodes, state_pool, state_slots, kS, qS,
+        **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
+        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), num_warps=warps, num_stages=1,
+    )
     per_program = (TREE_DOT_HEADS_PER_PROGRAM if use_dot else TREE_HEADS_PER_PROGRAM) or HV // H
     if (HV // H) % per_program:
         raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "
                          f"head ({HV // H})")
-    fma = TREE_FMA and not use_dot
-    tree_precision = products_precision(TREE_SPLIT_TF32)
-    rows = packed_rows(T, L, PACKED_MAX_ROWS) if PACKED_ROWS and not use_dot and not fma else 0
-    if rows:  # several rows' small trees in one program's tiles (verify_packed.py)
-        gdn_verify_packed_kernel[(HV // per_program, triton.cdiv(B, rows))](
-            q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
-            gcum, B, **shapes, L=L, ROWS=rows, BT=16, BE=max(16, triton.next_power_of_2(rows * L)),
-            BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, PACKED_BLOCK_V), GP=per_program, PRECISION=tree_precision,
-            PRODUCTS_STAGES=PACKED_STAGES, num_warps=PACKED_WARPS, num_stages=1,
-        )
-        return o, u, gcum
-    if fma:  # tiles as small as the tree and the buffer (fma_blocks), no tl.dot
-        BT, BL, block_v, warps = fma_blocks(T), fma_blocks(L), TREE_FMA_BLOCK_V, TREE_FMA_WARPS
-    else:
-        block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG
+    block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG
     gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v),
-        PRECISION=tree_precision, NG=triton.next_power_of_2(per_program), PRODUCTS_STAGES=PRODUCTS_STAGES,
-        GP=per_program, FMA=fma, STACKED=STACKED_PRODUCTS or STACKED_READS, STACKED_READS=STACKED_READS,
-        num_warps=warps, num_stages=1,
+        PRECISION=products_precision(TREE_SPLIT_TF32), NG=triton.next_power_of_2(per_program),
+        PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, STACKED=STACKED_PRODUCTS or STACKED_READS,
+        STACKED_READS=STACKED_READS, num_warps=warps, num_stages=1,
     )
     return o, u, gcum

@@ -58,7 +58,6 @@ def gdn_verify_state_kernel(
     q, k,               # [B, T, H, K]
     num_nodes,          # [B]
     state_pool,         # [S, HV, K, V] fp32
-    state_desc,         # TMA: state_pool as a [S HV K, V] tensor descriptor, [K, BV] boxes
     state_slots,        # [B]
     kS, qS,             # [B, T, HV, V] fp32 out: S0^T k_t, S0^T q_t (rows with a state, nodes < num_nodes only)
     T,
@@ -73,7 +72,6 @@ def gdn_verify_state_kernel(
     NG: tl.constexpr,   # G padded to a power of two
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
-    TMA: tl.constexpr,  # the FMA path's tile through state_desc (verify.STATE_TMA; G == 1)
 ):
     i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
@@ -96,12 +94,9 @@ def gdn_verify_state_kernel(
             o_g = tl.arange(0, NG)
             o_k = tl.arange(0, K)
             m_g = o_g < G
-            if TMA:  # one value head (G == 1): its [K, BV] tile as one box
-                b_s = tl.reshape(state_desc.load([((i_s * HV + i_h0) * K).to(tl.int32), i_v * BV]), [NG, K, BV])
-            else:
-                p_s = state_pool + (((i_s * HV + i_h0 + o_g[:, None, None]) * K + o_k[None, :, None]) * V
-                                    + o_v[None, None, :])
-                b_s = tl.load(p_s, mask=m_g[:, None, None], other=0., eviction_policy="evict_first")  # [NG, K, BV]
+            p_s = state_pool + (((i_s * HV + i_h0 + o_g[:, None, None]) * K + o_k[None, :, None]) * V
+                                + o_v[None, None, :])
+            b_s = tl.load(p_s, mask=m_g[:, None, None], other=0., eviction_policy="evict_first")  # [NG, K, BV]
             p_x = (i_b * T * H + i_hk) * K + o_k
             b_k = tl.load(k + p_x).to(tl.float32)
             b_q = tl.load(q + p_x).to(tl.float32)
@@ -114,43 +109,3 @@ def gdn_verify_state_kernel(
                 tl.store(kS + p_n + t * (HV * V), tl.sum(b_s * b_k[None, :, None], 1), mask=m_g[:, None])
                 tl.store(qS + p_n + t * (HV * V), tl.sum(b_s * b_q[None, :, None], 1), mask=m_g[:, None])
                 b_k, b_q = b_kn, b_qn
-
-
-@triton.jit
-def gdn_verify_state_rows_kernel(
-    q, k,               # [B, T, H, K]
-    num_nodes,          # [B]
-    state_pool,         # [S, HV, K, V] fp32
-    state_slots,        # [B]
-    kS, qS,             # [B, T, HV, V] fp32 out, as gdn_verify_state_kernel's
-    B,                  # rows: not constexpr, the batch changes from step to step
-    T,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BV: tl.constexpr,
-    MAX_NODES: tl.constexpr,   # >= every row's node count (verify.FMA_MAX_NODES): nodes unrolled, masked past nn
-    STAGES: tl.constexpr,
-):
-    """gdn_verify_state_kernel's FMA path (one value head per program) for rows i_l, i_l + LANES, ... of a grid of
-    (V blocks, value heads, LANES), the row loop software-pipelined (verify.STATE_STAGES' comment)."""
-    i_v, i_h, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    LANES = tl.num_programs(2)
-    i_hk = i_h // (HV // H)
-    o_k = tl.arange(0, K)
-    o_v = i_v * BV + tl.arange(0, BV)
-    for i_b in tl.range(i_l, B, LANES, num_stages=STAGES):  # (int32 row offsets: B * T * HV * V is small)
-        i_s = tl.load(state_slots + i_b).to(tl.int64)
-        nn = tl.where(i_s >= 0, tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T), 0)  # (no state: nothing)
-        p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
-        b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0., eviction_policy="evict_first")
-        for t in tl.static_range(MAX_NODES):
-            p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
-            m_x = o_k < tl.where(t < nn, K, 0)
-            b_kt = tl.load(k + p_xt, mask=m_x, other=0.).to(tl.float32)
-            b_qt = tl.load(q + p_xt, mask=m_x, other=0.).to(tl.float32)
-            p_n = ((i_b * T + t) * HV + i_h) * V + o_v
-            m_n = o_v < tl.where(t < nn, V, 0)
-            tl.store(kS + p_n, tl.sum(b_s * b_kt[:, None], 0), mask=m_n)
-            tl.store(qS + p_n, tl.sum(b_s * b_qt[:, None], 0), mask=m_n)
