@@ -1,9 +1,11 @@
 """Sweep the fused MoE experts' launch parameters on the GPU and print the best per regime (the CONFIGS of
-verify_kernels/moe/experts.py), in about three minutes on the H200 for both models (one model: --models):
+verify_kernels/moe/experts.py), in about four minutes on the H200 for both models (one model: --models; not yet
+run there):
 
     python -m benchmarks.sweep_moe [--models nemotron-3-nano] [--out benchmarks/results/sweep_moe_h200.json]
 
-One token count per row of CONFIGS (1, 64, 256 and 1280 tokens: assignments per expert below 1, 8, 24 and above),
+One token count per row of CONFIGS (1, 64, 256 tokens: assignments per expert below 1, 8, 24), and two above 24 (640
+and 2048 tokens: speculative steps of 128 and ~410 rows of 5 nodes, where issue 14 asks for 1.3x the bound),
 at the shapes, weights, routings and timing of benchmarks/moe.py. For each block size BM the regime allows, the up
 GEMM's candidates are timed with the down GEMM at its default, then the down GEMM's with the best up; "x bound" is
 the whole call over max(bytes / copy bandwidth, FLOPs / GEMM peak). Each candidate's output is first checked
@@ -26,7 +28,7 @@ from benchmarks.timing import time_calls
 from specdec.eval.peaks import measure_peaks
 from verify_kernels.moe import ExpertsConfig, GemmConfig, experts_config, moe_experts, moe_experts_ref
 
-TOKENS = (1, 64, 256, 1280)
+TOKENS = (1, 64, 256, 640, 2048)
 TOLERANCE = 2e-2
 # (block_n, block_k, num_warps, num_stages) per block size BM
 GEMMS = {
