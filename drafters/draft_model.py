@@ -31,20 +31,24 @@ class DraftModelDrafter(Drafter):
         self.runner = ModelRunner.create(model, cache, step_width=shape.budget + 2, cuda_graphs=cuda_graphs)
         self.slots: dict[int, int] = {}
         self.pending: dict[int, list[int]] = {}
+        self.unread_prompts: set[int] = set()  # requests whose prompt is still pending (start)
         self._last: tuple[object, list[int]] | None = None  # (step context, scored tree nodes per row)
 
     def start(self, request: DraftRequest, target_hidden=None) -> None:
-        slot = self.runner.cache.allocate_request()
-        self.slots[request.request_id] = slot
-        self.pending[request.request_id] = []
-        # the prompt; the first emitted token (request.tokens[-1]) is the root of the first tree
-        self.runner.prefill([slot], [request.tokens[:-1]])
+        """A cache slot for the request, its prompt pending: the draft model reads it in the first step that drafts
+        (_catch_up, one forward for every row starting then), so a request that never drafts (adaptive
+        speculation's collapsed rows) never costs a draft prefill. The first emitted token (request.tokens[-1]) is
+        the root of the first tree."""
+        self.slots[request.request_id] = self.runner.cache.allocate_request()
+        self.pending[request.request_id] = list(request.tokens[:-1])
+        self.unread_prompts.add(request.request_id)
 
     def finish(self, request_id: int) -> None:
         slot = self.slots.pop(request_id, None)
         if slot is not None:
             self.runner.cache.release_request(slot)
         self.pending.pop(request_id, None)
+        self.unread_prompts.discard(request_id)
 
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         """Level by level: score every tree so far (pending tokens in front), then give each newest node its
@@ -81,17 +85,21 @@ class DraftModelDrafter(Drafter):
         self._last = None
 
     def _catch_up(self, requests: list[DraftRequest]) -> None:
-        """Commit, in one forward, the pending tokens of rows that hold more than one (the roots of steps in which
-        they did not draft: adaptive speculation's plain steps). Left pending, they would be scored again in front
-        of every level of the tree (4 times for a 4-chain: on the CPU, where a forward costs its tokens, the shipped
-        draft model's adaptive runs were 0.83x plain decoding with 88% plain steps), and would widen every level
-        past the width its CUDA graphs were captured at (one pending token: an accepted leaf)."""
+        """Commit, in one forward, the pending tokens of rows that hold more than one (a new request's prompt, and
+        the roots of steps in which they did not draft: adaptive speculation's plain steps). Left pending, they would
+        be scored again in front of every level of the tree (4 times for a 4-chain: on the CPU, where a forward costs
+        its tokens, the shipped draft model's adaptive runs were 0.83x plain decoding with 88% plain steps), and would
+        widen every level past the width its CUDA graphs were captured at (one pending token: an accepted leaf)."""
         rows = [r for r in requests if len(self.pending[r.request_id]) > 1]
-        if not rows:
-            return
-        self.runner.prefill([self.slots[r.request_id] for r in rows], [self.pending[r.request_id] for r in rows])
+        # a prompt alone in its forward (as a prefill at start would be: not padding the others' few roots to its
+        # length), the rows' runs of roots together
+        prompts = [r for r in rows if r.request_id in self.unread_prompts]
+        roots = [r for r in rows if r.request_id not in self.unread_prompts]
+        for group in [[r] for r in prompts] + ([roots] if roots else []):
+            self.runner.prefill([self.slots[r.request_id] for r in group], [self.pending[r.request_id] for r in group])
         for request in rows:
             self.pending[request.request_id] = []
+        self.unread_prompts.difference_update(r.request_id for r in requests)
 
     def skipped(self, requests: list[DraftRequest], roots: list[int], target_hidden=None) -> None:
         """The roots were never scored by the draft model: they wait in `pending`, in front of the next tree."""

@@ -123,6 +123,37 @@ def test_a_request_that_needs_a_state_is_refused_when_there_are_none(model):
     assert len(short.output) == 4 and engine.runner.cache.state_slot.count(-1) == 2
 
 
+def test_draft_model_reads_a_prompt_only_when_the_request_first_drafts(draft_pair, monkeypatch):
+    """start() runs no forward (a request that never drafts never costs a draft prefill); the first propose reads each
+    new prompt in a forward of its own and the other rows' runs of skipped roots together, and drafts what a draft
+    model that read every token as it came drafts."""
+    _, draft = draft_pair
+    shape = TreeShape(steps=3)
+    gen = torch.Generator().manual_seed(3)
+    old, new = (DraftRequest(i, torch.randint(0, 90, (n,), generator=gen).tolist(), SamplingParams(), None)
+                for i, n in ((0, 9), (1, 23)))
+    lazy, eager = draft_model_drafter(draft, 16), draft_model_drafter(draft, 16)
+    forwards = []
+    prefill = lazy.runner.prefill
+    monkeypatch.setattr(lazy.runner, "prefill", lambda slots, tokens: forwards.append([len(t) for t in tokens])
+                        or prefill(slots, tokens))
+    lazy.start(old)
+    assert forwards == []
+    lazy._catch_up([old])  # (as its first drafting step would)
+    assert forwards == [[8]]
+    for token in (7, 8):  # two plain steps: their roots skipped, a token emitted after each
+        lazy.skipped([old], [old.tokens[-1]])
+        old.tokens.append(token)
+    lazy.start(new)
+    forwards.clear()
+    trees = lazy.propose([old, new], shape)
+    assert sorted(forwards) == [[2], [22]]  # the new prompt alone; the old row's two skipped roots
+    for request in (old, new):  # every token but the root read at once
+        eager.start(DraftRequest(request.request_id, request.tokens[-1:], request.params, None))
+        eager.runner.prefill([eager.slots[request.request_id]], [request.tokens[:-1]])
+    assert [t.tokens for t in trees] == [t.tokens for t in eager.propose([old, new], shape)]
+
+
 def test_ngram_lookup():
     drafter = NgramDrafter(max_ngram=3)
     assert drafter.lookup([1, 2, 3, 9, 1, 2, 3], 2) == [9, 1]  # longest suffix [1, 2, 3] seen before
