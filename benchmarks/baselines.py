@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import sys
+import tarfile
 import types
 import zipfile
 from pathlib import Path
@@ -23,6 +25,11 @@ SGLANG_GDN = ("sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurren
               "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py")
 SGLANG_SSU = ("sglang/kernels/ops/mamba/triton_ops/mamba_ssm.py",
               "sglang/srt/layers/attention/mamba/ops/mamba_ssm.py")
+# fla-core's op packages the benchmarks use (gated_delta_rule) and those it imports; its modules (the glue
+# benchmark's norms) and utils stay whole
+FLA_OPS_KEPT = ("gated_delta_rule", "utils", "common", "cp")
+FLA_OPS_INIT = ("# specdec's trimmed copy for its GPU benchmarks: the gated delta rule's ops alone\n"
+                "from .gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule\n")
 
 
 def fla_recurrent_gdn():
@@ -101,13 +108,35 @@ def write_subset(wheel: Path, out: Path) -> None:
             subset.writestr(inner_path, archive.read(inner_path))
 
 
+def write_fla_subset(wheel: Path, out: Path) -> None:
+    """fla-core's wheel (1 MB zipped, 5 MB unpacked) trimmed to what the benchmarks import (FLA_OPS_KEPT, modules,
+    utils; its metadata and licence), its ops package's __init__ importing those alone, as a .tar.xz of ~170 KB that
+    benchmarks/device_call.sh unpacks onto the steps' PYTHONPATH (the working tree a GPU call carries is limited to
+    64 MiB, and the tracked tree is most of it)."""
+    with zipfile.ZipFile(wheel) as archive, tarfile.open(out, "w:xz") as subset:
+        for member in archive.infolist():
+            parts = member.filename.split("/")
+            # (its dist-info stays, with the MIT licence; its RECORD would list the files dropped)
+            if member.is_dir() or not (parts[0] == "fla" or parts[0].endswith(".dist-info")) or parts[-1] == "RECORD":
+                continue
+            data = archive.read(member)
+            if parts[:2] == ["fla", "ops"] and len(parts) > 3 and parts[2] not in FLA_OPS_KEPT:
+                continue
+            if parts == ["fla", "ops", "__init__.py"]:
+                data = FLA_OPS_INIT.encode()
+            info = tarfile.TarInfo(member.filename)
+            info.size = len(data)
+            subset.addfile(info, io.BytesIO(data))
+
+
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="write the subset of an sglang wheel that the kernel benchmark "
-                                                 "reads: python -m benchmarks.baselines WHEEL OUT.zip")
+    parser = argparse.ArgumentParser(description="write the subset of an sglang wheel (OUT.zip) or of fla-core's "
+                                                 "(OUT.tar.xz) that the GPU benchmarks read: python -m "
+                                                 "benchmarks.baselines WHEEL OUT")
     parser.add_argument("wheel", type=Path)
     parser.add_argument("out", type=Path)
     args = parser.parse_args()
-    write_subset(args.wheel, args.out)
+    (write_fla_subset if args.wheel.name.startswith("fla_core") else write_subset)(args.wheel, args.out)
     print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
