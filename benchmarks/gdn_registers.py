@@ -140,8 +140,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
                         warps))
-    out.append(("candidate: decode + commit, row loop in 2 stages", decode.gdn_decode_rows_kernel,
-                dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=2), decode.NUM_WARPS))
+    # the decode's software-pipelined row loop (decode.DECODE_STAGES > 1), its S0 tiles through pointers or TMA
+    # (decode.DECODE_ROWS_TMA)
+    for stages, tma in ((2, False), (2, True), (3, True)):
+        out.append((f"candidate: decode + commit, row loop in {stages} stages{', TMA tiles' if tma else ''}",
+                    decode.gdn_decode_rows_kernel,
+                    dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=stages, TMA=tma),
+                    decode.NUM_WARPS))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H

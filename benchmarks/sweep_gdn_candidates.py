@@ -62,6 +62,12 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("decode", f"row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
                                  {"decode.DECODE_STAGES": stages, "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps,
                                   "decode.DECODE_LANES": lanes}))
+        # ... its S0 tiles through TMA (decode.DECODE_ROWS_TMA, as the fold's flush: 79% of copy bandwidth)
+        for stages, bv, warps, lanes in ((2, 64, 4, 8), (3, 64, 4, 8), (4, 64, 4, 8), (3, 64, 8, 8), (3, 32, 4, 8),
+                                         (3, 64, 4, 16), (3, 128, 8, 8)):
+            out.append(Candidate("decode", f"TMA row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
+                                 {"decode.DECODE_ROWS_TMA": True, "decode.DECODE_STAGES": stages,
+                                  "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps, "decode.DECODE_LANES": lanes}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state

@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
+from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd, state_descriptor
+from verify_kernels.tma import tma_usable
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
@@ -43,6 +44,13 @@ SMALL_WARPS = 4
 # 3 stages or BV 32 slower: the default stays the per-row grid.
 DECODE_STAGES = 1
 DECODE_LANES = 8
+# DECODE_ROWS_TMA: the pipelined row loop's S0 tiles through a tensor descriptor of the pool (where the device has
+# TMA, verify_kernels/tma.py), as the fold's flush reads them: the pipeliner keeps the next rows' tiles in flight in
+# shared memory with no per-element addresses in registers. The fold's flush went from 70% to 79% of copy bandwidth
+# that way on the H200 (2026-12-03, eighth sitting), where the per-row decode's own TMA tile (one row a program,
+# nothing to overlap) lost. Written and checked in the interpreter on 2026-12-03 (eighth sitting, no device time
+# left): off until `benchmarks.sweep_gdn --ops decode` times it (with DECODE_STAGES > 1).
+DECODE_ROWS_TMA = False
 
 MAX_BUFFER = 64
 HEAD_DIMS = (16, 32, 64, 128)
@@ -190,6 +198,7 @@ def gdn_decode_rows_kernel(
     o, u, gcum,
     flush_length,
     B,                       # rows: not constexpr, the batch changes from step to step
+    state_desc,              # TMA: state_pool as a [S HV K, V] tensor descriptor, [K, BV] boxes (else None)
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -199,6 +208,7 @@ def gdn_decode_rows_kernel(
     BC: tl.constexpr,        # >= L: the buffer in one block
     COMMIT: tl.constexpr,
     STAGES: tl.constexpr,    # the row loop's pipeline depth
+    TMA: tl.constexpr,       # S0's tiles through state_desc (DECODE_ROWS_TMA)
 ):
     """gdn_decode_kernel's work (its folds left to the fold kernel) for rows i_p, i_p + P, ... of a grid of (V
     blocks, value heads, P lanes), the row loop software-pipelined: loads are unconditional (masked: a row without a
@@ -212,8 +222,13 @@ def gdn_decode_rows_kernel(
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         i_s = tl.load(state_slots + i_b).to(tl.int64)
         p_x, b_q, b_k, b_v, b_g, b_beta = token_inputs(q, k, v, g, beta, i_b, i_h, i_hk, o_k, o_v, H, HV, K, V)
-        p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
-        b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0., eviction_policy="evict_first")
+        if TMA:  # (a row without a state reads slot 0's tile and drops it: the load stays unconditional)
+            b_s = state_desc.load([((tl.maximum(i_s, 0) * HV + i_h) * K).to(tl.int32), i_v * BV])
+            b_s = tl.where(i_s >= 0, b_s, 0.)
+        else:
+            p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
+            b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0.,
+                          eviction_policy="evict_first")
         n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v,
                                           H, HV, K, V, L, BC, True, True)
         _, b_u = token_outputs(o, u, gcum, b_s, b_q, b_k, b_v, b_beta, b_G, b_kr, b_qr, p_x, i_b, i_h, i_v, HV)
@@ -289,11 +304,12 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
     small = B <= SMALL_BATCH
     BV = min(V, SMALL_BLOCK_V if small else BLOCK_V)
     if not small and DECODE_STAGES > 1:  # the pipelined row loop (DECODE_STAGES' comment)
+        tma = DECODE_ROWS_TMA and tma_usable(state_pool)
         gdn_decode_rows_kernel[(V // BV, HV, min(B, DECODE_LANES))](
             q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-            flush_length if commit else 0, B,
+            flush_length if commit else 0, B, state_descriptor(state_pool, BV) if tma else None,
             **shapes, BV=BV, BC=max(BLOCK_L, triton.next_power_of_2(L)), COMMIT=commit, STAGES=DECODE_STAGES,
-            num_warps=NUM_WARPS, num_stages=1,
+            TMA=tma, num_warps=NUM_WARPS, num_stages=1,
         )
     else:
         gdn_decode_kernel[(V // BV, HV, B)](
