@@ -59,6 +59,11 @@ def decode_candidates() -> dict[str, DecodeConfig]:
                                                                                          row_lanes=lanes)
                    for bp, w, stages, lanes in ((64, 4, 2, 8), (64, 4, 3, 8), (32, 4, 2, 8), (64, 8, 2, 8),
                                                 (64, 4, 2, 16))}
+    # ... its h0 tiles through TMA (DecodeConfig.row_tma: the GDN flush's 70% -> 79% of copy bandwidth that way)
+    candidates |= {f"TMA row loop bp{bp} w{w} {stages} stages {lanes} lanes": DecodeConfig(
+                       bp, 16, w, row_stages=stages, row_lanes=lanes, row_tma=True)
+                   for bp, w, stages, lanes in ((64, 4, 2, 8), (64, 4, 3, 8), (64, 4, 4, 8), (32, 4, 3, 8),
+                                                (64, 8, 3, 8), (64, 4, 3, 16))}
     return candidates
 
 

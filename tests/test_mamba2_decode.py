@@ -49,7 +49,7 @@ def test_decode_matches_reference_and_writes_nothing(heads):
 FLUSH_LENGTHS = {"fold-and-append": 6, "every-row-folds": 1, "only-the-full-buffer-folds": L}
 
 
-@pytest.mark.parametrize("row_loop", [False, True], ids=["per-row", "row-loop"])
+@pytest.mark.parametrize("row_loop", [None, "pointers", "tma"], ids=["per-row", "row-loop", "row-loop-tma"])
 @pytest.mark.parametrize("flush_length", FLUSH_LENGTHS.values(), ids=FLUSH_LENGTHS.keys())
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
 def test_decode_commit_matches_decode_then_commit(heads, flush_length, row_loop):
@@ -57,7 +57,8 @@ def test_decode_commit_matches_decode_then_commit(heads, flush_length, row_loop)
     A, D = layer(gen, heads)
     pools = kv_pools(gen, heads, ROWS)
     x, dt, Bm, C = tokens(gen, heads, len(ROWS))
-    config = decode_config(len(ROWS), heads.P)._replace(row_stages=2, row_lanes=2) if row_loop else None
+    config = None if row_loop is None else decode_config(len(ROWS), heads.P)._replace(
+        row_stages=2, row_lanes=2, row_tma=row_loop == "tma")
     (y, flushed, ours), (y_ref, flushed_ref, ref) = decode_commit_both(pools, x, dt, A, Bm, C, D, flush_length,
                                                                        config)
     assert_close(y, y_ref)
@@ -96,7 +97,8 @@ ROW_LOOP = SMALL_DECODE._replace(row_stages=2, row_lanes=2)
 SPLIT_FOLD = SMALL_DECODE._replace(fold_precision="tf32x3-split")
 
 
-@pytest.mark.parametrize("config", [SMALL_DECODE, ROW_LOOP, SPLIT_FOLD], ids=["per-row", "row-loop", "split-fold"])
+@pytest.mark.parametrize("config", [SMALL_DECODE, ROW_LOOP, ROW_LOOP._replace(row_tma=True), SPLIT_FOLD],
+                         ids=["per-row", "row-loop", "row-loop-tma", "split-fold"])
 def test_decode_blocks_that_split_the_heads_match_reference(config):
     """Decode and decode-commit with 2 P blocks per head, buffers of 2 steps (19 entries) and folds of 2 N slices; the
     fold's products from operands split by a mask too (a sweep candidate: in the interpreter its TF32 products are

@@ -31,3 +31,12 @@ def tma_usable(tensor: torch.Tensor) -> bool:
     if tensor.device.type == "cuda":
         return _device_has_tma(tensor.device.index if tensor.device.index is not None else torch.cuda.current_device())
     return tensor.device.type == "cpu"
+
+
+def tile_descriptor(matrix: torch.Tensor, box: list[int]):
+    """A host tensor descriptor of a 2-D view `matrix` read and written in `box`-shaped tiles (the kernels index its
+    rows: a pool [S, ..., R, C] seen as [S ... R, C]). Made at each launch; a CUDA graph keeps the one of its capture
+    (the pools never move)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(matrix, box)

@@ -35,6 +35,7 @@ import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_flush_length, check_pools, check_tokens
 from verify_kernels.precision import add_product
+from verify_kernels.tma import tile_descriptor, tma_usable
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (a step
 # at the mean buffer fill and a fold step, batch 64 and 256) and prints the best; copy its choice here.
@@ -64,6 +65,12 @@ FOLD_PRECISION = "tf32x3"
 # .txt: 309-419 us at batch 256, 2.1-2.9x its bound, against 191 us, 1.30x, per row): off by default.
 ROW_STAGES = 1
 ROW_LANES = 8
+# ROW_TMA: the row loop's h0 tiles through a tensor descriptor of the pool (where the device has TMA,
+# verify_kernels/tma.py), the next rows' tiles in flight in shared memory with no per-element addresses in registers:
+# the GDN fold's flush went from 70% to 79% of copy bandwidth that way on the H200 (2026-12-03, eighth sitting).
+# Written and checked in the interpreter on 2026-12-03 (eighth sitting, no device time left): off until
+# benchmarks/sweep_mamba2.py times it (with row_stages > 1).
+ROW_TMA = False
 
 
 class DecodeConfig(NamedTuple):
@@ -75,6 +82,7 @@ class DecodeConfig(NamedTuple):
     block_n: int = FOLD_BLOCK_N     # N columns per fold slice
     row_stages: int = 1             # > 1: the pipelined row loop (ROW_STAGES' comment), above SMALL_BATCH rows
     row_lanes: int = ROW_LANES      # its programs per (P block, head)
+    row_tma: bool = ROW_TMA         # its h0 tiles through TMA (ROW_TMA's comment)
     fold_precision: str | None = None  # the fold's products (FOLD_PRECISION when None)
 
 
@@ -231,6 +239,7 @@ def mamba2_decode_rows_kernel(
     y, xdt_out, gcum_out,
     flush_length,
     B,                       # rows: not constexpr, the batch changes from step to step
+    state_desc,              # TMA: state_pool as a [S NH P, N] tensor descriptor, [BP, N] boxes (else None)
     NH: tl.constexpr,
     NG: tl.constexpr,
     P: tl.constexpr,
@@ -240,6 +249,7 @@ def mamba2_decode_rows_kernel(
     BL: tl.constexpr,        # >= L: the buffer in one block
     COMMIT: tl.constexpr,
     STAGES: tl.constexpr,    # the row loop's pipeline depth
+    TMA: tl.constexpr,       # h0's tiles through state_desc (DecodeConfig.row_tma)
 ):
     """mamba2_decode_kernel's step path for rows i_l, i_l + LANES, ... of a grid of (P blocks, heads, LANES): y of
     every row (a decode-commit's folding rows get theirs from the ONLY_FOLDS launch after this one, which also
@@ -253,8 +263,13 @@ def mamba2_decode_rows_kernel(
     o_l = tl.arange(0, BL)
     for i_b in tl.range(i_l, B, LANES, num_stages=STAGES):  # (int32 row offsets: B * NH * P is small)
         i_s = tl.load(state_slots + i_b).to(tl.int64)
-        p_h = state_pool + ((tl.maximum(i_s, 0) * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
-        b_h = tl.load(p_h, mask=o_p[:, None] < tl.where(i_s >= 0, P, 0), other=0., eviction_policy="evict_first")
+        if TMA:  # (a row without a state reads slot 0's tile and drops it: the load stays unconditional)
+            b_h = state_desc.load([((tl.maximum(i_s, 0) * NH + i_h) * P + i_p * BP).to(tl.int32), 0])
+            b_h = tl.where(i_s >= 0, b_h, 0.)
+        else:
+            p_h = state_pool + ((tl.maximum(i_s, 0) * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
+            b_h = tl.load(p_h, mask=o_p[:, None] < tl.where(i_s >= 0, P, 0), other=0.,
+                          eviction_policy="evict_first")
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
         b_x, b_dt, b_a, b_k, b_c, b_dx = token_inputs(x, dt, A, Bm, C, D, i_b, i_h, i_g, o_p, o_n, NH, NG, P, N)
@@ -304,10 +319,11 @@ def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xd
         BL = max(16, triton.next_power_of_2(L))
         rows_loop = cfg.row_stages > 1 and B > SMALL_BATCH
         if rows_loop:
+            tma = cfg.row_tma and tma_usable(state_pool)
             mamba2_decode_rows_kernel[(P // BP, NH, min(B, cfg.row_lanes))](
                 x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-                y, xdt, gcum, flush_length, B,
-                NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BL=BL, COMMIT=commit, STAGES=cfg.row_stages,
+                y, xdt, gcum, flush_length, B, tile_descriptor(state_pool.view(-1, N), [BP, N]) if tma else None,
+                NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BL=BL, COMMIT=commit, STAGES=cfg.row_stages, TMA=tma,
                 num_warps=cfg.num_warps, num_stages=1,
             )
         if commit or not rows_loop:  # (after the row loop: the folding rows alone, their y the folded state's)
