@@ -45,7 +45,7 @@ def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, 
             signature[name] = "i32"
         elif name in INDEX:
             signature[name] = "*i64"
-        elif name == "state_desc" and constexprs.get("TMA"):  # the fold's S0 boxes (fold.FOLD_TMA)
+        elif name == "state_desc" and constexprs.get("TMA", True):  # S0's boxes (fold.FOLD_TMA, or no TMA switch)
             signature[name] = f"tensordesc<fp32[{constexprs['K']}, {constexprs['BV']}]>"
         else:
             signature[name] = "*u8" if name == "ancestors" else "*fp32"
@@ -140,6 +140,12 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
                         warps))
+    # the chains' state pass as a pipelined row loop through TMA (verify.STATE_TMA_ROW_LOOP), 4-chains (5 nodes)
+    for stages in (2, 3):
+        block_v, warps = verify.STATE_FMA_CONFIG
+        out.append((f"candidate: verify state pass (4-chain), TMA row loop in {stages} stages",
+                    verify.gdn_verify_state_rows_kernel,
+                    dict(shapes, T=5, BV=block_v, STAGES=stages), warps))
     # the decode's software-pipelined row loop (decode.DECODE_STAGES > 1), its S0 tiles through pointers or TMA
     # (decode.DECODE_ROWS_TMA)
     for stages, tma in ((2, False), (2, True), (3, True)):

@@ -85,6 +85,14 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"trees' tree pass BV {bv}, {warps} warps, "
                                            f"{'a key head' if heads is None else 'a value head'} a program",
                                  {"verify.TREE_CONFIG": (bv, warps), "verify.TREE_DOT_HEADS_PER_PROGRAM": heads}))
+        # the chains' state pass as a pipelined row loop, S0's tiles through TMA (verify.STATE_TMA_ROW_LOOP): stages,
+        # lanes, V columns, warps
+        for stages, lanes, bv, warps in ((2, 8, 64, 2), (3, 8, 64, 2), (4, 8, 64, 2), (3, 16, 64, 2), (3, 8, 64, 4),
+                                         (3, 8, 128, 4), (3, 8, 32, 2)):
+            out.append(Candidate("verify", f"state pass TMA row loop, {stages} stages, {lanes} lanes, BV {bv}, "
+                                           f"{warps} warps",
+                                 {"verify.STATE_TMA_ROW_LOOP": (stages, lanes),
+                                  "verify.STATE_FMA_CONFIG": (bv, warps)}))
         # the trees' state dots: tile and warps
         for bv, warps in ((128, 8), (64, 4), (256, 8)):
             out.append(Candidate("verify", f"16-node state dots BV {bv}, {warps} warps",

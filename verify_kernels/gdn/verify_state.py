@@ -109,3 +109,42 @@ def gdn_verify_state_kernel(
                 tl.store(kS + p_n + t * (HV * V), tl.sum(b_s * b_k[None, :, None], 1), mask=m_g[:, None])
                 tl.store(qS + p_n + t * (HV * V), tl.sum(b_s * b_q[None, :, None], 1), mask=m_g[:, None])
                 b_k, b_q = b_kn, b_qn
+
+
+@triton.jit
+def gdn_verify_state_rows_kernel(
+    q, k,               # [B, T, H, K]
+    num_nodes,          # [B]
+    state_desc,         # state_pool [S, HV, K, V] fp32 as a [S HV K, V] tensor descriptor, [K, BV] boxes
+    state_slots,        # [B]
+    kS, qS,             # [B, T, HV, V] fp32 out, as gdn_verify_state_kernel's
+    B,                  # rows: not constexpr, the batch changes from step to step
+    T: tl.constexpr,    # the step's nodes per row: unrolled, masked past each row's count
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """gdn_verify_state_kernel's FMA path (one value head per program, trees up to FMA_MAX_NODES nodes) for rows i_l,
+    i_l + LANES, ... of a grid of (V blocks, value heads, LANES), the row loop software-pipelined with S0's tiles
+    through TMA (verify.STATE_TMA_ROW_LOOP's comment): the loads unconditional, no inner dynamic loop."""
+    i_v, i_h, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    LANES = tl.num_programs(2)
+    i_hk = i_h // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    for i_b in tl.range(i_l, B, LANES, num_stages=STAGES):  # (int32 row offsets: B * T * HV * V is small)
+        i_s = tl.load(state_slots + i_b).to(tl.int64)
+        nn = tl.where(i_s >= 0, tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T), 0)  # (no state: nothing)
+        b_s = state_desc.load([((tl.maximum(i_s, 0) * HV + i_h) * K).to(tl.int32), i_v * BV])  # [K, BV]
+        for t in tl.static_range(T):
+            p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
+            m_x = o_k < tl.where(t < nn, K, 0)
+            b_kt = tl.load(k + p_xt, mask=m_x, other=0.).to(tl.float32)
+            b_qt = tl.load(q + p_xt, mask=m_x, other=0.).to(tl.float32)
+            p_n = ((i_b * T + t) * HV + i_h) * V + o_v
+            m_n = o_v < tl.where(t < nn, V, 0)
+            tl.store(kS + p_n, tl.sum(b_s * b_kt[:, None], 0), mask=m_n)
+            tl.store(qS + p_n, tl.sum(b_s * b_qt[:, None], 0), mask=m_n)
