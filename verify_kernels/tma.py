@@ -1,7 +1,7 @@
 """Whether a kernel may read its tiles through Hopper's tensor memory accelerator (TMA): Triton's host tensor
-descriptors (triton.tools.tensor_descriptor, Triton >= 3.4) on a GPU of compute capability 9.0 or later, or Triton's
-interpreter on CPU tensors (TRITON_INTERPRET=1, the tests). Elsewhere (an A100, an older Triton) the kernels that
-default to TMA tiles fall back to their pointer loads, so one default serves every machine.
+descriptors (triton.tools.tensor_descriptor, in recent Triton releases) on a GPU of compute capability 9.0 or
+later, or Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, the tests). Elsewhere (an A100, an older Triton)
+the kernels that default to TMA tiles fall back to their pointer loads, so one default serves every machine.
 """
 
 import functools
