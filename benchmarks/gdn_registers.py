@@ -107,7 +107,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries, fold.FOLD_TMA)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
-                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
                          BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA,
                          SPLIT=fold.FOLD_SPLIT_TF32),
                     warps))
@@ -115,7 +115,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                 commit.APPEND_WARPS))
     # the software-pipelined row loops, candidates of benchmarks/sweep_gdn.py, at 2 stages and the settings above
     out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
-                dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
                      BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2, TMA=fold.FOLD_TMA,
                          SPLIT=fold.FOLD_SPLIT_TF32),
                 fold.FOLD_WARPS))
@@ -126,7 +126,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                      (fold.ENTRIES_ACCEPTED, "commit's fold", 4)):
             stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
             out.append((f"candidate: fold: {what}, TMA tiles", fold.gdn_fold_kernel,
-                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=True,
                              SPLIT=fold.FOLD_SPLIT_TF32), warps))
     # the fold's tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32) where it is off, with and without TMA tiles
@@ -137,9 +137,18 @@ def variants() -> list[tuple[str, object, dict, int]]:
             stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
             out.append((f"candidate: fold: {what}, operands split by mask{', TMA tiles' if tma else ''}",
                         fold.gdn_fold_kernel,
-                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
                         warps))
+    # the commits' and the decode's folds in the pipelined row loop with TMA tiles (fold.PIPELINED_COMMITS)
+    if not fold.PIPELINED_COMMITS:
+        for entries, what, new_entries in ((fold.ENTRIES_ACCEPTED, "commit's fold", 5),
+                                           (fold.ENTRIES_TOKEN, "decode's fold", 1)):
+            out.append((f"candidate: fold: {what}, pipelined with TMA tiles", fold.gdn_fold_kernel,
+                        dict(shapes, L=CAPACITY, BV=fold.TMA_FOLD_BLOCK_V, BC=fold.BLOCK_L,
+                             BL=fold.entry_block(CAPACITY), BA=fold.entry_block(new_entries), BB=fold.SCAN_BLOCK,
+                             ENTRIES=entries, APPEND=False, STAGES=fold.FOLD_STAGES, TMA=True,
+                             SPLIT=fold.FOLD_SPLIT_TF32), fold.TMA_FOLD_WARPS))
     # the chains' state pass as a pipelined row loop through TMA (verify.STATE_TMA_ROW_LOOP), 4-chains (5 nodes)
     for stages in (2, 3):
         block_v, warps = verify.STATE_FMA_CONFIG

@@ -52,8 +52,19 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("commit", f"operands split by mask, BV {bv}, {warps} warps, {lanes} lanes",
                                  {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
                                   "fold.LOOPED_FOLD_WARPS": warps, "fold.FOLD_LANES": lanes}))
+        # the folding rows in the pipelined row loop with TMA tiles (fold.PIPELINED_COMMITS): stages, tiles, lanes
+        for stages, bv, warps, lanes in ((3, 64, 8, 4), (2, 64, 8, 4), (3, 32, 4, 4), (3, 64, 8, 16), (4, 32, 4, 8)):
+            out.append(Candidate("commit", f"pipelined commits, {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
+                                 {"fold.PIPELINED_COMMITS": True, "fold.FOLD_STAGES": stages,
+                                  "fold.TMA_FOLD_BLOCK_V": bv, "fold.TMA_FOLD_WARPS": warps,
+                                  "fold.FOLD_LANES": lanes}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
+        for stages, bv, warps, lanes in ((3, 64, 8, 4), (3, 32, 4, 4)):
+            out.append(Candidate("decode", f"pipelined folds, {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
+                                 {"fold.PIPELINED_COMMITS": True, "fold.FOLD_STAGES": stages,
+                                  "fold.TMA_FOLD_BLOCK_V": bv, "fold.TMA_FOLD_WARPS": warps,
+                                  "fold.FOLD_LANES": lanes}))
         out.append(Candidate("decode", "pointer loads in the fold (no TMA)", {"fold.FOLD_TMA": False}))
         out.append(Candidate("decode", "fold operands split by mask, 4 warps",
                              {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_WARPS": 4}))
