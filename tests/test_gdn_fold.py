@@ -23,6 +23,13 @@ def check_fold_paths(d, rows, seed: int) -> None:
     assert check_decode_commit(make_batch(d, rows, seed=seed), 1).all()
 
 
+def large_batch_kernels(monkeypatch) -> None:
+    """Every batch through the large-batch launches (the fold kernel), not the small batches' one-launch commit or
+    decode that fold in their own programs."""
+    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
+    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+
+
 @pytest.mark.parametrize("d", DIMS.values(), ids=DIMS.keys())
 def test_flush(d):
     check_flush(make_batch(d, ROWS, seed=5))
@@ -37,8 +44,7 @@ def test_fold_lanes_and_scan_blocks(monkeypatch, lanes, scan_block, stages):
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     monkeypatch.setattr(fold_module, "FOLD_LANES", lanes)
     monkeypatch.setattr(fold_module, "SCAN_BLOCK", scan_block)
-    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
-    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    large_batch_kernels(monkeypatch)
     check_fold_paths(DIMS["k16-hv2-bf16"], ROWS, seed=11)
 
 
@@ -56,8 +62,7 @@ def test_fold_tile_loads(monkeypatch, stages, one_launch, tma):
     for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 32 columns: boxes
         monkeypatch.setattr(fold_module, setting, 16)                            # at column 0 and 16
     if not one_launch:
-        monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
-        monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+        large_batch_kernels(monkeypatch)
     check_fold_paths(DIMS["k32-hv2"], ROWS[:commit_module.ONE_LAUNCH_MAX_BATCH] if one_launch else ROWS, seed=13)
 
 
@@ -70,8 +75,7 @@ def test_fold_with_operands_split_by_mask(monkeypatch, stages, tma):
     monkeypatch.setattr(fold_module, "FOLD_SPLIT_TF32", True)
     monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
-    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
-    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    large_batch_kernels(monkeypatch)
     check_fold_paths(DIMS["k32-hv2"], ROWS, seed=17)
 
 
@@ -118,6 +122,5 @@ def test_pipelined_commits_through_tma(monkeypatch, stages):
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     monkeypatch.setattr(fold_module, "FOLD_LANES", 2)
     monkeypatch.setattr(fold_module, "TMA_FOLD_BLOCK_V", 16)
-    monkeypatch.setattr(commit_module, "ONE_LAUNCH_MAX_BATCH", 0)
-    monkeypatch.setattr(decode_module, "SMALL_BATCH", 0)
+    large_batch_kernels(monkeypatch)
     check_fold_paths(DIMS["k32-hv2"], ROWS, seed=19)

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from verify_kernels.precision import dot_tf32x3
-from verify_kernels.tma import tma_usable
+from verify_kernels.tma import tile_descriptor, tma_usable
 
 ENTRIES_NONE = 0
 ENTRIES_TOKEN = 1
@@ -381,13 +381,10 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
 
 
 def state_descriptor(state_pool: torch.Tensor, block_v: int):
-    """The state pool [S, HV, K, V] as a [S HV K, V] tensor descriptor of [K, block_v] boxes (FOLD_TMA); made on
-    the host at each launch (a CUDA graph keeps the one of its capture: the pool never moves). Imported here: only
-    FOLD_TMA needs Triton's host descriptors."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
+    """The state pool [S, HV, K, V] as a [S HV K, V] tensor descriptor of [K, block_v] boxes (FOLD_TMA and the TMA
+    row loops; verify_kernels/tma.py)."""
     K, V = state_pool.shape[-2:]
-    return TensorDescriptor.from_tensor(state_pool.view(-1, V), [K, block_v])
+    return tile_descriptor(state_pool.view(-1, V), [K, block_v])
 
 
 def fold_launch(L: int, append: bool, entries: int, tma: bool = False, new_entries: int = 0) -> tuple[int, int, int]:
