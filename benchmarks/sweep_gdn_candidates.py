@@ -79,6 +79,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("decode", f"TMA row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
                                  {"decode.DECODE_ROWS_TMA": True, "decode.DECODE_STAGES": stages,
                                   "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps, "decode.DECODE_LANES": lanes}))
+        # state and buffer programs side by side, then a finishing launch (decode.DECODE_SPLIT_ROLES)
+        for bv, warps in ((64, 4), (32, 4), (64, 2), (32, 2)):
+            out.append(Candidate("decode", f"split roles, BV {bv}, {warps} warps",
+                                 {"decode.DECODE_SPLIT_ROLES": True, "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state

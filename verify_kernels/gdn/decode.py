@@ -52,6 +52,16 @@ DECODE_LANES = 8
 # left): off until `benchmarks.sweep_gdn --ops decode` times it (with DECODE_STAGES > 1).
 DECODE_ROWS_TMA = False
 
+# DECODE_SPLIT_ROLES: above SMALL_BATCH, the decode's two kinds of work in different programs of one launch, so that
+# neither waits on the other: state programs stream S0 and do nothing else (S0^T k and S0^T q of their tile, as the
+# S0-only state pass that read at 3.9-4.0 TB/s), buffer programs do the buffer's latency-bound share (its own pass
+# before: ~54 us at batch 256, run after the state pass), side by side on the SMs; then a small launch finishes o and
+# u from both (4 [B, HV, V] fp32 scratch arrays, ~8 MiB each way at batch 256) and appends the token. Written on
+# 2026-12-04 with no device lent: off until `benchmarks.sweep_gdn --ops decode` times it.
+DECODE_SPLIT_ROLES = False
+SPLIT_FINISH_BLOCK_V = 128
+SPLIT_FINISH_WARPS = 4
+
 MAX_BUFFER = 64
 HEAD_DIMS = (16, 32, 64, 128)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -238,6 +248,98 @@ def gdn_decode_rows_kernel(
                              L)
 
 
+@triton.jit
+def gdn_decode_roles_kernel(
+    q, k, g,                 # [B, H, K], [B, H, K], [B, HV]
+    state_pool,              # [S, HV, K, V] fp32
+    state_slots,             # [B]
+    buf_k, buf_u, buf_gcum,  # [R, L, H, K], [R, L, HV, V], [R, L, HV] fp32
+    buf_len,                 # [R]
+    req_slots,               # [B]
+    kS, qS, kr, qr, G,       # [B, HV, V] x 4, [B, HV] fp32 out: S0's and the buffer's shares of the reads, the G
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    L: tl.constexpr,
+    BV: tl.constexpr,
+    BC: tl.constexpr,
+    BEFORE_LEN: tl.constexpr,
+):
+    """DECODE_SPLIT_ROLES' first launch: a grid of (V blocks, value heads, 2 B); program_id(2) = 2 row + role, role 0
+    S0^T k and S0^T q of the row's [K, BV] tile (nothing for a row without a state: gdn_decode_finish drops it),
+    role 1 the buffer's sum_i e^{G - G_i} (k_i . x) u_i for x = k, q and the token's G."""
+    i_v, i_h, i_z = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, role = i_z // 2, i_z % 2
+    i_hk = i_h // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    p_x = (i_b * HV + i_h) * V + o_v
+    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    if role == 0:
+        i_s = tl.load(state_slots + i_b).to(tl.int64)
+        if i_s >= 0:
+            b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
+                          eviction_policy="evict_first")
+            tl.store(kS + p_x, tl.sum(b_s * b_k[:, None], 0))
+            tl.store(qS + p_x, tl.sum(b_s * b_q[:, None], 0))
+    else:
+        i_r = tl.load(req_slots + i_b).to(tl.int64)
+        b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
+        _, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v,
+                                          H, HV, K, V, L, BC, BEFORE_LEN, False)
+        tl.store(kr + p_x, b_kr)
+        tl.store(qr + p_x, b_qr)
+        tl.store(G + i_b * HV + i_h, b_G, mask=i_v == 0)
+
+
+@triton.jit
+def gdn_decode_finish_kernel(
+    q, k, v, beta,           # [B, H, K], [B, H, K], [B, HV, V], [B, HV]
+    state_slots,             # [B]
+    buf_k, buf_u, buf_gcum,  # the buffer pools (COMMIT: the token's entry appended)
+    buf_len,                 # [R]
+    req_slots,               # [B]
+    kS, qS, kr, qr, G,       # gdn_decode_roles_kernel's outputs
+    o, u, gcum,              # [B, HV, V], [B, HV, V], [B, HV] fp32 out
+    flush_length,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    L: tl.constexpr,
+    BV: tl.constexpr,
+    COMMIT: tl.constexpr,
+):
+    """DECODE_SPLIT_ROLES' second launch, per (V block, value head, row): token_outputs from the two shares, then
+    (COMMIT) the token's entry appended by a row that does not flush (the rows that flush: the fold kernel, next)."""
+    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_hk = i_h // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    p_x = (i_b * HV + i_h) * V + o_v
+    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_v = tl.load(v + p_x).to(tl.float32)
+    b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
+    b_G = tl.load(G + i_b * HV + i_h)
+    # a row without a state has no S0 share (its scratch was never written: selected away, never multiplied by 0)
+    has_state = tl.load(state_slots + i_b) >= 0
+    b_eG = tl.exp(b_G)
+    b_kr = tl.load(kr + p_x) + tl.where(has_state, b_eG * tl.load(kS + p_x), 0.)
+    b_qr = tl.load(qr + p_x) + tl.where(has_state, b_eG * tl.load(qS + p_x), 0.)
+    b_u = b_beta * (b_v - b_kr)
+    tl.store(o + p_x, b_qr + tl.sum(b_q * b_k, 0) * b_u)
+    tl.store(u + p_x, b_u)
+    tl.store(gcum + i_b * HV + i_h, b_G, mask=i_v == 0)
+    if COMMIT:
+        i_r = tl.load(req_slots + i_b).to(tl.int64)
+        n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+        if n + 1 < flush_length:
+            append_token(buf_k, buf_u, buf_gcum, b_k, b_u, b_G, i_r, i_h, i_hk, i_v, n, o_k, o_v, H, HV, K, V, L)
+
+
 def check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int]:
     """H, HV, K, V of q, k [..., H, K] and v [..., HV, V], checked: K, V in HEAD_DIMS, HV % H == 0."""
     H, K = k.shape[-2:]
@@ -303,7 +405,20 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
     shapes = dict(H=H, HV=HV, K=K, V=V, L=L)
     small = B <= SMALL_BATCH
     BV = min(V, SMALL_BLOCK_V if small else BLOCK_V)
-    if not small and DECODE_STAGES > 1:  # the pipelined row loop (DECODE_STAGES' comment)
+    if not small and DECODE_SPLIT_ROLES:  # state and buffer programs side by side, then the finish (its comment)
+        kS, qS, kr, qr = (torch.empty(B, HV, V, **f32) for _ in range(4))
+        G = torch.empty(B, HV, **f32)
+        gdn_decode_roles_kernel[(V // BV, HV, 2 * B)](
+            q, k, g, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, kS, qS, kr, qr, G,
+            **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, num_warps=NUM_WARPS, num_stages=1,
+        )
+        BVF = min(V, SPLIT_FINISH_BLOCK_V)
+        gdn_decode_finish_kernel[(V // BVF, HV, B)](
+            q, k, v, beta, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, kS, qS, kr, qr, G, o, u, gcum,
+            flush_length if commit else 0, **shapes, BV=BVF, COMMIT=commit, num_warps=SPLIT_FINISH_WARPS,
+            num_stages=1,
+        )
+    elif not small and DECODE_STAGES > 1:  # the pipelined row loop (DECODE_STAGES' comment)
         tma = DECODE_ROWS_TMA and tma_usable(state_pool)
         gdn_decode_rows_kernel[(V // BV, HV, min(B, DECODE_LANES))](
             q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
