@@ -68,21 +68,17 @@ def candidates(ops: set[str]) -> list[Candidate]:
         out.append(Candidate("decode", "pointer loads in the fold (no TMA)", {"fold.FOLD_TMA": False}))
         out.append(Candidate("decode", "fold operands split by mask, 4 warps",
                              {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_WARPS": 4}))
-        # the software-pipelined row loop (decode.DECODE_STAGES > 1): stages, V columns, warps, lanes
-        for stages, bv, warps, lanes in ((2, 64, 4, 8), (2, 64, 4, 16)):
-            out.append(Candidate("decode", f"row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
-                                 {"decode.DECODE_STAGES": stages, "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps,
-                                  "decode.DECODE_LANES": lanes}))
-        # ... its S0 tiles through TMA (decode.DECODE_ROWS_TMA, as the fold's flush: 79% of copy bandwidth)
-        for stages, bv, warps, lanes in ((2, 64, 4, 8), (3, 64, 4, 8), (4, 64, 4, 8), (3, 64, 8, 8), (3, 32, 4, 8),
-                                         (3, 64, 4, 16), (3, 128, 8, 8)):
-            out.append(Candidate("decode", f"TMA row loop in {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
-                                 {"decode.DECODE_ROWS_TMA": True, "decode.DECODE_STAGES": stages,
-                                  "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps, "decode.DECODE_LANES": lanes}))
-        # state and buffer programs side by side, then a finishing launch (decode.DECODE_SPLIT_ROLES)
-        for bv, warps in ((64, 4), (32, 4), (64, 2), (32, 2)):
+        # the split roles (decode.DECODE_SPLIT_ROLES, on since 2026-12-04: [K, 64] tiles on 2 warps) around their
+        # winner, and the per-row kernel they replaced
+        out.append(Candidate("decode", "per-row kernel, 4 warps (the defaults before 2026-12-04)",
+                             {"decode.DECODE_SPLIT_ROLES": False, "decode.NUM_WARPS": 4}))
+        for bv, warps in ((64, 1), (128, 2), (128, 4), (32, 1)):
             out.append(Candidate("decode", f"split roles, BV {bv}, {warps} warps",
-                                 {"decode.DECODE_SPLIT_ROLES": True, "decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
+                                 {"decode.BLOCK_V": bv, "decode.NUM_WARPS": warps}))
+        for bv, warps in ((64, 2), (32, 1), (128, 8)):
+            out.append(Candidate("decode", f"split roles' finish, BV {bv}, {warps} warps",
+                                 {"decode.SPLIT_FINISH_BLOCK_V": bv, "decode.SPLIT_FINISH_WARPS": warps}))
+        out.append(Candidate("decode", "split roles, buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state

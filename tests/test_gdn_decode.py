@@ -21,6 +21,7 @@ def decode_path(request, monkeypatch):
     head). All are tested on the same rows (the fold's S0 tiles through tensor descriptors or pointers:
     tests/test_gdn_fold.py)."""
     monkeypatch.setattr(decode_module, "SMALL_BATCH", len(ROWS) if request.param == "fold-in-place" else 0)
+    monkeypatch.setattr(decode_module, "DECODE_SPLIT_ROLES", request.param == "split-roles")
     if request.param.startswith("row-loop"):
         monkeypatch.setattr(decode_module, "DECODE_STAGES", 2)
         monkeypatch.setattr(decode_module, "DECODE_LANES", 2)
@@ -28,7 +29,6 @@ def decode_path(request, monkeypatch):
         monkeypatch.setattr(decode_module, "DECODE_ROWS_TMA", True)
         monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     if request.param == "split-roles":
-        monkeypatch.setattr(decode_module, "DECODE_SPLIT_ROLES", True)
         monkeypatch.setattr(decode_module, "BLOCK_V", 16)
         monkeypatch.setattr(decode_module, "SPLIT_FINISH_BLOCK_V", 8)
     return request.param

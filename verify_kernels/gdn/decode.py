@@ -26,7 +26,7 @@ from verify_kernels.tma import tma_usable
 # Up to SMALL_BATCH rows one launch (the decode's programs fold in place): faster up to batch 16 in the H200 sweep
 # of 2026-12-02.
 BLOCK_V = 64
-NUM_WARPS = 4
+NUM_WARPS = 2  # (the split roles' winner; the per-row kernel's was 4: DECODE_SPLIT_ROLES)
 SMALL_BATCH = 16
 # The buffer's first block loaded before buf_len arrives (16 entries fetched whatever the fill: at the engine's mean
 # fill of 7 of 16, about 200 KiB per row and layer more than the entries, ~8% of the S0 read), or after it (only the
@@ -56,9 +56,12 @@ DECODE_ROWS_TMA = False
 # neither waits on the other: state programs stream S0 and do nothing else (S0^T k and S0^T q of their tile, as the
 # S0-only state pass that read at 3.9-4.0 TB/s), buffer programs do the buffer's latency-bound share (its own pass
 # before: ~54 us at batch 256, run after the state pass), side by side on the SMs; then a small launch finishes o and
-# u from both (4 [B, HV, V] fp32 scratch arrays, ~8 MiB each way at batch 256) and appends the token. Written on
-# 2026-12-04 with no device lent: off until `benchmarks.sweep_gdn --ops decode` times it.
-DECODE_SPLIT_ROLES = False
+# u from both (4 [B, HV, V] fp32 scratch arrays, ~8 MiB each way at batch 256) and appends the token. On the H200
+# (2026-12-04, benchmarks/results/sweeps_h200/sweep_gdn_commit_decode_verify_2026-12-04a.txt; decode + commit
+# amortised over a 16-token flush): [K, 64] tiles on 2 warps (BLOCK_V, NUM_WARPS; 160 registers, 6 programs an SM)
+# 63.1 / 220.7 us at batch 64 / 256 against 72.2 / 239.6 for the per-row kernel in the same run; 4 warps 67.4 /
+# 237.4, 32 columns 67.4-75.4 / 234.4-269.8. The per-row kernel keeps the small batches (SMALL_BLOCK_V, SMALL_WARPS).
+DECODE_SPLIT_ROLES = True
 SPLIT_FINISH_BLOCK_V = 128
 SPLIT_FINISH_WARPS = 4
 
