@@ -95,8 +95,14 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
                          STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS),
                     tree_config[1]))
-    for commit_, here, what in ((False, False, "decode"), (True, False, "decode + commit"),
-                                (True, True, "decode + commit, folding in place (small batches)")):
+    # the decode above SMALL_BATCH: state and buffer programs in one launch, then the finish (decode.DECODE_SPLIT_ROLES)
+    out.append(("decode: state / buffer programs", decode.gdn_decode_roles_kernel,
+                dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L,
+                     BEFORE_LEN=decode.SPLIT_BUFFER_BEFORE_LEN), decode.NUM_WARPS))
+    out.append(("decode + commit: finish", decode.gdn_decode_finish_kernel,
+                dict(shapes, L=CAPACITY, BV=decode.SPLIT_FINISH_BLOCK_V, COMMIT=True), decode.SPLIT_FINISH_WARPS))
+    for commit_, here, what in ((False, False, "decode, per row"), (True, True, "decode + commit, per row, folding "
+                                                                               "in place (small batches)")):
         block_v = decode.SMALL_BLOCK_V if here else decode.BLOCK_V
         out.append((what, decode.gdn_decode_kernel,
                     dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN,
@@ -162,14 +168,6 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     decode.gdn_decode_rows_kernel,
                     dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=stages, TMA=tma),
                     decode.NUM_WARPS))
-    # the decode's state and buffer programs side by side, then the finish (decode.DECODE_SPLIT_ROLES)
-    if not decode.DECODE_SPLIT_ROLES:
-        out.append(("candidate: decode, split roles (state / buffer programs)", decode.gdn_decode_roles_kernel,
-                    dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, BEFORE_LEN=decode.BUFFER_BEFORE_LEN),
-                    decode.NUM_WARPS))
-        out.append(("candidate: decode + commit, split roles' finish", decode.gdn_decode_finish_kernel,
-                    dict(shapes, L=CAPACITY, BV=decode.SPLIT_FINISH_BLOCK_V, COMMIT=True),
-                    decode.SPLIT_FINISH_WARPS))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H

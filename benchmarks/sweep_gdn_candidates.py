@@ -78,7 +78,8 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((64, 2), (32, 1), (128, 8)):
             out.append(Candidate("decode", f"split roles' finish, BV {bv}, {warps} warps",
                                  {"decode.SPLIT_FINISH_BLOCK_V": bv, "decode.SPLIT_FINISH_WARPS": warps}))
-        out.append(Candidate("decode", "split roles, buffer loaded after buf_len", {"decode.BUFFER_BEFORE_LEN": False}))
+        out.append(Candidate("decode", "split roles, buffer loaded before buf_len",
+                             {"decode.SPLIT_BUFFER_BEFORE_LEN": True}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state

@@ -61,7 +61,11 @@ DECODE_ROWS_TMA = False
 # amortised over a 16-token flush): [K, 64] tiles on 2 warps (BLOCK_V, NUM_WARPS; 160 registers, 6 programs an SM)
 # 63.1 / 220.7 us at batch 64 / 256 against 72.2 / 239.6 for the per-row kernel in the same run; 4 warps 67.4 /
 # 237.4, 32 columns 67.4-75.4 / 234.4-269.8. The per-row kernel keeps the small batches (SMALL_BLOCK_V, SMALL_WARPS).
+# The buffer programs fetch only the entries before buf_len (SPLIT_BUFFER_BEFORE_LEN False: no S0 load of their own
+# to hide the round trip under, and no bytes past the fill): 60.4 / 211.9 us against 63.2 / 220.9 (H200, 2026-12-04,
+# sweeps_h200/sweep_gdn_decode_2026-12-04b.txt); the finish's tile and warps there made no difference.
 DECODE_SPLIT_ROLES = True
+SPLIT_BUFFER_BEFORE_LEN = False
 SPLIT_FINISH_BLOCK_V = 128
 SPLIT_FINISH_WARPS = 4
 
@@ -413,7 +417,7 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
         G = torch.empty(B, HV, **f32)
         gdn_decode_roles_kernel[(V // BV, HV, 2 * B)](
             q, k, g, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, kS, qS, kr, qr, G,
-            **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=BUFFER_BEFORE_LEN, num_warps=NUM_WARPS, num_stages=1,
+            **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=SPLIT_BUFFER_BEFORE_LEN, num_warps=NUM_WARPS, num_stages=1,
         )
         BVF = min(V, SPLIT_FINISH_BLOCK_V)
         gdn_decode_finish_kernel[(V // BVF, HV, B)](
