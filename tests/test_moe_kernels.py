@@ -206,7 +206,7 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("tokens", [1, 16, 256, 1280])
+@pytest.mark.parametrize("tokens", [1, 16, 256, 1280, 2048])
 @pytest.mark.parametrize("model", MODELS.values(), ids=MODELS.keys())
 def test_model_sizes_match_reference_and_repeat_bitwise(model, tokens):
     """bf16 at the models' expert sizes, every launch-parameter regime; a second call gives the same bits."""
