@@ -53,9 +53,15 @@ def experts_inputs(tokens, experts, k, dim, inner, gated, how, dtype, seed=0, de
 def check_experts(args, activation, gated, config=None):
     out = moe_experts(*args, activation, gated, config)
     assert out.dtype == args[4].dtype and not out.isnan().any()
-    ref = moe_experts_ref(*args, activation, gated)
+    ref = moe_experts_ref(*args, activation, gated).float()
+    # an element's error scales with its row's terms, not its own value: the k experts' outputs, each rounded to x's
+    # dtype, may cancel to a small sum (H200, Nemotron-3-Nano sizes, 256 tokens: 0.023 off at 0.118 in a row of mean
+    # |value| 1.42, under 1.5 bf16 steps of its ~4-sized terms), so the bound is tol (|ref| + the row's mean |ref|)
     tol = TOL[args[0].dtype]
-    torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
+    bound = tol * (ref.abs() + ref.abs().mean(dim=-1, keepdim=True))
+    error = (out.float() - ref).abs()
+    worst = (error / bound).max().item()
+    assert worst <= 1.0, f"{(error > bound).sum().item()} elements past tol (|ref| + row mean |ref|): {worst:.2f}x"
 
 
 EXPERT_CASES = {
