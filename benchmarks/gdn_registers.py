@@ -2,12 +2,13 @@
 
     python -m benchmarks.gdn_registers
 
-Compiles each kernel at the launch settings in verify_kernels/gdn, and the row-loop candidates of
-benchmarks/sweep_gdn.py at 2 stages (Qwen3.5-9B shapes, the engine's 16-entry buffer, fp32 inputs), with the installed
-Triton, specialised as a launch would be (16-byte aligned pointers), and reads the cubin's resource use with the
-cuobjdump shipped in Triton's wheel (and the PTX's cp.async count, shared memory from the compiler). Registers bound
-how many programs an SM holds, so the bytes in flight of a memory-bound kernel; spilled bytes (STACK) are
-local-memory traffic. Figures in the kernels' comments come from here (Triton 3.6 or 3.9, as each says).
+Compiles each kernel at the launch settings in verify_kernels/gdn, and candidates of benchmarks/sweep_gdn.py (the
+flush's row loop at 2 stages, the switches that are off; Qwen3.5-9B shapes, the engine's 16-entry buffer, fp32
+inputs), with the installed Triton, specialised as a launch would be (16-byte aligned pointers), and reads the
+cubin's resource use with the cuobjdump shipped in Triton's wheel (and the PTX's cp.async count, shared memory from
+the compiler). Registers bound how many programs an SM holds, so the bytes in flight of a memory-bound kernel;
+spilled bytes (STACK) are local-memory traffic. Figures in the kernels' comments come from here (Triton 3.6 or 3.9,
+as each says).
 """
 
 from __future__ import annotations
@@ -113,15 +114,15 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries, fold.FOLD_TMA)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
-                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
+                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                          BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA,
                          SPLIT=fold.FOLD_SPLIT_TF32),
                     warps))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
-    # the software-pipelined row loops, candidates of benchmarks/sweep_gdn.py, at 2 stages and the settings above
+    # the flush's software-pipelined row loop at 2 stages on FOLD_BLOCK_V columns and FOLD_WARPS (a sweep candidate)
     out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
-                dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
+                dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                      BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2, TMA=fold.FOLD_TMA,
                          SPLIT=fold.FOLD_SPLIT_TF32),
                 fold.FOLD_WARPS))
@@ -132,7 +133,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                      (fold.ENTRIES_ACCEPTED, "commit's fold", 4)):
             stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
             out.append((f"candidate: fold: {what}, TMA tiles", fold.gdn_fold_kernel,
-                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
+                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=True,
                              SPLIT=fold.FOLD_SPLIT_TF32), warps))
     # the fold's tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32) where it is off, with and without TMA tiles
@@ -143,31 +144,9 @@ def variants() -> list[tuple[str, object, dict, int]]:
             stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
             out.append((f"candidate: fold: {what}, operands split by mask{', TMA tiles' if tma else ''}",
                         fold.gdn_fold_kernel,
-                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BA=16,
+                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
                         warps))
-    # the commits' and the decode's folds in the pipelined row loop with TMA tiles (fold.PIPELINED_COMMITS)
-    if not fold.PIPELINED_COMMITS:
-        for entries, what, new_entries in ((fold.ENTRIES_ACCEPTED, "commit's fold", 5),
-                                           (fold.ENTRIES_TOKEN, "decode's fold", 1)):
-            out.append((f"candidate: fold: {what}, pipelined with TMA tiles", fold.gdn_fold_kernel,
-                        dict(shapes, L=CAPACITY, BV=fold.TMA_FOLD_BLOCK_V, BC=fold.BLOCK_L,
-                             BL=fold.entry_block(CAPACITY), BA=fold.entry_block(new_entries), BB=fold.SCAN_BLOCK,
-                             ENTRIES=entries, APPEND=False, STAGES=fold.FOLD_STAGES, TMA=True,
-                             SPLIT=fold.FOLD_SPLIT_TF32), fold.TMA_FOLD_WARPS))
-    # the chains' state pass as a pipelined row loop through TMA (verify.STATE_TMA_ROW_LOOP), 4-chains (5 nodes)
-    for stages in (2, 3):
-        block_v, warps = verify.STATE_FMA_CONFIG
-        out.append((f"candidate: verify state pass (4-chain), TMA row loop in {stages} stages",
-                    verify.gdn_verify_state_rows_kernel,
-                    dict(shapes, T=5, BV=block_v, STAGES=stages), warps))
-    # the decode's software-pipelined row loop (decode.DECODE_STAGES > 1), its S0 tiles through pointers or TMA
-    # (decode.DECODE_ROWS_TMA)
-    for stages, tma in ((2, False), (2, True), (3, True)):
-        out.append((f"candidate: decode + commit, row loop in {stages} stages{', TMA tiles' if tma else ''}",
-                    decode.gdn_decode_rows_kernel,
-                    dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BC=fold.BLOCK_L, COMMIT=True, STAGES=stages, TMA=tma),
-                    decode.NUM_WARPS))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H

@@ -52,19 +52,8 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("commit", f"operands split by mask, BV {bv}, {warps} warps, {lanes} lanes",
                                  {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
                                   "fold.LOOPED_FOLD_WARPS": warps, "fold.FOLD_LANES": lanes}))
-        # the folding rows in the pipelined row loop with TMA tiles (fold.PIPELINED_COMMITS): stages, tiles, lanes
-        for stages, bv, warps, lanes in ((3, 64, 8, 4), (2, 64, 8, 4), (3, 32, 4, 4), (3, 64, 8, 16), (4, 32, 4, 8)):
-            out.append(Candidate("commit", f"pipelined commits, {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
-                                 {"fold.PIPELINED_COMMITS": True, "fold.FOLD_STAGES": stages,
-                                  "fold.TMA_FOLD_BLOCK_V": bv, "fold.TMA_FOLD_WARPS": warps,
-                                  "fold.FOLD_LANES": lanes}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
-        for stages, bv, warps, lanes in ((3, 64, 8, 4), (3, 32, 4, 4)):
-            out.append(Candidate("decode", f"pipelined folds, {stages} stages, BV {bv}, {warps} warps, {lanes} lanes",
-                                 {"fold.PIPELINED_COMMITS": True, "fold.FOLD_STAGES": stages,
-                                  "fold.TMA_FOLD_BLOCK_V": bv, "fold.TMA_FOLD_WARPS": warps,
-                                  "fold.FOLD_LANES": lanes}))
         out.append(Candidate("decode", "pointer loads in the fold (no TMA)", {"fold.FOLD_TMA": False}))
         out.append(Candidate("decode", "fold operands split by mask, 4 warps",
                              {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_WARPS": 4}))
@@ -97,14 +86,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"trees' tree pass BV {bv}, {warps} warps, "
                                            f"{'a key head' if heads is None else 'a value head'} a program",
                                  {"verify.TREE_CONFIG": (bv, warps), "verify.TREE_DOT_HEADS_PER_PROGRAM": heads}))
-        # the chains' state pass as a pipelined row loop, S0's tiles through TMA (verify.STATE_TMA_ROW_LOOP): stages,
-        # lanes, V columns, warps
-        for stages, lanes, bv, warps in ((2, 8, 64, 2), (3, 8, 64, 2), (4, 8, 64, 2), (3, 16, 64, 2), (3, 8, 64, 4),
-                                         (3, 8, 128, 4), (3, 8, 32, 2)):
-            out.append(Candidate("verify", f"state pass TMA row loop, {stages} stages, {lanes} lanes, BV {bv}, "
-                                           f"{warps} warps",
-                                 {"verify.STATE_TMA_ROW_LOOP": (stages, lanes),
-                                  "verify.STATE_FMA_CONFIG": (bv, warps)}))
         # the trees' state dots: tile and warps
         for bv, warps in ((128, 8), (64, 4), (256, 8)):
             out.append(Candidate("verify", f"16-node state dots BV {bv}, {warps} warps",

@@ -50,20 +50,11 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
 
 
 def decode_candidates() -> dict[str, DecodeConfig]:
-    """P rows and warps per program, and the fold's N slice; the software-pipelined row loop (stages, lanes)."""
+    """P rows and warps per program, and the fold's N slice and products."""
     candidates = {f"bp{bp} w{w}": DecodeConfig(bp, 16, w) for bp in (16, 32, 64) for w in (2, 4, 8)}
     candidates["bp64 w4 fold-bn64"] = DecodeConfig(64, 16, 4, block_n=64)
     candidates |= {f"bp64 w4 fold-bn{bn} split": DecodeConfig(64, 16, 4, block_n=bn, fold_precision="tf32x3-split")
                    for bn in (32, 64)}
-    candidates |= {f"row loop bp{bp} w{w} {stages} stages {lanes} lanes": DecodeConfig(bp, 16, w, row_stages=stages,
-                                                                                         row_lanes=lanes)
-                   for bp, w, stages, lanes in ((64, 4, 2, 8), (64, 4, 3, 8), (32, 4, 2, 8), (64, 8, 2, 8),
-                                                (64, 4, 2, 16))}
-    # ... its h0 tiles through TMA (DecodeConfig.row_tma: the GDN flush's 70% -> 79% of copy bandwidth that way)
-    candidates |= {f"TMA row loop bp{bp} w{w} {stages} stages {lanes} lanes": DecodeConfig(
-                       bp, 16, w, row_stages=stages, row_lanes=lanes, row_tma=True)
-                   for bp, w, stages, lanes in ((64, 4, 2, 8), (64, 4, 3, 8), (64, 4, 4, 8), (32, 4, 3, 8),
-                                                (64, 8, 3, 8), (64, 4, 3, 16))}
     return candidates
 
 

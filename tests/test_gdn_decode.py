@@ -11,23 +11,14 @@ from verify_kernels.gdn import decode as decode_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["fold-kernel", "fold-in-place", "row-loop", "row-loop-tma", "split-roles"])
+@pytest.fixture(params=["fold-kernel", "fold-in-place", "split-roles"])
 def decode_path(request, monkeypatch):
     """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs;
-    or the rows decode in the software-pipelined row loop (DECODE_STAGES > 1, two lanes for five rows: each lane
-    decodes several), its S0 tiles through pointers or a tensor descriptor (DECODE_ROWS_TMA, at 16 columns a program
-    so that 32-column heads take two boxes), and fold in the fold kernel; or state and buffer programs side by side
-    and a finishing launch (DECODE_SPLIT_ROLES, at 16 columns a program and 8 in the finish: several blocks per
-    head). All are tested on the same rows (the fold's S0 tiles through tensor descriptors or pointers:
-    tests/test_gdn_fold.py)."""
+    or state and buffer programs side by side and a finishing launch (DECODE_SPLIT_ROLES, at 16 columns a program and
+    8 in the finish: several blocks per head). All are tested on the same rows (the fold's S0 tiles through tensor
+    descriptors or pointers: tests/test_gdn_fold.py)."""
     monkeypatch.setattr(decode_module, "SMALL_BATCH", len(ROWS) if request.param == "fold-in-place" else 0)
     monkeypatch.setattr(decode_module, "DECODE_SPLIT_ROLES", request.param == "split-roles")
-    if request.param.startswith("row-loop"):
-        monkeypatch.setattr(decode_module, "DECODE_STAGES", 2)
-        monkeypatch.setattr(decode_module, "DECODE_LANES", 2)
-    if request.param == "row-loop-tma":
-        monkeypatch.setattr(decode_module, "DECODE_ROWS_TMA", True)
-        monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     if request.param == "split-roles":
         monkeypatch.setattr(decode_module, "BLOCK_V", 16)
         monkeypatch.setattr(decode_module, "SPLIT_FINISH_BLOCK_V", 8)

@@ -94,33 +94,4 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     # with S0 through TMA the flush's own tile; the looped row keeps its own
     tma_pipelined = (f.FOLD_STAGES, f.TMA_FOLD_WARPS, f.TMA_FOLD_BLOCK_V)
     assert f.fold_launch(16, False, f.ENTRIES_NONE, tma=True) == tma_pipelined
-    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True, new_entries=5) == looped
-
-
-def test_fold_launch_pipelines_commits_only_with_tma_and_short_blocks(monkeypatch):
-    """PIPELINED_COMMITS: the commits' and the decode's folds in the pipelined row loop where S0 goes through TMA and
-    both the buffer and the new entries fit one block; never the one-launch commit (which appends too)."""
-    f = fold_module
-    monkeypatch.setattr(f, "PIPELINED_COMMITS", True)
-    looped, tma_pipelined = (1, f.LOOPED_FOLD_WARPS, f.LOOPED_FOLD_BLOCK_V), (f.FOLD_STAGES, f.TMA_FOLD_WARPS,
-                                                                             f.TMA_FOLD_BLOCK_V)
-    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True, new_entries=5) == tma_pipelined
-    assert f.fold_launch(16, False, f.ENTRIES_TOKEN, tma=True, new_entries=1) == tma_pipelined
-    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=False, new_entries=5) == looped
-    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True, new_entries=33) == looped
-    assert f.fold_launch(16, True, f.ENTRIES_ACCEPTED, tma=True, new_entries=5) == looped
-
-
-@pytest.mark.parametrize("stages", [2, 3])
-def test_pipelined_commits_through_tma(monkeypatch, stages):
-    """PIPELINED_COMMITS (a sweep candidate): the commit's folding rows (the buffer and the accepted nodes of a tree
-    in one block each) and the decode + commit's (the token) in the pipelined row loop with TMA tiles, two lanes so
-    that each folds several rows, 16 columns a program (32-column heads in two boxes): every fold path against its
-    reference."""
-    monkeypatch.setattr(fold_module, "PIPELINED_COMMITS", True)
-    monkeypatch.setattr(fold_module, "FOLD_TMA", True)
-    monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
-    monkeypatch.setattr(fold_module, "FOLD_LANES", 2)
-    monkeypatch.setattr(fold_module, "TMA_FOLD_BLOCK_V", 16)
-    large_batch_kernels(monkeypatch)
-    check_fold_paths(DIMS["k32-hv2"], ROWS, seed=19)
+    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True) == looped

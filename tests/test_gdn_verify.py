@@ -104,16 +104,3 @@ def test_fused_kernel_products_precision(monkeypatch, T, shape, num_nodes, split
     monkeypatch.setattr(verify_module, "FUSED_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS))
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
-
-
-@pytest.mark.parametrize(("dims", "T", "shape", "num_nodes"),
-                         [("k32-hv2", 5, "chain", [5, 4, 0, 1, 5]), ("k16-hv1", 3, "flat", [3, 2, 3, 0, 1])],
-                         ids=["k32-hv2-T5-chain", "k16-hv1-T3-flat"])
-def test_state_pass_row_loop_through_tma(monkeypatch, dims, T, shape, num_nodes):
-    """STATE_TMA_ROW_LOOP (a sweep candidate): the FMA state pass as a pipelined row loop, two lanes for five rows,
-    S0's tiles through a tensor descriptor at 16 columns a program (32-column heads in two boxes), rows without a
-    state and with no nodes among them."""
-    monkeypatch.setattr(verify_module, "STATE_TMA_ROW_LOOP", (2, 2))
-    monkeypatch.setattr(verify_module, "STATE_FMA_CONFIG", (16, 2))
-    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
-    check_verify(make_batch(DIMS[dims], ROWS, seed=T + 7, T=T, num_nodes=num_nodes, shape=shape))

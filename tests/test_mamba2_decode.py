@@ -25,7 +25,7 @@ from tests.mamba2_checks import (
     tokens,
 )
 from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_decode, mamba2_decode_commit, mamba2_decode_ref
-from verify_kernels.mamba2.decode import decode_config, mamba2_decode_fwd
+from verify_kernels.mamba2.decode import mamba2_decode_fwd
 
 # every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("nan_empty")
@@ -49,18 +49,14 @@ def test_decode_matches_reference_and_writes_nothing(heads):
 FLUSH_LENGTHS = {"fold-and-append": 6, "every-row-folds": 1, "only-the-full-buffer-folds": L}
 
 
-@pytest.mark.parametrize("row_loop", [None, "pointers", "tma"], ids=["per-row", "row-loop", "row-loop-tma"])
 @pytest.mark.parametrize("flush_length", FLUSH_LENGTHS.values(), ids=FLUSH_LENGTHS.keys())
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
-def test_decode_commit_matches_decode_then_commit(heads, flush_length, row_loop):
+def test_decode_commit_matches_decode_then_commit(heads, flush_length):
     gen = torch.Generator().manual_seed(1)
     A, D = layer(gen, heads)
     pools = kv_pools(gen, heads, ROWS)
     x, dt, Bm, C = tokens(gen, heads, len(ROWS))
-    config = None if row_loop is None else decode_config(len(ROWS), heads.P)._replace(
-        row_stages=2, row_lanes=2, row_tma=row_loop == "tma")
-    (y, flushed, ours), (y_ref, flushed_ref, ref) = decode_commit_both(pools, x, dt, A, Bm, C, D, flush_length,
-                                                                       config)
+    (y, flushed, ours), (y_ref, flushed_ref, ref) = decode_commit_both(pools, x, dt, A, Bm, C, D, flush_length)
     assert_close(y, y_ref)
     assert flushed.tolist() == flushed_ref.tolist()
     assert_pools_match(ours, ref)
@@ -92,13 +88,10 @@ def test_decode_commit_steps_track_the_reference():
         assert_pools_match(ours, ref)
 
 
-# the software-pipelined row loop (decode.ROW_STAGES' comment): two lanes for five rows, each lane takes several
-ROW_LOOP = SMALL_DECODE._replace(row_stages=2, row_lanes=2)
 SPLIT_FOLD = SMALL_DECODE._replace(fold_precision="tf32x3-split")
 
 
-@pytest.mark.parametrize("config", [SMALL_DECODE, ROW_LOOP, ROW_LOOP._replace(row_tma=True), SPLIT_FOLD],
-                         ids=["per-row", "row-loop", "row-loop-tma", "split-fold"])
+@pytest.mark.parametrize("config", [SMALL_DECODE, SPLIT_FOLD], ids=["per-row", "split-fold"])
 def test_decode_blocks_that_split_the_heads_match_reference(config):
     """Decode and decode-commit with 2 P blocks per head, buffers of 2 steps (19 entries) and folds of 2 N slices; the
     fold's products from operands split by a mask too (a sweep candidate: in the interpreter its TF32 products are

@@ -17,8 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd, state_descriptor
-from verify_kernels.tma import tma_usable
+from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
@@ -34,24 +33,6 @@ SMALL_BATCH = 16
 BUFFER_BEFORE_LEN = True
 SMALL_BLOCK_V = 32
 SMALL_WARPS = 4
-# Above SMALL_BATCH, DECODE_STAGES > 1 runs the rows in a software-pipelined loop instead: a grid of (V blocks,
-# value heads, DECODE_LANES) programs, each decoding every DECODE_LANES-th row, whose loop body holds no inner loop
-# (the buffer in one block of entry_block(L) entries) so that Triton's pipeliner copies the next rows' S0 tiles and
-# entries into shared memory (cp.async) while this row computes: bytes in flight that do not sit in registers
-# (ncu, 2026-12-03: the per-row grid is register-bound at 143 registers, 3 programs per SM, its warps waiting on the
-# S0 load, 3.0 TB/s at batch 256). On the H200 (benchmarks/results/sweeps_h200/sweep_gdn_rowloops_2026-12-03.txt):
-# 2 stages, BV 64, 4 warps 69-70 / 237-238 us at batch 64 / 256 against 72 / 240 per row, within the run's noise;
-# 3 stages or BV 32 slower: the default stays the per-row grid.
-DECODE_STAGES = 1
-DECODE_LANES = 8
-# DECODE_ROWS_TMA: the pipelined row loop's S0 tiles through a tensor descriptor of the pool (where the device has
-# TMA, verify_kernels/tma.py), as the fold's flush reads them: the pipeliner keeps the next rows' tiles in flight in
-# shared memory with no per-element addresses in registers. The fold's flush went from 70% to 79% of copy bandwidth
-# that way on the H200 (2026-12-03, eighth sitting), where the per-row decode's own TMA tile (one row a program,
-# nothing to overlap) lost. Written and checked in the interpreter on 2026-12-03 (eighth sitting, no device time
-# left): off until `benchmarks.sweep_gdn --ops decode` times it (with DECODE_STAGES > 1).
-DECODE_ROWS_TMA = False
-
 # DECODE_SPLIT_ROLES: above SMALL_BATCH, the decode's two kinds of work in different programs of one launch, so that
 # neither waits on the other: state programs stream S0 and do nothing else (S0^T k and S0^T q of their tile, as the
 # S0-only state pass that read at 3.9-4.0 TB/s), buffer programs do the buffer's latency-bound share (its own pass
@@ -78,11 +59,10 @@ INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 @triton.jit
 def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H: tl.constexpr,
                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BC: tl.constexpr,
-                 BEFORE_LEN: tl.constexpr, ONE_BLOCK: tl.constexpr):
+                 BEFORE_LEN: tl.constexpr):
     """Buffer row i_r's share of reading the committed state at a new token with key b_k, query b_q [K] and log
     decay b_g: returns the row's n = buf_len, the token's G (the last entry's G, 0 for an empty buffer, plus g) and
-    sum_i e^{G - G_i} (k_i . x) u_i over columns o_v for x = k, q ([BV] each), never reading past n. ONE_BLOCK (BC >=
-    L): the entries in one block, no loop (the body of the pipelined row loop)."""
+    sum_i e^{G - G_i} (k_i . x) u_i over columns o_v for x = k, q ([BV] each), never reading past n."""
     o_c = tl.arange(0, BC)
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     # BEFORE_LEN: the first block is loaded in the bounds of the row without waiting for n (the entries past n are
@@ -92,9 +72,8 @@ def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q,
     b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_in[:, None], other=0.)
     b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_in, other=0.)
     b_G = b_g + tl.sum(tl.where(o_c == n - 1, b_bg, 0.), 0)
-    if not ONE_BLOCK:
-        if n > BC:
-            b_G = b_g + tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
+    if n > BC:
+        b_G = b_g + tl.load(buf_gcum + (i_r * L + n - 1) * HV + i_h)
     m_c = o_c < n
     # stale entries may hold anything, NaN included: select them away, never multiply them by 0
     b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))                            # [BC], e^{G - G_i} <= 1
@@ -103,18 +82,15 @@ def buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q,
     b_wq = tl.where(m_c, tl.sum(b_bk * b_q[None, :], 1) * b_decay, 0.)
     b_kr = tl.sum(b_wk[:, None] * b_bu, 0)
     b_qr = tl.sum(b_wq[:, None] * b_bu, 0)
-    if not ONE_BLOCK:
-        for i_c in range(BC, n, BC):
-            o_c = i_c + tl.arange(0, BC)
-            m_c = o_c < n
-            b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
-                           other=0.)
-            b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
-                           other=0.)
-            b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
-            b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
-            b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
-            b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+    for i_c in range(BC, n, BC):
+        o_c = i_c + tl.arange(0, BC)
+        m_c = o_c < n
+        b_bk = tl.load(buf_k + ((i_r * L + o_c[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None], other=0.)
+        b_bu = tl.load(buf_u + ((i_r * L + o_c[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None], other=0.)
+        b_bg = tl.load(buf_gcum + (i_r * L + o_c) * HV + i_h, mask=m_c, other=0.)
+        b_decay = tl.exp(tl.where(m_c, b_G - b_bg, float("-inf")))
+        b_kr += tl.sum((tl.sum(b_bk * b_k[None, :], 1) * b_decay)[:, None] * b_bu, 0)
+        b_qr += tl.sum((tl.sum(b_bk * b_q[None, :], 1) * b_decay)[:, None] * b_bu, 0)
     return n, b_G, b_kr, b_qr
 
 
@@ -190,7 +166,7 @@ def gdn_decode_kernel(
         b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
                       eviction_policy="evict_first")
     n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v, H,
-                                      HV, K, V, L, BC, BEFORE_LEN, False)
+                                      HV, K, V, L, BC, BEFORE_LEN)
     b_eG, b_u = token_outputs(o, u, gcum, b_s, b_q, b_k, b_v, b_beta, b_G, b_kr, b_qr, p_x, i_b, i_h, i_v, HV)
     if COMMIT:
         if n + 1 < flush_length:
@@ -202,57 +178,6 @@ def gdn_decode_kernel(
                 b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC,
                                   False)
                 tl.store(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :], b_s)
-
-
-@triton.jit
-def gdn_decode_rows_kernel(
-    q, k, v, g, beta,        # as gdn_decode_kernel's
-    state_pool,
-    state_slots,
-    buf_k, buf_u, buf_gcum,
-    buf_len,
-    req_slots,
-    o, u, gcum,
-    flush_length,
-    B,                       # rows: not constexpr, the batch changes from step to step
-    state_desc,              # TMA: state_pool as a [S HV K, V] tensor descriptor, [K, BV] boxes (else None)
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    L: tl.constexpr,
-    BV: tl.constexpr,
-    BC: tl.constexpr,        # >= L: the buffer in one block
-    COMMIT: tl.constexpr,
-    STAGES: tl.constexpr,    # the row loop's pipeline depth
-    TMA: tl.constexpr,       # S0's tiles through state_desc (DECODE_ROWS_TMA)
-):
-    """gdn_decode_kernel's work (its folds left to the fold kernel) for rows i_p, i_p + P, ... of a grid of (V
-    blocks, value heads, P lanes), the row loop software-pipelined: loads are unconditional (masked: a row without a
-    state reads its S0 tile as zeros), no inner loop."""
-    i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    P = tl.num_programs(2)
-    i_hk = i_h // (HV // H)
-    o_k = tl.arange(0, K)
-    o_v = i_v * BV + tl.arange(0, BV)
-    for i_b in tl.range(i_p, B, P, num_stages=STAGES):  # (int32 row offsets: B * HV * V is small; slots int64)
-        i_r = tl.load(req_slots + i_b).to(tl.int64)
-        i_s = tl.load(state_slots + i_b).to(tl.int64)
-        p_x, b_q, b_k, b_v, b_g, b_beta = token_inputs(q, k, v, g, beta, i_b, i_h, i_hk, o_k, o_v, H, HV, K, V)
-        if TMA:  # (a row without a state reads slot 0's tile and drops it: the load stays unconditional)
-            b_s = state_desc.load([((tl.maximum(i_s, 0) * HV + i_h) * K).to(tl.int32), i_v * BV])
-            b_s = tl.where(i_s >= 0, b_s, 0.)
-        else:
-            p_s = state_pool + ((tl.maximum(i_s, 0) * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :]
-            b_s = tl.load(p_s, mask=o_k[:, None] < tl.where(i_s >= 0, K, 0), other=0.,
-                          eviction_policy="evict_first")
-        n, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v,
-                                          H, HV, K, V, L, BC, True, True)
-        _, b_u = token_outputs(o, u, gcum, b_s, b_q, b_k, b_v, b_beta, b_G, b_kr, b_qr, p_x, i_b, i_h, i_v, HV)
-        if COMMIT:
-            if n + 1 < flush_length:  # (the rows that flush: the fold kernel, launched next)
-                append_token(buf_k, buf_u, buf_gcum, b_k, b_u, b_G, i_r, i_h, i_hk, i_v, n, o_k, o_v, H, HV, K, V,
-                             L)
 
 
 @triton.jit
@@ -295,7 +220,7 @@ def gdn_decode_roles_kernel(
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
         _, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v,
-                                          H, HV, K, V, L, BC, BEFORE_LEN, False)
+                                          H, HV, K, V, L, BC, BEFORE_LEN)
         tl.store(kr + p_x, b_kr)
         tl.store(qr + p_x, b_qr)
         tl.store(G + i_b * HV + i_h, b_G, mask=i_v == 0)
@@ -424,14 +349,6 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
             q, k, v, beta, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, kS, qS, kr, qr, G, o, u, gcum,
             flush_length if commit else 0, **shapes, BV=BVF, COMMIT=commit, num_warps=SPLIT_FINISH_WARPS,
             num_stages=1,
-        )
-    elif not small and DECODE_STAGES > 1:  # the pipelined row loop (DECODE_STAGES' comment)
-        tma = DECODE_ROWS_TMA and tma_usable(state_pool)
-        gdn_decode_rows_kernel[(V // BV, HV, min(B, DECODE_LANES))](
-            q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-            flush_length if commit else 0, B, state_descriptor(state_pool, BV) if tma else None,
-            **shapes, BV=BV, BC=max(BLOCK_L, triton.next_power_of_2(L)), COMMIT=commit, STAGES=DECODE_STAGES,
-            TMA=tma, num_warps=NUM_WARPS, num_stages=1,
         )
     else:
         gdn_decode_kernel[(V // BV, HV, B)](

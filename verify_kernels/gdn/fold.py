@@ -50,7 +50,7 @@ ENTRIES_ACCEPTED = 2
 # its [32, 128] blocks took 666 against 449 us for a flush. So only a flush of buffers that fit (gdn_flush: every row
 # folds) runs it; commits, the decode's fold and the small batches' one-launch commit (APPEND) fold in the looped row
 # on LOOPED_FOLD_WARPS (2 warps over 4 at [128, 32] tiles: 578 against 682 us over the sweep's workloads of
-# 2026-12-02).
+# 2026-12-02). Commits and the decode's fold in the pipelined loop with TMA tiles lost too (docs/design.md section 6).
 FOLD_BLOCK_V = 32
 FOLD_WARPS = 4
 FOLD_LANES = 4
@@ -75,14 +75,6 @@ LOOPED_FOLD_BLOCK_V = 32
 FOLD_TMA = True
 TMA_FOLD_BLOCK_V = 64
 TMA_FOLD_WARPS = 8
-# PIPELINED_COMMITS: the commits' and the decode's folds (the rows whose buffer fills, with their new entries: the
-# accepted nodes, or the token) in the pipelined row loop too, with S0's tiles through TMA. With pointer loads it lost
-# to the looped row (a commit folding one row in 8: 127.7 against 100.5 us at batch 256, above); but the looped row
-# runs the commit that folds every row at 601.5 us where the TMA flush of the same bytes takes 349.3 (the kernel
-# tables of 2026-12-03, eighth sitting), and in the engine's speculative step the fold is 0.86 ms against 0.45 of its
-# bytes. Written and checked in the interpreter on 2026-12-03 (eighth sitting, no device time left): off until
-# `benchmarks.sweep_gdn --ops commit,decode` times it.
-PIPELINED_COMMITS = False
 # FOLD_SPLIT_TF32: the fold's tf32x3 products from operands split by a mask (verify_kernels/precision.py) instead of
 # Triton's emulated roundings, accumulated into the tile (fold_product): fewer instructions and registers for a
 # kernel that is register-bound. sm_90 (benchmarks.gdn_registers, Triton 3.9): flush 154 registers against 218, the
@@ -137,31 +129,24 @@ def fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, 
 
 
 @triton.jit
-def fold_new_entries(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, o_c, m_c, b_G, o_k, o_v, T, A, H: tl.constexpr,
-                     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
-    """b_s [K, BV] plus the fold of row i_b's new entries o_c (masked by m_c; ENTRIES: the token, or the accepted
-    nodes): S += sum_c e^{G - G_c} k_c u_c^T."""
-    if ENTRIES == 2:
-        b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
-    else:
-        b_node = tl.zeros_like(o_c).to(tl.int64)
-    b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
-    b_ak = tl.load(k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
-                   other=0.).to(tl.float32)                                                  # [BC, K]
-    b_au = tl.load(u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
-                   other=0.).to(tl.float32)                                                  # [BC, BV]
-    b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
-    return fold_product(b_s, tl.trans(b_ak), b_decay[:, None] * b_au, SPLIT)
-
-
-@triton.jit
 def fold_new(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, na, b_G, o_k, o_v, T, A, H: tl.constexpr, HV: tl.constexpr,
              K: tl.constexpr, V: tl.constexpr, BC: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
-    """b_s [K, BV] plus the fold of row i_b's na new entries, BC at a time (fold_new_entries)."""
+    """b_s [K, BV] plus the fold of row i_b's na new entries (ENTRIES: the token, or the accepted nodes), BC at a
+    time: S += sum_c e^{G - G_c} k_c u_c^T."""
     for i_c in range(0, na, BC):
         o_c = i_c + tl.arange(0, BC)
-        b_s = fold_new_entries(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, o_c, o_c < na, b_G, o_k, o_v, T, A, H, HV,
-                               K, V, ENTRIES, SPLIT)
+        m_c = o_c < na
+        if ENTRIES == 2:
+            b_node = tl.load(accepted + i_b * A + o_c, mask=m_c, other=0).to(tl.int64)
+        else:
+            b_node = tl.zeros([BC], dtype=tl.int64)
+        b_ag = tl.load(gcum + (i_b * T + b_node) * HV + i_h, mask=m_c, other=0.).to(tl.float32)
+        b_ak = tl.load(k + ((i_b * T + b_node[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_c[:, None],
+                       other=0.).to(tl.float32)                                              # [BC, K]
+        b_au = tl.load(u + ((i_b * T + b_node[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_c[:, None],
+                       other=0.).to(tl.float32)                                              # [BC, BV]
+        b_decay = tl.exp(tl.where(m_c, b_G - b_ag, float("-inf")))
+        b_s = fold_product(b_s, tl.trans(b_ak), b_decay[:, None] * b_au, SPLIT)
     return b_s
 
 
@@ -258,19 +243,15 @@ def fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i
 @triton.jit
 def fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
-                    BL: tl.constexpr, BA: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
-    """fold_row with the buffer in one block of BL and the new entries (if any) in one of BA, no loop (the pipelined
-    row loop's body: FOLD_STAGES > 1; fold_launch gives it flushes, and commits with PIPELINED_COMMITS)."""
+                    BL: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
+    """fold_row of a flush with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1;
+    fold_launch runs it for flushes alone)."""
+    tl.static_assert(ENTRIES == 0, "the pipelined row loop folds flushes alone (fold_launch)")
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
-    b_s = fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
-                            SPLIT)
-    if ENTRIES != 0:
-        o_a = tl.arange(0, BA)
-        b_s = fold_new_entries(b_s, k, u, gcum, accepted, i_b, i_h, i_hk, o_a, o_a < na, b_G, o_k, o_v, T, A, H, HV,
-                               K, V, ENTRIES, SPLIT)
-    return b_s
+    return fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
+                             SPLIT)
 
 
 @triton.jit
@@ -300,7 +281,6 @@ def gdn_fold_kernel(
     BV: tl.constexpr,
     BC: tl.constexpr,
     BL: tl.constexpr,      # L padded to a power of two >= 16: the buffer's entries in one block
-    BA: tl.constexpr,      # the new entries' block in the pipelined row loop (>= A, >= 16)
     BB: tl.constexpr,
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
@@ -341,7 +321,7 @@ def gdn_fold_kernel(
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
                 b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
                 b_s = fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na,
-                                      o_k, o_v, T, A, H, HV, K, V, L, BL, BA, ENTRIES, SPLIT)
+                                      o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES, SPLIT)
                 store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
@@ -366,35 +346,31 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     if B == 0:
         return
     tma = FOLD_TMA and tma_usable(state_pool)
-    new_entries = A if entries == ENTRIES_ACCEPTED else entries  # (ENTRIES_TOKEN: one, ENTRIES_NONE: none)
-    stages, warps, block_v = fold_launch(L, append, entries, tma, new_entries)
+    stages, warps, block_v = fold_launch(L, append, entries, tma)
     BV = min(V, block_v)
     lanes = B if append else min(B, FOLD_LANES)
     state_desc = state_descriptor(state_pool, BV) if tma else None
     gdn_fold_kernel[(V // BV, HV, lanes)](
         k, u, gcum, accepted, num_accepted, state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len,
         req_slots, flush_length, B, T, A,
-        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L), BA=entry_block(new_entries),
+        H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L),
         BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=tma, SPLIT=FOLD_SPLIT_TF32,
         num_warps=warps, num_stages=1,
     )
 
 
 def state_descriptor(state_pool: torch.Tensor, block_v: int):
-    """The state pool [S, HV, K, V] as a [S HV K, V] tensor descriptor of [K, block_v] boxes (FOLD_TMA and the TMA
-    row loops; verify_kernels/tma.py)."""
+    """The state pool [S, HV, K, V] as a [S HV K, V] tensor descriptor of [K, block_v] boxes (FOLD_TMA;
+    verify_kernels/tma.py)."""
     K, V = state_pool.shape[-2:]
     return tile_descriptor(state_pool.view(-1, V), [K, block_v])
 
 
-def fold_launch(L: int, append: bool, entries: int, tma: bool = False, new_entries: int = 0) -> tuple[int, int, int]:
-    """(row loop stages, warps, V columns per program) of a fold over buffers of L entries and up to new_entries new
-    ones a row: the pipelined row loop for a flush whose blocks fit (FOLD_PIPELINE_MAX_ENTRIES), and for the
-    commits' and the decode's folds with PIPELINED_COMMITS and TMA, its tile set by whether S0 goes through TMA;
-    else the looped row."""
-    fits = entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES and entry_block(new_entries) <= FOLD_PIPELINE_MAX_ENTRIES
-    pipelined = entries == ENTRIES_NONE or (PIPELINED_COMMITS and tma)
-    if FOLD_STAGES > 1 and pipelined and not append and fits:
+def fold_launch(L: int, append: bool, entries: int, tma: bool = False) -> tuple[int, int, int]:
+    """(row loop stages, warps, V columns per program) of a fold over buffers of L entries: the pipelined row loop
+    for a flush whose blocks fit (FOLD_PIPELINE_MAX_ENTRIES), its tile set by whether S0 goes through TMA, else the
+    looped row."""
+    if FOLD_STAGES > 1 and entries == ENTRIES_NONE and not append and entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES:
         return (FOLD_STAGES, TMA_FOLD_WARPS, TMA_FOLD_BLOCK_V) if tma else (FOLD_STAGES, FOLD_WARPS, FOLD_BLOCK_V)
     return 1, LOOPED_FOLD_WARPS, LOOPED_FOLD_BLOCK_V
 

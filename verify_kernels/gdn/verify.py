@@ -40,7 +40,6 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
-from verify_kernels.gdn.fold import state_descriptor
 from verify_kernels.gdn.tree_math import (
     buffer_reads,
     finish,
@@ -52,13 +51,7 @@ from verify_kernels.gdn.tree_math import (
     stacked_node_products,
     stacked_rows,
 )
-from verify_kernels.gdn.verify_state import (
-    gdn_verify_state_kernel,
-    gdn_verify_state_rows_kernel,
-    state_reads,
-    state_tile,
-)
-from verify_kernels.tma import tma_usable
+from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
@@ -83,16 +76,6 @@ FUSED_MAX_BATCH = 1
 # 4-chain / 16-node tree against 12.6 / 17.3 with Triton's tf32x3.
 FUSED_SPLIT_TF32 = True
 STATE_FMA_CONFIG = (64, 2)
-# STATE_TMA_ROW_LOOP = (stages, lanes): the FMA state pass (trees up to FMA_MAX_NODES nodes) as a software-pipelined
-# row loop over a grid of (V blocks, value heads, lanes), each program taking every lanes-th row, S0's [K, BV] tiles
-# through a tensor descriptor of the pool (where the device has TMA: verify_kernels/tma.py) so that the next rows'
-# tiles are in flight in shared memory with no per-element addresses in registers, the step's nodes unrolled. The
-# same loop with pointer loads lost on the H200 (127.9-181.3 us against 94.0 for 4-chains at batch 64, docs/design.md
-# section 6), but the GDN flush's pipelined loop went from 70% to 79% of copy bandwidth with TMA tiles (2026-12-03,
-# eighth sitting), and this pass reads S0 at 66% of it in the engine's step (1.82 ms against 1.21 at speculative
-# batch 128). Written and checked in the interpreter on 2026-12-03 (eighth sitting, no device time left): off
-# (None) until `benchmarks.sweep_gdn --ops verify` times it.
-STATE_TMA_ROW_LOOP: tuple[int, int] | None = None
 # STATE_SPLIT_TF32: the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands split by a mask
 # (verify_kernels/precision.py, as TREE_SPLIT_TF32), whose plain TF32 products Triton may run as warpgroup MMAs at 4
 # warps. On, with the 16-node dots at 128 columns on 4 warps: the H200 sweep of 2026-12-03, eighth sitting
@@ -386,18 +369,11 @@ def gdn_verify(
         block_v, warps = STATE_FMA_CONFIG
         G = HV // H if STATE_SHARE_KEY_HEAD else 1
     BV = min(V, block_v)
-    if not use_dot and STATE_TMA_ROW_LOOP is not None and tma_usable(state_pool):
-        stages, lanes = STATE_TMA_ROW_LOOP
-        gdn_verify_state_rows_kernel[(V // BV, HV, min(B, lanes))](
-            q, k, num_nodes, state_descriptor(state_pool, BV), state_slots, kS, qS, B,
-            **shapes, BV=BV, STAGES=stages, num_warps=warps, num_stages=1,
-        )
-    else:
-        gdn_verify_state_kernel[(V // BV, HV // G, B)](
-            q, k, num_nodes, state_pool, state_slots, kS, qS,
-            **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-            PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), num_warps=warps, num_stages=1,
-        )
+    gdn_verify_state_kernel[(V // BV, HV // G, B)](
+        q, k, num_nodes, state_pool, state_slots, kS, qS,
+        **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
+        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), num_warps=warps, num_stages=1,
+    )
     per_program = (TREE_DOT_HEADS_PER_PROGRAM if use_dot else TREE_HEADS_PER_PROGRAM) or HV // H
     if (HV // H) % per_program:
         raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "

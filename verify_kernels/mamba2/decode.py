@@ -35,7 +35,6 @@ import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_flush_length, check_pools, check_tokens
 from verify_kernels.precision import add_product
-from verify_kernels.tma import tile_descriptor, tma_usable
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (a step
 # at the mean buffer fill and a fold step, batch 64 and 256) and prints the best; copy its choice here.
@@ -55,22 +54,6 @@ SMALL_BATCH_BLOCK_P = 16
 # the split against 49.5 / 176.8 without: the same, so Triton's stays
 FOLD_BLOCK_N = 32
 FOLD_PRECISION = "tf32x3"
-# Above SMALL_BATCH, ROW_STAGES > 1 runs the step path in a software-pipelined row loop instead of a program per row:
-# a grid of (P blocks, heads, ROW_LANES) programs, each taking every ROW_LANES-th row, the loop body free of inner
-# loops (the buffer in one block of BL entries) and of conditional loads, so that Triton's pipeliner copies the next
-# rows' h0 tiles and entries into shared memory (cp.async) while this row computes; a decode-commit's folding rows
-# then run in a second launch of the per-row kernel that skips every other row (ONLY_FOLDS). Bytes in flight that
-# do not sit in registers: ncu (2026-12-03, batch 256) found the per-row grid register-bound at 4 programs per SM,
-# 3.5 TB/s. Slower on the H200 (sweep of 2026-12-03, benchmarks/results/sweeps_h200/sweep_mamba2_rowloops_2026-12-03
-# .txt: 309-419 us at batch 256, 2.1-2.9x its bound, against 191 us, 1.30x, per row): off by default.
-ROW_STAGES = 1
-ROW_LANES = 8
-# ROW_TMA: the row loop's h0 tiles through a tensor descriptor of the pool (where the device has TMA,
-# verify_kernels/tma.py), the next rows' tiles in flight in shared memory with no per-element addresses in registers:
-# the GDN fold's flush went from 70% to 79% of copy bandwidth that way on the H200 (2026-12-03, eighth sitting).
-# Written and checked in the interpreter on 2026-12-03 (eighth sitting, no device time left): off until
-# benchmarks/sweep_mamba2.py times it (with row_stages > 1).
-ROW_TMA = False
 
 
 class DecodeConfig(NamedTuple):
@@ -80,16 +63,12 @@ class DecodeConfig(NamedTuple):
     block_l: int                    # buffer entries per step of the step path
     num_warps: int
     block_n: int = FOLD_BLOCK_N     # N columns per fold slice
-    row_stages: int = 1             # > 1: the pipelined row loop (ROW_STAGES' comment), above SMALL_BATCH rows
-    row_lanes: int = ROW_LANES      # its programs per (P block, head)
-    row_tma: bool = ROW_TMA         # its h0 tiles through TMA (ROW_TMA's comment)
     fold_precision: str | None = None  # the fold's products (FOLD_PRECISION when None)
 
 
 def decode_config(B: int, P: int) -> DecodeConfig:
     """The tuned launch parameters for B rows and head dim P."""
-    return DecodeConfig(min(P, SMALL_BATCH_BLOCK_P if B <= SMALL_BATCH else BLOCK_P), BLOCK_L, NUM_WARPS,
-                        row_stages=ROW_STAGES)
+    return DecodeConfig(min(P, SMALL_BATCH_BLOCK_P if B <= SMALL_BATCH else BLOCK_P), BLOCK_L, NUM_WARPS)
 
 
 @triton.jit
@@ -156,7 +135,6 @@ def mamba2_decode_kernel(
     BN: tl.constexpr,
     COMMIT: tl.constexpr,
     PRECISION: tl.constexpr,
-    ONLY_FOLDS: tl.constexpr,  # COMMIT: the folding rows alone (the row loop ran the others' step path)
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_g = i_h // (NH // NG)
@@ -168,8 +146,7 @@ def mamba2_decode_kernel(
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
     m_h = o_p[:, None] < tl.where(i_s >= 0, P, 0)            # [BP, 1]: all rows, or none without a state
-    if not ONLY_FOLDS:
-        b_h = tl.load(p_h, mask=m_h, other=0., eviction_policy="evict_first")               # [BP, N]
+    b_h = tl.load(p_h, mask=m_h, other=0., eviction_policy="evict_first")                   # [BP, N]
 
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
@@ -209,7 +186,7 @@ def mamba2_decode_kernel(
                 tl.debug_barrier()
                 tl.store(p_hm, b_hm)
         tl.store(y + (i_b * NH + i_h) * P + o_p, b_y)
-    elif not ONLY_FOLDS:
+    else:
         # the buffer's share: sum_i e^{G - G_i} (B_i . C) xdt_i, then the state's once its tile has arrived
         b_y = tl.sum(b_k * b_c) * b_xdt + b_dx
         for l0 in range(0, n_buf, BLOCK_L):
@@ -226,73 +203,6 @@ def mamba2_decode_kernel(
         tl.store(y + (i_b * NH + i_h) * P + o_p, b_y)
         token_entry(buf_b, buf_xdt, buf_gcum, xdt_out, gcum_out, b_k, b_xdt, b_G, i_b, i_r, i_h, i_g, i_p, n_buf, o_p,
                     o_n, NH, NG, P, N, L, COMMIT)
-
-
-@triton.jit
-def mamba2_decode_rows_kernel(
-    x, dt, A, Bm, C, D,      # as mamba2_decode_kernel's
-    state_pool,
-    state_slots,
-    buf_b, buf_xdt, buf_gcum,
-    buf_len,
-    req_slots,
-    y, xdt_out, gcum_out,
-    flush_length,
-    B,                       # rows: not constexpr, the batch changes from step to step
-    state_desc,              # TMA: state_pool as a [S NH P, N] tensor descriptor, [BP, N] boxes (else None)
-    NH: tl.constexpr,
-    NG: tl.constexpr,
-    P: tl.constexpr,
-    N: tl.constexpr,
-    L: tl.constexpr,
-    BP: tl.constexpr,
-    BL: tl.constexpr,        # >= L: the buffer in one block
-    COMMIT: tl.constexpr,
-    STAGES: tl.constexpr,    # the row loop's pipeline depth
-    TMA: tl.constexpr,       # h0's tiles through state_desc (DecodeConfig.row_tma)
-):
-    """mamba2_decode_kernel's step path for rows i_l, i_l + LANES, ... of a grid of (P blocks, heads, LANES): y of
-    every row (a decode-commit's folding rows get theirs from the ONLY_FOLDS launch after this one, which also
-    writes `flushed`) and, for the rows that do not fold, the token's buffer entry (COMMIT) or xdt and G (else).
-    The row loop is software-pipelined: its loads unconditional (masked), no inner loop."""
-    i_p, i_h, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    LANES = tl.num_programs(2)
-    i_g = i_h // (NH // NG)
-    o_p = i_p * BP + tl.arange(0, BP)
-    o_n = tl.arange(0, N)
-    o_l = tl.arange(0, BL)
-    for i_b in tl.range(i_l, B, LANES, num_stages=STAGES):  # (int32 row offsets: B * NH * P is small)
-        i_s = tl.load(state_slots + i_b).to(tl.int64)
-        if TMA:  # (a row without a state reads slot 0's tile and drops it: the load stays unconditional)
-            b_h = state_desc.load([((tl.maximum(i_s, 0) * NH + i_h) * P + i_p * BP).to(tl.int32), 0])
-            b_h = tl.where(i_s >= 0, b_h, 0.)
-        else:
-            p_h = state_pool + ((tl.maximum(i_s, 0) * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
-            b_h = tl.load(p_h, mask=o_p[:, None] < tl.where(i_s >= 0, P, 0), other=0.,
-                          eviction_policy="evict_first")
-        i_r = tl.load(req_slots + i_b).to(tl.int64)
-        n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-        b_x, b_dt, b_a, b_k, b_c, b_dx = token_inputs(x, dt, A, Bm, C, D, i_b, i_h, i_g, o_p, o_n, NH, NG, P, N)
-        m_l = o_l < n_buf
-        b_gi = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.)
-        g_last = tl.sum(tl.where(o_l == n_buf - 1, b_gi, 0.), 0)
-        b_G = g_last + b_a
-        b_xdt = b_dt * b_x
-        b_ki = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None], other=0.)
-        b_v = tl.load(buf_xdt + ((i_r * L + o_l[:, None]) * NH + i_h) * P + o_p[None, :], mask=m_l[:, None],
-                      other=0.)                                                             # [BL, BP]
-        b_w = tl.exp(tl.where(m_l, (g_last - b_gi) + b_a, float("-inf"))) * tl.sum(b_ki * b_c[None, :], 1)
-        b_y = tl.sum(b_k * b_c) * b_xdt + b_dx + tl.sum(b_w[:, None] * b_v, 0)
-        b_y += tl.exp(b_G) * tl.sum(b_h * b_c[None, :], 1)
-        tl.store(y + (i_b * NH + i_h) * P + o_p, b_y)
-        # every row's entry, but for a decode-commit's folding rows (the ONLY_FOLDS launch's)
-        if COMMIT:
-            entry = n_buf + 1 < flush_length
-        else:
-            entry = n_buf >= 0
-        if entry:
-            token_entry(buf_b, buf_xdt, buf_gcum, xdt_out, gcum_out, b_k, b_xdt, b_G, i_b, i_r, i_h, i_g, i_p, n_buf,
-                        o_p, o_n, NH, NG, P, N, L, COMMIT)
 
 
 def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
@@ -317,24 +227,13 @@ def mamba2_decode_fwd(x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xd
         cfg = config or decode_config(B, P)
         BP = min(P, cfg.block_p)
         BL = max(16, triton.next_power_of_2(L))
-        rows_loop = cfg.row_stages > 1 and B > SMALL_BATCH
-        if rows_loop:
-            tma = cfg.row_tma and tma_usable(state_pool)
-            mamba2_decode_rows_kernel[(P // BP, NH, min(B, cfg.row_lanes))](
-                x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-                y, xdt, gcum, flush_length, B, tile_descriptor(state_pool.view(-1, N), [BP, N]) if tma else None,
-                NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BL=BL, COMMIT=commit, STAGES=cfg.row_stages, TMA=tma,
-                num_warps=cfg.num_warps, num_stages=1,
-            )
-        if commit or not rows_loop:  # (after the row loop: the folding rows alone, their y the folded state's)
-            mamba2_decode_kernel[(P // BP, NH, B)](
-                x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-                y, xdt, gcum, flushed, flush_length,
-                NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BL=BL,
-                BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=cfg.fold_precision or FOLD_PRECISION,
-                ONLY_FOLDS=rows_loop,
-                num_warps=cfg.num_warps,
-            )
+        mamba2_decode_kernel[(P // BP, NH, B)](
+            x, dt, A, Bm, C, D, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
+            y, xdt, gcum, flushed, flush_length,
+            NH=NH, NG=NG, P=P, N=N, L=L, BP=BP, BLOCK_L=max(16, cfg.block_l), BL=BL,
+            BN=min(N, cfg.block_n), COMMIT=commit, PRECISION=cfg.fold_precision or FOLD_PRECISION,
+            num_warps=cfg.num_warps,
+        )
     return (y, flushed) if commit else (y, xdt, gcum)
 
 
