@@ -95,6 +95,15 @@ def candidates(ops: set[str]) -> list[Candidate]:
                              {"verify.TREE_SPLIT_TF32": False, "verify.STATE_SPLIT_TF32": False,
                               "verify.TREE_SMALL_CONFIG": (32, 2),
                               "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (64, 4)}}))
+        # the chains' two passes side by side in one launch, then e. (verify.VERIFY_SPLIT_ROLES): warps of both
+        # kinds, e.'s V columns and warps, and the tree programs at 32 columns
+        for warps, finish, tree in ((2, (64, 4), None), (2, (128, 4), None), (2, (32, 2), None), (4, (64, 4), None),
+                                    (2, (64, 4), (32, 2))):
+            out.append(Candidate("verify", f"split roles, {warps} warps, e. BV {finish[0]} on {finish[1]} warps"
+                                           f"{f', tree programs BV {tree[0]}' if tree else ''}",
+                                 {"verify.VERIFY_SPLIT_ROLES": True, "verify.ROLES_WARPS": warps,
+                                  "verify.FINISH_CONFIG": finish,
+                                  "verify.TREE_SMALL_CONFIG": tree or verify.TREE_SMALL_CONFIG}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))

@@ -15,18 +15,22 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
-                        "stacked-reads-swapped"])
+                        "stacked-reads-swapped", "split-roles"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass's products over
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
-    (STACKED_READS)."""
+    (STACKED_READS); or up to FMA_MAX_NODES nodes the two passes side by side in one launch, then e. in another
+    (VERIFY_SPLIT_ROLES, at 16 columns in e.: several blocks per head at V = 32)."""
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":
         monkeypatch.setattr(verify_module, "STACKED_READS", not verify_module.STACKED_READS)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
+    monkeypatch.setattr(verify_module, "VERIFY_SPLIT_ROLES", request.param == "split-roles")
+    if request.param == "split-roles":
+        monkeypatch.setattr(verify_module, "FINISH_CONFIG", (16, 1))
     if request.param == "tree-pass-heads-swapped":
         monkeypatch.setattr(verify_module, "TREE_HEADS_PER_PROGRAM", 1)
         monkeypatch.setattr(verify_module, "TREE_DOT_HEADS_PER_PROGRAM", None)
@@ -38,6 +42,7 @@ VERIFIES = {
     "T1-chain": ("k16-hv1", 1, "chain", [1, 1, 0, 1, 1]),
     "T3-flat": ("k16-hv1", 3, "flat", [3, 2, 3, 0, 1]),
     "T17-random": ("k16-hv1", 17, "random", [17, 9, 16, 1, 0]),
+    "T5-chain-k32-hv2": ("k32-hv2", 5, "chain", [5, 4, 0, 5, 2]),
     "T33-chain": ("k16-hv1", 33, "chain", [33, 32, 5, 0, 17]),
     "T64-random": ("k16-hv1", 64, "random", [64, 63, 0, 40, 1]),
     "T64-chain-k32-hv2": ("k32-hv2", 64, "chain", [64, 64, 64, 64, 64]),
