@@ -69,6 +69,8 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"decode.SPLIT_FINISH_BLOCK_V": bv, "decode.SPLIT_FINISH_WARPS": warps}))
         out.append(Candidate("decode", "split roles, buffer loaded before buf_len",
                              {"decode.SPLIT_BUFFER_BEFORE_LEN": True}))
+        out.append(Candidate("decode", "split roles, a buffer program per value head (all of V)",
+                             {"decode.SPLIT_BUFFER_BLOCK_V": 128}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state

@@ -47,6 +47,10 @@ SMALL_WARPS = 4
 # sweeps_h200/sweep_gdn_decode_2026-12-04b.txt); the finish's tile and warps there made no difference.
 DECODE_SPLIT_ROLES = True
 SPLIT_BUFFER_BEFORE_LEN = False
+# SPLIT_BUFFER_BLOCK_V: a buffer program's V columns (None: BLOCK_V, as the state programs'). At all of V a value head's
+# buffer share is one program, which loads its key head's keys half as often; the other buffer slots of the grid
+# exit at once. Written 2026-12-04 with no device time left: untimed, a candidate of benchmarks.sweep_gdn.
+SPLIT_BUFFER_BLOCK_V = None
 SPLIT_FINISH_BLOCK_V = 128
 SPLIT_FINISH_WARPS = 4
 
@@ -195,28 +199,31 @@ def gdn_decode_roles_kernel(
     V: tl.constexpr,
     L: tl.constexpr,
     BV: tl.constexpr,
+    BVB: tl.constexpr,       # a buffer program's V columns (a multiple of BV; past V / BVB blocks they do nothing)
     BC: tl.constexpr,
     BEFORE_LEN: tl.constexpr,
 ):
-    """DECODE_SPLIT_ROLES' first launch: a grid of (V blocks, value heads, 2 B); program_id(2) = 2 row + role, role 0
-    S0^T k and S0^T q of the row's [K, BV] tile (nothing for a row without a state: gdn_decode_finish drops it),
-    role 1 the buffer's sum_i e^{G - G_i} (k_i . x) u_i for x = k, q and the token's G."""
+    """DECODE_SPLIT_ROLES' first launch: a grid of (V / BV blocks, value heads, 2 B); program_id(2) = 2 row + role,
+    role 0 S0^T k and S0^T q of the row's [K, BV] tile (nothing for a row without a state: gdn_decode_finish drops
+    it), role 1 the buffer's sum_i e^{G - G_i} (k_i . x) u_i for x = k, q over BVB columns and the token's G."""
     i_v, i_h, i_z = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, role = i_z // 2, i_z % 2
     i_hk = i_h // (HV // H)
     o_k = tl.arange(0, K)
-    o_v = i_v * BV + tl.arange(0, BV)
-    p_x = (i_b * HV + i_h) * V + o_v
     b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
     b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
     if role == 0:
         i_s = tl.load(state_slots + i_b).to(tl.int64)
         if i_s >= 0:
+            o_v = i_v * BV + tl.arange(0, BV)
+            p_x = (i_b * HV + i_h) * V + o_v
             b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
                           eviction_policy="evict_first")
             tl.store(kS + p_x, tl.sum(b_s * b_k[:, None], 0))
             tl.store(qS + p_x, tl.sum(b_s * b_q[:, None], 0))
-    else:
+    elif i_v < V // BVB:
+        o_v = i_v * BVB + tl.arange(0, BVB)
+        p_x = (i_b * HV + i_h) * V + o_v
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         b_g = tl.load(g + i_b * HV + i_h).to(tl.float32)
         _, b_G, b_kr, b_qr = buffer_reads(buf_k, buf_u, buf_gcum, buf_len, i_r, i_h, i_hk, b_g, b_k, b_q, o_k, o_v,
@@ -342,7 +349,8 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
         G = torch.empty(B, HV, **f32)
         gdn_decode_roles_kernel[(V // BV, HV, 2 * B)](
             q, k, g, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, kS, qS, kr, qr, G,
-            **shapes, BV=BV, BC=BLOCK_L, BEFORE_LEN=SPLIT_BUFFER_BEFORE_LEN, num_warps=NUM_WARPS, num_stages=1,
+            **shapes, BV=BV, BVB=min(V, max(BV, SPLIT_BUFFER_BLOCK_V or BV)), BC=BLOCK_L,
+            BEFORE_LEN=SPLIT_BUFFER_BEFORE_LEN, num_warps=NUM_WARPS, num_stages=1,
         )
         BVF = min(V, SPLIT_FINISH_BLOCK_V)
         gdn_decode_finish_kernel[(V // BVF, HV, B)](
