@@ -115,6 +115,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bk, stages in ((32, 2), (16, 2)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
                                  {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
+        # two launches instead of one: the passes in turn, or side by side then e. (verify.VERIFY_SPLIT_ROLES: the
+        # tree programs' latency under the state programs', where the fused kernel runs both in every program)
+        out.append(Candidate("verify1", "two passes", {"verify.FUSED_MAX_BATCH": 0}))
+        out.append(Candidate("verify1", "split roles, then e.",
+                             {"verify.FUSED_MAX_BATCH": 0, "verify.VERIFY_SPLIT_ROLES": True}))
     if "conv" in ops:  # (one node: the decode kernel, decode_conv.py, keeps its own setting)
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
