@@ -19,6 +19,9 @@ minus the traced GPU busy time is the step's real host gap. A launch's host time
 GPU is still on the work queued before it: each launch also says whether that work was still running when the
 launch returned (an event recorded before it, queried after: the H200 run of 2026-12-03, sixth sitting, timed the
 verify graph's launch at 0.51 ms untraced, where a one-off script had 0.033, and could not tell which it was).
+Speculative steps: from each host wait on the device (the acceptance's read) to the next graph launch, the host's
+time and the GPU's busy and idle time meanwhile (the commit graph runs then), traced; and untraced, the host's time
+from the read's return to the next launch (the earlier traces: ~3 ms traced against ~1.2 ms of commit on the GPU).
 """
 
 from __future__ import annotations
@@ -169,6 +172,46 @@ def summary(steps: list[dict]) -> list[str]:
     return lines
 
 
+READ = "cudaEventSynchronize"  # the host's wait for a step's acceptance (AcceptedOnDevice.read) or tokens
+LAUNCH = "cudaGraphLaunch"
+
+
+def read_windows(events: list[dict]) -> list[dict]:
+    """Per wait of the host for the device (READ) followed by a graph launch: from the wait's end to the launch's
+    start, the host's microseconds (the critical path of a speculative step: emit, plan, propose, the next batch),
+    the GPU's busy microseconds meanwhile (the commit graph launched before the wait) and its idle ones; and from the
+    launch's start to the first GPU work after it, when the GPU had nothing left to run at the launch."""
+    busy = busy_intervals(events)
+    runtime = sorted((e for e in events if e["cat"] == "cuda_runtime"), key=lambda e: e["ts"])
+    starts = [s for s, _ in busy]
+    out = []
+    for index, wait in enumerate(runtime):
+        if wait["name"] != READ:
+            continue
+        begin = wait["ts"] + wait["dur"]
+        launch = next((e for e in runtime[index + 1:] if e["name"] in (LAUNCH, READ)), None)
+        if launch is None or launch["name"] != LAUNCH:
+            continue
+        end = launch["ts"]
+        busy_us = sum(min(e, end) - max(s, begin) for s, e in busy if s < end and e > begin)
+        was_busy = any(s <= end < e for s, e in busy)
+        first = next((s for s in starts if s >= end), None)
+        out.append({"host_us": end - begin, "busy_us": busy_us, "idle_us": end - begin - busy_us,
+                    "launch_to_work_us": 0.0 if was_busy or first is None else first - end})
+    return out
+
+
+def read_lines(windows: list[dict]) -> list[str]:
+    """read_windows' means, as markdown lines (none without windows)."""
+    if not windows:
+        return []
+    mean = {key: sum(w[key] for w in windows) / len(windows) / 1e3 for key in windows[0]}
+    return ["", f"from the host's read of a step ({READ}) to its next graph launch, mean of {len(windows)}: "
+            f"{mean['host_us']:.3f} ms of host work, the GPU busy {mean['busy_us']:.3f} ms of it (the work queued "
+            f"before the read: the commit) and idle {mean['idle_us']:.3f}; from the launch to its first GPU work "
+            f"{mean['launch_to_work_us']:.3f} ms"]
+
+
 def untraced_steps(engine, device: torch.device, steps: int) -> dict:
     """`steps` engine steps without the profiler -> {"wall_ms": per step, "launches": [per CUDA graph replayed:
     launches per step, the median host ms of a launch and the share of its launches that returned while the GPU was
@@ -176,10 +219,18 @@ def untraced_steps(engine, device: torch.device, steps: int) -> dict:
     import time
 
     from specdec.eval.bench import synchronize
+    from specdec.speculation.acceptance import AcceptedOnDevice
 
     launches: dict[int, list[float]] = defaultdict(list)
     covered: dict[int, list[bool]] = defaultdict(list)
-    replay = torch.cuda.CUDAGraph.replay
+    after_read: list[float] = []  # ms from an acceptance read's return to the next graph launch
+    read_done: list[float] = []   # the last read's return, until a launch takes it
+    replay, read = torch.cuda.CUDAGraph.replay, AcceptedOnDevice.read
+
+    def timed_read(accepted):
+        results = read(accepted)
+        read_done[:] = [time.perf_counter()]
+        return results
 
     def timed(graph) -> None:
         earlier = None
@@ -187,12 +238,14 @@ def untraced_steps(engine, device: torch.device, steps: int) -> dict:
             earlier = torch.cuda.Event()
             earlier.record()
         start = time.perf_counter()
+        if read_done:
+            after_read.append((start - read_done.pop()) * 1e3)
         replay(graph)
         launches[id(graph)].append((time.perf_counter() - start) * 1e3)
         if earlier is not None:
             covered[id(graph)].append(not earlier.query())
 
-    torch.cuda.CUDAGraph.replay = timed
+    torch.cuda.CUDAGraph.replay, AcceptedOnDevice.read = timed, timed_read
     try:
         start = time.perf_counter()
         for _ in range(steps):
@@ -200,11 +253,12 @@ def untraced_steps(engine, device: torch.device, steps: int) -> dict:
         synchronize(device)
         wall_ms = (time.perf_counter() - start) * 1e3 / steps
     finally:
-        torch.cuda.CUDAGraph.replay = replay
+        torch.cuda.CUDAGraph.replay, AcceptedOnDevice.read = replay, read
     per_graph = [{"per_step": len(times) / steps, "host_ms": sorted(times)[len(times) // 2],
                   "covered": sum(covered[key]) / len(covered[key]) if covered[key] else None}
                  for key, times in launches.items()]
-    return {"wall_ms": wall_ms, "launches": sorted(per_graph, key=lambda g: -g["host_ms"])}
+    return {"wall_ms": wall_ms, "launches": sorted(per_graph, key=lambda g: -g["host_ms"]),
+            "read_to_launch_ms": sorted(after_read)[len(after_read) // 2] if after_read else None}
 
 
 def untraced_lines(untraced: dict, steps: list[dict]) -> list[str]:
@@ -214,8 +268,11 @@ def untraced_lines(untraced: dict, steps: list[dict]) -> list[str]:
     launches = ", ".join(f"{g['per_step']:g} a step at {g['host_ms']:.3f} ms" + (
         f" ({g['covered']:.0%} returning while the GPU was still on earlier work)" if g.get("covered") is not None
         else "") for g in untraced["launches"])
+    read = untraced.get("read_to_launch_ms")
     return ["", f"untraced: {untraced['wall_ms']:.2f} ms/step wall, {untraced['wall_ms'] - busy_ms:.2f} over the "
-            f"traced GPU busy time; graph launches (host): {launches or 'none'}"]
+            f"traced GPU busy time; graph launches (host): {launches or 'none'}"
+            + (f"; from an acceptance read's return to the next launch (host): {read:.3f} ms, median"
+               if read is not None else "")]
 
 
 def record(settings, batch: int, mode: str, steps: int) -> tuple[list[dict], dict]:
@@ -270,7 +327,8 @@ def main() -> None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_bytes(gzip.compress(json.dumps({"events": events, "untraced": untraced}).encode()))
     steps = split_steps(events)
-    print("\n".join(summary(steps) + (untraced_lines(untraced, steps) if untraced else [])))
+    print("\n".join(summary(steps) + read_lines(read_windows(events))
+                    + (untraced_lines(untraced, steps) if untraced else [])))
 
 
 if __name__ == "__main__":

@@ -131,3 +131,47 @@ def test_untraced_steps_time_each_graph_launch_and_the_step(monkeypatch):
                            [{"busy_us": 2000.0}])
     assert lines[1].endswith("1 a step at 0.515 ms (75% returning while the GPU was still on earlier work), 1 a step "
                              "at 0.100 ms")
+
+
+def test_read_windows_split_the_host_path_after_a_read():
+    from benchmarks.step_timeline import read_lines, read_windows
+
+    trace = [
+        event("cudaEventSynchronize", 0, 10, "cuda_runtime"),   # the read returns at 10
+        kernel(5, 30),                                          # the commit runs on to 30
+        event("cudaMemcpyAsync", 40, 41, "cuda_runtime"),       # (other runtime calls are skipped)
+        event("cudaGraphLaunch", 50, 60, "cuda_runtime"),       # the next launch at 50: 20 busy, 20 idle
+        kernel(57, 90),                                         # its first kernel 7 after the launch
+        event("cudaEventSynchronize", 95, 100, "cuda_runtime"),  # a read and a launch while the GPU is busy:
+        kernel(98, 130),
+        event("cudaGraphLaunch", 110, 111, "cuda_runtime"),     # no idle, no wait for work
+        event("cudaEventSynchronize", 140, 141, "cuda_runtime"),  # a read with no launch after it: no window
+    ]
+    first, second = read_windows(trace)
+    assert first == {"host_us": 40, "busy_us": 20, "idle_us": 20, "launch_to_work_us": 7}
+    assert second == {"host_us": 10, "busy_us": 10, "idle_us": 0, "launch_to_work_us": 0}
+    line = read_lines([first, second])[1]
+    assert "mean of 2: 0.025 ms of host work, the GPU busy 0.015 ms" in line and "idle 0.010" in line
+    assert read_lines([]) == []
+
+
+def test_untraced_steps_time_the_host_from_a_read_to_the_next_launch(monkeypatch):
+    import torch
+
+    from benchmarks.step_timeline import untraced_lines, untraced_steps
+    from specdec.speculation.acceptance import AcceptedOnDevice
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: None, raising=False)
+    accepted = AcceptedOnDevice(torch.tensor([1]), torch.tensor([7]))
+
+    class Engine:
+        def step(self):
+            torch.cuda.CUDAGraph.replay(object())
+            assert accepted.read() == [([0, 1], 7)], "the read still reads"
+            sum(range(20000))  # host work between the read and the next launch
+
+    figures = untraced_steps(Engine(), torch.device("cpu"), steps=3)
+    assert figures["read_to_launch_ms"] > 0, "two of the three reads are followed by a launch"
+    assert AcceptedOnDevice.read.__name__ == "read", "the patch is undone"
+    line = untraced_lines({**figures, "wall_ms": 2.5}, [{"busy_us": 2000.0}])[1]
+    assert "from an acceptance read's return to the next launch (host): " in line
