@@ -106,6 +106,9 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.VERIFY_SPLIT_ROLES": True, "verify.ROLES_WARPS": warps,
                                   "verify.FINISH_CONFIG": finish,
                                   "verify.TREE_SMALL_CONFIG": tree or verify.TREE_SMALL_CONFIG}))
+        # ... with a tree program per value head (twice the tree programs, each half as long: a shorter tail)
+        out.append(Candidate("verify", "split roles, 2 warps, a tree program per value head",
+                             {"verify.VERIFY_SPLIT_ROLES": True, "verify.TREE_HEADS_PER_PROGRAM": 1}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))

@@ -15,23 +15,24 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
-                        "stacked-reads-swapped", "split-roles"])
+                        "stacked-reads-swapped", "split-roles", "split-roles-heads-swapped"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass's products over
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
     (STACKED_READS); or up to FMA_MAX_NODES nodes the two passes side by side in one launch, then e. in another
-    (VERIFY_SPLIT_ROLES, at 16 columns in e.: several blocks per head at V = 32)."""
+    (VERIFY_SPLIT_ROLES, at 16 columns in e.: several blocks per head at V = 32), its tree programs as the defaults
+    or swapped as above."""
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":
         monkeypatch.setattr(verify_module, "STACKED_READS", not verify_module.STACKED_READS)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
-    monkeypatch.setattr(verify_module, "VERIFY_SPLIT_ROLES", request.param == "split-roles")
-    if request.param == "split-roles":
+    monkeypatch.setattr(verify_module, "VERIFY_SPLIT_ROLES", request.param.startswith("split-roles"))
+    if request.param.startswith("split-roles"):
         monkeypatch.setattr(verify_module, "FINISH_CONFIG", (16, 1))
-    if request.param == "tree-pass-heads-swapped":
+    if request.param in ("tree-pass-heads-swapped", "split-roles-heads-swapped"):
         monkeypatch.setattr(verify_module, "TREE_HEADS_PER_PROGRAM", 1)
         monkeypatch.setattr(verify_module, "TREE_DOT_HEADS_PER_PROGRAM", None)
     return request.param
