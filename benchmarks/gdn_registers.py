@@ -86,6 +86,12 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
                          BV=block_v, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
+    if not verify.FUSED_STATE_DOT:  # the one-launch kernel reading S0 by dots for chains too (a candidate)
+        block_v, warps = verify.FUSED_CONFIGS[16]
+        out.append(("candidate: verify fused (small batches), 4-chain, S0 read by dots", verify.gdn_verify_fused_kernel,
+                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
+                         BV=block_v, USE_DOT=True, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
                                                                           "16-node tree")):
         heads = per_program or HV // H

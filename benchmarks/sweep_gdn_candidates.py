@@ -120,6 +120,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
         # two launches instead of one: the passes in turn, or side by side then e. (verify.VERIFY_SPLIT_ROLES: the
         # tree programs' latency under the state programs', where the fused kernel runs both in every program)
+        out.append(Candidate("verify1", "S0 read by dots for chains too", {"verify.FUSED_STATE_DOT": True}))
         out.append(Candidate("verify1", "two passes", {"verify.FUSED_MAX_BATCH": 0}))
         out.append(Candidate("verify1", "split roles, then e.",
                              {"verify.FUSED_MAX_BATCH": 0, "verify.VERIFY_SPLIT_ROLES": True}))

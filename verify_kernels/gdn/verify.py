@@ -76,6 +76,11 @@ STATE_SPLIT_TF32 = True
 STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
+# FUSED_STATE_DOT: the one-launch kernel's reads of S0 as tensor-core dots for chains too (all nodes at once, K / 32
+# steps), where node by node on the FMA units each node is a dependent load and two reductions over K across the
+# warps, one after another: the batch-1 verify is a chain of such latencies (12.6 us against the target's 10).
+# Written on 2026-12-04 with no device time left: off until `benchmarks.sweep_gdn --ops verify1` times it.
+FUSED_STATE_DOT = False
 # The tree pass's V columns and warps: TREE_SMALL_CONFIG up to FMA_MAX_NODES nodes (the chains), TREE_CONFIG past
 # them. With the operands split by a mask (TREE_SPLIT_TF32) the chains' pass holds 221 registers at 64 columns on 2
 # warps and the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), timed
@@ -314,7 +319,7 @@ def gdn_verify(
         gdn_verify_fused_kernel[(V // BV, HV, B)](
             q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
             o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K), BV=BV,
-            USE_DOT=use_dot, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
+            USE_DOT=use_dot or FUSED_STATE_DOT, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
             PRECISION=products_precision(FUSED_SPLIT_TF32),
         )
         return o, u, gcum
