@@ -106,6 +106,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.VERIFY_SPLIT_ROLES": True, "verify.ROLES_WARPS": warps,
                                   "verify.FINISH_CONFIG": finish,
                                   "verify.TREE_SMALL_CONFIG": tree or verify.TREE_SMALL_CONFIG}))
+        # ... and for the 16-node trees too (their state programs' dots over 64 or 128 columns, at 2 warps)
+        for bv in (64, 128):
+            out.append(Candidate("verify", f"split roles, trees too, state dots BV {bv}",
+                                 {"verify.VERIFY_SPLIT_ROLES": True, "verify.SPLIT_ROLES_DOT_BLOCK_V": bv}))
         # ... with a tree program per value head (twice the tree programs, each half as long: a shorter tail)
         out.append(Candidate("verify", "split roles, 2 warps, a tree program per value head",
                              {"verify.VERIFY_SPLIT_ROLES": True, "verify.TREE_HEADS_PER_PROGRAM": 1}))

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
-                        "stacked-reads-swapped", "split-roles", "split-roles-heads-swapped", "fused-state-dots"])
+                        "stacked-reads-swapped", "split-roles", "split-roles-heads-swapped", "split-roles-trees",
+                        "fused-state-dots"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
@@ -23,7 +24,8 @@ def verify_path(request, monkeypatch):
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
     (STACKED_READS); or up to FMA_MAX_NODES nodes the two passes side by side in one launch, then e. in another
     (VERIFY_SPLIT_ROLES, at 16 columns in e.: several blocks per head at V = 32), its tree programs as the defaults
-    or swapped as above; or the one kernel reading S0 by dots for chains too (FUSED_STATE_DOT)."""
+    or swapped as above, and for larger trees too (SPLIT_ROLES_DOT_BLOCK_V); or the one kernel reading S0 by dots
+    for chains too (FUSED_STATE_DOT)."""
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":
@@ -33,6 +35,8 @@ def verify_path(request, monkeypatch):
     monkeypatch.setattr(verify_module, "VERIFY_SPLIT_ROLES", request.param.startswith("split-roles"))
     if request.param.startswith("split-roles"):
         monkeypatch.setattr(verify_module, "FINISH_CONFIG", (16, 1))
+    if request.param == "split-roles-trees":  # past FMA_MAX_NODES too, the state programs' products as dots
+        monkeypatch.setattr(verify_module, "SPLIT_ROLES_DOT_BLOCK_V", 16)
     if request.param in ("tree-pass-heads-swapped", "split-roles-heads-swapped"):
         monkeypatch.setattr(verify_module, "TREE_HEADS_PER_PROGRAM", 1)
         monkeypatch.setattr(verify_module, "TREE_DOT_HEADS_PER_PROGRAM", None)

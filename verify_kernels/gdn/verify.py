@@ -106,6 +106,9 @@ FMA_MAX_NODES = 8
 VERIFY_SPLIT_ROLES = False
 ROLES_WARPS = 2
 FINISH_CONFIG = (64, 4)
+# SPLIT_ROLES_DOT_BLOCK_V: with VERIFY_SPLIT_ROLES, trees past FMA_MAX_NODES too, their state programs' dots over this
+# many V columns at ROLES_WARPS warps (None: those trees keep the two passes). Untimed, as VERIFY_SPLIT_ROLES.
+SPLIT_ROLES_DOT_BLOCK_V = None
 STATE_BLOCK_K = 32
 # STACKED_PRODUCTS: the tree pass's products over K with the nodes' keys and queries stacked ([k; q], 2 BT rows), two
 # products a step of PRODUCTS_BLOCK_K columns where there were four, split into halves once after the last step.
@@ -329,14 +332,16 @@ def gdn_verify(
     if (HV // H) % per_program:
         raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "
                          f"head ({HV // H})")
-    if VERIFY_SPLIT_ROLES and not use_dot:  # the two passes side by side, then e. (VERIFY_SPLIT_ROLES' comment)
+    if VERIFY_SPLIT_ROLES and (not use_dot or SPLIT_ROLES_DOT_BLOCK_V is not None):  # (VERIFY_SPLIT_ROLES' comment)
         gdn_verify_roles_fwd(
             q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
             o, u, gcum, kS, qS, **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K),
-            BVS=min(V, STATE_FMA_CONFIG[0]), BV=min(V, TREE_SMALL_CONFIG[0]), GP=per_program, warps=ROLES_WARPS,
+            BVS=min(V, SPLIT_ROLES_DOT_BLOCK_V if use_dot else STATE_FMA_CONFIG[0]),
+            BV=min(V, (TREE_CONFIG if use_dot else TREE_SMALL_CONFIG)[0]), GP=per_program, warps=ROLES_WARPS,
             precision=products_precision(TREE_SPLIT_TF32), products_stages=PRODUCTS_STAGES,
             stacked=STACKED_PRODUCTS or STACKED_READS, stacked_reads=STACKED_READS, finish_block_v=FINISH_CONFIG[0],
-            finish_warps=FINISH_CONFIG[1],
+            finish_warps=FINISH_CONFIG[1], use_dot=use_dot, BKS=min(K, STATE_BLOCK_K),
+            state_precision=products_precision(STATE_SPLIT_TF32),
         )
         return o, u, gcum
     if use_dot:

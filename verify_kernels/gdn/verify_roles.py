@@ -7,14 +7,16 @@ state pass); side by side on the SMs the one hides under the other, as the GDN d
 
 Scratch between the launches, all fp32: kS, qS [B, T, HV, V] (as the two passes have), the tree programs' w and qr
 written into u and o (e. overwrites them), and M, P [B, HV, 2, BT, BT] (8 MiB each way at batch 256, 4-chains).
-Chains and small trees only (FMA state programs, up to verify.FMA_MAX_NODES nodes): one number of warps serves both
-kinds, and the dot state pass of larger trees wants other tiles and warps than their tree pass.
+One number of warps serves both kinds: up to verify.FMA_MAX_NODES nodes the state programs' products run node by node
+on the FMA units, as the state pass's; past them (verify.SPLIT_ROLES_DOT_BLOCK_V, the larger trees, whose state pass
+alone runs its dots at 4 warps and the tree pass at 2) as tensor-core dots.
 """
 
 import triton
 import triton.language as tl
 
 from verify_kernels.gdn.tree_math import finish, tree_heads
+from verify_kernels.gdn.verify_state import state_reads
 
 
 @triton.jit
@@ -44,6 +46,9 @@ def gdn_verify_roles_kernel(
     BV: tl.constexpr,   # a tree program's V columns per step
     NG: tl.constexpr,
     GP: tl.constexpr,   # value heads per tree program, of one key head
+    USE_DOT: tl.constexpr,  # the state programs' products as tensor-core dots over BKS rows of S0 (larger trees)
+    BKS: tl.constexpr,
+    STATE_PRECISION: tl.constexpr,
     PRECISION: tl.constexpr,
     PRODUCTS_STAGES: tl.constexpr,
     STACKED: tl.constexpr,
@@ -57,11 +62,20 @@ def gdn_verify_roles_kernel(
     if i_p < NS:
         # a state program: value head i_h's [K, BVS] tile of S0, read once, against every node's k and q
         i_s = tl.load(state_slots + i_b).to(tl.int64)
-        if i_s >= 0:
-            i_h = i_p // (V // BVS)
-            i_hk = i_h // (HV // H)
+        i_h = i_p // (V // BVS)
+        i_hk = i_h // (HV // H)
+        o_v = (i_p % (V // BVS)) * BVS + tl.arange(0, BVS)
+        if USE_DOT:
+            if i_s >= 0:
+                o_t = tl.arange(0, BT)
+                p_s = state_pool + (i_s * HV + i_h) * (K * V) + (i_p % (V // BVS)) * BVS
+                b_kS, b_qS = state_reads(q, k, p_s, tl.zeros([K, BVS], dtype=tl.float32), i_b, i_hk, nn, T, H, K,
+                                         V, BT, BVS, BKS, True, STATE_PRECISION, "evict_first")
+                p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+                tl.store(kS + p_n, b_kS, mask=(o_t < nn)[None, :])
+                tl.store(qS + p_n, b_qS, mask=(o_t < nn)[None, :])
+        elif i_s >= 0:
             o_k = tl.arange(0, K)
-            o_v = (i_p % (V // BVS)) * BVS + tl.arange(0, BVS)
             # S0 is streamed once and not reused: evict it first so the nodes and the buffer keep the L2
             b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
                           eviction_policy="evict_first")
@@ -127,14 +141,16 @@ def gdn_verify_finish_kernel(
 
 def gdn_verify_roles_fwd(q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                          req_slots, o, u, gcum, kS, qS, *, T, H, HV, K, V, L, BT, BL, BK, BVS, BV, GP, warps,
-                         precision, products_stages, stacked, stacked_reads, finish_block_v, finish_warps) -> None:
+                         precision, products_stages, stacked, stacked_reads, finish_block_v, finish_warps,
+                         use_dot=False, BKS=32, state_precision=None) -> None:
     """Launch the two kernels over B = q.shape[0] rows into o, u, gcum (kS, qS: the launcher's scratch)."""
     B = q.shape[0]
     MP = q.new_empty(B, HV, 2, BT, BT, dtype=gcum.dtype)
     gdn_verify_roles_kernel[(HV * (V // BVS) + HV // GP, B)](
         q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
         kS, qS, o, u, gcum, MP, T, H=H, HV=HV, K=K, V=V, L=L, BT=BT, BL=BL, BK=BK, BVS=BVS, BV=BV,
-        NG=triton.next_power_of_2(GP), GP=GP, PRECISION=precision, PRODUCTS_STAGES=products_stages,
+        NG=triton.next_power_of_2(GP), GP=GP, USE_DOT=use_dot, BKS=BKS, STATE_PRECISION=state_precision or precision,
+        PRECISION=precision, PRODUCTS_STAGES=products_stages,
         STACKED=stacked, STACKED_READS=stacked_reads, num_warps=warps, num_stages=1,
     )
     BVF = min(V, max(16, finish_block_v))  # (tl.dot's tiles: 16 rows at least)
