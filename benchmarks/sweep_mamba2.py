@@ -39,6 +39,9 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     candidates |= {f"dots bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False, num_stages=s)
                    for s in (3, 5)}
     candidates["dots bp64 w4 inline"] = VerifyConfig(64, 4, state_dot=True, inline_scores=True)
+    # h0's stream beside the products pass in one launch, the rest in a second (VerifyConfig.split_roles)
+    candidates |= {f"split roles bp{bp} w{w}": VerifyConfig(bp, w, state_dot=True, inline_scores=False,
+                                                            split_roles=True) for bp, w in ((64, 4), (32, 4), (64, 8))}
     # the products in Triton's tf32x3 (its emulated roundings) rather than the default's operands split by a mask
     # (verify.DOT_PRECISION, verify_kernels/precision.py), for the record
     candidates["dots bp64 w4 triton-tf32x3"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,

@@ -50,7 +50,9 @@ VERIFY_CONFIGS = {
     f"{'inline' if inline else 'products'}-{'dots' if dots else 'fma'}": VerifyConfig(
         block_p=16, num_warps=4, state_dot=dots, inline_scores=inline, block_n=16)
     for inline in (False, True) for dots in (True, False)
-}
+} | {  # h0's stream beside the products pass, the rest in a second launch
+    "split-roles-dots": VerifyConfig(block_p=16, num_warps=4, state_dot=True, inline_scores=False, block_n=16,
+                                     split_roles=True)}
 SMALL_DECODE = DecodeConfig(block_p=16, block_l=16, num_warps=4, block_n=16)
 
 

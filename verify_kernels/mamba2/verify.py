@@ -30,6 +30,11 @@ bytes were in flight. Two passes here:
    instead: the whole tile loaded first and used last, a product and a sum over N per node.
 Small batches are bound by latency and launches, not bytes: up to FUSED_MAX_BATCH rows every state-pass program
 computes its scores from the same slices of C in its N loop and the verify is one launch.
+Or (VerifyConfig.split_roles, a candidate written on 2026-12-04 and not yet timed) h0's stream runs beside the
+products pass: one launch of state programs that compute h0 C^T alone (85 registers for sm_90, where the state pass
+holds 128: six programs an SM, not four) and of the products pass's programs, then the state pass without its N loop
+adds the other terms to h0 C^T read back ([B, T, NH, P] fp32 scratch), as the GDN decode's split did (docs/design.md
+5.2).
 
 Every decay exponent is a difference of G along a path (<= 0), taken from the small tree-local sums Gl rather than
 from G itself, and masked pairs are -inf before the exp. Padding nodes load as zeros (their inputs and parents are
@@ -101,6 +106,7 @@ class VerifyConfig(NamedTuple):
     block_n: int = STATE_BLOCK_N  # N columns per tl.dot step
     num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
     precision: str | None = None  # the products' (DOT_PRECISION when None)
+    split_roles: bool = False  # h0's stream beside the products pass in one launch, the rest after (state_dot only)
 
 
 def verify_config(B: int, T: int, P: int) -> VerifyConfig:
@@ -112,25 +118,10 @@ def verify_config(B: int, T: int, P: int) -> VerifyConfig:
 
 
 @triton.jit
-def mamba2_verify_products_kernel(
-    Bm,            # [B, T, NG, N]
-    C,             # [B, T, NG, N]
-    num_nodes,     # [B]
-    buf_b,         # [R, L, NG, N] fp32
-    buf_len,       # [R]
-    req_slots,     # [B]
-    s_tree,        # [B, NG, BT, BT] fp32 out: [t, i] = C_t . B_i over nodes (0 at padding)
-    s_buf,         # [B, NG, BT, BL] fp32 out: [t, i] = C_t . B_i over buffer entries (0 past buf_len)
-    T,             # not constexpr: tree sizes change every step; only BT picks a compiled kernel
-    NG: tl.constexpr,
-    N: tl.constexpr,
-    L: tl.constexpr,
-    BT: tl.constexpr,
-    BL: tl.constexpr,
-    BN: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    i_g, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+def group_scores(Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, i_g, i_b, T, NG: tl.constexpr,
+                 N: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BN: tl.constexpr,
+                 PRECISION: tl.constexpr):
+    """Row i_b's scores of group i_g: C_t . B_i against the nodes and the buffer, into s_tree and s_buf."""
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
@@ -154,6 +145,30 @@ def mamba2_verify_products_kernel(
 
 
 @triton.jit
+def mamba2_verify_products_kernel(
+    Bm,            # [B, T, NG, N]
+    C,             # [B, T, NG, N]
+    num_nodes,     # [B]
+    buf_b,         # [R, L, NG, N] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    s_tree,        # [B, NG, BT, BT] fp32 out: [t, i] = C_t . B_i over nodes (0 at padding)
+    s_buf,         # [B, NG, BT, BL] fp32 out: [t, i] = C_t . B_i over buffer entries (0 past buf_len)
+    T,             # not constexpr: tree sizes change every step; only BT picks a compiled kernel
+    NG: tl.constexpr,
+    N: tl.constexpr,
+    L: tl.constexpr,
+    BT: tl.constexpr,
+    BL: tl.constexpr,
+    BN: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    i_g, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    group_scores(Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, i_g, i_b, T, NG, N, L, BT, BL, BN,
+                 PRECISION)
+
+
+@triton.jit
 def mamba2_verify_kernel(
     x,             # [B, T, NH, P]
     dt,            # [B, T, NH]
@@ -172,6 +187,7 @@ def mamba2_verify_kernel(
     req_slots,     # [B]
     s_tree,        # [B, NG, BT, BT] fp32 from the products pass (unless INLINE_SCORES)
     s_buf,         # [B, NG, BT, BL] fp32
+    hc_in,         # [B, T, NH, P] fp32: h0 C_t from mamba2_verify_roles_kernel (HC_IN)
     y,             # [B, T, NH, P] fp32 out
     xdt_out,       # [B, T, NH, P] fp32 out
     gcum_out,      # [B, T, NH] fp32 out
@@ -188,6 +204,7 @@ def mamba2_verify_kernel(
     FMA_NODES: tl.constexpr,   # > 0: the state term one node at a time over this many nodes (T); 0: tl.dots
     INLINE_SCORES: tl.constexpr,
     N_LOOP: tl.constexpr,      # FMA_NODES == 0 or INLINE_SCORES: the loop over N slices has work
+    HC_IN: tl.constexpr,       # the state term's h0 C^T read from hc_in (VerifyConfig.split_roles), no N loop
     PRECISION: tl.constexpr,
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
@@ -251,6 +268,9 @@ def mamba2_verify_kernel(
                                other=0.)
                 b_sb = add_product(b_sb, b_kb, b_cn, PRECISION)
 
+    if HC_IN:
+        b_hc = tl.load(hc_in + p_xt, mask=m_t[None, :], other=0.)
+
     # Gl along root paths (rows i of the transposed ancestor mask are the sources, columns t the nodes), G, entries
     b_a = b_dt * b_A
     b_gl = tl.sum(tl.where(b_anc, b_a[:, None], 0.), 0)                                   # [BT], by t
@@ -279,6 +299,59 @@ def mamba2_verify_kernel(
     tl.store(y + p_xt, b_y, mask=m_out[None, :])
     if i_p == 0:
         tl.store(gcum_out + (i_b * T + o_t) * NH + i_h, tl.where(m_t, b_G, 0.), mask=m_out)
+
+
+@triton.jit
+def mamba2_verify_roles_kernel(
+    Bm, C,         # [B, T, NG, N]
+    num_nodes,     # [B]
+    buf_b,         # [R, L, NG, N] fp32
+    buf_len,       # [R]
+    req_slots,     # [B]
+    state_pool,    # [S, NH, P, N] fp32
+    state_slots,   # [B]
+    s_tree,        # [B, NG, BT, BT] fp32 out (the products pass's)
+    s_buf,         # [B, NG, BT, BL] fp32 out
+    hc,            # [B, T, NH, P] fp32 out: h0 C_t (0 for rows without a state and at padding nodes)
+    T,
+    NH: tl.constexpr,
+    NG: tl.constexpr,
+    P: tl.constexpr,
+    N: tl.constexpr,
+    L: tl.constexpr,
+    BT: tl.constexpr,
+    BL: tl.constexpr,
+    BP: tl.constexpr,
+    BN: tl.constexpr,          # N columns per h0 step
+    BNS: tl.constexpr,         # N columns per scores step
+    PRECISION: tl.constexpr,
+):
+    """VerifyConfig.split_roles' first launch, a grid of (NH P / BP state programs + NG score programs, B): state
+    programs stream h0 and compute its product with the nodes' C, nothing else (the state pass's N loop); score
+    programs are the products pass's, side by side with them. Then mamba2_verify_kernel (HC_IN) adds the rest."""
+    i_q, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    NS: tl.constexpr = NH * (P // BP)
+    if i_q < NS:
+        i_h = i_q // (P // BP)
+        i_g = i_h // (NH // NG)
+        o_p = (i_q % (P // BP)) * BP + tl.arange(0, BP)
+        o_t = tl.arange(0, BT)
+        i_s = tl.load(state_slots + i_b).to(tl.int64)
+        nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
+        m_t = o_t < nn
+        p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N
+        m_h = o_p[:, None] < tl.where(i_s >= 0, P, 0)            # [BP, 1]: all rows, or none without a state
+        p_c = C + ((i_b * T + o_t[None, :]) * NG + i_g) * N      # + n: C_t^T [N, BT]
+        b_hc = tl.zeros([BP, BT], dtype=tl.float32)
+        for n0 in range(0, N, BN):
+            o_n = n0 + tl.arange(0, BN)
+            b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)      # [BN, BT]
+            b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
+            b_hc = add_product(b_hc, b_hn, b_cn, PRECISION)
+        tl.store(hc + ((i_b * T + o_t[None, :]) * NH + i_h) * P + o_p[:, None], b_hc, mask=(o_t < T)[None, :])
+    else:
+        group_scores(Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, i_q - NS, i_b, T, NG, N, L, BT, BL,
+                     BNS, PRECISION)
 
 
 def verify_blocks(T: int, L: int) -> tuple[int, int]:
@@ -318,8 +391,18 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
     cfg = config or verify_config(B, T, P)
     precision = cfg.precision or DOT_PRECISION
     BT, BL = verify_blocks(T, L)
+    BP = min(P, cfg.block_p)
+    split = cfg.split_roles and cfg.state_dot and not cfg.inline_scores
+    hc = y                                                                  # a stand-in, not read (unless split)
     if cfg.inline_scores:
         s_tree = s_buf = y                                                  # stand-ins, not read
+    elif split:  # h0's stream and the scores side by side (VerifyConfig.split_roles), the rest below
+        s_tree, s_buf, hc = new(B, NG, BT, BT), new(B, NG, BT, BL), new(B, T, NH, P)
+        mamba2_verify_roles_kernel[(NH * (P // BP) + NG, B)](
+            Bm, C, num_nodes, buf_b, buf_len, req_slots, state_pool, state_slots, s_tree, s_buf, hc, T,
+            NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
+            BNS=min(N, PRODUCTS_BLOCK_N), PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
     else:
         s_tree, s_buf = new(B, NG, BT, BT), new(B, NG, BT, BL)
         mamba2_verify_products_kernel[(NG, B)](
@@ -327,13 +410,12 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
             NG=NG, N=N, L=L, BT=BT, BL=BL, BN=min(N, PRODUCTS_BLOCK_N), PRECISION=precision,
             num_warps=PRODUCTS_WARPS,
         )
-    BP = min(P, cfg.block_p)
     mamba2_verify_kernel[(P // BP, NH, B)](
         x, dt, A, Bm, C, D, ancestors.view(torch.uint8), num_nodes, state_pool, state_slots, buf_b, buf_xdt,
-        buf_gcum, buf_len, req_slots, s_tree, s_buf, y, xdt, gcum, T,
+        buf_gcum, buf_len, req_slots, s_tree, s_buf, hc, y, xdt, gcum, T,
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
-        N_LOOP=cfg.state_dot or cfg.inline_scores, PRECISION=precision,
+        N_LOOP=(cfg.state_dot or cfg.inline_scores) and not split, HC_IN=split, PRECISION=precision,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y, xdt, gcum
