@@ -1,7 +1,7 @@
-"""The per-row tree math of the GDN KVBuffer verify (verify.py's steps a.-e.), shared by its tree pass and its fused
-kernel: products over K among the nodes and against the buffer, the nodes' decays and the triangular solve per value
-head, the buffer's share of the reads, and u and o from the state's products. Tiles are [BV, BT], V columns first
-(verify.py says why); products run on the tensor cores (tl.dot, tf32x3).
+"""The per-row tree math of the GDN KVBuffer verify (verify.py's steps a.-e.), shared by its tree pass, its fused
+kernel and its split (verify_roles.py): products over K among the nodes and against the buffer, the nodes' decays
+and the triangular solve per value head, the buffer's share of the reads, and u and o from the state's products.
+Tiles are [BV, BT], V columns first (verify.py says why); products run on the tensor cores (tl.dot, tf32x3).
 """
 
 import triton

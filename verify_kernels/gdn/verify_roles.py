@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.tree_math import finish, tree_heads
-from verify_kernels.gdn.verify_state import state_reads
+from verify_kernels.gdn.verify_state import state_products
 
 
 @triton.jit
@@ -61,36 +61,8 @@ def gdn_verify_roles_kernel(
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
     if i_p < NS:
         # a state program: value head i_h's [K, BVS] tile of S0, read once, against every node's k and q
-        i_s = tl.load(state_slots + i_b).to(tl.int64)
-        i_h = i_p // (V // BVS)
-        i_hk = i_h // (HV // H)
-        o_v = (i_p % (V // BVS)) * BVS + tl.arange(0, BVS)
-        if USE_DOT:
-            if i_s >= 0:
-                o_t = tl.arange(0, BT)
-                p_s = state_pool + (i_s * HV + i_h) * (K * V) + (i_p % (V // BVS)) * BVS
-                b_kS, b_qS = state_reads(q, k, p_s, tl.zeros([K, BVS], dtype=tl.float32), i_b, i_hk, nn, T, H, K,
-                                         V, BT, BVS, BKS, True, STATE_PRECISION, "evict_first")
-                p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
-                tl.store(kS + p_n, b_kS, mask=(o_t < nn)[None, :])
-                tl.store(qS + p_n, b_qS, mask=(o_t < nn)[None, :])
-        elif i_s >= 0:
-            o_k = tl.arange(0, K)
-            # S0 is streamed once and not reused: evict it first so the nodes and the buffer keep the L2
-            b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
-                          eviction_policy="evict_first")
-            p_x = (i_b * T * H + i_hk) * K + o_k
-            b_k = tl.load(k + p_x).to(tl.float32)
-            b_q = tl.load(q + p_x).to(tl.float32)
-            p_n = (i_b * T * HV + i_h) * V + o_v
-            for t in range(0, nn):
-                # the next node's k and q in flight during this node's products (the last node reloads itself)
-                p_xn = p_x + tl.minimum(t + 1, nn - 1) * (H * K)
-                b_kn = tl.load(k + p_xn).to(tl.float32)
-                b_qn = tl.load(q + p_xn).to(tl.float32)
-                tl.store(kS + p_n + t * (HV * V), tl.sum(b_s * b_k[:, None], 0))
-                tl.store(qS + p_n + t * (HV * V), tl.sum(b_s * b_q[:, None], 0))
-                b_k, b_q = b_kn, b_qn
+        state_products(q, k, num_nodes, state_pool, state_slots, kS, qS, i_b, i_p // (V // BVS), i_p % (V // BVS), T,
+                       H, HV, K, V, BT, BVS, BKS, 1, 1, USE_DOT, STATE_PRECISION)
     else:
         i_r = tl.load(req_slots + i_b).to(tl.int64)
         n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
