@@ -83,13 +83,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
                              PRECISION="tf32x3-split"), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
-                    dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
+                    dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.FUSED_PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
                          BV=block_v, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
     if not verify.FUSED_STATE_DOT:  # the one-launch kernel reading S0 by dots for chains too (a candidate)
         block_v, warps = verify.FUSED_CONFIGS[16]
         out.append(("candidate: verify fused (small batches), 4-chain, S0 read by dots", verify.gdn_verify_fused_kernel,
-                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
+                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.FUSED_PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
                          BV=block_v, USE_DOT=True, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
@@ -129,13 +129,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32)), verify.FINISH_CONFIG[1]))
     # the decode above SMALL_BATCH: state and buffer programs in one launch, then the finish (decode.DECODE_SPLIT_ROLES)
     out.append(("decode: state / buffer programs", decode.gdn_decode_roles_kernel,
-                dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BVB=decode.SPLIT_BUFFER_BLOCK_V or decode.BLOCK_V,
+                dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BVB=min(V, decode.SPLIT_BUFFER_BLOCK_V or decode.BLOCK_V),
                      BC=fold.BLOCK_L, BEFORE_LEN=decode.SPLIT_BUFFER_BEFORE_LEN), decode.NUM_WARPS))
-    if decode.SPLIT_BUFFER_BLOCK_V is None:
-        out.append(("candidate: decode: state / buffer programs, a buffer program per value head",
-                    decode.gdn_decode_roles_kernel,
-                    dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BVB=V, BC=fold.BLOCK_L,
-                         BEFORE_LEN=decode.SPLIT_BUFFER_BEFORE_LEN), decode.NUM_WARPS))
     out.append(("decode + commit: finish", decode.gdn_decode_finish_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.SPLIT_FINISH_BLOCK_V, COMMIT=True), decode.SPLIT_FINISH_WARPS))
     for commit_, here, what in ((False, False, "decode, per row"), (True, True, "decode + commit, per row, folding "

@@ -69,8 +69,8 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"decode.SPLIT_FINISH_BLOCK_V": bv, "decode.SPLIT_FINISH_WARPS": warps}))
         out.append(Candidate("decode", "split roles, buffer loaded before buf_len",
                              {"decode.SPLIT_BUFFER_BEFORE_LEN": True}))
-        out.append(Candidate("decode", "split roles, a buffer program per value head (all of V)",
-                             {"decode.SPLIT_BUFFER_BLOCK_V": 128}))
+        out.append(Candidate("decode", "split roles, buffer programs over BLOCK_V (the defaults before 2026-12-04c)",
+                             {"decode.SPLIT_BUFFER_BLOCK_V": None}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state
@@ -80,7 +80,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"chains' tree pass BV {bv}, {warps} warps"
                                            f"{f', {heads} value heads a program' if heads else ''}",
                                  {"verify.TREE_SMALL_CONFIG": (bv, warps), "verify.TREE_HEADS_PER_PROGRAM": heads}))
-        for bk, stages in ((32, 3), (16, 2), (16, 4)):
+        for bk, stages in ((16, 3), (16, 2), (32, 4)):  # (16, 3): the defaults before 2026-12-04c
             out.append(Candidate("verify", f"tree pass BK {bk}, {stages} stages",
                                  {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
         # the trees' tree pass: tile, warps, a key head per program
@@ -121,7 +121,7 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
         for bk, stages in ((32, 2), (16, 2)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
-                                 {"verify.PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
+                                 {"verify.FUSED_PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
         # two launches instead of one: the passes in turn, or side by side then e. (verify.VERIFY_SPLIT_ROLES: the
         # tree programs' latency under the state programs', where the fused kernel runs both in every program)
         out.append(Candidate("verify1", "S0 read by dots for chains too", {"verify.FUSED_STATE_DOT": True}))

@@ -14,17 +14,16 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 @pytest.fixture(params=["fold-kernel", "fold-in-place", "split-roles", "split-roles-buffer-per-head"])
 def decode_path(request, monkeypatch):
     """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs;
-    or state and buffer programs side by side and a finishing launch (DECODE_SPLIT_ROLES, at 16 columns a program and
-    8 in the finish: several blocks per head; its buffer programs over 32 columns, a whole head at V = 32, the grid's
-    other buffer slots idle: SPLIT_BUFFER_BLOCK_V). All are tested on the same rows (the fold's S0 tiles through tensor
-    descriptors or pointers: tests/test_gdn_fold.py)."""
+    or state and buffer programs side by side and a finishing launch (DECODE_SPLIT_ROLES, at 16 columns a program and 8
+    in the finish: several blocks per head; its buffer programs over 16 columns as the state programs, or over 32, a
+    whole head at V = 32, the grid's other buffer slots idle: SPLIT_BUFFER_BLOCK_V). All are tested on the same rows
+    (the fold's S0 tiles through tensor descriptors or pointers: tests/test_gdn_fold.py)."""
     monkeypatch.setattr(decode_module, "SMALL_BATCH", len(ROWS) if request.param == "fold-in-place" else 0)
     monkeypatch.setattr(decode_module, "DECODE_SPLIT_ROLES", request.param.startswith("split-roles"))
     if request.param.startswith("split-roles"):
         monkeypatch.setattr(decode_module, "BLOCK_V", 16)
         monkeypatch.setattr(decode_module, "SPLIT_FINISH_BLOCK_V", 8)
-    if request.param == "split-roles-buffer-per-head":
-        monkeypatch.setattr(decode_module, "SPLIT_BUFFER_BLOCK_V", 32)
+        monkeypatch.setattr(decode_module, "SPLIT_BUFFER_BLOCK_V", 32 if request.param.endswith("per-head") else None)
     return request.param
 
 

@@ -49,8 +49,9 @@ DECODE_SPLIT_ROLES = True
 SPLIT_BUFFER_BEFORE_LEN = False
 # SPLIT_BUFFER_BLOCK_V: a buffer program's V columns (None: BLOCK_V, as the state programs'). At all of V a value head's
 # buffer share is one program, which loads its key head's keys half as often; the other buffer slots of the grid
-# exit at once. Written 2026-12-04 with no device time left: untimed, a candidate of benchmarks.sweep_gdn.
-SPLIT_BUFFER_BLOCK_V = None
+# exit at once. On at all of V (128 at Qwen3.5's sizes): H200 2026-12-04 (sweeps_h200/sweep_gdn_2026-12-04c.txt),
+# 58.3 / 204.3 us at batch 64 / 256 against 61.2 / 214.2 at BLOCK_V, the same registers (160).
+SPLIT_BUFFER_BLOCK_V = 128
 SPLIT_FINISH_BLOCK_V = 128
 SPLIT_FINISH_WARPS = 4
 

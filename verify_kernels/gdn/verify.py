@@ -136,7 +136,12 @@ STACKED_READS = False
 # On: the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), checked at
 # 8.8e-7 relative error (Triton's tf32x3 3.3e-7; the checks' tolerance 1e-4) and timed as TREE_SMALL_CONFIG says.
 TREE_SPLIT_TF32 = True
-PRODUCTS_BLOCK_K = 16
+# PRODUCTS_BLOCK_K: the two-pass tree pass's K step. 32 (110 registers, from 96 at 16): H200 2026-12-04
+# (sweeps_h200/sweep_gdn_2026-12-04c.txt), 4-chains at batch 64 / 256 81.5 / 297.2 us against 83.5 / 307.1 at 16,
+# 16-node trees 125.0 / 452.3 against 129.0 / 451.9. The one-launch kernel (batch 1) keeps FUSED_PRODUCTS_BLOCK_K,
+# the step it was timed at.
+PRODUCTS_BLOCK_K = 32
+FUSED_PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
@@ -321,7 +326,8 @@ def gdn_verify(
         BV = min(V, block_v)
         gdn_verify_fused_kernel[(V // BV, HV, B)](
             q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
-            o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K), BV=BV,
+            o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, FUSED_PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K),
+            BV=BV,
             USE_DOT=use_dot or FUSED_STATE_DOT, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
             PRECISION=products_precision(FUSED_SPLIT_TF32),
         )

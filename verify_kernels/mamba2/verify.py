@@ -30,11 +30,10 @@ bytes were in flight. Two passes here:
    instead: the whole tile loaded first and used last, a product and a sum over N per node.
 Small batches are bound by latency and launches, not bytes: up to FUSED_MAX_BATCH rows every state-pass program
 computes its scores from the same slices of C in its N loop and the verify is one launch.
-Or (VerifyConfig.split_roles, a candidate written on 2026-12-04 and not yet timed) h0's stream runs beside the
-products pass: one launch of state programs that compute h0 C^T alone (85 registers for sm_90, where the state pass
-holds 128: six programs an SM, not four) and of the products pass's programs, then the state pass without its N loop
-adds the other terms to h0 C^T read back ([B, T, NH, P] fp32 scratch), as the GDN decode's split did (docs/design.md
-5.2).
+Above FUSED_MAX_BATCH (SPLIT_ROLES, VerifyConfig.split_roles) h0's stream runs beside the products pass: one launch of
+state programs that compute h0 C^T alone (85 registers for sm_90, where the state pass holds 128: six programs an SM,
+not four) and of the products pass's programs, then the state pass without its N loop adds the other terms to h0 C^T
+read back ([B, T, NH, P] fp32 scratch), as the GDN decode's split did (docs/design.md 5.2).
 
 Every decay exponent is a difference of G along a path (<= 0), taken from the small tree-local sums Gl rather than
 from G itself, and masked pairs are -inf before the exp. Padding nodes load as zeros (their inputs and parents are
@@ -82,6 +81,11 @@ FMA_MAX_NODES = 0
 # per program so that a single row still spreads over the SMs (P / 16 x NH = 256 programs at Nemotron-3-Nano).
 FUSED_MAX_BATCH = 4
 SMALL_BATCH_BLOCK_P = 16
+# SPLIT_ROLES: h0's stream beside the products pass, the rest in a second launch (the module's docstring). H200,
+# 2026-12-04 (benchmarks/results/sweeps_h200/sweep_mamba2_2026-12-04c.txt, Nemotron-3-Nano shapes, BP 64 on 4 warps):
+# 5-chains at batch 64 / 256 65.3 / 234.8 us (1.71x / 1.54x their bound) against 69.5 / 250.4 for the products and
+# state passes in turn; 16-node trees 73.9 / 264.9 against 74.4 / 268.3.
+SPLIT_ROLES = True
 # products pass: N columns per step (91 registers at 32, 148 at 64) and warps
 PRODUCTS_BLOCK_N = 32
 PRODUCTS_WARPS = 4
@@ -114,7 +118,7 @@ def verify_config(B: int, T: int, P: int) -> VerifyConfig:
     BT = verify_blocks(T, 1)[0]
     small = B <= FUSED_MAX_BATCH
     return VerifyConfig(block_p=min(P, SMALL_BATCH_BLOCK_P if small else BLOCK_P[BT]), num_warps=NUM_WARPS[BT],
-                        state_dot=T > FMA_MAX_NODES, inline_scores=small)
+                        state_dot=T > FMA_MAX_NODES, inline_scores=small, split_roles=SPLIT_ROLES)
 
 
 @triton.jit
