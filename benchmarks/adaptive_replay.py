@@ -11,7 +11,9 @@ replace a study row.
 The step times: the median measured time of each (batch, step width) among the full-batch steps of the policy
 traces that `benchmarks.study --policy-trace` writes (benchmarks/results/policy_traces_h200/; pipelined plain
 steps, the warm-up round's included, each shape's first step of a run left out); a width a batch never ran is
-interpolated (or extrapolated) linearly from its neighbours, a batch between two measured ones linearly. The first
+interpolated (or extrapolated) linearly from its neighbours, a batch between two measured ones linearly. A step
+costs the batch its rows pad up to, as under the engine's CUDA graphs (specdec/runner/cuda_graphs.py: a shrinking
+batch of 229 requests replays the graph of 256), and the policy is told so (StepCost's rows). The first
 plain step after a speculative one pays the pipeline's refill (REFILL of a plain step: the H200 traces of
 2026-12-02 show 15-20%) and, like the second, teaches the policy no cost, as in the engine.
 
@@ -38,6 +40,7 @@ from pathlib import Path
 from specdec.eval.step_cost import H200, roofline_step_cost
 from specdec.eval.synthetic import SyntheticAcceptance, TextCoins
 from specdec.models.real_shapes import SHAPES
+from specdec.runner.cuda_graphs import batch_buckets
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
 
 TRACES = Path("benchmarks/results/policy_traces_h200")
@@ -105,11 +108,18 @@ class MeasuredSteps:
         return ((1 - share) * self.at_batch(low, width) + share * self.at_batch(high, width)) / 1e3
 
 
+def graph_rows(max_batch: int) -> Callable[[int], int]:
+    """rows -> the batch of the graph a step of them replays, for an engine of up to max_batch requests."""
+    buckets = batch_buckets(max_batch)
+    return lambda rows: next((size for size in buckets if size >= rows), rows)
+
+
 def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws: Draws,
               policy: AdaptivePolicy | None = None, chain: int = 0, first_id: int = 0,
-              refill: float = REFILL) -> tuple[int, float]:
+              refill: float = REFILL, rows: Callable[[int], int] = lambda rows: rows) -> tuple[int, float]:
     """B requests of `tokens` new tokens each to the end (request first_id + i on text i), every step planned by
-    `policy` (else `chain` drafts per row, 0 for plain decoding). -> (tokens emitted, seconds)."""
+    `policy` (else `chain` drafts per row, 0 for plain decoding), each costing the rows it runs (`rows`: the graph
+    batch it pads up to). -> (tokens emitted, seconds)."""
     left = {first_id + i: tokens for i in range(batch)}
     emitted, seconds, plain_run = 0, 0.0, 0
     while left:
@@ -117,7 +127,7 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
         contexts = [PROMPT_TOKENS + tokens - left[rid] for rid in ids]
         steps = policy.plan(ids, contexts).steps if policy is not None else chain
         plain_run = plain_run + 1 if steps == 0 else 0
-        cost = step_time(len(ids), steps + 1) * (1 + refill if plain_run == 1 and policy is not None else 1)
+        cost = step_time(rows(len(ids)), steps + 1) * (1 + refill if plain_run == 1 and policy is not None else 1)
         kept = []
         for rid, context in zip(ids, contexts, strict=True):
             k = 0
@@ -143,17 +153,18 @@ def replay(step_time: StepTime, batches: list[int], accepted_length: float, prio
     """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes."""
     alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
     draws = text_draws(seed)
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}))
+    padded = graph_rows(max(batches))
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}), step_rows=padded)
     rows, next_id = [], 0
     for batch in batches:
-        run_batch(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, draws, policy, first_id=next_id)
+        run_batch(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, draws, policy, first_id=next_id, rows=padded)
         next_id += batch
         before = policy.counts.copy()
-        tokens, seconds = run_batch(step_time, batch, new_tokens, alpha, draws, policy, first_id=next_id)
+        tokens, seconds = run_batch(step_time, batch, new_tokens, alpha, draws, policy, first_id=next_id, rows=padded)
         next_id += batch
         shapes = policy.counts - before
-        plain = run_batch(step_time, batch, new_tokens, alpha, draws)
-        fixed = run_batch(step_time, batch, new_tokens, alpha, draws, chain=CHAIN)
+        plain = run_batch(step_time, batch, new_tokens, alpha, draws, rows=padded)
+        fixed = run_batch(step_time, batch, new_tokens, alpha, draws, chain=CHAIN, rows=padded)
         rates = {"plain": plain[0] / plain[1], "fixed": fixed[0] / fixed[1], "adaptive": tokens / seconds}
         total = sum(shapes.values())
         rows.append({"batch": batch, **rates, "of_best": rates["adaptive"] / max(rates["plain"], rates["fixed"]),

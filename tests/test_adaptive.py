@@ -144,6 +144,24 @@ def test_step_cost_drops_the_warm_up_ignores_stalls_and_borrows_factors():
         StepCost(window=0)
 
 
+def test_a_step_is_priced_at_the_rows_its_graph_runs():
+    """A shrinking batch's step of 229 requests replays the graph of 256 and costs what 256 rows cost: priced at its
+    own rows, the prior (linear in the rows here) would take the step for 12% dearer than its like and teach the
+    bucket that factor (the H200 study of 2026-12-04, Qwen3.5-9B at batch 256)."""
+    def graph(rows):
+        return 256 if rows > 192 else rows
+
+    for rows, factor in ((graph, 1.0), (lambda rows: rows, 256 / 229)):
+        cost = StepCost(prior=lambda batch, width, context: 1e-5 * batch, rows=rows)
+        for _ in range(3):  # (the first measurement is the warm-up's)
+            cost.observe(229, 1, 0.0, 2.56e-3)  # the graph of 256 rows, at its prior
+        assert cost.factor(256, 1) == pytest.approx(factor)
+        assert cost.seconds(256, 1, 0.0) == pytest.approx(2.56e-3 * factor)  # the full batch's step, after the tail
+    policy = AdaptivePolicy(prior=lambda batch, width, context: 1e-5 * batch * width, step_rows=graph)
+    plan = policy.plan(list(range(229)), [100] * 229)
+    assert policy._bucket(229) == 256 and len(plan.drafting) == 229
+
+
 def test_roofline_prior_is_interpolated_between_powers_of_two(monkeypatch):
     """The policy prices every batch of a shrinking tail: the roofline is computed on the grid 1, 2, 3, 4, 6, 8, ...
     only, and a batch between its points lies on the chord, within 8% of its own roofline (Qwen3.5-9B and

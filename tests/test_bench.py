@@ -55,6 +55,7 @@ def test_rows_are_consistent(tmp_path, capsys):
         else:
             assert row["speedup_over_recurrent"] is None
         assert (row["mean_accepted_length"] == 1.0) == (mode == "plain")
+        assert 0.0 <= row["gc_pause_ms"] <= 1e3 * row["seconds"]  # (the collector's time within the timed steps)
         check_roofline_columns(row, batch, peaks=Peaks(20e9, 0.5e12, "given"))
     # the same greedy decoding either way: the drafts are accepted alike
     for batch in (1, 2):

@@ -30,11 +30,12 @@ from specdec.speculation import (
     TreeShape,
     sample,
 )
-from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, StepCostPrior, StepPlan, flat_prior
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, StepCostPrior, StepPlan, flat_prior, unpadded
 from specdec.speculation.sampler import SamplerRows, SamplerShape
 from specdec.speculation.sampling import target_distribution
 from specdec.speculation.tree import MAX_TREE_NODES
 
+from .heap import freeze_heap
 from .request import Request
 from .scheduler import Scheduler
 
@@ -116,7 +117,9 @@ class Engine:
         self.policy = None  # chooses each step's shape (adaptive speculation)
         if adaptive:
             adaptive = replace(config.adaptive, max_steps=config.shape.budget)  # a chain: budget = its steps
-            self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior)
+            graphs = self.runner.graphs  # (a step of B requests costs the graph batch it pads up to)
+            self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior,
+                                         graphs.padded_rows if graphs is not None else unpadded)
             if self.runner.graphs is not None:  # a graph per width the policy may choose: none padded to the widest
                 self.runner.graphs.set_widths(self.verify_widths)
 
@@ -128,12 +131,15 @@ class Engine:
 
     def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
         """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs
-        on a GPU), as benchmarks and servers that warm up do; the rest is built when first needed. -> how many
-        step graphs were built."""
+        on a GPU), as benchmarks and servers that warm up do; the rest is built when first needed. Then freeze the
+        heap (heap.py: a full garbage collection over all that was built stalls a step for hundreds of ms). -> how
+        many step graphs were built."""
         width = self.config.shape.budget + 1 if self.drafter else 1
         if self.policy is not None:  # (its step costs' prior too: computed on first use, on the steps' critical path)
             self.policy.prepare(rows, prompt_tokens, prompt_tokens + max_new_tokens + width)
-        return self.runner.capture(rows, prompt_tokens + width, prompt_tokens + max_new_tokens + width)
+        built = self.runner.capture(rows, prompt_tokens + width, prompt_tokens + max_new_tokens + width)
+        freeze_heap()
+        return built
 
     # ---- requests ----------------------------------------------------------------------------------------
     def add_request(self, prompt: list[int], params: SamplingParams = SamplingParams(), max_new_tokens: int = 64,

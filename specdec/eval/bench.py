@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from specdec.cache.budget import state_bytes
+from specdec.engine.heap import GcPauses, freeze_heap
 from specdec.eval import device_memory
 from specdec.eval.peaks import Peaks, measure_peaks
 from specdec.eval.roofline import Workload, expected_experts, run_roofline
@@ -99,6 +100,7 @@ class BenchRow:
     largest_batch_in_memory: int | None = None  # GPU: the batch this engine would fill the device with
     shapes: dict[str, int] | None = None  # adaptive rows: the timed steps per shape the policy chose
     experts_vs_uniform: float | None = None  # MoE: distinct experts read per call / uniform routing's (the roofline's)
+    gc_pause_ms: float | None = None  # the garbage collector's time within the timed steps (specdec/engine/heap.py)
 
 
 def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[BenchRow]:
@@ -232,10 +234,11 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
         traffic.reset()
     chosen = Counter(policy.counts) if policy is not None else None  # the warm-up's, left out
     warm_up_steps = len(policy.trace) if policy is not None and policy.trace is not None else 0
-    start = time.perf_counter()
-    llm.engine.run()
-    synchronize(llm.model.device)
-    seconds = time.perf_counter() - start
+    with GcPauses() as pauses:
+        start = time.perf_counter()
+        llm.engine.run()
+        synchronize(llm.model.device)
+        seconds = time.perf_counter() - start
     if policy is not None and policy.trace is not None:
         write_policy_trace(settings.policy_trace, policy, backend, batch_size, warm_up_steps)
     shapes = dict(policy.counts - chosen) if policy is not None else None
@@ -259,7 +262,7 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
                     state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits,
                     roofline_ms_per_step=roofline_ms, x_roofline=ms_per_step / roofline_ms,
                     roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part, shapes=shapes,
-                    experts_vs_uniform=factor)
+                    experts_vs_uniform=factor, gc_pause_ms=1e3 * pauses.seconds)
 
 
 def write_policy_trace(path: str, policy, backend: str, batch_size: int, warm_up_steps: int) -> None:
@@ -325,6 +328,7 @@ def warm_up_and_prefill(llm, prompts: list[list[int]], batch_size: int, settings
     requests = [llm.submit(prompt, settings.max_new_tokens)[0] for prompt in prompts[:batch_size]]
     engine.step()  # admits the batch and prefills it
     synchronize(llm.model.device)
+    freeze_heap()  # every row from the same heap: what the warm-up left is never walked by a collection on the clock
     return requests
 
 
@@ -360,16 +364,16 @@ def with_speedups(rows: list[BenchRow]) -> list[BenchRow]:
 
 
 def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
-    """The rows as a table; with adaptive rows, a column gives the shapes chosen (share of the timed steps); with a
-    MoE target, one gives the distinct experts read against uniform routing (the roofline's expert reads scale by
-    it)."""
+    """The rows as a table ("GC ms": the garbage collector's time within a row's timed steps, specdec/engine/heap.py);
+    with adaptive rows, a column gives the shapes chosen (share of the timed steps); with a MoE target, one gives the
+    distinct experts read against uniform routing (the roofline's expert reads scale by it)."""
     adaptive = any(r.shapes for r in rows)
     moe = any(r.experts_vs_uniform is not None for r in rows)
-    lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | roofline ms/step | x roofline | "
+    lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | GC ms | roofline ms/step | x roofline | "
              "roofline x recurrent | mean accepted length | state MiB / request | requests in "
              f"{budget_gb:g} GiB | largest batch in memory |" + (" shapes chosen |" if adaptive else "")
              + (" experts read / uniform routing |" if moe else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")
              + ("---|" if moe else "")]
     for r in rows:
         extra = (f" {shape_shares(r.shapes) if r.shapes else ''} |" if adaptive else "") + \
@@ -378,11 +382,12 @@ def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
         memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests} | "
                   f"{_fmt(r.largest_batch_in_memory, '{}')}" if r.backend != "transformers" else " |  | ")
         if r.out_of_memory:
-            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  |  |  |  | {memory} |"
+            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  |  |  |  |  | {memory} |"
                          + extra)
             continue
         lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
-                     f"{r.ms_per_step:.2f} | {_fmt(r.roofline_ms_per_step, '{:.2f}')} | "
+                     f"{r.ms_per_step:.2f} | {_fmt(r.gc_pause_ms, '{:.1f}')} | "
+                     f"{_fmt(r.roofline_ms_per_step, '{:.2f}')} | "
                      f"{_fmt(r.x_roofline, '{:.2f}x')} | {_fmt(r.roofline_speedup_over_recurrent, '{:.2f}x')} | "
                      f"{r.mean_accepted_length:.2f} | {memory} |" + extra)
     return "\n".join(lines)

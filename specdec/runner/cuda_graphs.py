@@ -162,6 +162,11 @@ class StepGraphs:
         for width in widths - set(self.layouts):
             self.layouts[width] = _Layout(width, self.padding_slot)
 
+    def padded_rows(self, rows: int) -> int:
+        """The batch a step of `rows` requests replays: the smallest bucket that holds them (past the largest, the
+        step does not fit and runs its own rows)."""
+        return next((size for size in self.buckets if size >= rows), rows)
+
     def step_width(self, width: int) -> int:
         """The narrowest captured width that holds a step of `width` nodes per row."""
         return next(w for w in self.widths if w >= width)

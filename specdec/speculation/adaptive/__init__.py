@@ -4,7 +4,7 @@ times. The engine asks AdaptivePolicy.plan before proposing and tells it the out
 
 from .acceptance_stats import RunningAcceptance
 from .policy import AdaptiveConfig, AdaptivePolicy, StepPlan
-from .step_cost import StepCost, StepCostPrior, flat_prior
+from .step_cost import StepCost, StepCostPrior, StepRows, flat_prior, unpadded
 
-__all__ = ["AdaptiveConfig", "AdaptivePolicy", "RunningAcceptance", "StepCost", "StepCostPrior", "StepPlan",
-           "flat_prior"]
+__all__ = ["AdaptiveConfig", "AdaptivePolicy", "RunningAcceptance", "StepCost", "StepCostPrior", "StepPlan", "StepRows",
+           "flat_prior", "unpadded"]

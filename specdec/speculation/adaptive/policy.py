@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .acceptance_stats import RunningAcceptance
-from .step_cost import StepCost, StepCostPrior, batch_bucket, flat_prior
+from .step_cost import StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
 
 # a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
 # nothing, up to PROBE_BACKOFF times probe_every (a probe's drafts cost a wider step for nothing, ~6% of the steps
@@ -126,9 +126,10 @@ class StepPlan:
 class AdaptivePolicy:
     """Chooses each step's plan (plan), learns from its outcome (observe); counts: steps per shape label."""
 
-    def __init__(self, config: AdaptiveConfig = AdaptiveConfig(), prior: StepCostPrior = flat_prior):
+    def __init__(self, config: AdaptiveConfig = AdaptiveConfig(), prior: StepCostPrior = flat_prior,
+                 step_rows: StepRows = unpadded):
         self.config = config
-        self.cost = StepCost(prior)
+        self.cost = StepCost(prior, rows=step_rows)  # (step_rows: the rows a batch's step runs, StepCost)
         self.acceptance: dict[int, RunningAcceptance] = {}
         self.population = RunningAcceptance(config.prior_at(config.max_steps), config.prior_weight, POPULATION_DECAY)
         self.counts: Counter[str] = Counter()
@@ -158,7 +159,7 @@ class AdaptivePolicy:
         for batch in range(1, rows + 1):
             for width in self.config.widths:
                 for context in contexts:
-                    self.cost.prior(batch, width, float(context))
+                    self.cost.prior(self.cost.rows(batch), width, float(context))
 
     def plan(self, request_ids: Sequence[int], contexts: Sequence[int]) -> StepPlan:
         """The plan for a step of these requests (their tokens so far: contexts)."""
@@ -178,7 +179,7 @@ class AdaptivePolicy:
         if steps is None:
             steps = self._explore(batch, rates, best)
             if steps is not None:
-                self._measuring, self._measure_steps = (batch_bucket(batch), steps), 1
+                self._measuring, self._measure_steps = (self._bucket(batch), steps), 1
         if steps is None:
             steps = best
         probing = steps == 0 and not all(worth) and self.since_drafting >= self.probe_interval
@@ -203,7 +204,7 @@ class AdaptivePolicy:
         whose time says nothing of its cost, e.g. a pipelined plain step that waited for no earlier one)."""
         batch, context, plan = self._planned
         self._planned = None
-        bucket = batch_bucket(batch)
+        bucket = self._bucket(batch)
         self.bucket_steps[bucket] += 1
         if self.trace is not None:
             self.trace.append({**self._decision, "measured_ms": None if seconds is None else 1e3 * seconds,
@@ -237,10 +238,14 @@ class AdaptivePolicy:
         """The acceptance per position pooled over the requests' recent drafts (the drafter's figures before any)."""
         return tuple(self.population.conditional(k) for k in range(self.config.max_steps))
 
+    def _bucket(self, batch: int) -> int:
+        """The cost bucket of a step of `batch` requests: that of the rows it runs (StepCost)."""
+        return batch_bucket(self.cost.rows(batch))
+
     def _held(self, batch: int) -> int | None:
         """The shape being measured, while it has not taught a cost yet (for MEASURE_FOR steps at most, and only in
         the bucket it was chosen in): a plain step teaches none until the third of a run."""
-        if self._measuring is None or self._measuring[0] != batch_bucket(batch) or self._measure_steps >= MEASURE_FOR:
+        if self._measuring is None or self._measuring[0] != self._bucket(batch) or self._measure_steps >= MEASURE_FOR:
             self._measuring = None
             return None
         self._measure_steps += 1
@@ -258,7 +263,7 @@ class AdaptivePolicy:
         for steps in self.config.shapes:
             if self.cost.measured(steps + 1) < 1:
                 return steps
-        bucket, best = batch_bucket(batch), max(rates.values())
+        bucket, best = self._bucket(batch), max(rates.values())
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes:
                 if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= BORROWED_CONTENDER * best:

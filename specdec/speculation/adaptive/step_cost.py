@@ -8,6 +8,12 @@ from collections import deque
 from collections.abc import Callable
 
 StepCostPrior = Callable[[int, int, float], float]  # (batch, width = nodes per row, mean context) -> seconds
+StepRows = Callable[[int], int]  # requests -> the rows their step runs (a CUDA graph's batch: padded up to a bucket)
+
+
+def unpadded(batch: int) -> int:
+    """Steps without graphs run the batch's own rows."""
+    return batch
 
 
 def flat_prior(batch: int, width: int, context: float) -> float:
@@ -36,12 +42,19 @@ class StepCost:
     else the same width's in the nearest bucket, else the mean of all, else 1. The same bucket first, since a
     step's overheads do not scale with the batch as its roofline does (on the H200, Nemotron-3-Nano's plain step is
     2.4x its roofline at batch 1 and 1.3x at 128, BENCHMARKS.md: borrowed across buckets, plain decoding looked 2.6x
-    dearer than it was at batch 16)."""
+    dearer than it was at batch 16).
 
-    def __init__(self, prior: StepCostPrior = flat_prior, window: int = 5, clip: float = 3.0):
+    A batch is priced at the rows its step runs (`rows`: under CUDA graphs the captured batch it pads up to), since
+    that is what it costs: priced at its own size, the steps of a shrinking batch's tail (229 requests in a graph of
+    256) taught their bucket a factor 14% too dear, and the H200 study of 2026-12-04 (Qwen3.5-9B, batch 256) then
+    kept drafting 2-chains at 0.85x the plain steps' tokens/s."""
+
+    def __init__(self, prior: StepCostPrior = flat_prior, window: int = 5, clip: float = 3.0,
+                 rows: StepRows = unpadded):
         if window < 1 or clip <= 1.0:
             raise ValueError(f"need window >= 1 and clip > 1, got {window} and {clip}")
         self.prior = prior
+        self.rows = rows
         self.window = window
         self.clip = clip
         self.factors: dict[tuple[int, int], float] = {}
@@ -49,7 +62,8 @@ class StepCost:
         self.samples: dict[tuple[int, int], int] = {}  # measurements seen, the dropped warm-up included
 
     def seconds(self, batch: int, width: int, context: float) -> float:
-        return self.prior(batch, width, context) * self.factor(batch_bucket(batch), width)
+        rows = self.rows(batch)
+        return self.prior(rows, width, context) * self.factor(batch_bucket(rows), width)
 
     def factor(self, bucket: int, width: int) -> float:
         if (bucket, width) in self.factors:
@@ -78,11 +92,12 @@ class StepCost:
         return max(self.samples.get((bucket, width), 0) - 1, 0)
 
     def observe(self, batch: int, width: int, context: float, seconds: float) -> None:
-        key = (batch_bucket(batch), width)
+        rows = self.rows(batch)
+        key = (batch_bucket(rows), width)
         self.samples[key] = self.samples.get(key, 0) + 1
         if self.samples[key] == 1:
             return
-        ratio = seconds / self.prior(batch, width, context)
+        ratio = seconds / self.prior(rows, width, context)
         if self.factors:  # (the very first factor has nothing to be held against)
             ratio = min(ratio, self.clip * self.factor(*key))
         ratios = self.ratios.setdefault(key, deque(maxlen=self.window))
