@@ -25,7 +25,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from benchmarks.gdn import HV, H, K, V
-from verify_kernels.gdn import commit, decode, fold, verify, verify_roles
+from verify_kernels.gdn import commit, decode, fold, verify
 
 TARGET = GPUTarget("cuda", 90, 32)
 CAPACITY = 16
@@ -86,12 +86,6 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.FUSED_PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
                          BV=block_v, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
-    if not verify.FUSED_STATE_DOT:  # the one-launch kernel reading S0 by dots for chains too (a candidate)
-        block_v, warps = verify.FUSED_CONFIGS[16]
-        out.append(("candidate: verify fused (small batches), 4-chain, S0 read by dots", verify.gdn_verify_fused_kernel,
-                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.FUSED_PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
-                         BV=block_v, USE_DOT=True, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
                                                                           "16-node tree")):
         heads = per_program or HV // H
@@ -102,31 +96,6 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
                          STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS),
                     tree_config[1]))
-    # the chains' verify with its passes side by side, then e. (verify.VERIFY_SPLIT_ROLES) where it is off
-    if not verify.VERIFY_SPLIT_ROLES:
-        heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
-        out.append(("candidate: verify (4-chain), state and tree programs in one launch",
-                    verify_roles.gdn_verify_roles_kernel,
-                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BVS=verify.STATE_FMA_CONFIG[0],
-                         BV=verify.TREE_SMALL_CONFIG[0], NG=triton.next_power_of_2(heads), GP=heads,
-                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES,
-                         STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS,
-                         USE_DOT=False, BKS=verify.STATE_BLOCK_K, STATE_PRECISION=verify.products_precision(True)),
-                    verify.ROLES_WARPS))
-        out.append(("candidate: verify (16-node tree), state and tree programs in one launch",
-                    verify_roles.gdn_verify_roles_kernel,
-                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BVS=64,
-                         BV=verify.TREE_CONFIG[0], NG=1, GP=1,
-                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES,
-                         STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS,
-                         USE_DOT=True, BKS=verify.STATE_BLOCK_K,
-                         STATE_PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32)),
-                    verify.ROLES_WARPS))
-        out.append(("candidate: verify (4-chain), e. after the roles", verify_roles.gdn_verify_finish_kernel,
-                    dict(HV=HV, V=V, BT=16, BV=verify.FINISH_CONFIG[0],
-                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32)), verify.FINISH_CONFIG[1]))
     # the decode above SMALL_BATCH: state and buffer programs in one launch, then the finish (decode.DECODE_SPLIT_ROLES)
     out.append(("decode: state / buffer programs", decode.gdn_decode_roles_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BVB=min(V, decode.SPLIT_BUFFER_BLOCK_V or decode.BLOCK_V),

@@ -97,22 +97,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
                              {"verify.TREE_SPLIT_TF32": False, "verify.STATE_SPLIT_TF32": False,
                               "verify.TREE_SMALL_CONFIG": (32, 2),
                               "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (64, 4)}}))
-        # the chains' two passes side by side in one launch, then e. (verify.VERIFY_SPLIT_ROLES): warps of both
-        # kinds, e.'s V columns and warps, and the tree programs at 32 columns
-        for warps, finish, tree in ((2, (64, 4), None), (2, (128, 4), None), (2, (32, 2), None), (4, (64, 4), None),
-                                    (2, (64, 4), (32, 2))):
-            out.append(Candidate("verify", f"split roles, {warps} warps, e. BV {finish[0]} on {finish[1]} warps"
-                                           f"{f', tree programs BV {tree[0]}' if tree else ''}",
-                                 {"verify.VERIFY_SPLIT_ROLES": True, "verify.ROLES_WARPS": warps,
-                                  "verify.FINISH_CONFIG": finish,
-                                  "verify.TREE_SMALL_CONFIG": tree or verify.TREE_SMALL_CONFIG}))
-        # ... and for the 16-node trees too (their state programs' dots over 64 or 128 columns, at 2 warps)
-        for bv in (64, 128):
-            out.append(Candidate("verify", f"split roles, trees too, state dots BV {bv}",
-                                 {"verify.VERIFY_SPLIT_ROLES": True, "verify.SPLIT_ROLES_DOT_BLOCK_V": bv}))
-        # ... with a tree program per value head (twice the tree programs, each half as long: a shorter tail)
-        out.append(Candidate("verify", "split roles, 2 warps, a tree program per value head",
-                             {"verify.VERIFY_SPLIT_ROLES": True, "verify.TREE_HEADS_PER_PROGRAM": 1}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))
@@ -122,12 +106,8 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bk, stages in ((32, 2), (16, 2)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
                                  {"verify.FUSED_PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
-        # two launches instead of one: the passes in turn, or side by side then e. (verify.VERIFY_SPLIT_ROLES: the
-        # tree programs' latency under the state programs', where the fused kernel runs both in every program)
-        out.append(Candidate("verify1", "S0 read by dots for chains too", {"verify.FUSED_STATE_DOT": True}))
+        # two launches instead of one: the state pass then the tree pass, the larger batches' path (for the record)
         out.append(Candidate("verify1", "two passes", {"verify.FUSED_MAX_BATCH": 0}))
-        out.append(Candidate("verify1", "split roles, then e.",
-                             {"verify.FUSED_MAX_BATCH": 0, "verify.VERIFY_SPLIT_ROLES": True}))
     if "conv" in ops:  # (one node: the decode kernel, decode_conv.py, keeps its own setting)
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):

@@ -15,29 +15,19 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
-                        "stacked-reads-swapped", "split-roles", "split-roles-heads-swapped", "split-roles-trees",
-                        "fused-state-dots"])
+                        "stacked-reads-swapped"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass's products over
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
-    (STACKED_READS); or up to FMA_MAX_NODES nodes the two passes side by side in one launch, then e. in another
-    (VERIFY_SPLIT_ROLES, at 16 columns in e.: several blocks per head at V = 32), its tree programs as the defaults
-    or swapped as above, and for larger trees too (SPLIT_ROLES_DOT_BLOCK_V); or the one kernel reading S0 by dots
-    for chains too (FUSED_STATE_DOT)."""
+    (STACKED_READS)."""
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":
         monkeypatch.setattr(verify_module, "STACKED_READS", not verify_module.STACKED_READS)
-    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param.startswith("fused") else 0)
-    monkeypatch.setattr(verify_module, "FUSED_STATE_DOT", request.param == "fused-state-dots")
-    monkeypatch.setattr(verify_module, "VERIFY_SPLIT_ROLES", request.param.startswith("split-roles"))
-    if request.param.startswith("split-roles"):
-        monkeypatch.setattr(verify_module, "FINISH_CONFIG", (16, 1))
-    if request.param == "split-roles-trees":  # past FMA_MAX_NODES too, the state programs' products as dots
-        monkeypatch.setattr(verify_module, "SPLIT_ROLES_DOT_BLOCK_V", 16)
-    if request.param in ("tree-pass-heads-swapped", "split-roles-heads-swapped"):
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
+    if request.param == "tree-pass-heads-swapped":
         monkeypatch.setattr(verify_module, "TREE_HEADS_PER_PROGRAM", 1)
         monkeypatch.setattr(verify_module, "TREE_DOT_HEADS_PER_PROGRAM", None)
     return request.param

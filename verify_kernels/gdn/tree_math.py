@@ -1,7 +1,7 @@
-"""The per-row tree math of the GDN KVBuffer verify (verify.py's steps a.-e.), shared by its tree pass, its fused
-kernel and its split (verify_roles.py): products over K among the nodes and against the buffer, the nodes' decays
-and the triangular solve per value head, the buffer's share of the reads, and u and o from the state's products.
-Tiles are [BV, BT], V columns first (verify.py says why); products run on the tensor cores (tl.dot, tf32x3).
+"""The per-row tree math of the GDN KVBuffer verify (verify.py's steps a.-e.), shared by its tree pass and its fused
+kernel: products over K among the nodes and against the buffer, the nodes' decays and the triangular solve per value
+head, the buffer's share of the reads, and u and o from the state's products. Tiles are [BV, BT], V columns first
+(verify.py says why); products run on the tensor cores (tl.dot, tf32x3).
 """
 
 import triton
@@ -174,67 +174,3 @@ def finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION: tl.constexpr
     b_u = products(b_w - (b_beta * b_eG)[None, :] * b_kS, b_M, PRECISION)
     b_o = b_qr + b_eG[None, :] * b_qS + products(b_u, b_P, PRECISION)
     return b_u, b_o
-
-
-@triton.jit
-def tree_heads(q, k, v, g, beta, ancestors, state_slots, kS, qS, buf_k, buf_u, buf_gcum, o, u, gcum, MP, i_b, i_r,
-               i_h0, n, nn, T, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-               L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-               NG: tl.constexpr, GP: tl.constexpr, PRECISION: tl.constexpr, PRODUCTS_STAGES: tl.constexpr,
-               STACKED: tl.constexpr, STACKED_READS: tl.constexpr, FINISH: tl.constexpr):
-    """a.-e. of row i_b's GP value heads from i_h0 (all of one key head; a. once for them): gcum [B, T, HV], and
-    FINISH: u and o [B, T, HV, V] from the state pass's kS, qS; else (verify.VERIFY_SPLIT_ROLES, whose state pass
-    runs beside this) e.'s inputs for gdn_verify_finish_kernel: w into u, qr into o, and M, P into MP [B, HV, 2, BT,
-    BT]."""
-    i_hk = i_h0 // (HV // H)
-    o_t = tl.arange(0, BT)
-    m_T = o_t < T
-    m_n = (o_t < nn)[None, :]
-    i_s = tl.load(state_slots + i_b).to(tl.int64)
-    # the program's value heads' g, beta and buffer G (NG columns, the first GP of them real)
-    b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h0, n, nn, T, HV, L, BT, BL,
-                                              GP, NG)
-    if STACKED:
-        b_kk, b_qk, b_xB = stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK,
-                                                 PRECISION, PRODUCTS_STAGES)
-        if not STACKED_READS:
-            b_kB, b_qB = row_halves(b_xB, BT, BL)
-    else:
-        b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                               PRODUCTS_STAGES)
-    o_g = tl.arange(0, NG)
-    for i_g in tl.static_range(GP):
-        i_h = i_h0 + i_g
-        b_beta = tl.sum(tl.where(o_g[None, :] == i_g, b_beta2, 0.), 1)
-        b_G, b_dB, b_M, b_P = head_weights(tl.sum(tl.where(o_g[None, :] == i_g, b_g2, 0.), 1), b_beta, b_anc,
-                                           tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BT,
-                                           BL)
-        tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
-        if not FINISH:
-            p_mp = MP + ((i_b * HV + i_h) * 2 * BT + o_t[:, None]) * BT + o_t[None, :]
-            tl.store(p_mp, b_M)
-            tl.store(p_mp + BT * BT, b_P)
-        if STACKED_READS:
-            b_xBd = b_xB * stacked_rows(b_dB, BT, BL)                                        # [2 BT, BL]
-        for i_v in tl.range(0, V, BV, num_stages=PRODUCTS_STAGES):
-            o_v = i_v + tl.arange(0, BV)
-            p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
-            if FINISH:  # (loaded first: in flight during the buffer's reads)
-                b_kS = tl.zeros([BV, BT], dtype=tl.float32)
-                b_qS = tl.zeros([BV, BT], dtype=tl.float32)
-                if i_s >= 0:
-                    b_kS = tl.load(kS + p_n, mask=m_n, other=0.)
-                    b_qS = tl.load(qS + p_n, mask=m_n, other=0.)
-            if STACKED_READS:
-                b_w, b_qr = stacked_buffer_reads(v, buf_u, b_xBd, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
-                                                 BT, BL, BV, PRECISION)
-            else:
-                b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
-                                         BT, BL, PRECISION)
-            if FINISH:
-                b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
-                tl.store(u + p_n, b_u, mask=m_T[None, :])
-                tl.store(o + p_n, b_o, mask=m_T[None, :])
-            else:
-                tl.store(u + p_n, b_w, mask=m_T[None, :])
-                tl.store(o + p_n, b_qr, mask=m_T[None, :])

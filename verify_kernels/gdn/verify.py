@@ -40,8 +40,17 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
-from verify_kernels.gdn.tree_math import buffer_reads, finish, head_weights, node_inputs, node_products, tree_heads
-from verify_kernels.gdn.verify_roles import gdn_verify_roles_fwd
+from verify_kernels.gdn.tree_math import (
+    buffer_reads,
+    finish,
+    head_weights,
+    node_inputs,
+    node_products,
+    row_halves,
+    stacked_buffer_reads,
+    stacked_node_products,
+    stacked_rows,
+)
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
 from verify_kernels.tree import ancestor_mask
 
@@ -76,11 +85,6 @@ STATE_SPLIT_TF32 = True
 STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
-# FUSED_STATE_DOT: the one-launch kernel's reads of S0 as tensor-core dots for chains too (all nodes at once, K / 32
-# steps), where node by node on the FMA units each node is a dependent load and two reductions over K across the
-# warps, one after another: the batch-1 verify is a chain of such latencies (12.6 us against the target's 10).
-# Written on 2026-12-04 with no device time left: off until `benchmarks.sweep_gdn --ops verify1` times it.
-FUSED_STATE_DOT = False
 # The tree pass's V columns and warps: TREE_SMALL_CONFIG up to FMA_MAX_NODES nodes (the chains), TREE_CONFIG past
 # them. With the operands split by a mask (TREE_SPLIT_TF32) the chains' pass holds 221 registers at 64 columns on 2
 # warps and the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), timed
@@ -98,17 +102,6 @@ TREE_CONFIG = (32, 2)
 TREE_HEADS_PER_PROGRAM = None
 TREE_DOT_HEADS_PER_PROGRAM = 1
 FMA_MAX_NODES = 8
-# VERIFY_SPLIT_ROLES: up to FMA_MAX_NODES nodes (the chains), the state pass and the tree pass's steps a.-d. as two
-# kinds of program of one launch, side by side on the SMs, then a launch for e. (verify_roles.py; the GDN decode's
-# split measured 8-13% faster than its one kind of program on the H200, 2026-12-04). ROLES_WARPS: both kinds' warps
-# (the state pass's and the chains' tree pass's are 2 each); FINISH_CONFIG: e.'s V columns and warps. Written on
-# 2026-12-04 after the session's device time was spent: off until `benchmarks.sweep_gdn --ops verify` times it.
-VERIFY_SPLIT_ROLES = False
-ROLES_WARPS = 2
-FINISH_CONFIG = (64, 4)
-# SPLIT_ROLES_DOT_BLOCK_V: with VERIFY_SPLIT_ROLES, trees past FMA_MAX_NODES too, their state programs' dots over this
-# many V columns at ROLES_WARPS warps (None: those trees keep the two passes). Untimed, as VERIFY_SPLIT_ROLES.
-SPLIT_ROLES_DOT_BLOCK_V = None
 STATE_BLOCK_K = 32
 # STACKED_PRODUCTS: the tree pass's products over K with the nodes' keys and queries stacked ([k; q], 2 BT rows), two
 # products a step of PRODUCTS_BLOCK_K columns where there were four, split into halves once after the last step.
@@ -188,12 +181,54 @@ def gdn_verify_tree_kernel(
     STACKED_READS: tl.constexpr,  # ... and the buffer's reads kr and qr one product (STACKED_READS, needs STACKED)
 ):
     i_hp, i_b = tl.program_id(0), tl.program_id(1)
+    i_h0 = i_hp * GP
+    i_hk = i_h0 // (HV // H)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
+    i_s = tl.load(state_slots + i_b).to(tl.int64)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-    tree_heads(q, k, v, g, beta, ancestors, state_slots, kS, qS, buf_k, buf_u, buf_gcum, o, u, gcum, gcum, i_b, i_r,
-               i_hp * GP, n, nn, T, H, HV, K, V, L, BT, BL, BK, BV, NG, GP, PRECISION, PRODUCTS_STAGES, STACKED,
-               STACKED_READS, True)
+    o_t = tl.arange(0, BT)
+    m_T = o_t < T
+    m_n = (o_t < nn)[None, :]
+    # the program's value heads' g, beta and buffer G (NG columns, the first GP of them real)
+    b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h0, n, nn, T, HV, L, BT, BL,
+                                              GP, NG)
+    if STACKED:
+        b_kk, b_qk, b_xB = stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK,
+                                                 PRECISION, PRODUCTS_STAGES)
+        if not STACKED_READS:
+            b_kB, b_qB = row_halves(b_xB, BT, BL)
+    else:
+        b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
+                                               PRODUCTS_STAGES)
+    o_g = tl.arange(0, NG)
+    for i_g in tl.static_range(GP):
+        i_h = i_h0 + i_g
+        b_beta = tl.sum(tl.where(o_g[None, :] == i_g, b_beta2, 0.), 1)
+        b_G, b_dB, b_M, b_P = head_weights(tl.sum(tl.where(o_g[None, :] == i_g, b_g2, 0.), 1), b_beta, b_anc,
+                                           tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BT,
+                                           BL)
+        tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
+        if STACKED_READS:
+            b_xBd = b_xB * stacked_rows(b_dB, BT, BL)                                        # [2 BT, BL]
+        for i_v in tl.range(0, V, BV, num_stages=PRODUCTS_STAGES):
+            o_v = i_v + tl.arange(0, BV)
+            p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
+            # (loaded first: in flight during the buffer's reads)
+            b_kS = tl.zeros([BV, BT], dtype=tl.float32)
+            b_qS = tl.zeros([BV, BT], dtype=tl.float32)
+            if i_s >= 0:
+                b_kS = tl.load(kS + p_n, mask=m_n, other=0.)
+                b_qS = tl.load(qS + p_n, mask=m_n, other=0.)
+            if STACKED_READS:
+                b_w, b_qr = stacked_buffer_reads(v, buf_u, b_xBd, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
+                                                 BT, BL, BV, PRECISION)
+            else:
+                b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L,
+                                         BT, BL, PRECISION)
+            b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
+            tl.store(u + p_n, b_u, mask=m_T[None, :])
+            tl.store(o + p_n, b_o, mask=m_T[None, :])
 
 
 @triton.jit
@@ -328,7 +363,7 @@ def gdn_verify(
             q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
             o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, FUSED_PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K),
             BV=BV,
-            USE_DOT=use_dot or FUSED_STATE_DOT, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
+            USE_DOT=use_dot, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
             PRECISION=products_precision(FUSED_SPLIT_TF32),
         )
         return o, u, gcum
@@ -338,18 +373,6 @@ def gdn_verify(
     if (HV // H) % per_program:
         raise ValueError(f"the tree pass's value heads per program ({per_program}) must divide the value heads per key "
                          f"head ({HV // H})")
-    if VERIFY_SPLIT_ROLES and (not use_dot or SPLIT_ROLES_DOT_BLOCK_V is not None):  # (VERIFY_SPLIT_ROLES' comment)
-        gdn_verify_roles_fwd(
-            q, k, v, g, beta, anc, num_nodes, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
-            o, u, gcum, kS, qS, **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K),
-            BVS=min(V, SPLIT_ROLES_DOT_BLOCK_V if use_dot else STATE_FMA_CONFIG[0]),
-            BV=min(V, (TREE_CONFIG if use_dot else TREE_SMALL_CONFIG)[0]), GP=per_program, warps=ROLES_WARPS,
-            precision=products_precision(TREE_SPLIT_TF32), products_stages=PRODUCTS_STAGES,
-            stacked=STACKED_PRODUCTS or STACKED_READS, stacked_reads=STACKED_READS, finish_block_v=FINISH_CONFIG[0],
-            finish_warps=FINISH_CONFIG[1], use_dot=use_dot, BKS=min(K, STATE_BLOCK_K),
-            state_precision=products_precision(STATE_SPLIT_TF32),
-        )
-        return o, u, gcum
     if use_dot:
         block_v, warps = STATE_DOT_CONFIGS[BT]
         G = 1

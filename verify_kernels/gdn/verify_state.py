@@ -54,14 +54,29 @@ def state_tile(p_s, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_DOT:
 
 
 @triton.jit
-def state_products(q, k, num_nodes, state_pool, state_slots, kS, qS, i_b, i_h0, i_v, T, H: tl.constexpr,
-                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
-                   BK: tl.constexpr, G: tl.constexpr, NG: tl.constexpr, USE_DOT: tl.constexpr,
-                   PRECISION: tl.constexpr):
-    """The state pass's work for row i_b, the G value heads from i_h0 (1 with USE_DOT), V block i_v: S0^T k_t and
-    S0^T q_t of every node into kS, qS (nothing for a row without a state)."""
+def gdn_verify_state_kernel(
+    q, k,               # [B, T, H, K]
+    num_nodes,          # [B]
+    state_pool,         # [S, HV, K, V] fp32
+    state_slots,        # [B]
+    kS, qS,             # [B, T, HV, V] fp32 out: S0^T k_t, S0^T q_t (rows with a state, nodes < num_nodes only)
+    T,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BV: tl.constexpr,
+    BK: tl.constexpr,
+    G: tl.constexpr,    # value heads per program, all of one key head (1 with USE_DOT)
+    NG: tl.constexpr,   # G padded to a power of two
+    USE_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     if i_s >= 0:
+        i_h0 = i_g * G
         i_hk = i_h0 // (HV // H)
         nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
         o_v = i_v * BV + tl.arange(0, BV)
@@ -94,28 +109,3 @@ def state_products(q, k, num_nodes, state_pool, state_slots, kS, qS, i_b, i_h0, 
                 tl.store(kS + p_n + t * (HV * V), tl.sum(b_s * b_k[None, :, None], 1), mask=m_g[:, None])
                 tl.store(qS + p_n + t * (HV * V), tl.sum(b_s * b_q[None, :, None], 1), mask=m_g[:, None])
                 b_k, b_q = b_kn, b_qn
-
-
-@triton.jit
-def gdn_verify_state_kernel(
-    q, k,               # [B, T, H, K]
-    num_nodes,          # [B]
-    state_pool,         # [S, HV, K, V] fp32
-    state_slots,        # [B]
-    kS, qS,             # [B, T, HV, V] fp32 out: S0^T k_t, S0^T q_t (rows with a state, nodes < num_nodes only)
-    T,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    BT: tl.constexpr,
-    BV: tl.constexpr,
-    BK: tl.constexpr,
-    G: tl.constexpr,    # value heads per program, all of one key head (1 with USE_DOT)
-    NG: tl.constexpr,   # G padded to a power of two
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    state_products(q, k, num_nodes, state_pool, state_slots, kS, qS, i_b, i_g * G, i_v, T, H, HV, K, V, BT, BV, BK, G,
-                   NG, USE_DOT, PRECISION)
