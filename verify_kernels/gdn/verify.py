@@ -129,7 +129,8 @@ STACKED_READS = False
 # On: the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), checked at
 # 8.8e-7 relative error (Triton's tf32x3 3.3e-7; the checks' tolerance 1e-4) and timed as TREE_SMALL_CONFIG says.
 TREE_SPLIT_TF32 = True
-# PRODUCTS_BLOCK_K: the two-pass tree pass's K step. 32 (110 registers, from 96 at 16): H200 2026-12-04
+# PRODUCTS_BLOCK_K: the two-pass tree pass's K step. 32 (110 registers, from 96 at 16, as the H200's Triton 3.6 built
+# them for the sweep): H200 2026-12-04
 # (sweeps_h200/sweep_gdn_2026-12-04c.txt), 4-chains at batch 64 / 256 81.5 / 297.2 us against 83.5 / 307.1 at 16,
 # 16-node trees 125.0 / 452.3 against 129.0 / 451.9. The one-launch kernel (batch 1) keeps FUSED_PRODUCTS_BLOCK_K,
 # the step it was timed at.
