@@ -42,6 +42,12 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     # h0's stream beside the products pass in one launch, the rest in a second (VerifyConfig.split_roles)
     candidates |= {f"split roles bp{bp} w{w}": VerifyConfig(bp, w, state_dot=True, inline_scores=False,
                                                             split_roles=True) for bp, w in ((64, 4), (32, 4), (64, 8))}
+    # ... its state programs' N loop (h0 C^T alone, 85 registers: more programs an SM than the state pass had) deeper
+    # or in wider steps (the split won at 3 stages of 32 columns, the state pass's settings: 2026-12-04c)
+    candidates |= {f"split roles bp64 w4 stages{s}": VerifyConfig(64, 4, state_dot=True, inline_scores=False,
+                                                                  split_roles=True, num_stages=s) for s in (2, 4, 5)}
+    candidates["split roles bp64 w4 bn64"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,
+                                                          split_roles=True, block_n=64)
     # the products in Triton's tf32x3 (its emulated roundings) rather than the default's operands split by a mask
     # (verify.DOT_PRECISION, verify_kernels/precision.py), for the record
     candidates["dots bp64 w4 triton-tf32x3"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,
