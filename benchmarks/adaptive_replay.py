@@ -35,12 +35,13 @@ import statistics
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from specdec.eval.step_cost import H200, roofline_step_cost
 from specdec.eval.synthetic import SyntheticAcceptance, TextCoins
 from specdec.models.real_shapes import SHAPES
-from specdec.runner.cuda_graphs import batch_buckets
+from specdec.runner.cuda_graphs import batch_buckets, padded_batch
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
 
 TRACES = Path("benchmarks/results/policy_traces_h200")
@@ -110,8 +111,7 @@ class MeasuredSteps:
 
 def graph_rows(max_batch: int) -> Callable[[int], int]:
     """rows -> the batch of the graph a step of them replays, for an engine of up to max_batch requests."""
-    buckets = batch_buckets(max_batch)
-    return lambda rows: next((size for size in buckets if size >= rows), rows)
+    return partial(padded_batch, batch_buckets(max_batch))
 
 
 def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws: Draws,

@@ -120,8 +120,8 @@ class Engine:
             graphs = self.runner.graphs  # (a step of B requests costs the graph batch it pads up to)
             self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior,
                                          graphs.padded_rows if graphs is not None else unpadded)
-            if self.runner.graphs is not None:  # a graph per width the policy may choose: none padded to the widest
-                self.runner.graphs.set_widths(self.verify_widths)
+            if graphs is not None:  # a graph per width the policy may choose: none padded to the widest
+                graphs.set_widths(self.verify_widths)
 
     @property
     def verify_widths(self) -> tuple[int, ...]:

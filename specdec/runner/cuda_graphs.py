@@ -64,6 +64,12 @@ def capture_blocker(model: HybridCausalLM) -> str | None:
     return None
 
 
+def padded_batch(buckets: list[int], rows: int) -> int:
+    """The batch a step of `rows` requests replays: the smallest bucket that holds them (past the largest, the step
+    does not fit and runs its own rows)."""
+    return next((size for size in buckets if size >= rows), rows)
+
+
 def batch_buckets(max_batch: int) -> list[int]:
     """The bucket sizes for up to max_batch requests: BATCH_BUCKETS below it, then max_batch itself."""
     return [size for size in BATCH_BUCKETS if size < max_batch] + [max_batch]
@@ -163,9 +169,8 @@ class StepGraphs:
             self.layouts[width] = _Layout(width, self.padding_slot)
 
     def padded_rows(self, rows: int) -> int:
-        """The batch a step of `rows` requests replays: the smallest bucket that holds them (past the largest, the
-        step does not fit and runs its own rows)."""
-        return next((size for size in self.buckets if size >= rows), rows)
+        """The batch a step of `rows` requests replays (padded_batch)."""
+        return padded_batch(self.buckets, rows)
 
     def step_width(self, width: int) -> int:
         """The narrowest captured width that holds a step of `width` nodes per row."""
