@@ -70,5 +70,11 @@ class Drafter(ABC):
         [B, F] the roots' features (target_features). A drafter whose cache follows the request takes the roots
         as pending tokens, scored with its next proposal."""
 
+    def backlog(self, request_id: int) -> int:
+        """Tokens this drafter must read for the request before its next proposal, in a forward of their own (its
+        catch-up: adaptive speculation prices a drafting step with it). 0 for drafters that read nothing first, or
+        that score their few pending rows in front of the tree (the heads)."""
+        return 0
+
     def finish(self, request_id: int) -> None:  # noqa: B027
         """The request left; free what it held."""

@@ -50,6 +50,12 @@ class DraftModelDrafter(Drafter):
         self.pending.pop(request_id, None)
         self.unread_prompts.discard(request_id)
 
+    def backlog(self, request_id: int) -> int:
+        """The tokens _catch_up reads first: an unread prompt, the roots of the steps sat out (one pending token, an
+        accepted leaf, is scored in front of the tree instead)."""
+        pending = len(self.pending.get(request_id, ()))
+        return pending if pending > 1 else 0
+
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         """Level by level: score every tree so far (pending tokens in front), then give each newest node its
         `topk` most likely children (greedy requests) or `topk` children sampled without replacement."""

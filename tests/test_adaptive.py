@@ -16,6 +16,7 @@ from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, RunningAcceptance, StepCost
 from specdec.speculation.adaptive.policy import PROBE_BACKOFF
+from specdec.speculation.adaptive.step_cost import CatchUpCost
 from tests.test_shipped_models import held_out_text
 
 NEW_TOKENS = 20
@@ -338,6 +339,56 @@ def test_a_step_told_without_seconds_teaches_no_cost():
     policy.plan([0, 1], [10, 10])
     policy.observe([0, 1], [0, 0], [0, 0], None)
     assert policy.steps == 1 and not policy.cost.samples and not policy.last_measured
+
+
+def test_catch_up_cost_is_affine_in_the_backlog():
+    cost = CatchUpCost()
+    assert cost.seconds(100) == 0.0  # nothing sampled: free
+    for tokens in (20, 400, 30, 350):  # 5 ms a read + 0.1 ms a token (a draft forward's overhead, then its tokens)
+        cost.observe(tokens, 5e-3 + 1e-4 * tokens)
+    assert cost.fit() == pytest.approx((5e-3, 1e-4))
+    assert cost.seconds(200) == pytest.approx(25e-3) and cost.seconds(0) == 0.0
+    one = CatchUpCost()
+    one.observe(50, 10e-3)
+    one.observe(50, 14e-3)
+    assert one.seconds(100) == pytest.approx(24e-3)  # one token count: proportional to the mean excess
+    one.observe(60, -5e-3)  # (a step faster than its shape's cost: no catch-up, not a negative one)
+    assert one.samples[-1] == (60, 0.0)
+
+
+def measured_policy(plain_ms: float, chain_ms: float) -> AdaptivePolicy:
+    """A policy whose batch of 4 has measured plain steps and 2-chains (acceptance per draft 0.5)."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, chains=(2,), prior_acceptance=(0.5,), refresh_every=0))
+    ids = list(range(4))
+    for steps, ms in ((0, plain_ms),) * 3 + ((2, chain_ms),) * 3:
+        policy.plan(ids, [100] * 4)
+        policy._planned = (4, 100.0, replace(policy._planned[2], steps=steps), 0)  # (the shape to measure)
+        policy.observe(ids, [steps] * 4, [1 if steps else 0] * 4, ms * 1e-3)
+    return policy
+
+
+def test_a_drafting_step_with_a_backlog_teaches_the_catch_up_and_not_its_shape():
+    policy = measured_policy(plain_ms=10, chain_ms=20)
+    ids = list(range(4))
+    for backlog, extra_ms in ((40, 9), (400, 45)):  # 5 ms + 0.1 ms a token
+        policy.plan(ids, [100] * 4, backlog=backlog)
+        policy._planned = (4, 100.0, replace(policy._planned[2], steps=2), backlog)
+        policy.observe(ids, [2] * 4, [1] * 4, (20 + extra_ms) * 1e-3)
+    assert policy.cost.seconds(4, 3, 100.0) == pytest.approx(20e-3)  # the shape's cost as its own steps measured it
+    assert policy.catch_up.seconds(100) == pytest.approx(15e-3)
+
+
+def test_a_backlog_keeps_plain_steps_where_drafting_wins_by_less_than_its_catch_up():
+    policy = measured_policy(plain_ms=10, chain_ms=20)  # 2-chains: 4 x 2.0 tokens in 20 ms, plain 4 in 10: a tie
+    policy.catch_up.observe(40, 9e-3)
+    policy.catch_up.observe(400, 45e-3)
+    policy.cost.ratios[(4, 3)].clear()
+    policy.cost.ratios[(4, 3)].append(0.8 * policy.cost.factors[(4, 3)])
+    policy.cost.factors[(4, 3)] *= 0.8  # 2-chains now 16 ms: 25% more tokens a second than plain steps
+    assert policy.plan(list(range(4)), [100] * 4, backlog=0).steps == 2
+    policy.observe(list(range(4)), [2] * 4, [1] * 4, 16e-3)
+    # 300 tokens to read first: 35 ms, spread over CATCH_UP_STEPS steps, outweighs the 2-chains' lead
+    assert policy.plan(list(range(4)), [100] * 4, backlog=300).steps == 0
 
 
 def test_adaptive_speculation_takes_chains_only():

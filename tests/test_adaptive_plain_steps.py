@@ -154,3 +154,24 @@ def test_prepare_steps_builds_the_decode_graphs_beside_the_verify_graphs(checkpo
     assert engine.prepare_steps(rows=3, prompt_tokens=30, max_new_tokens=20) == 12
     assert set(engine.runner.decode_graphs._steps) == {(1, rows, kv) for rows in (1, 2, 3) for kv in (32, 64)}
     assert set(engine.runner.graphs._steps) == {(width, rows, 64) for width in (2, 3) for rows in (1, 2, 3)}
+
+
+def test_the_policy_is_told_the_draft_models_backlog(checkpoint, clock):
+    """Before a row first drafts, the draft model owes it its prompt and every root it sat out (the catch-up that
+    adaptive speculation prices, CatchUpCost); a drafting step clears it."""
+    engine = adaptive_engine(checkpoint)
+    told = []  # (backlog told, backlog of the rows as the engine's requests show it) per plan
+    plan = engine.policy.plan
+
+    def recorded(ids, contexts, backlog=0):
+        rows = [r for r in engine.scheduler.running if r.request_id in ids]
+        unread = [r for r in rows if r.request_id in engine.drafter.unread_prompts]
+        owed = [len(r.prompt) + engine.drafter.told.get(r.request_id, 0) for r in unread]
+        owed = sum(n for n in owed if n > 1)  # (a single token is scored in front of the tree instead)
+        told.append((backlog, owed, len(unread) == len(rows)))
+        return plan(ids, contexts, backlog)
+    engine.policy.plan = recorded
+    run(engine, SamplingParams())
+    fresh = [(backlog, owed) for backlog, owed, all_unread in told if all_unread]
+    assert fresh and all(backlog == owed > 0 for backlog, owed in fresh)
+    assert any(backlog < owed or not all_unread for backlog, owed, all_unread in told)  # read by a drafting step

@@ -66,6 +66,9 @@ class PerRequestDrafts(Drafter):
     def skipped(self, requests: list[DraftRequest], roots: list[int], target_hidden=None) -> None:
         self.inner.skipped(requests, roots, target_hidden)
 
+    def backlog(self, request_id: int) -> int:
+        return self.inner.backlog(request_id)
+
     def finish(self, request_id: int) -> None:
         self.caps.pop(request_id, None)
         self.inner.finish(request_id)

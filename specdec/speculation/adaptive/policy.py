@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .acceptance_stats import RunningAcceptance
-from .step_cost import StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
+from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
 
 # a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
 # nothing, up to PROBE_BACKOFF times probe_every (a probe's drafts cost a wider step for nothing, ~6% of the steps
@@ -56,6 +56,9 @@ POPULATION_DECAY = 0.99
 # steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
 # plain steps, from the third of a run on, and a new bucket's first measurement is dropped: four plain steps)
 MEASURE_FOR = 4
+# the drafting steps a drafter's catch-up is spread over when a drafting shape is priced (CatchUpCost): it is paid
+# once, by the first of a run of drafting steps, and a run lasts at least the steps a measured shape is held for
+CATCH_UP_STEPS = MEASURE_FOR
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class AdaptivePolicy:
                  step_rows: StepRows = unpadded):
         self.config = config
         self.cost = StepCost(prior, rows=step_rows)  # (step_rows: the rows a batch's step runs, StepCost)
+        self.catch_up = CatchUpCost()  # what the drafter's backlog costs (a draft model's missed steps, prompts)
         self.acceptance: dict[int, RunningAcceptance] = {}
         self.population = RunningAcceptance(config.prior_at(config.max_steps), config.prior_weight, POPULATION_DECAY)
         self.counts: Counter[str] = Counter()
@@ -146,7 +150,8 @@ class AdaptivePolicy:
         self._last_refresh = 0  # the step of the last refresh
         self._best_at_refresh: int | None = None  # the best shape when the last refresh ran, until it is judged
         self._probed = False  # the last plan was a probe
-        self._planned: tuple[int, float, StepPlan] | None = None  # (batch, context, plan) awaiting its outcome
+        self._planned: tuple[int, float, StepPlan, int] | None = None  # (batch, context, plan, backlog) awaiting
+        # its outcome
         self._decision: dict = {}  # the planned step's entry for the trace, when tracing
 
     def prepare(self, rows: int, shortest: int, longest: int) -> None:
@@ -161,14 +166,23 @@ class AdaptivePolicy:
                 for context in contexts:
                     self.cost.prior(self.cost.rows(batch), width, float(context))
 
-    def plan(self, request_ids: Sequence[int], contexts: Sequence[int]) -> StepPlan:
-        """The plan for a step of these requests (their tokens so far: contexts)."""
+    def plan(self, request_ids: Sequence[int], contexts: Sequence[int], backlog: int = 0) -> StepPlan:
+        """The plan for a step of these requests (their tokens so far: contexts). backlog: the tokens the drafter
+        must read before it drafts for them (Drafter.backlog: a draft model's steps sat out, unread prompts), which a
+        drafting step pays on top of its shape's cost, spread over CATCH_UP_STEPS."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         stats = [self._stats(rid) for rid in request_ids]
         emitted = [0.0] * (self.config.max_steps + 1)  # per drafts per row: expected tokens of the batch
         worth = [s.add_emitted(emitted, self.config.collapse) for s in stats]
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
-        rates = {s: (emitted[s] + collapsed) / self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
+        catch_up = self.catch_up.seconds(backlog)
+        seconds = {s: self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
+        rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up / CATCH_UP_STEPS if s else 0.0))
+                 for s in self.config.shapes}
+        # a shape tried for a step or two (_explore) pays the whole catch-up: on the CPU, refreshes of a draft model's
+        # chains read 391 tokens of prompts in a 71 ms step among plain ones of 10
+        trial_rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up if s else 0.0))
+                       for s in self.config.shapes}
         best = max(rates, key=lambda s: (rates[s], -s))
         steps = self._held(batch)
         if steps is None and self._best_at_refresh is not None:  # the refreshed shape measured: judge the refresh
@@ -177,7 +191,7 @@ class AdaptivePolicy:
                                      if confirmed else self.config.refresh_every)
             self._best_at_refresh = None
         if steps is None:
-            steps = self._explore(batch, rates, best)
+            steps = self._explore(batch, trial_rates, best)
             if steps is not None:
                 self._measuring, self._measure_steps = (self._bucket(batch), steps), 1
         if steps is None:
@@ -192,9 +206,9 @@ class AdaptivePolicy:
             self.probe_interval = self.config.probe_every
         self._probed = probing
         plan = StepPlan(steps, (steps > 0,) * batch)
-        self._planned = (batch, context, plan)
+        self._planned = (batch, context, plan, backlog)
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
-            self._decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth),
+            self._decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
                               "estimated_ms": {s: 1e3 * self.cost.seconds(batch, s + 1, context) for s in rates},
                               "tokens_per_second": rates}
         return plan
@@ -203,13 +217,19 @@ class AdaptivePolicy:
                 seconds: float | None) -> None:
         """The outcome of the planned step: drafts offered and accepted per row, the step's wall time (None: a step
         whose time says nothing of its cost, e.g. a pipelined plain step that waited for no earlier one)."""
-        batch, context, plan = self._planned
+        batch, context, plan, backlog = self._planned
         self._planned = None
         bucket = self._bucket(batch)
         self.bucket_steps[bucket] += 1
         if self.trace is not None:
             self.trace.append({**self._decision, "measured_ms": None if seconds is None else 1e3 * seconds,
                                "accepted": sum(accepted)})
+        if seconds is not None and plan.steps > 0 and backlog > 0:
+            # the step read the drafter's backlog too: what it took beyond its shape's cost is the catch-up's (a
+            # shape not measured yet tells neither apart), and it teaches the shape no cost
+            if self.cost.measured_in(bucket, plan.steps + 1) >= 1:
+                self.catch_up.observe(backlog, seconds - self.cost.seconds(batch, plan.steps + 1, context))
+            seconds = None
         if seconds is not None:
             if self._measuring == (bucket, plan.steps):
                 self._measuring = None

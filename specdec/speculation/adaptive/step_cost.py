@@ -103,3 +103,40 @@ class StepCost:
         ratios = self.ratios.setdefault(key, deque(maxlen=self.window))
         ratios.append(ratio)
         self.factors[key] = sorted(ratios)[(len(ratios) - 1) // 2]
+
+
+class CatchUpCost:
+    """What a drafter's backlog costs: seconds(tokens) = fixed + per_token * tokens for the tokens it must read
+    before it can draft (a draft model's tokens of the steps it sat out, and the prompts of requests that never
+    drafted: drafters/draft_model.py's catch-up), fitted by least squares (both terms >= 0) to the last `window`
+    samples, each the excess of a drafting step with a backlog over that shape's step cost; 0 until sampled. Affine,
+    not proportional: on the CPU the shipped draft model reads 17-39 tokens of roots in 5-9 ms and 275-421 tokens of
+    prompts in 25-35 ms (the eval at batch 4), so a per-token median priced a prompt's read at 3x its cost. A drafting
+    step after plain ones pays it (there: 38-74 ms where the same shape's steps take 24-37 and a plain step 10), and a
+    step cost learnt from such steps would price every drafting step as if it did."""
+
+    def __init__(self, window: int = 8):
+        self.samples: deque[tuple[int, float]] = deque(maxlen=window)  # (tokens, excess seconds)
+
+    def seconds(self, tokens: int) -> float:
+        if tokens <= 0 or not self.samples:
+            return 0.0
+        fixed, per_token = self.fit()
+        return fixed + per_token * tokens
+
+    def fit(self) -> tuple[float, float]:
+        """(fixed, per_token): least squares over the samples; one token count alone, or a negative slope: the mean
+        excess per token as the slope alone (a cost that grows with the tokens, at least at the sampled counts)."""
+        tokens = [t for t, _ in self.samples]
+        excess = [e for _, e in self.samples]
+        n = len(tokens)
+        mean_t, mean_e = sum(tokens) / n, sum(excess) / n
+        spread = sum((t - mean_t) ** 2 for t in tokens)
+        slope = sum((t - mean_t) * (e - mean_e) for t, e in self.samples) / spread if spread else -1.0
+        if slope < 0:
+            return 0.0, mean_e / mean_t
+        return max(mean_e - slope * mean_t, 0.0), slope
+
+    def observe(self, tokens: int, excess_seconds: float) -> None:
+        if tokens > 0:
+            self.samples.append((tokens, max(excess_seconds, 0.0)))
