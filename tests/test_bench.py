@@ -14,7 +14,7 @@ import torch
 
 from specdec.cli import main as cli_main
 from specdec.engine.engine import EngineConfig
-from specdec.eval.bench import BenchSettings, bench_prompts, markdown_table, run_bench
+from specdec.eval.bench import BenchSettings, bench_prompts, full_batch_ms, markdown_table, run_bench
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import Workload, roofline
 from specdec.models import load_model
@@ -56,6 +56,8 @@ def test_rows_are_consistent(tmp_path, capsys):
             assert row["speedup_over_recurrent"] is None
         assert (row["mean_accepted_length"] == 1.0) == (mode == "plain")
         assert 0.0 <= row["gc_pause_ms"] <= 1e3 * row["seconds"]  # (the collector's time within the timed steps)
+        # one step of the whole batch: within the whole run
+        assert 0.0 < row["full_batch_step_ms"] <= 1e3 * row["seconds"]
         check_roofline_columns(row, batch, peaks=Peaks(20e9, 0.5e12, "given"))
     # the same greedy decoding either way: the drafts are accepted alike
     for batch in (1, 2):
@@ -377,3 +379,9 @@ def test_the_largest_batch_in_memory_is_read_off_one_batch():
     memory = EngineMemory(device_total=80 * gib, not_ours=gib, fixed=20 * gib, pools_per_request=gib / 4,
                           built=28 * gib)
     assert largest_batch(memory, peak=32 * gib, batch=16) == 118
+
+
+def test_full_batch_step_is_the_median_of_whole_batch_rounds_past_the_first_two():
+    rounds = [(4, 9.0), (4, 5.0), (4, 0.002), (4, 0.004), (4, 0.003), (3, 0.001), (1, 0.0005)]
+    assert full_batch_ms(rounds, 4) == pytest.approx(3.0)  # (the refill's 9 s and 5 s left out, the tail's too)
+    assert full_batch_ms(rounds[:2], 4) is None

@@ -101,6 +101,7 @@ class BenchRow:
     shapes: dict[str, int] | None = None  # adaptive rows: the timed steps per shape the policy chose
     experts_vs_uniform: float | None = None  # MoE: distinct experts read per call / uniform routing's (the roofline's)
     gc_pause_ms: float | None = None  # the garbage collector's time within the timed steps (specdec/engine/heap.py)
+    full_batch_step_ms: float | None = None  # median wall time of the timed steps that ran the whole batch (full_batch)
 
 
 def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[BenchRow]:
@@ -236,7 +237,7 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
     warm_up_steps = len(policy.trace) if policy is not None and policy.trace is not None else 0
     with GcPauses() as pauses:
         start = time.perf_counter()
-        llm.engine.run()
+        step_times = run_timing_steps(llm.engine)
         synchronize(llm.model.device)
         seconds = time.perf_counter() - start
     if policy is not None and policy.trace is not None:
@@ -262,7 +263,26 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
                     state_mib_per_request=per_request / 2**20, max_concurrent_requests=fits,
                     roofline_ms_per_step=roofline_ms, x_roofline=ms_per_step / roofline_ms,
                     roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part, shapes=shapes,
-                    experts_vs_uniform=factor, gc_pause_ms=1e3 * pauses.seconds)
+                    experts_vs_uniform=factor, gc_pause_ms=1e3 * pauses.seconds,
+                    full_batch_step_ms=full_batch_ms(step_times, batch_size))
+
+
+def run_timing_steps(engine) -> list[tuple[int, float]]:
+    """engine.run(), each round timed: (requests running, wall seconds) per round."""
+    times = []
+    while not engine.scheduler.idle:
+        rows, start = len(engine.scheduler.running), time.perf_counter()
+        engine.step()
+        times.append((rows, time.perf_counter() - start))
+    return times
+
+
+def full_batch_ms(step_times: list[tuple[int, float]], batch_size: int) -> float | None:
+    """The median wall time (ms) of the rounds that ran the whole batch, past the first two (a pipelined plain step
+    waits for the one before it from the third on): what one step of the batch's shape costs, comparable between a
+    fixed and an adaptive engine (whose ms/step averages over different mixes of shapes and of shrinking tails)."""
+    full = sorted(seconds for rows, seconds in step_times[2:] if rows == batch_size)
+    return 1e3 * full[(len(full) - 1) // 2] if full else None
 
 
 def write_policy_trace(path: str, policy, backend: str, batch_size: int, warm_up_steps: int) -> None:
@@ -369,11 +389,11 @@ def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
     distinct experts read against uniform routing (the roofline's expert reads scale by it)."""
     adaptive = any(r.shapes for r in rows)
     moe = any(r.experts_vs_uniform is not None for r in rows)
-    lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | GC ms | roofline ms/step | x roofline | "
-             "roofline x recurrent | mean accepted length | state MiB / request | requests in "
-             f"{budget_gb:g} GiB | largest batch in memory |" + (" shapes chosen |" if adaptive else "")
+    lines = ["| backend | mode | batch | tokens/s | x recurrent | ms/step | full-batch step ms | GC ms | "
+             "roofline ms/step | x roofline | roofline x recurrent | mean accepted length | state MiB / request | "
+             f"requests in {budget_gb:g} GiB | largest batch in memory |" + (" shapes chosen |" if adaptive else "")
              + (" experts read / uniform routing |" if moe else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")
              + ("---|" if moe else "")]
     for r in rows:
         extra = (f" {shape_shares(r.shapes) if r.shapes else ''} |" if adaptive else "") + \
@@ -382,11 +402,12 @@ def markdown_table(rows: list[BenchRow], budget_gb: float) -> str:
         memory = (f"{r.state_mib_per_request:.2f} | {r.max_concurrent_requests} | "
                   f"{_fmt(r.largest_batch_in_memory, '{}')}" if r.backend != "transformers" else " |  | ")
         if r.out_of_memory:
-            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |  |  |  |  |  |  |  | {memory} |"
-                         + extra)
+            lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | out of memory |" + "  |" * 8
+                         + f" {memory} |" + extra)
             continue
         lines.append(f"| {r.backend} | {r.mode} | {r.batch_size} | {r.tokens_per_second:.1f} | {speedup} | "
-                     f"{r.ms_per_step:.2f} | {_fmt(r.gc_pause_ms, '{:.1f}')} | "
+                     f"{r.ms_per_step:.2f} | {_fmt(r.full_batch_step_ms, '{:.2f}')} | "
+                     f"{_fmt(r.gc_pause_ms, '{:.1f}')} | "
                      f"{_fmt(r.roofline_ms_per_step, '{:.2f}')} | "
                      f"{_fmt(r.x_roofline, '{:.2f}x')} | {_fmt(r.roofline_speedup_over_recurrent, '{:.2f}x')} | "
                      f"{r.mean_accepted_length:.2f} | {memory} |" + extra)
