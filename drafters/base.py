@@ -70,10 +70,11 @@ class Drafter(ABC):
         [B, F] the roots' features (target_features). A drafter whose cache follows the request takes the roots
         as pending tokens, scored with its next proposal."""
 
-    def backlog(self, request_id: int) -> int:
-        """Tokens this drafter must read for the request before its next proposal, in a forward of their own (its
-        catch-up: adaptive speculation prices a drafting step with it). 0 for drafters that read nothing first, or
-        that score their few pending rows in front of the tree (the heads)."""
+    def backlog(self, request_ids: list[int]) -> int:
+        """Tokens this drafter must read for these requests before its next proposal, in a forward of their own
+        (its catch-up: adaptive speculation prices a drafting step with it; one call a step, not one a request). 0
+        for drafters that read nothing first, or that score their few pending rows in front of the tree (the
+        heads)."""
         return 0
 
     def finish(self, request_id: int) -> None:  # noqa: B027

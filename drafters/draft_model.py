@@ -50,11 +50,11 @@ class DraftModelDrafter(Drafter):
         self.pending.pop(request_id, None)
         self.unread_prompts.discard(request_id)
 
-    def backlog(self, request_id: int) -> int:
-        """The tokens _catch_up reads first: an unread prompt, the roots of the steps sat out (one pending token, an
+    def backlog(self, request_ids: list[int]) -> int:
+        """The tokens _catch_up reads first: unread prompts, the roots of the steps sat out (one pending token, an
         accepted leaf, is scored in front of the tree instead)."""
-        pending = len(self.pending.get(request_id, ()))
-        return pending if pending > 1 else 0
+        counts = (len(self.pending.get(request_id, ())) for request_id in request_ids)
+        return sum(count for count in counts if count > 1)
 
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
         """Level by level: score every tree so far (pending tokens in front), then give each newest node its

@@ -284,9 +284,9 @@ class Engine:
         A request's context counts its token in flight (a plain step's, not emitted yet)."""
         if self.policy is None:
             return None
-        backlog = sum(self.drafter.backlog(r.request_id) for r in requests) if self.drafter is not None else 0
-        return self.policy.plan([r.request_id for r in requests], [len(r.tokens) + r.in_flight for r in requests],
-                                backlog)
+        ids = [r.request_id for r in requests]
+        backlog = self.drafter.backlog(ids) if self.drafter is not None else 0
+        return self.policy.plan(ids, [len(r.tokens) + r.in_flight for r in requests], backlog)
 
     def propose(self, requests: list[Request], plan: StepPlan | None = None) -> list[DraftTree]:
         """A tree per request rooted at its newest token (emitted, not yet scored by the target); a row the plan

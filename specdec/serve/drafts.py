@@ -66,8 +66,8 @@ class PerRequestDrafts(Drafter):
     def skipped(self, requests: list[DraftRequest], roots: list[int], target_hidden=None) -> None:
         self.inner.skipped(requests, roots, target_hidden)
 
-    def backlog(self, request_id: int) -> int:
-        return self.inner.backlog(request_id)
+    def backlog(self, request_ids: list[int]) -> int:
+        return self.inner.backlog(request_ids)
 
     def finish(self, request_id: int) -> None:
         self.caps.pop(request_id, None)
