@@ -1,0 +1,27 @@
+"""benchmarks/policy_host_time.py: the policy's host time a step is timed over the steps asked, and a table row per
+batch size comes out."""
+
+from __future__ import annotations
+
+from benchmarks import policy_host_time
+
+
+def test_times_plan_and_observe_and_prints_a_row_per_batch(monkeypatch, capsys):
+    monkeypatch.setattr(policy_host_time, "WARM_UP", 2)
+    monkeypatch.setattr(policy_host_time, "STEPS", 5)
+    monkeypatch.setattr(policy_host_time, "RUNS", 1)
+    monkeypatch.setattr(policy_host_time, "BATCHES", (1, 8))
+    calls = []
+    plan = policy_host_time.AdaptivePolicy.plan
+
+    def counted(self, *args, **kwargs):
+        calls.append(len(args[0]))
+        return plan(self, *args, **kwargs)
+    monkeypatch.setattr(policy_host_time.AdaptivePolicy, "plan", counted)
+    assert policy_host_time.seconds_per_step(8) > 0
+    assert calls == [8] * 7  # warm-up and timed steps, each of the whole batch
+    monkeypatch.setattr("sys.argv", ["policy_host_time", "--label", "here"])
+    policy_host_time.main()
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "| batch | plan + observe ms a step (here) |" and [r.split("|")[1].strip() for r in rows[2:]] == [
+        "1", "8"]
