@@ -1,6 +1,9 @@
-"""The adaptive policy's host time a step (AdaptivePolicy.plan + observe), by batch size: time between a step's
-acceptance read and the next launch, where the GPU waits for the host. Synthetic outcomes (each row keeps 0-4 of
-its drafts at random), the flat step cost, the best of three runs of 200 steps after 30 of warm-up.
+"""The adaptive policy's host time a step (AdaptivePolicy.plan + observe): time between a step's acceptance read
+and the next launch, where the GPU waits for the host. Two tables: by batch size on synthetic outcomes (each row
+keeps 0-4 of its drafts at random, the flat step cost, the best of three runs of 200 steps after 30 of warm-up),
+and inside the engine at batch 1 (the shipped Qwen3.5 pair with its draft model, six MT-bench questions of 128
+tokens, the adaptive engine held to plain steps and free), where a process that also runs torch's threads pays
+more per call than the first table shows.
 
     python -m benchmarks.policy_host_time                     # this checkout
     PYTHONPATH=/path/to/other/checkout python -m benchmarks.policy_host_time --label before   # another, to compare
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from dataclasses import replace
 
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
 
@@ -37,14 +41,53 @@ def one_run(batch: int, seed: int) -> float:
     return (time.perf_counter() - start) / STEPS
 
 
+def in_engine(held: bool, prompts: int = 6, new_tokens: int = 128) -> tuple[float, float, float]:
+    """The shipped pair at batch 1 -> (ms a step, us of plan a step, us of observe a step), timed by wrapping the
+    policy's methods for the run."""
+    from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
+    from specdec.eval.datasets import load_prompts
+
+    texts = [p.text for p in load_prompts("mt-bench", prompts)]
+    config = EngineConfig.from_flags(speculation="adaptive")
+    if held:
+        config = replace(config, adaptive=AdaptiveConfig(collapse=1.01, probe_every=10**9, refresh_every=0))
+    llm = LLM("qwen3.5", "small", config=config)
+    llm.generate(texts[:1], max_new_tokens=16)  # warm-up
+    spent = {"plan": 0.0, "observe": 0.0}
+    policy = llm.engine.policy
+    for name in spent:
+        method = getattr(policy, name)
+
+        def timed(*args, _method=method, _name=name, **kwargs):
+            start = time.perf_counter()
+            out = _method(*args, **kwargs)
+            spent[_name] += time.perf_counter() - start
+            return out
+        setattr(policy, name, timed)
+    steps, start = policy.steps, time.perf_counter()
+    for text in texts:
+        llm.generate([text], max_new_tokens=new_tokens)
+    steps = policy.steps - steps
+    return 1e3 * (time.perf_counter() - start) / steps, 1e6 * spent["plan"] / steps, 1e6 * spent["observe"] / steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="this checkout")
+    parser.add_argument("--engine", action="store_true", help="the in-engine table too (the shipped pair, ~1 min)")
     args = parser.parse_args()
     print(f"| batch | plan + observe ms a step ({args.label}) |")
     print("|---|---|")
     for batch in BATCHES:
         print(f"| {batch} | {1e3 * seconds_per_step(batch):.3f} |", flush=True)
+    if args.engine:
+        print(f"\n| engine, batch 1 ({args.label}) | ms a step | plan us a step | observe us a step |")
+        print("|---|---|---|---|")
+        for held in (True, False):
+            step_ms, plan_us, observe_us = in_engine(held)
+            print(f"| {'held to plain steps' if held else 'adaptive'} | {step_ms:.2f} | {plan_us:.1f} | "
+                  f"{observe_us:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
@@ -15,7 +14,7 @@ from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
 from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
-from specdec.speculation.adaptive import AcceptanceTable, AdaptiveConfig, AdaptivePolicy, StepCost
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, RunningAcceptance, StepCost
 from specdec.speculation.adaptive.policy import PROBE_BACKOFF
 from specdec.speculation.adaptive.step_cost import CatchUpCost
 from tests.test_shipped_models import held_out_text
@@ -73,7 +72,7 @@ def test_every_row_drafts_in_a_drafting_step_and_collapsed_rows_count_one_token(
         kept = [next((k for k in range(plan.steps) if rng.random() >= acceptance[i]), plan.steps) for i in ids]
         policy.observe(ids, [plan.steps] * 4, kept, cheap(4, plan.steps + 1))
     assert plan.steps == 4  # two good rows make the cheap chain worth it
-    assert policy.acceptance.conditional(1)[0] < policy.config.collapse  # row 1 drafted and was seen to fail
+    assert policy.acceptance[1].conditional(0) < policy.config.collapse  # row 1 drafted and was seen to fail
     collapsed = AdaptivePolicy(AdaptiveConfig(max_steps=4, collapse=1.01, probe_every=100, refresh_every=0))
     for _ in range(20):
         plan = collapsed.plan(ids, [100] * 4)
@@ -92,60 +91,38 @@ def test_longer_chains_when_steps_are_cheap_shorter_or_none_when_dear():
     assert chosen(lambda b, w: 1e-3 * (1 + 0.3 * (w - 1)), 0.7) in (2, 3)  # in between: a medium chain
 
 
-def observe_one(table: AcceptanceTable, key: int, drafted: int, accepted: int) -> None:
-    table.observe(table.rows([key], ()), np.array([drafted]), np.array([accepted]))
-
-
-def test_acceptance_follows_the_prior_then_the_observations():
-    table = AcceptanceTable(2, weight=2.0, decay=0.9)
-    rows = table.rows([7, 8], (0.8, 0.5))
-    totals, worth = table.emitted(rows, collapse=0.2, max_steps=3)
-    # two rows at the prior: 1, 1 + 0.8, 1 + 0.8 + 0.4 tokens each, and past the positions known the last again
-    assert worth == 2 and totals == pytest.approx([2.0, 3.6, 4.4, 4.4])
+def test_running_acceptance_follows_the_prior_then_the_observations():
+    stats = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)
+    assert stats.expected_emitted(0) == 1.0 and stats.expected_emitted(2) == pytest.approx(1 + 0.8 + 0.4)
+    totals = [0.5] * 4
+    assert stats.add_emitted(totals, collapse=0.2)  # the policy's one-pass sum, past the positions known too
+    assert totals == pytest.approx([0.5 + stats.expected_emitted(s) for s in range(4)])
+    assert not stats.add_emitted(totals, collapse=0.9) and totals[3] == pytest.approx(0.5 + 2.2)  # collapsed: none
     for _ in range(50):
-        observe_one(table, 8, drafted=2, accepted=0)  # the first draft always rejected: the second never reached
-    assert table.conditional(8)[0] < 0.2 and table.conditional(8)[1] == 0.5
-    totals, worth = table.emitted(rows, collapse=0.2, max_steps=3)
-    assert worth == 1 and totals == pytest.approx([1.0, 1.8, 2.2, 2.2])  # row 8 collapsed: counted by the policy
+        stats.observe(drafted=2, accepted=0)  # the first draft always rejected: the second never reached
+    assert stats.conditional(0) < 0.2 and stats.conditional(1) == 0.5
 
 
-def test_observe_and_relax_update_the_counts_step_by_step():
-    """The table's updates against the counts updated by hand, a row drafting, relaxing toward a prior that
-    changes, and a row left alone; rows freed and reused start from their prior again."""
-    table = AcceptanceTable(2, weight=2.0, decay=0.9, capacity=1)  # (grows to two rows)
-    rows = table.rows([1, 2], (0.8, 0.5))
-    reached, accepted = [2.0, 2.0], [1.6, 1.0]  # row 1's counts, by hand
+def test_relaxing_lazily_reads_as_relaxing_step_by_step():
+    """relax is applied when the counts are read: n steps toward one prior in closed form, a change of prior
+    settling the steps before it; the plan's one-pass sum reads the pending steps without applying them."""
+    lazy = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)
+    reached, accepted = [2.0, 2.0], [1.6, 1.0]  # the same counts, relaxed by hand one step at a time
     for step in range(12):
-        if step % 4 == 0:
-            table.observe(rows[:1], np.array([2]), np.array([step % 3]))
+        if step % 4 == 0:  # a drafting step (settles the relax steps before it)
+            lazy.observe(drafted=2, accepted=step % 3)
             for k in range(min(2, step % 3 + 1)):
                 reached[k], accepted[k] = 0.9 * reached[k] + 1.0, 0.9 * accepted[k] + float(k < step % 3)
             continue
         toward = (0.3, 0.6) if step < 6 else (0.7, 0.2)
-        table.relax(rows[:1], toward, 0.1)
+        lazy.relax(toward, 0.1)
         for k in range(2):
             reached[k], accepted[k] = 0.9 * reached[k] + 0.1 * 2.0, 0.9 * accepted[k] + 0.1 * 2.0 * toward[k]
+        totals = [0.0] * 3
+        lazy.add_emitted(totals, collapse=0.0)
         p0, p1 = accepted[0] / reached[0], accepted[1] / reached[1]
-        totals, _ = table.emitted(rows[:1], collapse=0.0, max_steps=2)
         assert totals == pytest.approx([1.0, 1 + p0, 1 + p0 + p0 * p1], rel=1e-12)
-    assert table.conditional(2) == pytest.approx([0.8, 0.5])  # untouched
-    table.remove(1)
-    assert table.rows([3], (0.1, 0.2))[0] == rows[0] and table.conditional(3) == pytest.approx([0.1, 0.2])
-
-
-def test_pooled_counts_are_the_observations_one_by_one_where_the_outcomes_are_alike():
-    one_by_one, pooled = AcceptanceTable(3, 2.0, 0.99), AcceptanceTable(3, 2.0, 0.99)
-    one_by_one.rows([0], (0.75,) * 3), pooled.rows([0], (0.75,) * 3)
-    outcomes = [(3, 1)] * 5 + [(2, 2)] * 3  # (drafted, accepted): first 5 rows, then 3 more
-    for drafted, accepted in outcomes:
-        observe_one(one_by_one, 0, drafted, accepted)
-    for group in (outcomes[:5], outcomes[5:]):  # two steps of alike rows
-        counts = AcceptanceTable(3, 2.0, 0.9)
-        rows = counts.rows(list(range(len(group))), (0.5,) * 3)
-        reached, kept = counts.observe(rows, np.array([d for d, _ in group]), np.array([a for _, a in group]))
-        pooled.observe_counts(0, reached, kept)
-    assert pooled.reached[0] == pytest.approx(one_by_one.reached[0], rel=1e-12)
-    assert pooled.accepted[0] == pytest.approx(one_by_one.accepted[0], rel=1e-12)
+    assert (lazy.conditional(0), lazy.conditional(1)) == pytest.approx((p0, p1), rel=1e-12)
 
 
 def test_step_cost_drops_the_warm_up_ignores_stalls_and_borrows_factors():
@@ -300,14 +277,13 @@ def test_a_new_request_starts_from_the_acceptance_pooled_over_earlier_ones():
         policy.finish(rid)
     new = list(range(100, 108))
     assert policy.plan(new, [10] * 8).steps == 0  # no 4-chains from the drafter's 0.75 for new requests
-    assert policy.acceptance.conditional(100)[0] < 0.1
-    table = AcceptanceTable(1, weight=2.0, decay=0.9)
-    rows = table.rows([5], (0.5,))
+    assert policy._stats(100).conditional(0) < 0.1
+    stats = RunningAcceptance((0.5,), weight=2.0, decay=0.9)
     for _ in range(30):
-        observe_one(table, 5, drafted=1, accepted=0)
+        stats.observe(drafted=1, accepted=0)
     for _ in range(60):
-        table.relax(rows, (0.5,), 0.1)  # idle: back toward the prior
-    assert table.conditional(5)[0] == pytest.approx(0.5, abs=0.01)
+        stats.relax((0.5,), 0.1)  # idle: back toward the prior
+    assert stats.conditional(0) == pytest.approx(0.5, abs=0.01)
 
 
 def test_probes_that_change_nothing_come_twice_as_far_apart_up_to_the_backoff():

@@ -25,3 +25,8 @@ def test_times_plan_and_observe_and_prints_a_row_per_batch(monkeypatch, capsys):
     rows = capsys.readouterr().out.splitlines()
     assert rows[0] == "| batch | plan + observe ms a step (here) |" and [r.split("|")[1].strip() for r in rows[2:]] == [
         "1", "8"]
+
+
+def test_in_engine_times_the_policys_calls_of_each_step():
+    step_ms, plan_us, observe_us = policy_host_time.in_engine(held=True, prompts=1, new_tokens=8)
+    assert 0 < plan_us and 0 < observe_us and 1e-3 * (plan_us + observe_us) < step_ms

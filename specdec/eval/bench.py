@@ -101,7 +101,7 @@ class BenchRow:
     shapes: dict[str, int] | None = None  # adaptive rows: the timed steps per shape the policy chose
     experts_vs_uniform: float | None = None  # MoE: distinct experts read per call / uniform routing's (the roofline's)
     gc_pause_ms: float | None = None  # the garbage collector's time within the timed steps (specdec/engine/heap.py)
-    full_batch_step_ms: float | None = None  # median wall time of the timed steps that ran the whole batch (full_batch)
+    full_batch_step_ms: float | None = None  # median time of the timed rounds that ran the whole batch (full_batch_ms)
 
 
 def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[BenchRow]:

@@ -2,9 +2,9 @@
 second, from each request's running acceptance per draft position and a step cost model corrected by measured step
 times. The engine asks AdaptivePolicy.plan before proposing and tells it the outcome after emitting."""
 
-from .acceptance_stats import AcceptanceTable
+from .acceptance_stats import RunningAcceptance
 from .policy import AdaptiveConfig, AdaptivePolicy, StepPlan
 from .step_cost import StepCost, StepCostPrior, StepRows, flat_prior, unpadded
 
-__all__ = ["AcceptanceTable", "AdaptiveConfig", "AdaptivePolicy", "StepCost", "StepCostPrior", "StepPlan", "StepRows",
+__all__ = ["AdaptiveConfig", "AdaptivePolicy", "RunningAcceptance", "StepCost", "StepCostPrior", "StepPlan", "StepRows",
            "flat_prior", "unpadded"]

@@ -1,98 +1,82 @@
-"""Running acceptance per draft position, for every request of a batch at once, as exponentially weighted counts
-with a prior, in arrays: the policy reads and updates the whole batch in a few array operations a step. (A Python
-object per request, looped over, cost 0.23 / 0.43 ms of host time a step at 128 / 256 rows on the CPU of 2026-12-04,
-plan and observe together: time between a step's acceptance read and the next launch, where the GPU waits.)"""
+"""A request's running acceptance per draft position, as exponentially weighted counts with a prior."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
-import numpy as np
+class RunningAcceptance:
+    """p[k] = P(draft k+1 accepted | drafts 1..k accepted), k < positions, estimated as accepted[k] / reached[k]:
+    the steps that offered draft k+1 after k accepted drafts, and those that kept it, each count decayed by `decay`
+    per observation of that position (an effective window of 1 / (1 - decay) observations), so a request whose text
+    turns hard stops looking good after a few steps. The counts start at `weight` pseudo-observations of the prior
+    (the drafter's per-position figures): what a new request starts from and what a position never reached keeps.
+    The prior decays like any observation, so the estimate converges to the request's own acceptance (a prior kept
+    at full weight would hold a collapsed acceptance of 0.17 at 0.27 for ever, with 0.75 at weight 2 in a window
+    of 10)."""
 
+    def __init__(self, prior: tuple[float, ...], weight: float, decay: float):
+        self.prior = prior
+        self.weight = weight
+        self.decay = decay
+        self.reached = [weight] * len(prior)
+        self.accepted = [weight * p for p in prior]
+        # relax steps not yet applied to the counts, all toward _toward at _rate (relax: applied when read)
+        self._idle, self._toward, self._rate = 0, prior, 0.0
 
-class AcceptanceTable:
-    """Per key (a request, or one pooled row), p[k] = P(draft k+1 accepted | drafts 1..k accepted), k < positions,
-    estimated as accepted[k] / reached[k]: the steps that offered draft k+1 after k accepted drafts, and those that
-    kept it, each count decayed by `decay` per observation of that position (an effective window of 1 / (1 - decay)
-    observations), so a request whose text turns hard stops looking good after a few steps. A row starts at `weight`
-    pseudo-observations of a prior (what a new request starts from, and what a position never reached keeps); the
-    prior decays like any observation, so the estimate converges to the request's own acceptance (a prior kept at
-    full weight would hold a collapsed acceptance of 0.17 at 0.27 for ever, with 0.75 at weight 2 in a window of
-    10). Rows are reused once their key is removed."""
+    def observe(self, drafted: int, accepted: int) -> None:
+        """A chain step: `drafted` drafts offered, the first `accepted` of them kept."""
+        self._settle()
+        for k in range(min(drafted, accepted + 1, len(self.prior))):  # positions up to the first rejection
+            self.reached[k] = self.decay * self.reached[k] + 1.0
+            self.accepted[k] = self.decay * self.accepted[k] + (1.0 if k < accepted else 0.0)
 
-    def __init__(self, positions: int, weight: float, decay: float, capacity: int = 64):
-        self.positions, self.weight, self.decay = positions, weight, decay
-        self.reached = np.zeros((capacity, positions))  # [rows, positions] decayed counts
-        self.accepted = np.zeros((capacity, positions))
-        self.index: dict[int, int] = {}  # key -> row
-        self.free = list(range(capacity - 1, -1, -1))
-        self._position = np.arange(positions)
+    def relax(self, prior: tuple[float, ...], rate: float) -> None:
+        """A step without drafts: the counts move toward `weight` pseudo-observations of `prior` by `rate`, so
+        that what a request's drafts showed ages with the tokens it emits since, and an estimate that a short run
+        of rejections pushed below its worth comes back to try drafting again. Counted, and applied in closed form
+        when the counts are read: n steps toward the same prior keep (1 - rate)^n of the counts (at batch 256 the
+        plain steps of adaptive speculation spent ~0.3 ms of Python a step relaxing every row's lists)."""
+        if self._idle and (prior != self._toward or rate != self._rate):
+            self._settle()
+        self._idle, self._toward, self._rate = self._idle + 1, prior, rate
 
-    def rows(self, keys: Sequence[int], prior: Sequence[float]) -> np.ndarray:
-        """The rows of these keys [n], a new key's row starting at `weight` pseudo-observations of `prior`."""
-        index = self.index
-        return np.fromiter((index[key] if key in index else self._add(key, prior) for key in keys), np.intp,
-                           len(keys))
+    def _settle(self) -> None:
+        if self._idle:
+            keep = (1 - self._rate) ** self._idle
+            shift = (1 - keep) * self.weight
+            self.reached = [keep * r + shift for r in self.reached]
+            self.accepted = [keep * a + shift * p for a, p in zip(self.accepted, self._toward, strict=True)]
+            self._idle = 0
 
-    def remove(self, key: int) -> None:
-        row = self.index.pop(key, None)
-        if row is not None:
-            self.free.append(row)
+    def conditional(self, k: int) -> float:
+        self._settle()
+        return self.accepted[k] / self.reached[k]
 
-    def conditional(self, key: int) -> np.ndarray:
-        """p of one key [positions]."""
-        row = self.index[key]
-        return self.accepted[row] / self.reached[row]
+    def add_emitted(self, totals: list[float], collapse: float) -> bool:
+        """Add to totals[s], s = 0..len(totals) - 1, the expected tokens a step with a chain of s drafts emits (as
+        expected_emitted), if p[0] >= collapse; -> whether it did. One pass, no lists: the policy prices every shape
+        of every row each step."""
+        accepted, reached, toward = self.accepted, self.reached, self._toward
+        positions = len(reached)
+        keep = (1 - self._rate) ** self._idle if self._idle else 1.0  # (relax's pending steps, read not applied)
+        shift = (1 - keep) * self.weight
+        first = (keep * accepted[0] + shift * toward[0]) / (keep * reached[0] + shift) if positions else 0.0
+        if first < collapse:
+            return False
+        totals[0] += 1.0
+        total, reach = 1.0, 1.0
+        for k in range(1, len(totals)):
+            if k <= positions:
+                j = k - 1
+                reach *= first if k == 1 else (keep * accepted[j] + shift * toward[j]) / (keep * reached[j] + shift)
+                total += reach
+            totals[k] += total
+        return True
 
-    def emitted(self, rows: np.ndarray, collapse: float, max_steps: int) -> tuple[list[float], int]:
-        """(totals, worth): totals[s], s = 0..max_steps, the expected tokens a step with a chain of s drafts emits
-        (1 + sum_j prod_{k <= j} p[k], the bonus token included), summed over the rows whose p[0] >= collapse;
-        worth: how many rows those are (the others are the policy's collapsed rows)."""
-        p = self.accepted[rows] / self.reached[rows]
-        p = p[p[:, 0] >= collapse]
-        worth = len(p)
-        expected = p.cumprod(axis=1).cumsum(axis=1).sum(axis=0).tolist()  # chains of 1..positions drafts
-        return [float(worth)] + [worth + expected[min(s, self.positions) - 1] for s in range(1, max_steps + 1)], worth
-
-    def observe(self, rows: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A chain step per row: drafted[i] drafts offered, the first accepted[i] of them kept; each position up to
-        the first rejection observed. -> (reached, kept) [positions]: how many rows observed each position, and
-        kept it."""
-        position = self._position
-        reached = position < np.minimum(drafted, accepted + 1)[:, None]  # [n, positions]
-        kept = reached & (position < accepted[:, None])
-        factor = 1.0 - (1.0 - self.decay) * reached  # decay where observed, 1 elsewhere
-        self.reached[rows] = self.reached[rows] * factor + reached
-        self.accepted[rows] = self.accepted[rows] * factor + kept
-        return reached.sum(axis=0), kept.sum(axis=0)
-
-    def observe_counts(self, key: int, reached: np.ndarray, kept: np.ndarray) -> None:
-        """n = reached[k] observations of position k at once, kept[k] of them kept (the pooled row: a batch's rows
-        of one step): the counts decay by decay^n and gain n observations' weight after their own decay at their
-        mean outcome. Exactly n observe calls' counts where the outcomes are alike; where they differ, the same
-        reached count and the accepted count that averages over their orders."""
-        row = self.index[key]
-        decay_n = self.decay ** reached
-        added = (1.0 - decay_n) / (1.0 - self.decay)  # 0 where nothing was observed
-        self.reached[row] = decay_n * self.reached[row] + added
-        self.accepted[row] = decay_n * self.accepted[row] + added * kept / np.maximum(reached, 1)
-
-    def relax(self, rows: np.ndarray, prior: Sequence[float], rate: float) -> None:
-        """A step without drafts: the rows' counts move toward `weight` pseudo-observations of `prior` by `rate`,
-        so that what a request's drafts showed ages with the tokens it emits since, and an estimate that a short run
-        of rejections pushed below its worth comes back to try drafting again."""
-        keep = 1.0 - rate
-        self.reached[rows] = keep * self.reached[rows] + rate * self.weight
-        self.accepted[rows] = keep * self.accepted[rows] + rate * self.weight * np.asarray(prior)
-
-    def _add(self, key: int, prior: Sequence[float]) -> int:
-        if not self.free:  # twice the rows
-            grown = len(self.reached)
-            self.reached = np.concatenate([self.reached, np.zeros_like(self.reached)])
-            self.accepted = np.concatenate([self.accepted, np.zeros_like(self.accepted)])
-            self.free = list(range(2 * grown - 1, grown - 1, -1))
-        row = self.free.pop()
-        self.reached[row] = self.weight
-        self.accepted[row] = self.weight * np.asarray(prior)
-        self.index[key] = row
-        return row
+    def expected_emitted(self, steps: int) -> float:
+        """Expected tokens a step with a chain of `steps` drafts emits (the bonus token included):
+        1 + sum_j prod_{k <= j} p[k]."""
+        total, reach = 1.0, 1.0
+        for k in range(min(steps, len(self.prior))):
+            reach *= self.conditional(k)
+            total += reach
+        return total

@@ -11,7 +11,7 @@ rarely accepted (p[0] < collapse) counts as emitting one token in the rates, its
 once a batch holding such requests has run `probe_every` steps without drafting, a probe step drafts again, so that
 requests that recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF
 times). A request's acceptance is learnt from its drafting steps, and while it does not draft it relaxes toward the
-pooled acceptance (AcceptanceTable.relax): a short run of rejections can make drafting look worse than plain
+pooled acceptance (RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain
 decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch
 of one on plain steps for the rest of its run after three), and a batch that decodes plainly because drafting costs
 more than it brings is not probed. A new request's acceptance starts from the acceptance pooled over the requests
@@ -29,9 +29,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from .acceptance_stats import AcceptanceTable
+from .acceptance_stats import RunningAcceptance
 from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
 
 # a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
@@ -136,10 +134,8 @@ class AdaptivePolicy:
         self.config = config
         self.cost = StepCost(prior, rows=step_rows)  # (step_rows: the rows a batch's step runs, StepCost)
         self.catch_up = CatchUpCost()  # what the drafter's backlog costs (a draft model's missed steps, prompts)
-        # each request's acceptance per draft position, and the pooled one (key 0: a new request's prior)
-        self.acceptance = AcceptanceTable(config.max_steps, config.prior_weight, config.decay)
-        self.population = AcceptanceTable(config.max_steps, config.prior_weight, POPULATION_DECAY, capacity=1)
-        self.population.rows([0], config.prior_at(config.max_steps))
+        self.acceptance: dict[int, RunningAcceptance] = {}
+        self.population = RunningAcceptance(config.prior_at(config.max_steps), config.prior_weight, POPULATION_DECAY)
         self.counts: Counter[str] = Counter()
         self.steps = 0
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
@@ -175,10 +171,10 @@ class AdaptivePolicy:
         must read before it drafts for them (Drafter.backlog: a draft model's steps sat out, unread prompts), which a
         drafting step pays on top of its shape's cost, spread over CATCH_UP_STEPS."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
-        rows = self.acceptance.rows(request_ids, self._pooled())
-        # per drafts per row: expected tokens of the batch's rows that are worth drafting for
-        emitted, worth = self.acceptance.emitted(rows, self.config.collapse, self.config.max_steps)
-        collapsed = batch - worth  # a collapsed row counts one token, whatever it drafts
+        stats = [self._stats(rid) for rid in request_ids]
+        emitted = [0.0] * (self.config.max_steps + 1)  # per drafts per row: expected tokens of the batch
+        worth = [s.add_emitted(emitted, self.config.collapse) for s in stats]
+        collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
         catch_up = self.catch_up.seconds(backlog)
         seconds = {s: self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
         rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up / CATCH_UP_STEPS if s else 0.0))
@@ -200,7 +196,7 @@ class AdaptivePolicy:
                 self._measuring, self._measure_steps = (self._bucket(batch), steps), 1
         if steps is None:
             steps = best
-        probing = steps == 0 and collapsed > 0 and self.since_drafting >= self.probe_interval
+        probing = steps == 0 and not all(worth) and self.since_drafting >= self.probe_interval
         if probing:  # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
             steps = max(self.config.chain_lengths, key=lambda s: (rates[s], -s))
         elif self._probed and best == 0:  # the last probe changed nothing: wait twice as long for the next
@@ -212,7 +208,7 @@ class AdaptivePolicy:
         plan = StepPlan(steps, (steps > 0,) * batch)
         self._planned = (batch, context, plan, backlog)
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
-            self._decision = {"batch": batch, "steps": steps, "drafting_worth": worth, "backlog": backlog,
+            self._decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
                               "estimated_ms": {s: 1e3 * self.cost.seconds(batch, s + 1, context) for s in rates},
                               "tokens_per_second": rates}
         return plan
@@ -243,26 +239,25 @@ class AdaptivePolicy:
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
         pooled = self._pooled()
-        rows = self.acceptance.rows(request_ids, pooled)
-        if not any(drafted):  # nobody drafted (what their drafts showed ages: a dip from a few rejections does
-            # not hold a request on plain steps)
-            self.acceptance.relax(rows, pooled, 1 - self.config.decay)
-            return
-        drafted, accepted = np.asarray(drafted), np.asarray(accepted)
-        drafting = drafted > 0
-        every = drafting.all()  # (a drafting step's plans: every row)
-        reached, kept = self.acceptance.observe(*((rows, drafted, accepted) if every else
-                                                  (rows[drafting], drafted[drafting], accepted[drafting])))
-        self.population.observe_counts(0, reached, kept)
-        if not every:
-            self.acceptance.relax(rows[~drafting], pooled, 1 - self.config.decay)
+        for rid, drafts, kept in zip(request_ids, drafted, accepted, strict=True):
+            if drafts:
+                self._stats(rid).observe(drafts, kept)
+                self.population.observe(drafts, kept)
+            else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
+                self._stats(rid).relax(pooled, 1 - self.config.decay)
 
     def finish(self, request_id: int) -> None:
-        self.acceptance.remove(request_id)
+        self.acceptance.pop(request_id, None)
 
-    def _pooled(self) -> np.ndarray:
+    def _stats(self, request_id: int) -> RunningAcceptance:
+        if request_id not in self.acceptance:
+            c = self.config
+            self.acceptance[request_id] = RunningAcceptance(self._pooled(), c.prior_weight, c.decay)
+        return self.acceptance[request_id]
+
+    def _pooled(self) -> tuple[float, ...]:
         """The acceptance per position pooled over the requests' recent drafts (the drafter's figures before any)."""
-        return self.population.conditional(0)
+        return tuple(self.population.conditional(k) for k in range(self.config.max_steps))
 
     def _bucket(self, batch: int) -> int:
         """The cost bucket of a step of `batch` requests: that of the rows it runs (StepCost)."""
