@@ -10,11 +10,11 @@ benchmarks/kernels.py), and prints one table and the best setting per op, as lin
 Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), commit (the same
 with one row in 8 folding: a speculative step's commit at large batches), decode (decode +
 commit amortised over 16 steps, the flush included), verify (a 4-chain and a 16-node tree, buffers holding 8
-entries), verify1 (the same at batch 1: the one-launch kernel), conv (the tree conv and the conv commit at Qwen3.5-9B's
-8192 channels, bf16: plain decoding and 4-chains), small (batch 1-16: the one-launch kernels against the large-batch
-ones, for the thresholds). Each row: the
-time, its share of the bound (the bytes the op must move at the device copy bandwidth of the run), the registers
-and spills of the kernels it compiled, the check's relative error (a failed check disqualifies the setting).
+entries), verify1 (the same at batch 1: the one-launch kernel), chains (the 4-chain alone: its state pass's settings),
+conv (the tree conv and the conv commit at Qwen3.5-9B's 8192 channels, bf16: plain decoding and 4-chains), small
+(batch 1-16: the one-launch kernels against the large-batch ones, for the thresholds). Each row: the time, its
+share of the bound (the bytes the op must move at the device copy bandwidth of the run), the registers and spills
+of the kernels it compiled, the check's relative error (a failed check disqualifies the setting).
 """
 
 from __future__ import annotations
@@ -196,6 +196,8 @@ def check(op: str) -> float:
         return checks.check_gdn_decode_commit(24)
     if op == "verify":
         return max(checks.check_gdn_verify(24, "chain4"), checks.check_gdn_verify(24, "tree16"))
+    if op == "chains":
+        return checks.check_gdn_verify(24, "chain4")
     return max(checks.check_gdn_decode_commit(4), checks.check_gdn_verify(1, "chain4"),
                checks.check_gdn_verify(1, "tree16"), checks.check_gdn_verify(4, "chain4"), checks.check_gdn_commit(4))
 
@@ -211,6 +213,8 @@ def measurements(op: str, work: dict[int, Workloads], batches, small_batches) ->
         return out
     if op == "verify":
         return [(f"verify {tree}", b, *work[b].verify(tree)) for tree in ("chain4", "tree16") for b in batches]
+    if op == "chains":
+        return [("verify chain4", b, *work[b].verify("chain4")) for b in batches]
     if op == "verify1":
         return [(f"verify {tree}", 1, *work[1].verify(tree)) for tree in ("chain4", "tree16")]
     if op == "conv":
@@ -226,7 +230,7 @@ def ok(error: float) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="fold,append,decode,verify,small",
-                        help="comma-separated, of fold, append, commit, decode, verify, verify1, conv, small")
+                        help="comma-separated, of fold, append, commit, decode, verify, verify1, chains, conv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()

@@ -97,6 +97,28 @@ def candidates(ops: set[str]) -> list[Candidate]:
                              {"verify.TREE_SPLIT_TF32": False, "verify.STATE_SPLIT_TF32": False,
                               "verify.TREE_SMALL_CONFIG": (32, 2),
                               "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (64, 4)}}))
+    if "chains" in ops:
+        # the chains' state pass (node by node on the FMA units): its [K, BV] tile of S0 puts K across 2 threads and
+        # 2 warps at 64 columns on 2 warps (Triton 3.9's layout), so each node's two sums over K end in a shuffle and
+        # a reduction through shared memory with barriers; on one warp only shuffles remain (187 registers at 32
+        # columns, 120 at 16); and the 4-chain through the state dots (BT 16) instead, the chains' tree pass kept
+        out.append(Candidate("chains", "defaults"))
+        for bv, warps in ((32, 1), (16, 1), (32, 2), (128, 4)):
+            out.append(Candidate("chains", f"state pass BV {bv}, {warps} warps",
+                                 {"verify.STATE_FMA_CONFIG": (bv, warps)}))
+        # S0's tiles through TMA (verify.STATE_TMA), one or more V blocks a program (STATE_V_BLOCKS, STATE_STAGES)
+        for bv, warps, blocks, stages in ((64, 2, 1, 1), (64, 2, 2, 2), (32, 2, 4, 2), (64, 4, 2, 2), (32, 1, 4, 3)):
+            label = f"state pass TMA, BV {bv}, {warps} warps, {blocks} V blocks, {stages} stages"
+            out.append(Candidate("chains", label,
+                                 {"verify.STATE_TMA": True, "verify.STATE_FMA_CONFIG": (bv, warps),
+                                  "verify.STATE_V_BLOCKS": blocks, "verify.STATE_STAGES": stages}))
+        out.append(Candidate("chains", "state pass pointers, 2 V blocks, 2 stages",
+                             {"verify.STATE_V_BLOCKS": 2, "verify.STATE_STAGES": 2}))
+        for bv, warps in ((128, 4), (64, 4), (64, 2)):
+            out.append(Candidate("chains", f"state dots BV {bv}, {warps} warps",
+                                 {"verify.FMA_MAX_NODES": 0, "verify.TREE_CONFIG": verify.TREE_SMALL_CONFIG,
+                                  "verify.TREE_DOT_HEADS_PER_PROGRAM": verify.TREE_HEADS_PER_PROGRAM,
+                                  "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))
