@@ -46,7 +46,7 @@ def passes(work: Workloads, r: int, tree: str):
 
     def state_pass():
         gdn_verify_state_kernel[(V // BV, HV, B)](
-            q, k, num_nodes, state, None, slots, kS, qS, **shapes, BT=BT, BV=BV, BK=min(K, verify.STATE_BLOCK_K), G=1,
+            q, k, num_nodes, state, slots, kS, qS, **shapes, BT=BT, BV=BV, BK=min(K, verify.STATE_BLOCK_K), G=1,
             NG=1, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot),
             num_warps=warps, num_stages=1)
 

@@ -106,14 +106,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((32, 1), (16, 1), (32, 2), (128, 4)):
             out.append(Candidate("chains", f"state pass BV {bv}, {warps} warps",
                                  {"verify.STATE_FMA_CONFIG": (bv, warps)}))
-        # S0's tiles through TMA (verify.STATE_TMA), one or more V blocks a program (STATE_V_BLOCKS, STATE_STAGES)
-        for bv, warps, blocks, stages in ((64, 2, 1, 1), (64, 2, 2, 2), (32, 2, 4, 2), (64, 4, 2, 2), (32, 1, 4, 3)):
-            label = f"state pass TMA, BV {bv}, {warps} warps, {blocks} V blocks, {stages} stages"
-            out.append(Candidate("chains", label,
-                                 {"verify.STATE_TMA": True, "verify.STATE_FMA_CONFIG": (bv, warps),
-                                  "verify.STATE_V_BLOCKS": blocks, "verify.STATE_STAGES": stages}))
-        out.append(Candidate("chains", "state pass pointers, 2 V blocks, 2 stages",
-                             {"verify.STATE_V_BLOCKS": 2, "verify.STATE_STAGES": 2}))
         for bv, warps in ((128, 4), (64, 4), (64, 2)):
             out.append(Candidate("chains", f"state dots BV {bv}, {warps} warps",
                                  {"verify.FMA_MAX_NODES": 0, "verify.TREE_CONFIG": verify.TREE_SMALL_CONFIG,

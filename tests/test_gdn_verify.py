@@ -105,17 +105,3 @@ def test_fused_kernel_products_precision(monkeypatch, T, shape, num_nodes, split
     monkeypatch.setattr(verify_module, "FUSED_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS))
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
-
-
-@pytest.mark.parametrize(("tma", "v_blocks", "stages"), [(True, 1, 1), (True, 2, 2), (False, 2, 2)],
-                         ids=["tma", "tma-two-v-blocks-pipelined", "pointers-two-v-blocks-pipelined"])
-def test_state_pass_tiles(monkeypatch, tma, v_blocks, stages):
-    """The chains' node-by-node state pass with S0's tiles through a tensor descriptor (STATE_TMA; the interpreter
-    runs descriptors on CPU tensors) and/or two V blocks a program taken in a pipelined loop (STATE_V_BLOCKS,
-    STATE_STAGES): 16 columns a program, two V blocks at V = 32, ragged chains, a row without a state."""
-    monkeypatch.setattr(verify_module, "STATE_TMA", tma)
-    monkeypatch.setattr(verify_module, "STATE_V_BLOCKS", v_blocks)
-    monkeypatch.setattr(verify_module, "STATE_STAGES", stages)
-    monkeypatch.setattr(verify_module, "STATE_FMA_CONFIG", (16, 2))
-    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
-    check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=7, T=5, num_nodes=[5, 4, 0, 5, 2], shape="chain"))

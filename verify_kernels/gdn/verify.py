@@ -40,7 +40,6 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.decode import INDEX_DTYPES, INPUT_DTYPES, check_heads, check_pools, check_shape, check_tensors
-from verify_kernels.gdn.fold import state_descriptor
 from verify_kernels.gdn.tree_math import (
     buffer_reads,
     finish,
@@ -53,7 +52,6 @@ from verify_kernels.gdn.tree_math import (
     stacked_rows,
 )
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
-from verify_kernels.tma import tma_usable
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
@@ -78,13 +76,13 @@ FUSED_MAX_BATCH = 1
 # 4-chain / 16-node tree against 12.6 / 17.3 with Triton's tf32x3.
 FUSED_SPLIT_TF32 = True
 STATE_FMA_CONFIG = (64, 2)
-# The node-by-node state pass per value head (STATE_SHARE_KEY_HEAD off): STATE_TMA, S0's [K, BV] tiles through a
-# tensor descriptor (Hopper's TMA, where the device has it: verify_kernels/tma.py) as the fold reads them, instead of
-# pointer loads; STATE_V_BLOCKS, V blocks a program takes in turn (1: a program per block), STATE_STAGES of their
-# tiles in flight (a software-pipelined loop).
-STATE_TMA = False
-STATE_V_BLOCKS = 1
-STATE_STAGES = 1
+# Tried around it on the H200 (2026-12-04, twelfth session: sweeps_h200/sweep_gdn_chains_2026-12-04e.txt, 4-chains at
+# batch 64 / 128 / 256, the whole verify 81.1 / 154.5 / 296.4 us at these defaults): one warp at 32 columns (K no
+# longer across warps, so no sums over K through shared memory) the same, 81.2 / 155.5 / 302.2; the 4-chain through
+# the state dots at BT 16 94.3 / 179.4 / 349.3 at best; S0's tiles through TMA as the fold reads them, a program per
+# V block or 2-4 V blocks a program in a pipelined loop, 90.4-93.5 / 159.6-170.7 / 300.8-327.7 (commit 172d860 holds
+# that variant, reverted after the sweep). And the two passes side by side on two streams (benchmarks/
+# probe_verify_overlap.py): 290.0 us at batch 256 against 300.2 in turn, both passes contend for the same issue slots.
 # STATE_SPLIT_TF32: the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands split by a mask
 # (verify_kernels/precision.py, as TREE_SPLIT_TF32), whose plain TF32 products Triton may run as warpgroup MMAs at 4
 # warps. On, with the 16-node dots at 128 columns on 4 warps: the H200 sweep of 2026-12-03, eighth sitting
@@ -390,14 +388,10 @@ def gdn_verify(
         block_v, warps = STATE_FMA_CONFIG
         G = HV // H if STATE_SHARE_KEY_HEAD else 1
     BV = min(V, block_v)
-    looped = not use_dot and G == 1  # (STATE_TMA, STATE_V_BLOCKS: the node-by-node pass per value head)
-    tma = looped and STATE_TMA and tma_usable(state_pool)
-    v_blocks = STATE_V_BLOCKS if looped and (V // BV) % STATE_V_BLOCKS == 0 else 1
-    gdn_verify_state_kernel[(V // (BV * v_blocks), HV // G, B)](
-        q, k, num_nodes, state_pool, state_descriptor(state_pool, BV) if tma else None, state_slots, kS, qS,
+    gdn_verify_state_kernel[(V // BV, HV // G, B)](
+        q, k, num_nodes, state_pool, state_slots, kS, qS,
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), TMA=tma, V_BLOCKS=v_blocks,
-        STAGES=STATE_STAGES if looped else 1, num_warps=warps, num_stages=1,
+        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), num_warps=warps, num_stages=1,
     )
     block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG
     gdn_verify_tree_kernel[(HV // per_program, B)](

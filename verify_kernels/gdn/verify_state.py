@@ -54,32 +54,10 @@ def state_tile(p_s, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_DOT:
 
 
 @triton.jit
-def node_reads(q, k, state_pool, state_desc, kS, qS, i_s, i_h, i_hk, i_b, nn, v0, T, H: tl.constexpr,
-               HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, TMA: tl.constexpr):
-    """The node-by-node state pass for one value head and the V block at column v0: S0's [K, BV] tile (through the
-    tensor descriptor with TMA, else pointers), then S0^T k_t and S0^T q_t node by node into kS and qS."""
-    o_k = tl.arange(0, K)
-    o_v = v0 + tl.arange(0, BV)
-    if TMA:
-        b_s = state_desc.load([((i_s * HV + i_h) * K).to(tl.int32), v0])                    # [K, BV]
-    else:
-        b_s = tl.load(state_pool + ((i_s * HV + i_h) * K + o_k[:, None]) * V + o_v[None, :],
-                      eviction_policy="evict_first")
-    p_x = (i_b * T * H + i_hk) * K + o_k
-    p_n = (i_b * T * HV + i_h) * V + o_v                                                   # node 0
-    for t in range(0, nn):
-        b_k = tl.load(k + p_x + t * (H * K)).to(tl.float32)
-        b_q = tl.load(q + p_x + t * (H * K)).to(tl.float32)
-        tl.store(kS + p_n + t * (HV * V), tl.sum(b_s * b_k[:, None], 0))
-        tl.store(qS + p_n + t * (HV * V), tl.sum(b_s * b_q[:, None], 0))
-
-
-@triton.jit
 def gdn_verify_state_kernel(
     q, k,               # [B, T, H, K]
     num_nodes,          # [B]
     state_pool,         # [S, HV, K, V] fp32
-    state_desc,         # TMA: state_pool as a [S HV K, V] tensor descriptor of [K, BV] boxes (else unused)
     state_slots,        # [B]
     kS, qS,             # [B, T, HV, V] fp32 out: S0^T k_t, S0^T q_t (rows with a state, nodes < num_nodes only)
     T,
@@ -94,9 +72,6 @@ def gdn_verify_state_kernel(
     NG: tl.constexpr,   # G padded to a power of two
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
-    TMA: tl.constexpr = False,   # node by node (G = 1): S0's [K, BV] tiles through state_desc
-    V_BLOCKS: tl.constexpr = 1,  # node by node (G = 1): V blocks of BV columns a program takes in turn
-    STAGES: tl.constexpr = 1,    # ... with this many tiles of S0 in flight (a software-pipelined loop)
 ):
     i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
@@ -105,11 +80,7 @@ def gdn_verify_state_kernel(
         i_hk = i_h0 // (HV // H)
         nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
         o_v = i_v * BV + tl.arange(0, BV)
-        if V_BLOCKS > 1 or TMA:
-            for j in tl.range(0, V_BLOCKS, num_stages=STAGES):
-                node_reads(q, k, state_pool, state_desc, kS, qS, i_s, i_h0, i_hk, i_b, nn, (i_v * V_BLOCKS + j) * BV,
-                           T, H, HV, K, V, BV, TMA)
-        elif USE_DOT:
+        if USE_DOT:
             o_t = tl.arange(0, BT)
             # S0 is streamed once and not reused: evict it first so the nodes keep the L2
             p_s = state_pool + (i_s * HV + i_h0) * (K * V) + i_v * BV
