@@ -23,7 +23,7 @@ from verify_kernels.tree import ancestor_mask
 
 NH, P, N, NG = 64, 64, 128, 8
 STATE_BYTES = NH * P * N * 4                         # one request, one layer: 2 MiB
-TOKEN_BYTES = (NH * P + NH + 2 * NG * N) * 4         # one token's inputs: x, dt, B, C
+TOKEN_BYTES = (NH * P + NH) * 4 + 2 * NG * N * 2    # one token's inputs: x, dt (fp32), B, C (bf16, as the glue's)
 OUTPUT_BYTES = NH * P * 4                            # y
 ENTRY_BYTES = (NH * P + NG * N + NH) * 4             # a buffer entry: xdt, B, G
 ENGINE_FLUSH_LENGTH = 16                             # the buffer's capacity, as the engine's (a decode row: its L)
@@ -59,15 +59,19 @@ def intermediate_verify_bytes(batch: int, nodes: int) -> int:
 
 class TokenInputs:
     """R rotation sets of B rows x T tokens: x, the raw dt (SGLang's kernel applies softplus itself) and the
-    softplus'ed one (ours), B and C at the scale of a conv + SiLU output."""
+    softplus'ed one (ours), B and C at the scale of a conv + SiLU output, in bf16 as a bf16 model's glue leaves them
+    (verify_kernels/glue/mamba2_inputs.py) for ours, and the same values in fp32 (bm32, cm32) for the intermediate-state
+    kernel (as the engine gives them to it: specdec/cache/linear_state.py) and SGLang's (its inputs as these
+    benchmarks gave them before 2026-12-04, so that its rows stay comparable)."""
 
     def __init__(self, rotations: int, batch: int, tokens: int):
         shape = (rotations, batch, tokens)
         self.x = torch.randn(*shape, NH, P, device="cuda")
         self.dt_raw = torch.randn(*shape, NH, device="cuda") - 2.0
         self.dt = F.softplus(self.dt_raw)
-        self.bm = torch.randn(*shape, NG, N, device="cuda") * 0.1
-        self.cm = torch.randn(*shape, NG, N, device="cuda") * 0.1
+        self.bm = (torch.randn(*shape, NG, N, device="cuda") * 0.1).bfloat16()
+        self.cm = (torch.randn(*shape, NG, N, device="cuda") * 0.1).bfloat16()
+        self.bm32, self.cm32 = self.bm.float(), self.cm.float()
 
 
 def layer_weights() -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,8 +126,9 @@ def _sglang_decode_seconds(ssu, x: TokenInputs, a_neg, d_skip, slots, rotations,
     out = torch.empty(batch, NH, P, device="cuda")
     a_full, d_full, dt_bias = _sglang_head_params(a_neg, d_skip)
     return time_calls([
-        partial(ssu, states, x.x[r, :, 0], x.dt_raw[r, :, 0][..., None].expand(batch, NH, P), a_full, x.bm[r, :, 0],
-                x.cm[r, :, 0], d_full, dt_bias=dt_bias, dt_softplus=True, state_batch_indices=slots[r], out=out)
+        partial(ssu, states, x.x[r, :, 0], x.dt_raw[r, :, 0][..., None].expand(batch, NH, P), a_full,
+                x.bm32[r, :, 0], x.cm32[r, :, 0], d_full, dt_bias=dt_bias, dt_softplus=True,
+                state_batch_indices=slots[r], out=out)
         for r in range(rotations)
     ])
 
@@ -186,11 +191,11 @@ def _intermediate_verify_seconds(x: TokenInputs, a_neg, d_skip, parents, num_nod
                                  nodes) -> float:
     """The intermediate-state baseline's verify kernel (verify_kernels/intermediate/kernels.py, the engine's
     `--linear-backend recurrent`): the tree walked node by node, each node's state written to one preallocated
-    buffer (as the engine reserves it)."""
+    buffer (as the engine reserves it); B and C in fp32, as the engine gives them to it (IntermediateStates)."""
     states = torch.randn(rotations * batch, NH, P, N, device="cuda") * 0.1
     node_states = torch.empty(batch, nodes, NH, P, N, device="cuda")
     return time_calls([
-        partial(mamba2_intermediate, x.x[r], x.dt[r], a_neg, x.bm[r], x.cm[r], d_skip, parents, num_nodes, states,
+        partial(mamba2_intermediate, x.x[r], x.dt[r], a_neg, x.bm32[r], x.cm32[r], d_skip, parents, num_nodes, states,
                 slots[r], states_out=node_states)
         for r in range(rotations)
     ])
@@ -207,8 +212,8 @@ def _sglang_verify_seconds(ssu, x: TokenInputs, a_neg, d_skip, parents, tree, sl
     a_full, d_full, dt_bias = _sglang_head_params(a_neg, d_skip)
     retrieve = None if tree.startswith("chain") else parents
     calls = [
-        partial(ssu, states, x.x[r], x.dt_raw[r][..., None].expand(batch, nodes, NH, P), a_full, x.bm[r], x.cm[r],
-                d_full, dt_bias=dt_bias, dt_softplus=True, state_batch_indices=slots[r], out=out,
+        partial(ssu, states, x.x[r], x.dt_raw[r][..., None].expand(batch, nodes, NH, P), a_full, x.bm32[r],
+                x.cm32[r], d_full, dt_bias=dt_bias, dt_softplus=True, state_batch_indices=slots[r], out=out,
                 disable_state_update=True, intermediate_states_buffer=intermediate, cache_steps=nodes,
                 retrieve_parent_token=retrieve, intermediate_state_indices=buffer_rows)
         for r in range(rotations)

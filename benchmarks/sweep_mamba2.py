@@ -90,13 +90,19 @@ def sweep_verify(tree: str, copy_bw: float) -> list[dict]:
         ancestors = ancestor_mask(parents, num_nodes)
         bound_us = mamba2.verify_bytes(batch, nodes, mamba2.VERIFY_FILL) / copy_bw * 1e6
         for name, config in candidates.items():
-            seconds = time_calls([
-                partial(mamba2_verify_fwd, x.x[r], x.dt[r], a_neg, x.bm[r], x.cm[r], d_skip, parents, num_nodes,
-                        pools.state, slots[r], *pools.args()[1:], slots[r], ancestors, config)
-                for r in range(rotations)
-            ])
-            rows.append({"op": f"verify {tree}", "batch": batch, "config": name, "us": seconds * 1e6,
-                         "x_bound": seconds * 1e6 / bound_us})
+            # B and C as the glue leaves them (bf16: the products skip their remainders), and for the split roles
+            # (the defaults) also in fp32, every product split in full (the inputs before 2026-12-04)
+            inputs = {name: (x.bm, x.cm)}
+            if name.startswith("split roles"):
+                inputs[f"{name}, fp32 B and C"] = (x.bm32, x.cm32)
+            for label, (bm, cm) in inputs.items():
+                seconds = time_calls([
+                    partial(mamba2_verify_fwd, x.x[r], x.dt[r], a_neg, bm[r], cm[r], d_skip, parents, num_nodes,
+                            pools.state, slots[r], *pools.args()[1:], slots[r], ancestors, config)
+                    for r in range(rotations)
+                ])
+                rows.append({"op": f"verify {tree}", "batch": batch, "config": label, "us": seconds * 1e6,
+                             "x_bound": seconds * 1e6 / bound_us})
         del pools, x
         torch.cuda.empty_cache()
     return rows

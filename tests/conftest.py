@@ -28,3 +28,31 @@ def nan_empty(monkeypatch):
 
     monkeypatch.setattr(torch, "empty", lambda *args, **kwargs: poison(empty(*args, **kwargs)))
     monkeypatch.setattr(torch, "empty_like", lambda *args, **kwargs: poison(empty_like(*args, **kwargs)))
+
+
+@pytest.fixture
+def tf32_products(monkeypatch):
+    """In Triton's interpreter (no GPU), TF32 products truncate their fp32 operands to TF32 as the tensor cores do
+    (the low 13 mantissa bits cleared) instead of multiplying in full fp32: a product that takes an fp32 operand for
+    exact in TF32 (verify_kernels/precision.py, add_product_exact) then loses its remainder and fails its check. On a
+    GPU the tensor cores do it themselves."""
+    if torch.cuda.is_available():
+        return
+    import numpy as np
+    from triton._C.libtriton import ir
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    create_dot = InterpreterBuilder.create_dot
+
+    def truncated(handle):
+        if handle.data.dtype != np.float32:
+            return handle
+        bits = handle.data.view(np.uint32) & np.uint32(0xFFFFE000)
+        return type(handle)(bits.view(np.float32), handle.dtype.scalar)
+
+    def tf32_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if input_precision == ir.INPUT_PRECISION.TF32:
+            a, b = truncated(a), truncated(b)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    monkeypatch.setattr(InterpreterBuilder, "create_dot", tf32_dot)

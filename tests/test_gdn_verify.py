@@ -75,20 +75,20 @@ def test_verify_random_trees(batch: TreeBatch, ratio: int):
                          [("k32-hv2", 5, "chain", [5, 4, 0, 1, 5]), ("k16-hv1", 17, "random", [17, 9, 16, 1, 0])],
                          ids=["k32-hv2-T5-chain", "k16-hv1-T17-random"])
 @pytest.mark.parametrize("split", [True, False], ids=["split-by-mask", "triton-tf32x3"])
-def test_tree_pass_products_precision(monkeypatch, dims, T, shape, num_nodes, split):
+def test_tree_pass_products_precision(tf32_products, monkeypatch, dims, T, shape, num_nodes, split):
     """TREE_SPLIT_TF32 (the default): the tree pass's tf32x3 products from operands split by a mask, three TF32
-    products each (in the interpreter TF32 products are exact, so this checks the algebra: a missing or doubled term
-    fails; the GPU sweep checks the error); and with Triton's tf32x3."""
+    products each (TF32 products truncating as on the GPU, tests/conftest.py's tf32_products: a missing or doubled
+    term fails); and with Triton's tf32x3."""
     monkeypatch.setattr(verify_module, "TREE_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     check_verify(make_batch(DIMS[dims], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
 
 
 @pytest.mark.parametrize("split", [True, False], ids=["split-by-mask", "triton-tf32x3"])
-def test_state_pass_dots_products_precision(monkeypatch, split):
+def test_state_pass_dots_products_precision(tf32_products, monkeypatch, split):
     """STATE_SPLIT_TF32 (the default): the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands split
-    by a mask, and with Triton's tf32x3, 16 columns a program (two V blocks at V = 32); the algebra, as the tree
-    pass's test."""
+    by a mask, and with Triton's tf32x3, 16 columns a program (two V blocks at V = 32); TF32 products truncating, as
+    the tree pass's test."""
     monkeypatch.setattr(verify_module, "STATE_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "STATE_DOT_CONFIGS", {16: (16, 4), 32: (16, 4), 64: (16, 4)})
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
@@ -99,9 +99,10 @@ def test_state_pass_dots_products_precision(monkeypatch, split):
                          [(5, "chain", [5, 4, 0, 1, 5]), (17, "random", [17, 9, 16, 1, 0])],
                          ids=["T5-chain", "T17-random"])
 @pytest.mark.parametrize("split", [True, False], ids=["split-by-mask", "triton-tf32x3"])
-def test_fused_kernel_products_precision(monkeypatch, T, shape, num_nodes, split):
+def test_fused_kernel_products_precision(tf32_products, monkeypatch, T, shape, num_nodes, split):
     """FUSED_SPLIT_TF32 (the default): the one-launch kernel (every row here) with its products from operands split by
-    a mask, and with Triton's tf32x3, the state's reads by node and as dots; the algebra, as the tree pass's test."""
+    a mask, and with Triton's tf32x3, the state's reads by node and as dots; TF32 products truncating, as the tree
+    pass's test."""
     monkeypatch.setattr(verify_module, "FUSED_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS))
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))

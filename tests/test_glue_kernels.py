@@ -147,7 +147,9 @@ def test_gdn_gates_match_reference(dtype):
                                                            (6, 64, 2, 154, (0.05, 3.0))])
 def test_mamba2_inputs_match_reference(dtype, NH, P, NG, N, limit):
     """x, B, C from a strided conv output, dt from a split of in_proj's output (both sides of softplus's threshold,
-    clamped or not), A and D; the second case takes several channel blocks and rows a program."""
+    clamped or not), A and D; the second case takes several channel blocks and rows a program. B and C keep the conv
+    output's dtype (its values, exact in TF32 for the verify's products when bf16 / fp16) or take the one asked for,
+    the rest is fp32."""
     gen = torch.Generator().manual_seed(NH * P)
     xbc = strided(gen, 2, 3, NH * P + 2 * NG * N, dtype=dtype)
     dt = strided(gen, 2, 3, NH, dtype=dtype, extra=7).mul_(4.0)
@@ -155,9 +157,13 @@ def test_mamba2_inputs_match_reference(dtype, NH, P, NG, N, limit):
     dt[0, 0, :3] = torch.tensor([25.0, -30.0, 19.5])
     vectors = [randn(gen, NH, dtype=dtype) for _ in range(3)]  # dt_bias, A_log, D
     args = (xbc, dt, *vectors, NH, P, NG, N, limit)
-    for ours, expected in zip(mamba2_inputs(*args), mamba2_inputs_ref(*args), strict=True):
-        assert ours.is_contiguous()
-        torch.testing.assert_close(ours, expected, atol=1e-6, rtol=1e-5)
+    for bc_dtype in (None, torch.float32):  # (fp32: the intermediate-state backend's, IntermediateStates)
+        outputs = mamba2_inputs(*args, bc_dtype=bc_dtype)
+        bc = bc_dtype or dtype
+        assert [t.dtype for t in outputs] == [torch.float32, torch.float32, bc, bc, torch.float32, torch.float32]
+        for ours, expected in zip(outputs, mamba2_inputs_ref(*args, bc_dtype=bc_dtype), strict=True):
+            assert ours.is_contiguous()
+            torch.testing.assert_close(ours, expected, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

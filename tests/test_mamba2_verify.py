@@ -152,12 +152,32 @@ def test_nemotron_nano_verify_paths_match_reference(config, T, B):
         assert_close(o, r, 2e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("config", VERIFY_CONFIGS.values(), ids=VERIFY_CONFIGS.keys())
+def test_verify_products_with_exact_b_and_c(tf32_products, config, dtype):
+    """B and C in a bf16 / fp16 model's dtype (the glue keeps them so): every path's products with them skip their
+    remainders (add_product_exact), h0's and the buffer's split as before, x in fp32. TF32 products truncate their
+    operands here as on the GPU (tf32_products): an fp32 operand taken for exact would lose its remainder (~2^-11
+    relative) and fail."""
+    gen = torch.Generator().manual_seed(37)
+    A, D = layer(gen, SLICED)
+    pools = kv_pools(gen, SLICED, ROWS)
+    parents, num_nodes = trees(gen, len(ROWS), 17)
+    x, dt, Bm, C = (pad_nodes(t, num_nodes) for t in tokens(gen, SLICED, len(ROWS), 17))
+    Bm, C = Bm.to(dtype), C.to(dtype)
+    out = mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args(), ancestor_mask(parents, num_nodes),
+                            config)
+    ref = mamba2_verify_ref(x, dt, A, Bm, C, D, parents, num_nodes, *pools.args())
+    for o, r in zip(out, ref, strict=True):
+        assert_close(o, r)
+
+
 @pytest.mark.parametrize("precision", ["tf32x3-split", "tf32x3"])
 @pytest.mark.parametrize("inline", [False, True], ids=["products", "inline"])
-def test_verify_products_precision(monkeypatch, inline, precision):
+def test_verify_products_precision(tf32_products, monkeypatch, inline, precision):
     """DOT_PRECISION "tf32x3-split" (the default): every product of the verify's kernels from operands split by a mask
-    (verify_kernels/precision.py), and Triton's "tf32x3", on the sliced heads of the launch-config test (in the
-    interpreter the TF32 products are exact, so this checks the algebra; the GPU checks the error)."""
+    (verify_kernels/precision.py), and Triton's "tf32x3", on the sliced heads of the launch-config test (TF32 products
+    truncating their operands as on the GPU: tests/conftest.py's tf32_products)."""
     monkeypatch.setattr(mamba2_verify_module, "DOT_PRECISION", precision)
     config = VERIFY_CONFIGS[f"{'inline' if inline else 'products'}-dots"]
     gen = torch.Generator().manual_seed(31)

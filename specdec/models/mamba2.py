@@ -76,10 +76,12 @@ class Mamba2Mixer(nn.Module):
         gate, xbc, dt = self.in_proj(hidden).split([self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)
         conv_out = pool.short_conv(ctx, xbc, self.conv1d.weight[:, 0], self.conv1d.bias, "silu")
         # fp32 contiguous x [B, T, NH, P], dt = softplus(dt + dt_bias) clamped [B, T, NH], B and C [B, T, NG, N]
-        # (the kernels take contiguous rows; splits of conv_out are strided views), A = -exp(A_log), D [NH]
+        # in the model's dtype or fp32 as the linear state takes them (keys_in_model_dtype), A = -exp(A_log), D [NH]
+        # (the kernels take contiguous rows; splits of conv_out are strided views)
+        bc_dtype = None if pool.linear_state.keys_in_model_dtype else torch.float32
         x, dt, bm, cm, A, D = glue_for(hidden, self.A_log, self.dt_bias, self.D).mamba2_inputs(
             conv_out, dt, self.dt_bias, self.A_log, self.D, self.num_heads, self.head_dim, self.n_groups,
-            self.state_size, self.time_step_limit)
+            self.state_size, self.time_step_limit, bc_dtype=bc_dtype)
         # the SSM through the layer's linear state (tree rows) or the chunked prefill (chunk rows): the ops take
         # (x, dt, A, B, C, D); entries keep B, chunk rows zero dt at padding nodes (no decay, no input)
         inputs = MixerInputs((x, dt, bm, cm), entry_key=2, padding_masked=(1,), constants=(A, D),

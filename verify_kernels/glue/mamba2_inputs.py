@@ -2,8 +2,8 @@
 
 One launch instead of about ten (three splits made contiguous and cast, dt's cast, bias, softplus and clamp, A's
 cast, exp and negation, D's cast). Programs first cover [BLOCK_R rows, BLOCK_D channels] tiles of the conv output,
-storing each channel to x, B or C by its range (fp32, contiguous); then flat (token, head) blocks of dt; the first
-dt program also writes A = -exp(A_log) and D in fp32.
+storing each channel to x (fp32), B or C (the conv output's dtype) by its range, contiguous; then flat (token, head)
+blocks of dt; the first dt program also writes A = -exp(A_log) and D in fp32.
 """
 
 import torch
@@ -32,9 +32,10 @@ def mamba2_inputs_kernel(
                       other=0.0).to(tl.float32)
         tl.store(x + o_r[:, None] * XD + o_d[None, :], b_v, mask=m_r & (o_d < XD)[None, :])
         o_b = o_d - XD
-        tl.store(bm + o_r[:, None] * GD + o_b[None, :], b_v, mask=m_r & ((o_b >= 0) & (o_b < GD))[None, :])
+        b_kc = b_v.to(bm.dtype.element_ty)  # (B and C keep the conv output's dtype: they are its values)
+        tl.store(bm + o_r[:, None] * GD + o_b[None, :], b_kc, mask=m_r & ((o_b >= 0) & (o_b < GD))[None, :])
         o_c = o_d - XD - GD
-        tl.store(cm + o_r[:, None] * GD + o_c[None, :], b_v, mask=m_r & ((o_c >= 0) & (o_c < GD))[None, :])
+        tl.store(cm + o_r[:, None] * GD + o_c[None, :], b_kc, mask=m_r & ((o_c >= 0) & (o_c < GD))[None, :])
     else:
         i_q = i_p - NC
         o = i_q.to(tl.int64) * DT_BLOCK + tl.arange(0, DT_BLOCK)  # flat (token, head) index
@@ -54,10 +55,11 @@ def mamba2_inputs_kernel(
 
 def mamba2_inputs(xbc: torch.Tensor, dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor, D: torch.Tensor,
                   num_heads: int, head_dim: int, n_groups: int, state_size: int,
-                  dt_limit: tuple[float, float]) -> tuple[torch.Tensor, ...]:
+                  dt_limit: tuple[float, float], bc_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
     """xbc [..., NH P + 2 NG N] (the conv output; rows may be strided), dt [..., NH] (rows may be strided, e.g. a
-    split of in_proj's output), dt_bias, A_log, D [NH] -> fp32 contiguous x [..., NH, P], dt [..., NH] =
-    clamp(softplus(dt + dt_bias), *dt_limit), B [..., NG, N], C [..., NG, N], A = -exp(A_log) [NH], D [NH]."""
+    split of in_proj's output), dt_bias, A_log, D [NH] -> contiguous fp32 x [..., NH, P], dt [..., NH] =
+    clamp(softplus(dt + dt_bias), *dt_limit), B [..., NG, N] and C [..., NG, N] in bc_dtype (default: xbc's;
+    mamba2_inputs_ref says why), fp32 A = -exp(A_log) [NH], D [NH]."""
     rows, dt_rows = as_rows("xbc", xbc), as_rows("dt", dt)
     NH, XD, GD = num_heads, num_heads * head_dim, n_groups * state_size
     if rows.shape[1] != XD + 2 * GD or dt_rows.shape != (rows.shape[0], NH) or dt.shape[:-1] != xbc.shape[:-1]:
@@ -67,7 +69,7 @@ def mamba2_inputs(xbc: torch.Tensor, dt: torch.Tensor, dt_bias: torch.Tensor, A_
         check_vector(name, t, NH)
     lead, device = xbc.shape[:-1], xbc.device
     x = torch.empty(*lead, NH, head_dim, dtype=torch.float32, device=device)
-    bm = torch.empty(*lead, n_groups, state_size, dtype=torch.float32, device=device)
+    bm = torch.empty(*lead, n_groups, state_size, dtype=bc_dtype or xbc.dtype, device=device)
     cm = torch.empty_like(bm)
     dt_out = torch.empty(*lead, NH, dtype=torch.float32, device=device)
     A_out = torch.empty(NH, dtype=torch.float32, device=device)

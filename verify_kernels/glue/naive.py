@@ -116,8 +116,12 @@ def qk_norm_rotary_ref(query: torch.Tensor, key: torch.Tensor, q_weight: torch.T
 
 def mamba2_inputs_ref(xbc: torch.Tensor, dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor,
                       D: torch.Tensor, num_heads: int, head_dim: int, n_groups: int, state_size: int,
-                      dt_limit: tuple[float, float]) -> tuple[torch.Tensor, ...]:
-    """The Mamba2 conv output split into the SSM's inputs, fp32 and contiguous.
+                      dt_limit: tuple[float, float], bc_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """The Mamba2 conv output split into the SSM's inputs, contiguous: x, dt, A and D in fp32, B and C in bc_dtype
+    (default: the conv output's). B and C hold the conv output's values either way; kept in a bf16 / fp16 model's
+    dtype they are half the bytes, and the KVBuffer verify's tensor-core products know them exact in TF32 and skip
+    their remainders (verify_kernels/precision.py, add_product_exact); the intermediate-state kernel asks for fp32
+    (specdec/cache/linear_state.py says why).
 
     xbc [..., NH P + 2 NG N] (x, B, C channels after the conv; unit channel stride), dt [..., NH] (the raw
     projection, rows may be strided), dt_bias, A_log, D [NH] -> x [..., NH, P], dt = clamp(softplus(dt + dt_bias),
@@ -125,7 +129,7 @@ def mamba2_inputs_ref(xbc: torch.Tensor, dt: torch.Tensor, dt_bias: torch.Tensor
     group_dim = n_groups * state_size
     x, bm, cm = xbc.split([num_heads * head_dim, group_dim, group_dim], dim=-1)
     x = x.unflatten(-1, (num_heads, head_dim)).float().contiguous()
-    bm = bm.unflatten(-1, (n_groups, state_size)).float().contiguous()
-    cm = cm.unflatten(-1, (n_groups, state_size)).float().contiguous()
+    bm = bm.unflatten(-1, (n_groups, state_size)).to(bc_dtype or xbc.dtype).contiguous()
+    cm = cm.unflatten(-1, (n_groups, state_size)).to(bc_dtype or xbc.dtype).contiguous()
     dt = F.softplus(dt.float() + dt_bias.float()).clamp(*dt_limit)
     return x, dt, bm, cm, -A_log.float().exp(), D.float()

@@ -39,7 +39,9 @@ Every decay exponent is a difference of G along a path (<= 0), taken from the sm
 from G itself, and masked pairs are -inf before the exp. Padding nodes load as zeros (their inputs and parents are
 never read), so they come out as zeros and add nothing. The dots run in "tf32x3": each fp32 operand split into a
 TF32 part and its TF32 residual, three tensor-core products, fp32-level accuracy (plain TF32 would not be: 10
-mantissa bits); in IEEE fp32 ("ieee") they ran on the FMA units and were slower still (2.2 ms at batch 256).
+mantissa bits); in IEEE fp32 ("ieee") they ran on the FMA units and were slower still (2.2 ms at batch 256). B and
+C in bf16 / fp16 (a bf16 model's, as the glue leaves them) are exact in TF32: the products with them (h0 C^T, the
+scores) skip their remainders' products (verify_kernels/precision.py add_product_exact: B_EXACT, C_EXACT).
 """
 
 from functools import partial
@@ -50,7 +52,7 @@ import triton
 import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_indices, check_pools, check_tokens
-from verify_kernels.precision import add_product
+from verify_kernels.precision import add_product, add_product_exact, exact_in_tf32
 from verify_kernels.tree import ancestor_mask
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (5-node
@@ -84,7 +86,9 @@ SMALL_BATCH_BLOCK_P = 16
 # SPLIT_ROLES: h0's stream beside the products pass, the rest in a second launch (the module's docstring). H200,
 # 2026-12-04 (benchmarks/results/sweeps_h200/sweep_mamba2_2026-12-04c.txt, Nemotron-3-Nano shapes, BP 64 on 4 warps):
 # 5-chains at batch 64 / 256 65.3 / 234.8 us (1.71x / 1.54x their bound) against 69.5 / 250.4 for the products and
-# state passes in turn; 16-node trees 73.9 / 264.9 against 74.4 / 268.3.
+# state passes in turn; 16-node trees 73.9 / 264.9 against 74.4 / 268.3. With B and C in bf16 (the glue's since
+# 2026-12-04e: products with them skip their remainders, add_product_exact): 61.1 / 216.2 against 65.8 / 234.9 with
+# the same values in fp32 (sweeps_h200/sweep_mamba2_2026-12-04e.txt); tree16 at 256 248.5 us.
 SPLIT_ROLES = True
 # products pass: N columns per step (91 registers at 32, 148 at 64) and warps
 PRODUCTS_BLOCK_N = 32
@@ -124,8 +128,9 @@ def verify_config(B: int, T: int, P: int) -> VerifyConfig:
 @triton.jit
 def group_scores(Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, i_g, i_b, T, NG: tl.constexpr,
                  N: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BN: tl.constexpr,
-                 PRECISION: tl.constexpr):
-    """Row i_b's scores of group i_g: C_t . B_i against the nodes and the buffer, into s_tree and s_buf."""
+                 PRECISION: tl.constexpr, B_EXACT: tl.constexpr, C_EXACT: tl.constexpr):
+    """Row i_b's scores of group i_g: C_t . B_i against the nodes and the buffer, into s_tree and s_buf (B_EXACT,
+    C_EXACT: the nodes' B and C are exact in TF32, add_product_exact)."""
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     n_buf = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
@@ -141,8 +146,8 @@ def group_scores(Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, i_g
         b_c = tl.load(C + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         b_k = tl.load(Bm + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None], other=0.)
-        b_st = add_product(b_st, b_c, tl.trans(b_k), PRECISION)
-        b_sb = add_product(b_sb, b_c, tl.trans(b_kb), PRECISION)
+        b_st = add_product_exact(b_st, b_c, tl.trans(b_k), PRECISION, C_EXACT, B_EXACT)
+        b_sb = add_product_exact(b_sb, b_c, tl.trans(b_kb), PRECISION, C_EXACT, False)
     p_s = (i_b * NG + i_g) * BT + o_t[:, None]
     tl.store(s_tree + p_s * BT + o_t[None, :], b_st)
     tl.store(s_buf + p_s * BL + o_l[None, :], b_sb)
@@ -166,10 +171,12 @@ def mamba2_verify_products_kernel(
     BL: tl.constexpr,
     BN: tl.constexpr,
     PRECISION: tl.constexpr,
+    B_EXACT: tl.constexpr,     # the nodes' B / C exact in TF32 (bf16 / fp16 values): products skip their remainders
+    C_EXACT: tl.constexpr,
 ):
     i_g, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
     group_scores(Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, i_g, i_b, T, NG, N, L, BT, BL, BN,
-                 PRECISION)
+                 PRECISION, B_EXACT, C_EXACT)
 
 
 @triton.jit
@@ -210,6 +217,8 @@ def mamba2_verify_kernel(
     N_LOOP: tl.constexpr,      # FMA_NODES == 0 or INLINE_SCORES: the loop over N slices has work
     HC_IN: tl.constexpr,       # the state term's h0 C^T read from hc_in (VerifyConfig.split_roles), no N loop
     PRECISION: tl.constexpr,
+    B_EXACT: tl.constexpr,     # the nodes' B / C exact in TF32 (bf16 / fp16 values): products skip their remainders
+    C_EXACT: tl.constexpr,
 ):
     i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_g = i_h // (NH // NG)
@@ -263,14 +272,14 @@ def mamba2_verify_kernel(
             b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)      # [BN, BT]
             if FMA_NODES == 0:
                 b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
-                b_hc = add_product(b_hc, b_hn, b_cn, PRECISION)
+                b_hc = add_product_exact(b_hc, b_hn, b_cn, PRECISION, False, C_EXACT)
             if INLINE_SCORES:
                 b_kn = tl.load(Bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_t[:, None],
                                other=0.).to(tl.float32)
-                b_st = add_product(b_st, b_kn, b_cn, PRECISION)
+                b_st = add_product_exact(b_st, b_kn, b_cn, PRECISION, B_EXACT, C_EXACT)
                 b_kb = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None],
                                other=0.)
-                b_sb = add_product(b_sb, b_kb, b_cn, PRECISION)
+                b_sb = add_product_exact(b_sb, b_kb, b_cn, PRECISION, False, C_EXACT)
 
     if HC_IN:
         b_hc = tl.load(hc_in + p_xt, mask=m_t[None, :], other=0.)
@@ -329,6 +338,8 @@ def mamba2_verify_roles_kernel(
     BN: tl.constexpr,          # N columns per h0 step
     BNS: tl.constexpr,         # N columns per scores step
     PRECISION: tl.constexpr,
+    B_EXACT: tl.constexpr,     # the nodes' B / C exact in TF32 (bf16 / fp16 values): products skip their remainders
+    C_EXACT: tl.constexpr,
 ):
     """VerifyConfig.split_roles' first launch, a grid of (NH P / BP state programs + NG score programs, B): state
     programs stream h0 and compute its product with the nodes' C, nothing else (the state pass's N loop); score
@@ -351,11 +362,11 @@ def mamba2_verify_roles_kernel(
             o_n = n0 + tl.arange(0, BN)
             b_cn = tl.load(p_c + o_n[:, None], mask=m_t[None, :], other=0.).to(tl.float32)      # [BN, BT]
             b_hn = tl.load(p_h + o_n[None, :], mask=m_h, other=0., eviction_policy="evict_first")
-            b_hc = add_product(b_hc, b_hn, b_cn, PRECISION)
+            b_hc = add_product_exact(b_hc, b_hn, b_cn, PRECISION, False, C_EXACT)
         tl.store(hc + ((i_b * T + o_t[None, :]) * NH + i_h) * P + o_p[:, None], b_hc, mask=(o_t < T)[None, :])
     else:
         group_scores(Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, i_q - NS, i_b, T, NG, N, L, BT, BL,
-                     BNS, PRECISION)
+                     BNS, PRECISION, B_EXACT, C_EXACT)
 
 
 def verify_blocks(T: int, L: int) -> tuple[int, int]:
@@ -394,6 +405,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         return y, xdt, gcum
     cfg = config or verify_config(B, T, P)
     precision = cfg.precision or DOT_PRECISION
+    exact = dict(B_EXACT=exact_in_tf32(Bm), C_EXACT=exact_in_tf32(C))  # (bf16 / fp16 B and C: the model's, uncast)
     BT, BL = verify_blocks(T, L)
     BP = min(P, cfg.block_p)
     split = cfg.split_roles and cfg.state_dot and not cfg.inline_scores
@@ -405,13 +417,14 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         mamba2_verify_roles_kernel[(NH * (P // BP) + NG, B)](
             Bm, C, num_nodes, buf_b, buf_len, req_slots, state_pool, state_slots, s_tree, s_buf, hc, T,
             NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
-            BNS=min(N, PRODUCTS_BLOCK_N), PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            BNS=min(N, PRODUCTS_BLOCK_N), PRECISION=precision, **exact, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
     else:
         s_tree, s_buf = new(B, NG, BT, BT), new(B, NG, BT, BL)
         mamba2_verify_products_kernel[(NG, B)](
             Bm, C, num_nodes, buf_b, buf_len, req_slots, s_tree, s_buf, T,
-            NG=NG, N=N, L=L, BT=BT, BL=BL, BN=min(N, PRODUCTS_BLOCK_N), PRECISION=precision,
+            NG=NG, N=N, L=L, BT=BT, BL=BL, BN=min(N, PRODUCTS_BLOCK_N), PRECISION=precision, **exact,
             num_warps=PRODUCTS_WARPS,
         )
     mamba2_verify_kernel[(P // BP, NH, B)](
@@ -419,7 +432,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         buf_gcum, buf_len, req_slots, s_tree, s_buf, hc, y, xdt, gcum, T,
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
-        N_LOOP=(cfg.state_dot or cfg.inline_scores) and not split, HC_IN=split, PRECISION=precision,
+        N_LOOP=(cfg.state_dot or cfg.inline_scores) and not split, HC_IN=split, PRECISION=precision, **exact,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return y, xdt, gcum
