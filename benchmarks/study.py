@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from specdec.eval.plots import save_figure
 from specdec.models.real_shapes import SHAPES
 
 RESULTS = Path("benchmarks/results")
+# the device call a run belongs to: benchmarks/study_on_device.sh sets it once for all the processes of a call
+SITTING = "STUDY_SITTING"
 # mean accepted length (bonus included) of the shipped models' MTP layers, 4-token chains, held-out prompts
 # (README); Qwen3.5-35B-A3B has no shipped counterpart: its dense sibling's figure
 ACCEPTED_LENGTH = {"qwen3.5-9b": 2.72, "qwen3.5-35b-a3b": 2.72, "nemotron-3-nano": 2.58}
@@ -66,10 +69,19 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
     print(markdown_table(rows, settings.state_memory_gb), flush=True)
     rows = [asdict(r) for r in rows]
     return {"model": model, "layers": layers, "target": target, "date": datetime.date.today().isoformat(),
+            "sitting": os.environ.get(SITTING, ""),
             "device": torch.cuda.get_device_name() if device == "cuda" else "CPU", "torch": torch.__version__,
             "settings": asdict(settings), "peaks": asdict(peaks),
             "rows": [r for r in rows if r["backend"] != "transformers"],
             "transformers": [r for r in rows if r["backend"] == "transformers"]}
+
+
+def run_date(result: dict) -> str:
+    """A result's date, and its sitting where it has one ("2026-12-04, 10:12 UTC"): later sittings of a day sort after
+    its earlier ones and after its runs with no sitting (before 2026-12-04e), so that a point re-run after a change
+    the same day replaces the earlier code's runs (median_rows) instead of joining their median."""
+    date, sitting = result.get("date", ""), result.get("sitting", "")
+    return f"{date}, {sitting}" if sitting else date
 
 
 def merge(results: list[dict]) -> list[dict]:
@@ -78,7 +90,7 @@ def merge(results: list[dict]) -> list[dict]:
     merged: dict[tuple[str, int, str], dict] = {}
     for result in results:
         key = (result["model"], result["layers"], result.get("settings", {}).get("draft"))
-        rows = [{**row, "date": result.get("date", "")} for row in result["rows"]]  # (a row's run: its date)
+        rows = [{**row, "date": run_date(result)} for row in result["rows"]]  # (a row's run: its date and sitting)
         if key not in merged:
             merged[key] = {**result, "rows": rows, "transformers": list(result["transformers"])}
         else:

@@ -20,6 +20,9 @@
 #       REPEATS=3 BACKENDS=kvbuffer benchmarks/study_on_device.sh nemotron-3-nano 900 \
 #         "1,16,64,128,256:plain speculative adaptive" -- --no-hf-reference   (the three engines in turn, three times)
 set -u
+# every process of this call records the call's start as its sitting (benchmarks/study.py run_date: the report keeps a
+# point's runs of its latest sitting)
+export STUDY_SITTING=${STUDY_SITTING:-$(date -u +"%H:%M UTC")}
 model=$1 seconds=$2
 shift 2
 items=()

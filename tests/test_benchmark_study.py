@@ -131,3 +131,23 @@ def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
                                   "measured together.")
     (alone,) = merge([first])
     assert rerun_note(alone) == ""
+
+
+def test_a_later_sitting_of_the_same_day_replaces_the_earlier_runs():
+    """Runs of one day: those of the latest sitting (the device call, benchmarks/study_on_device.sh) are kept, their
+    median if several; runs with no sitting (before sittings were recorded) count as the day's earliest."""
+    from benchmarks.report import rerun_note
+
+    def part(sitting, speed, batch=128):
+        return {"model": "m", "layers": 4, "transformers": [], "settings": {"draft": "synthetic:2.58"},
+                "date": "2026-12-04", "sitting": sitting, "rows": [
+                    {"backend": "kvbuffer", "mode": "speculative", "batch_size": batch, "tokens_per_second": speed}]}
+
+    old = {**part("", 10441.0), "rows": part("", 10441.0)["rows"] + part("", 500.0, batch=1)["rows"]}
+    del old["sitting"]
+    (joined,) = merge([old, part("", 10586.0), part("10:12 UTC", 10896.0), part("10:12 UTC", 10700.0),
+                       part("09:47 UTC", 10000.0)])
+    kept = {r["batch_size"]: r for r in joined["rows"]}
+    assert kept[128]["tokens_per_second"] == 10700.0 and kept[128]["runs"] == [10700.0, 10896.0]
+    assert kept[1]["tokens_per_second"] == 500.0
+    assert "Re-run on 2026-12-04, 10:12 UTC" in rerun_note(joined)
