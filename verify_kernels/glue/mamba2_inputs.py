@@ -32,7 +32,7 @@ def mamba2_inputs_kernel(
                       other=0.0).to(tl.float32)
         tl.store(x + o_r[:, None] * XD + o_d[None, :], b_v, mask=m_r & (o_d < XD)[None, :])
         o_b = o_d - XD
-        b_kc = b_v.to(bm.dtype.element_ty)  # (B and C keep the conv output's dtype: they are its values)
+        b_kc = b_v.to(bm.dtype.element_ty)  # (B and C in bm's dtype: the conv output's, or fp32 as asked)
         tl.store(bm + o_r[:, None] * GD + o_b[None, :], b_kc, mask=m_r & ((o_b >= 0) & (o_b < GD))[None, :])
         o_c = o_d - XD - GD
         tl.store(cm + o_r[:, None] * GD + o_c[None, :], b_kc, mask=m_r & ((o_c >= 0) & (o_c < GD))[None, :])
