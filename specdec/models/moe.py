@@ -18,6 +18,7 @@ from torch import nn
 
 from specdec.backend import backend_for
 from specdec.parallel import SINGLE, TensorParallel, all_reduce, shard_parameters
+from verify_kernels.moe import sigmoid_router_ref
 
 from .expert_traffic import count_touched
 from .layers import GatedMLP, PlainMLP, act_and_mul, activation, apply_act
@@ -174,19 +175,14 @@ class NemotronRouter(nn.Module):
         self.register_buffer("e_score_correction_bias", torch.zeros(self.num_experts))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scores = F.linear(x.float(), self.weight.float()).sigmoid()  # [N, E]
-        choice = scores + self.e_score_correction_bias.float()
-        per_group = choice.view(-1, self.num_groups, self.num_experts // self.num_groups)
-        group_score = per_group.topk(2, dim=-1).values.sum(dim=-1)  # [N, groups]
-        best_groups = group_score.topk(self.topk_group, dim=-1, sorted=False).indices
-        group_mask = torch.zeros_like(group_score).scatter_(1, best_groups, 1.0).bool()
-        expert_mask = group_mask[:, :, None].expand_as(per_group).reshape(-1, self.num_experts)
-        choice = choice.masked_fill(~expert_mask, float("-inf"))
-        top_index = choice.topk(self.top_k, dim=-1, sorted=False).indices
-        top_weight = scores.gather(1, top_index)
-        if self.norm_topk_prob:
-            top_weight = top_weight / (top_weight.sum(dim=-1, keepdim=True) + 1e-20)
-        return top_index, top_weight * self.scaling
+        """x [N, D] -> top_index [N, top_k], top_weight [N, top_k] fp32: one Triton kernel where the backend is
+        Triton and every group is eligible (verify_kernels/moe/router.py), else the torch reference."""
+        bias = self.e_score_correction_bias
+        if backend_for(x.device) == "triton" and self.topk_group == self.num_groups:
+            from verify_kernels.moe import sigmoid_router  # needs triton (Linux); only reached with it
+            return sigmoid_router(x, self.weight, bias, self.top_k, self.norm_topk_prob, self.scaling)
+        return sigmoid_router_ref(x, self.weight, bias, self.top_k, self.num_groups, self.topk_group,
+                                  self.norm_topk_prob, self.scaling)
 
 
 class NemotronMoe(nn.Module):

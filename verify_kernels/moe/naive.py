@@ -6,6 +6,8 @@
 - moe_experts_ref: a MoE layer's routed experts, out[t] = sum_j top_weight[t, j] expert_{top_index[t, j]}(x[t]),
   expert_e(x) = second[e] @ hidden(first[e] @ x), hidden = act (plain) or act(gate) * up (gated: first stacks
   the gate rows over the up rows). Its Triton kernels: experts.py on the layout of routing.py.
+- sigmoid_router_ref: a sigmoid router's top-k experts and their weights (Nemotron-H's). Its Triton kernel:
+  router.py, one launch for the GEMM, the sigmoid, the bias and the top-k.
 """
 
 import torch
@@ -58,3 +60,27 @@ def moe_experts_ref(
         y = F.linear(h.to(x.dtype).float(), second[expert].float())
         out.index_add_(0, token, (y * top_weight[token, slot, None].float()).to(x.dtype).float())
     return out.to(top_weight.dtype)
+
+
+def sigmoid_router_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, num_groups: int,
+                       topk_group: int, norm_topk_prob: bool, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sigmoid router with a correction bias and group-limited top-k (Nemotron-H, DeepSeek-V3), in fp32.
+
+    x [N, D]; weight [E, D]; bias [E] (e_score_correction_bias). scores = sigmoid(x weight^T); the choice is scores +
+    bias, restricted to the `topk_group` best of `num_groups` groups of experts (a group scores the sum of its two
+    best choices); the weights are the chosen experts' raw scores, renormalised to sum to 1 if norm_topk_prob, times
+    `scaling`. Returns top_index [N, top_k] int64 (in no particular order) and top_weight [N, top_k] fp32."""
+    num_experts = weight.shape[0]
+    scores = F.linear(x.float(), weight.float()).sigmoid()  # [N, E]
+    choice = scores + bias.float()
+    per_group = choice.view(-1, num_groups, num_experts // num_groups)
+    group_score = per_group.topk(2, dim=-1).values.sum(dim=-1)  # [N, groups]
+    best_groups = group_score.topk(topk_group, dim=-1, sorted=False).indices
+    group_mask = torch.zeros_like(group_score).scatter_(1, best_groups, 1.0).bool()
+    expert_mask = group_mask[:, :, None].expand_as(per_group).reshape(-1, num_experts)
+    choice = choice.masked_fill(~expert_mask, float("-inf"))
+    top_index = choice.topk(top_k, dim=-1, sorted=False).indices
+    top_weight = scores.gather(1, top_index)
+    if norm_topk_prob:
+        top_weight = top_weight / (top_weight.sum(dim=-1, keepdim=True) + 1e-20)
+    return top_index, top_weight * scaling

@@ -1,0 +1,100 @@
+"""Triton kernel for a sigmoid router without group limits, as sigmoid_router_ref (naive.py gives the contract) with
+topk_group = num_groups (every group eligible: Nemotron-3-Nano's one group of 128 experts).
+
+In torch the router is about ten launches a MoE layer: the hidden rows cast to fp32, an fp32 GEMM (cuBLAS runs it on
+the CUDA cores: cutlass simt sgemm, 0.36 ms a step at batch 128 of 4-chains on the H200 against a bound of 0.02),
+the sigmoid, the bias, three top-k (sbtopk, 0.41 ms a step in 69 launches), a gather and the renormalisation. Here
+one program takes BLOCK_M rows: the scores [BLOCK_M, E] as tensor-core products over D in BLOCK_D steps at fp32-level
+error (verify_kernels/precision.py: bf16 rows, and bf16 weights, are exact in TF32, so one or two TF32 products a
+step instead of three), then sigmoid, bias and the top-k as k rounds of a row-wise argmax over the E choices (the
+first of equal choices, where torch.topk leaves the order of ties unspecified), each round's expert taken out.
+Launchers check static shapes only and never synchronise with the device (CUDA-graph safe).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from verify_kernels.precision import add_product_exact, exact_in_tf32
+
+BLOCK_M = 16  # rows a program (tl.dot's smallest)
+BLOCK_D = 64  # hidden columns a product step
+NUM_WARPS = 4
+
+
+@triton.jit
+def sigmoid_router_kernel(
+    x,              # [N, D] (rows strided by stride_x)
+    weight,         # [E, D]
+    bias,           # [E]
+    top_index,      # [N, K] int64 out
+    top_weight,     # [N, K] fp32 out
+    N,
+    stride_x,
+    scaling,
+    D: tl.constexpr,
+    E: tl.constexpr,
+    K: tl.constexpr,
+    BE: tl.constexpr,   # E padded to a power of two
+    BK: tl.constexpr,   # K padded to a power of two
+    BM: tl.constexpr,
+    BD: tl.constexpr,
+    NORM: tl.constexpr,
+    X_EXACT: tl.constexpr,
+    W_EXACT: tl.constexpr,
+):
+    o_m = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
+    o_e = tl.arange(0, BE)
+    m_m = o_m < N
+    m_e = o_e < E
+    b_s = tl.zeros([BM, BE], dtype=tl.float32)
+    for d0 in range(0, D, BD):
+        o_d = d0 + tl.arange(0, BD)
+        m_d = o_d < D
+        b_x = tl.load(x + o_m[:, None] * stride_x + o_d[None, :], mask=m_m[:, None] & m_d[None, :], other=0.)
+        b_w = tl.load(weight + o_e[:, None] * D + o_d[None, :], mask=m_e[:, None] & m_d[None, :], other=0.)
+        b_s = add_product_exact(b_s, b_x.to(tl.float32), tl.trans(b_w.to(tl.float32)), "tf32x3-split", X_EXACT,
+                                W_EXACT)
+    b_s = tl.sigmoid(b_s)                                                                    # scores [BM, BE]
+    b_c = tl.where(m_e[None, :], b_s + tl.load(bias + o_e, mask=m_e, other=0.).to(tl.float32)[None, :],
+                   float("-inf"))                                                            # choices
+    o_k = tl.arange(0, BK)
+    b_i = tl.zeros([BM, BK], dtype=tl.int32)
+    b_w = tl.zeros([BM, BK], dtype=tl.float32)
+    for j in tl.static_range(K):
+        best = tl.argmax(b_c, 1)                                                             # [BM]
+        hit = o_e[None, :] == best[:, None]
+        b_i = tl.where(o_k[None, :] == j, best[:, None], b_i)
+        b_w = tl.where(o_k[None, :] == j, tl.sum(tl.where(hit, b_s, 0.), 1)[:, None], b_w)
+        b_c = tl.where(hit, float("-inf"), b_c)
+    if NORM:
+        b_w = b_w / (tl.sum(b_w, 1)[:, None] + 1e-20)
+    m_out = m_m[:, None] & (o_k < K)[None, :]
+    p_out = o_m[:, None] * K + o_k[None, :]
+    tl.store(top_index + p_out, b_i.to(tl.int64), mask=m_out)
+    tl.store(top_weight + p_out, b_w * scaling, mask=m_out)
+
+
+def sigmoid_router(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, norm_topk_prob: bool,
+                   scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """sigmoid_router_ref with every group eligible: x [N, D] (unit column stride; fp32, bf16 or fp16), weight [E, D]
+    contiguous, bias [E] -> top_index [N, top_k] int64, top_weight [N, top_k] fp32."""
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"x must be [N, D] with unit column stride, got {tuple(x.shape)} strides {x.stride()}")
+    N, D = x.shape
+    E = weight.shape[0]
+    if tuple(weight.shape) != (E, D) or not weight.is_contiguous():
+        raise ValueError(f"weight must be contiguous [E, {D}], got {tuple(weight.shape)}")
+    if tuple(bias.shape) != (E,) or not bias.is_contiguous():
+        raise ValueError(f"bias must be contiguous [{E}], got {tuple(bias.shape)}")
+    if not 1 <= top_k <= E:
+        raise ValueError(f"top_k must be in [1, {E}], got {top_k}")
+    top_index = torch.empty(N, top_k, dtype=torch.int64, device=x.device)
+    top_weight = torch.empty(N, top_k, dtype=torch.float32, device=x.device)
+    if N:
+        sigmoid_router_kernel[(triton.cdiv(N, BLOCK_M),)](
+            x, weight, bias, top_index, top_weight, N, x.stride(0), float(scaling), D=D, E=E, K=top_k,
+            BE=triton.next_power_of_2(E), BK=triton.next_power_of_2(top_k), BM=BLOCK_M, BD=BLOCK_D,
+            NORM=norm_topk_prob, X_EXACT=exact_in_tf32(x), W_EXACT=exact_in_tf32(weight), num_warps=NUM_WARPS,
+        )
+    return top_index, top_weight
