@@ -32,14 +32,15 @@ def sorted_by_expert(index: torch.Tensor, weight: torch.Tensor) -> tuple[torch.T
     return index, weight.gather(1, order)
 
 
+@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "chunks"])
 @pytest.mark.parametrize("norm", [True, False], ids=["renormalised", "raw"])
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_router_matches_reference(tf32_products, nan_empty, case, norm):
+def test_router_matches_reference(tf32_products, nan_empty, case, norm, one_launch):
     from verify_kernels.moe import sigmoid_router
 
     rows, hidden, experts, top_k, x_dtype, w_dtype = case
     x, weight, bias = inputs(rows, hidden, experts, x_dtype, w_dtype)
-    index, top_weight = sigmoid_router(x, weight, bias, top_k, norm, 2.5)
+    index, top_weight = sigmoid_router(x, weight, bias, top_k, norm, 2.5, one_launch=one_launch)
     ref_index, ref_weight = sigmoid_router_ref(x, weight, bias, top_k, 1, 1, norm, 2.5)
     assert index.dtype == torch.int64 and top_weight.dtype == torch.float32
     index, top_weight = sorted_by_expert(index, top_weight)
@@ -58,6 +59,19 @@ def test_router_reads_strided_rows_and_no_rows(tf32_products):
                        sigmoid_router(x, weight, bias, 4, True, 1.0)[0])
     index, top_weight = sigmoid_router(x[:0], weight, bias, 4, True, 1.0)
     assert index.shape == (0, 4) and top_weight.shape == (0, 4)
+
+
+def test_router_result_does_not_depend_on_the_launch_or_the_batch(tf32_products):
+    """The one-launch and the chunked forms add the same products in the same order: a row's experts and weights
+    are the same bit for bit whichever form, and whichever other rows share its batch."""
+    from verify_kernels.moe import sigmoid_router
+
+    x, weight, bias = inputs(19, 320, 64, torch.bfloat16, torch.float32, seed=3)
+    index, top_weight = sigmoid_router(x, weight, bias, 6, True, 1.0, one_launch=False)
+    one_index, one_weight = sigmoid_router(x, weight, bias, 6, True, 1.0, one_launch=True)
+    assert torch.equal(one_index, index) and torch.equal(one_weight, top_weight)
+    alone_index, alone_weight = sigmoid_router(x[5:8], weight, bias, 6, True, 1.0)
+    assert torch.equal(alone_index, index[5:8]) and torch.equal(alone_weight, top_weight[5:8])
 
 
 def test_router_bad_arguments_raise():
