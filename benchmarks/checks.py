@@ -52,7 +52,7 @@ def check_gdn_decode_commit(batch: int, flush_length: int = 16) -> float:
     H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
     pools, slots, state_slots = _gdn_rows(batch, flush_length, [0, 5, flush_length - 1, flush_length - 1])
     state_slots = torch.where(pools.buf_len + 1 >= flush_length, slots, state_slots)  # folding rows need a slot
-    q, k = unit(batch, H, K) * K**-0.5, unit(batch, H, K)
+    q, k = (unit(batch, H, K) * K**-0.5).bfloat16(), unit(batch, H, K).bfloat16()  # (the KVBuffer's, a bf16 model's)
     v, g, beta = torch.randn(batch, HV, V, device="cuda"), log_decay(batch, HV), torch.rand(batch, HV, device="cuda")
     ref_pools = _clone(pools)
     o_ref, u_ref, gcum_ref = gdn_decode_ref(q, k, v, g, beta, ref_pools.state, state_slots, *ref_pools.args()[1:],
@@ -70,7 +70,7 @@ def _gdn_tree_inputs(batch: int, tree: str):
     parents = torch.tensor(tree_parents(tree), device="cuda").expand(batch, -1).contiguous()
     nodes = parents.shape[1]
     num_nodes = torch.tensor([[nodes, nodes, min(3, nodes), 1][i % 4] for i in range(batch)], device="cuda")
-    q, k = unit(batch, nodes, H, K) * K**-0.5, unit(batch, nodes, H, K)
+    q, k = (unit(batch, nodes, H, K) * K**-0.5).bfloat16(), unit(batch, nodes, H, K).bfloat16()  # (as the decode's)
     v, g = torch.randn(batch, nodes, HV, V, device="cuda"), log_decay(batch, nodes, HV)
     beta = torch.rand(batch, nodes, HV, device="cuda")
     return q, k, v, g, beta, parents, num_nodes

@@ -33,12 +33,16 @@ FOLD_ENTRIES = 16  # a flush of L = 16 entries
 
 class TokenInputs:
     """R rotation sets of B rows x T tokens: normalised q (pre-scaled) and k, v, log decay g, beta, and the raw
-    gate inputs (a, b) that SGLang's fused-gating kernel takes instead of g and beta."""
+    gate inputs (a, b) that SGLang's fused-gating kernel takes instead of g and beta. q and k in bf16, as a bf16
+    model's glue leaves them for the KVBuffer (verify_kernels/glue/gdn_inputs.py), and the same values in fp32 (q32,
+    k32) for fla's, SGLang's and the intermediate-state kernels (as they ran before 2026-12-04, and the engine gives
+    the intermediate-state backend: specdec/cache/linear_state.py)."""
 
     def __init__(self, rotations: int, batch: int, tokens: int):
         shape = (rotations, batch, tokens)
-        self.q = unit(*shape, H, K) * K**-0.5
-        self.k = unit(*shape, H, K)
+        self.q = (unit(*shape, H, K) * K**-0.5).bfloat16()
+        self.k = unit(*shape, H, K).bfloat16()
+        self.q32, self.k32 = self.q.float(), self.k.float()
         self.v = torch.randn(*shape, HV, V, device="cuda")
         self.g = log_decay(*shape, HV)
         self.beta = torch.rand(*shape, HV, device="cuda")
@@ -107,7 +111,7 @@ def _fla_decode_seconds(fla, x: TokenInputs, rotations: int, batch: int) -> floa
     """fla's recurrent decode: reads each request's state and writes the new one (output_final_state)."""
     states = torch.randn(rotations, batch, HV, K, V, device="cuda") * 0.1
     return time_calls([
-        partial(fla, x.q[r], x.k[r], x.v[r], g=x.g[r], beta=x.beta[r], scale=1.0, initial_state=states[r],
+        partial(fla, x.q32[r], x.k32[r], x.v[r], g=x.g[r], beta=x.beta[r], scale=1.0, initial_state=states[r],
                 output_final_state=True)
         for r in range(rotations)
     ])
@@ -118,7 +122,7 @@ def _sglang_decode_seconds(sglang_gdn, x: TokenInputs, slots, rotations: int, ba
     states = torch.randn(rotations * batch, HV, V, K, device="cuda") * 0.1
     a_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
     return time_calls([
-        partial(sglang_gdn, a_log, x.a[r], dt_bias, 1.0, 20.0, x.q[r], x.k[r], x.v[r], x.b[r],
+        partial(sglang_gdn, a_log, x.a[r], dt_bias, 1.0, 20.0, x.q32[r], x.k32[r], x.v[r], x.b[r],
                 initial_state_source=states, initial_state_indices=slots[r], scale=1.0)
         for r in range(rotations)
     ])
@@ -179,7 +183,7 @@ def _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, node
     a_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
     retrieve = None if tree.startswith("chain") else parents
     return time_calls([
-        partial(sglang_gdn, a_log, x.a[r], dt_bias, 1.0, 20.0, x.q[r], x.k[r], x.v[r], x.b[r],
+        partial(sglang_gdn, a_log, x.a[r], dt_bias, 1.0, 20.0, x.q32[r], x.k32[r], x.v[r], x.b[r],
                 initial_state_source=states, initial_state_indices=slots[r], scale=1.0, disable_state_update=True,
                 intermediate_states_buffer=intermediate, intermediate_state_indices=buffer_rows,
                 cache_steps=nodes, retrieve_parent_token=retrieve)

@@ -74,18 +74,18 @@ def variants() -> list[tuple[str, object, dict, int]]:
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
                          NG=triton.next_power_of_2(heads), USE_DOT=use_dot,
-                         PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot)),
+                         PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot), EXACT=False),
                     warps))
         if use_dot and not verify.STATE_SPLIT_TF32:  # its dots from operands split by a mask (a candidate)
             out.append(("candidate: verify state pass (16-node tree), dots split by mask",
                         verify.gdn_verify_state_kernel,
                         dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=True,
-                             PRECISION="tf32x3-split"), warps))
+                             PRECISION="tf32x3-split", EXACT=False), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
                     dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.FUSED_PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
                          BV=block_v, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES), warps))
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, EXACT=False), warps))
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
                                                                           "16-node tree")):
         heads = per_program or HV // H
@@ -94,7 +94,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=tree_config[0],
                          NG=triton.next_power_of_2(heads), PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
-                         STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS),
+                         STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS,
+                         EXACT=False),
                     tree_config[1]))
     # the decode above SMALL_BATCH: state and buffer programs in one launch, then the finish (decode.DECODE_SPLIT_ROLES)
     out.append(("decode: state / buffer programs", decode.gdn_decode_roles_kernel,

@@ -21,6 +21,7 @@ from benchmarks.sweep_gdn import VERIFY_FILL, Workloads
 from benchmarks.timing import copy_bandwidth, time_calls
 from verify_kernels.gdn import verify
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel
+from verify_kernels.precision import exact_in_tf32
 from verify_kernels.tree import ancestor_mask
 
 
@@ -40,6 +41,7 @@ def passes(work: Workloads, r: int, tree: str):
     new = partial(torch.empty, dtype=torch.float32, device="cuda")
     kS, qS, o, u, gcum = new(B, T, HV, V), new(B, T, HV, V), new(B, T, HV, V), new(B, T, HV, V), new(B, T, HV)
     use_dot = T > verify.FMA_MAX_NODES
+    exact = exact_in_tf32(q, k)
     shapes = dict(T=T, H=H, HV=HV, K=K, V=V)
     block_v, warps = verify.STATE_DOT_CONFIGS[BT] if use_dot else verify.STATE_FMA_CONFIG
     BV = min(V, block_v)
@@ -48,7 +50,7 @@ def passes(work: Workloads, r: int, tree: str):
         gdn_verify_state_kernel[(V // BV, HV, B)](
             q, k, num_nodes, state, slots, kS, qS, **shapes, BT=BT, BV=BV, BK=min(K, verify.STATE_BLOCK_K), G=1,
             NG=1, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot),
-            num_warps=warps, num_stages=1)
+            EXACT=exact, num_warps=warps, num_stages=1)
 
     per_program = (verify.TREE_DOT_HEADS_PER_PROGRAM if use_dot else verify.TREE_HEADS_PER_PROGRAM) or HV // H
     tree_v, tree_warps = verify.TREE_CONFIG if use_dot else verify.TREE_SMALL_CONFIG
@@ -60,7 +62,7 @@ def passes(work: Workloads, r: int, tree: str):
             PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), NG=triton.next_power_of_2(per_program),
             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=per_program,
             STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS,
-            num_warps=tree_warps, num_stages=1)
+            EXACT=exact, num_warps=tree_warps, num_stages=1)
 
     return state_pass, tree_pass
 

@@ -3,6 +3,7 @@ torch references (verify_kernels/gdn/naive.py) through tests/gdn_checks.py. With
 interpreter (tests/conftest.py) on small heads."""
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -106,3 +107,20 @@ def test_fused_kernel_products_precision(tf32_products, monkeypatch, T, shape, n
     monkeypatch.setattr(verify_module, "FUSED_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS))
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
+
+
+@pytest.mark.parametrize(("T", "shape", "num_nodes"),
+                         [(5, "chain", [5, 4, 0, 1, 5]), (17, "random", [17, 9, 16, 1, 0])],
+                         ids=["T5-chain", "T17-random"])
+@pytest.mark.parametrize("fused", [False, True], ids=["two-passes", "fused"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_products_with_exact_q_and_k(tf32_products, monkeypatch, T, shape, num_nodes, fused, dtype):
+    """q and k in a bf16 / fp16 model's dtype (the glue leaves them so for the KVBuffer), the rest fp32: the tree
+    pass's products among the nodes' q and k and against the buffer's keys, the state pass's dots (T17) and the
+    one-launch kernel skip the q / k remainders' products (verify_kernels/precision.py add_product_exact). TF32
+    products truncate as on the GPU (tf32_products): an fp32 operand taken for exact would lose its remainder and
+    fail."""
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if fused else 0)
+    b = make_batch(DIMS["k32-hv2"], ROWS, seed=41 + T, T=T, num_nodes=num_nodes, shape=shape)
+    b.x[0], b.x[1] = b.x[0].to(dtype), b.x[1].to(dtype)
+    check_verify(b)

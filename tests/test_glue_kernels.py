@@ -118,14 +118,17 @@ def test_group_gated_norm_matches_reference(dtype, width, group_size):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize(("H", "K", "HV", "V"), [(2, 12, 3, 10), (2, 16, 4, 16), (1, 5, 1, 7), (4, 300, 5, 200)])
 def test_gdn_qkv_matches_reference(dtype, H, K, HV, V):
-    """q / k l2-normalised (q scaled), v cast, from a strided conv output; the last case spreads q / k and v over
-    several programs, the last of them partly masked."""
+    """q / k l2-normalised (q scaled), in fp32 or the model's dtype, v cast, from a strided conv output; the last case
+    spreads q / k and v over several programs, the last of them partly masked."""
     gen = torch.Generator().manual_seed(H * K + HV * V)
     qkv = strided(gen, 2, 3, 2 * H * K + HV * V, dtype=dtype)
     args = (qkv, H, K, HV, V, K**-0.5)
-    for ours, expected in zip(gdn_qkv(*args), gdn_qkv_ref(*args), strict=True):
-        assert ours.is_contiguous()
-        assert_close(ours, expected)
+    for qk_dtype in (None, dtype):  # (the model's dtype: the KVBuffer's q and k, specdec/cache/linear_state.py)
+        outputs = gdn_qkv(*args, qk_dtype=qk_dtype)
+        assert [t.dtype for t in outputs] == [qk_dtype or torch.float32] * 2 + [torch.float32]
+        for ours, expected in zip(outputs, gdn_qkv_ref(*args, qk_dtype=qk_dtype), strict=True):
+            assert ours.is_contiguous()
+            assert_close(ours, expected)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

@@ -118,10 +118,11 @@ class KVBufferState:
 
 class IntermediateStates:
     name = "intermediate"
-    # Mamba2's B and C in fp32, not the model's dtype: each backend takes them as its kernels run fastest, from the
-    # same glue kernel at no cost. The KVBuffer's verify skips the remainders of bf16 B and C in its products (8% at
-    # batch 256), the intermediate-state kernel only loads them and ran 7% slower on bf16 (H200, 2026-12-04,
-    # benchmarks/results/sweeps_h200/probe_mamba2_inputs_2026-12-04e.txt: 995-997 against 931-933 us at batch 256).
+    # The keys (GDN's q and k, Mamba2's B and C) in fp32, not the model's dtype: each backend takes them as its
+    # kernels run fastest, from the same glue kernel at no cost. The KVBuffer's verify skips the remainders of bf16
+    # keys in its products (Mamba2: 8% at batch 256), the intermediate-state kernels only load them (Mamba2's ran 7%
+    # slower on bf16: H200, 2026-12-04, benchmarks/results/sweeps_h200/probe_mamba2_inputs_2026-12-04e.txt, 995-997
+    # against 931-933 us at batch 256), and GDN's keep the fp32 q and k they ran on before.
     keys_in_model_dtype = False
 
     def __init__(self, pool, ops: IntermediateOps):

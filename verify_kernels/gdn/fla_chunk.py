@@ -35,8 +35,9 @@ def gdn_chunk_prefill_fla(
     batch, _, value_heads, value_dim = v.shape
     if initial_state is None:
         initial_state = torch.zeros(batch, value_heads, k.shape[-1], value_dim, dtype=torch.float32, device=v.device)
-    o, final_state = chunk_gated_delta_rule(
-        q.contiguous(), k.contiguous(), v.contiguous(), g.float().contiguous(), beta.contiguous(), scale=1.0,
+    o, final_state = chunk_gated_delta_rule(  # (q and k in v's dtype: bf16 q and k widen exactly)
+        q.to(v.dtype).contiguous(), k.to(v.dtype).contiguous(), v.contiguous(), g.float().contiguous(),
+        beta.contiguous(), scale=1.0,
         initial_state=initial_state.float().contiguous(), output_final_state=True,
     )
     return o.float(), final_state.float()

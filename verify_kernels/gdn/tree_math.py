@@ -7,7 +7,7 @@ head, the buffer's share of the reads, and u and o from the state's products. Ti
 import triton
 import triton.language as tl
 
-from verify_kernels.precision import dot_tf32x3
+from verify_kernels.precision import add_product_exact, dot_tf32x3
 
 
 @triton.jit
@@ -22,9 +22,20 @@ def products(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def exact_products(a, b, PRECISION: tl.constexpr, A_EXACT: tl.constexpr, B_EXACT: tl.constexpr):
+    """products where A_EXACT / B_EXACT say an operand holds values exact in TF32 (the nodes' q and k in a bf16 /
+    fp16 model's dtype: verify_kernels/precision.py add_product_exact skips their remainders' products)."""
+    if PRECISION == "tf32x3-split" and (A_EXACT or B_EXACT):
+        return add_product_exact(tl.zeros([a.shape[0], b.shape[0]], dtype=tl.float32), a, tl.trans(b), PRECISION,
+                                 A_EXACT, B_EXACT)
+    else:
+        return products(a, b, PRECISION)
+
+
+@triton.jit
 def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
                   BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
-                  PRODUCTS_STAGES: tl.constexpr):
+                  PRODUCTS_STAGES: tl.constexpr, EXACT: tl.constexpr = False):
     """a. k_t . k_i and q_t . k_i among row i_b's nodes ([BT, BT]) and against its n buffer keys ([BT, BL]), key head
     i_hk; zero at padding nodes and stale entries."""
     o_t = tl.arange(0, BT)
@@ -42,10 +53,10 @@ def node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.
         b_qc = tl.load(q + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
         b_bkc = tl.load(p_bk, mask=m_l[:, None], other=0.)
-        b_kk += products(b_kc, b_kc, PRECISION)
-        b_qk += products(b_qc, b_kc, PRECISION)
-        b_kB += products(b_kc, b_bkc, PRECISION)
-        b_qB += products(b_qc, b_bkc, PRECISION)
+        b_kk += exact_products(b_kc, b_kc, PRECISION, EXACT, EXACT)
+        b_qk += exact_products(b_qc, b_kc, PRECISION, EXACT, EXACT)
+        b_kB += exact_products(b_kc, b_bkc, PRECISION, EXACT, False)
+        b_qB += exact_products(b_qc, b_bkc, PRECISION, EXACT, False)
     return b_kk, b_qk, b_kB, b_qB
 
 
@@ -58,7 +69,7 @@ def row_halves(x, N: tl.constexpr, M: tl.constexpr):
 @triton.jit
 def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr,
                           L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr,
-                          PRECISION: tl.constexpr, PRODUCTS_STAGES: tl.constexpr):
+                          PRECISION: tl.constexpr, PRODUCTS_STAGES: tl.constexpr, EXACT: tl.constexpr = False):
     """node_products with the keys and queries stacked, [k; q] [2 BT, BK]: two products a step of BK columns (against
     the nodes' keys and against the buffer's) instead of four, each twice as tall (STACKED_PRODUCTS). Returns
     k.k, q.k [BT, BT] and the buffer's products still stacked, [k.kB; q.kB] [2 BT, BL] (rows_halves splits them)."""
@@ -79,8 +90,8 @@ def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr
         b_kc = tl.load(k + p_x, mask=m_t[:, None], other=0.).to(tl.float32)
         p_bk = buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :]
         b_bkc = tl.load(p_bk, mask=m_l[:, None], other=0.)
-        b_xk += products(b_xc, b_kc, PRECISION)
-        b_xB += products(b_xc, b_bkc, PRECISION)
+        b_xk += exact_products(b_xc, b_kc, PRECISION, EXACT, EXACT)
+        b_xB += exact_products(b_xc, b_bkc, PRECISION, EXACT, False)
     b_kk, b_qk = row_halves(b_xk, BT, BT)
     return b_kk, b_qk, b_xB
 

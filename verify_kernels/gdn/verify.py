@@ -52,6 +52,7 @@ from verify_kernels.gdn.tree_math import (
     stacked_rows,
 )
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
+from verify_kernels.precision import exact_in_tf32
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
@@ -187,6 +188,7 @@ def gdn_verify_tree_kernel(
     GP: tl.constexpr,   # value heads per program, of one key head (TREE_HEADS_PER_PROGRAM)
     STACKED: tl.constexpr,  # the keys' and queries' products stacked (STACKED_PRODUCTS)
     STACKED_READS: tl.constexpr,  # ... and the buffer's reads kr and qr one product (STACKED_READS, needs STACKED)
+    EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): their products skip the remainders' (precision.py)
 ):
     i_hp, i_b = tl.program_id(0), tl.program_id(1)
     i_h0 = i_hp * GP
@@ -203,12 +205,12 @@ def gdn_verify_tree_kernel(
                                               GP, NG)
     if STACKED:
         b_kk, b_qk, b_xB = stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK,
-                                                 PRECISION, PRODUCTS_STAGES)
+                                                 PRECISION, PRODUCTS_STAGES, EXACT)
         if not STACKED_READS:
             b_kB, b_qB = row_halves(b_xB, BT, BL)
     else:
         b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                               PRODUCTS_STAGES)
+                                               PRODUCTS_STAGES, EXACT)
     o_g = tl.arange(0, NG)
     for i_g in tl.static_range(GP):
         i_h = i_h0 + i_g
@@ -264,6 +266,7 @@ def gdn_verify_fused_kernel(
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
     PRODUCTS_STAGES: tl.constexpr,
+    EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): their products skip the remainders' (precision.py)
 ):
     """The two passes in one program per (row, value head, V block), for small batches."""
     i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -281,7 +284,7 @@ def gdn_verify_fused_kernel(
         b_s = state_tile(p_s, K, V, BV, USE_DOT, "")
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
     b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                             PRODUCTS_STAGES)
+                                             PRODUCTS_STAGES, EXACT)
     b_g, b_beta, b_anc, b_bg = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h, n, nn, T, HV, L, BT, BL, 1, 1)
     b_beta = tl.sum(b_beta, 1)
     b_G, b_dB, b_M, b_P = head_weights(tl.sum(b_g, 1), b_beta, b_anc, tl.sum(b_bg, 1), b_kk, b_qk, n, nn, BT, BL)
@@ -290,7 +293,8 @@ def gdn_verify_fused_kernel(
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
     b_qS = tl.zeros([BV, BT], dtype=tl.float32)
     if i_s >= 0:
-        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "")
+        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "",
+                                 EXACT)
     b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
     p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
     tl.store(u + p_n, b_u, mask=m_T[None, :])
@@ -362,6 +366,7 @@ def gdn_verify(
     if B == 0:
         return o, u, gcum
     shapes = dict(T=T, H=H, HV=HV, K=K, V=V)
+    exact = exact_in_tf32(q, k)  # (a bf16 / fp16 model's q and k, as its glue leaves them for the KVBuffer)
     use_dot = T > FMA_MAX_NODES
     anc = ancestors.view(torch.uint8)
     if B <= FUSED_MAX_BATCH:
@@ -372,7 +377,7 @@ def gdn_verify(
             o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, FUSED_PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K),
             BV=BV,
             USE_DOT=use_dot, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
-            PRECISION=products_precision(FUSED_SPLIT_TF32),
+            PRECISION=products_precision(FUSED_SPLIT_TF32), EXACT=exact,
         )
         return o, u, gcum
     # the state pass, then the tree pass (verify_scratch_bytes: S0^T k and S0^T q between them)
@@ -391,7 +396,7 @@ def gdn_verify(
     gdn_verify_state_kernel[(V // BV, HV // G, B)](
         q, k, num_nodes, state_pool, state_slots, kS, qS,
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), num_warps=warps, num_stages=1,
+        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), EXACT=exact, num_warps=warps, num_stages=1,
     )
     block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG
     gdn_verify_tree_kernel[(HV // per_program, B)](
@@ -399,6 +404,6 @@ def gdn_verify(
         **shapes, L=L, BT=BT, BL=BL, BK=min(K, PRODUCTS_BLOCK_K), BV=min(V, block_v),
         PRECISION=products_precision(TREE_SPLIT_TF32), NG=triton.next_power_of_2(per_program),
         PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, STACKED=STACKED_PRODUCTS or STACKED_READS,
-        STACKED_READS=STACKED_READS, num_warps=warps, num_stages=1,
+        STACKED_READS=STACKED_READS, EXACT=exact, num_warps=warps, num_stages=1,
     )
     return o, u, gcum

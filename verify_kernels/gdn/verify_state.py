@@ -6,17 +6,18 @@ shares. Launch parameters live with the launcher (verify.py)."""
 import triton
 import triton.language as tl
 
-from verify_kernels.precision import add_product
+from verify_kernels.precision import add_product_exact
 
 
 @triton.jit
 def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                 BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
-                EVICT: tl.constexpr):
+                EVICT: tl.constexpr, EXACT: tl.constexpr = False):
     """e.'s reads of S0, whose [K, BV] tile starts at p_s (rows of V): S0^T k_t and S0^T q_t, [BV, BT] each. Up to a
     few nodes one at a time in fp32 on the FMA units, from the whole tile b_s (loaded by the caller, as early as it
     can); else as tensor-core dots (tf32x3) over BK rows of the tile at a time, loaded here, V columns on the dot's
-    long side (a whole-K operand, or one with the nodes on it, sits in every warp)."""
+    long side (a whole-K operand, or one with the nodes on it, sits in every warp); EXACT: q and k hold values exact in
+    TF32 (a bf16 / fp16 model's), whose remainders' products the dots skip."""
     o_t = tl.arange(0, BT)
     o_v = tl.arange(0, BV)
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
@@ -29,8 +30,8 @@ def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constex
             p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
             b_kx = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)              # [BK, BT]
             b_qx = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
-            b_kS = add_product(b_kS, tl.trans(b_sc), b_kx, PRECISION)
-            b_qS = add_product(b_qS, tl.trans(b_sc), b_qx, PRECISION)
+            b_kS = add_product_exact(b_kS, tl.trans(b_sc), b_kx, PRECISION, False, EXACT)
+            b_qS = add_product_exact(b_qS, tl.trans(b_sc), b_qx, PRECISION, False, EXACT)
     else:
         o_k = tl.arange(0, K)
         for t in range(0, nn):
@@ -72,6 +73,7 @@ def gdn_verify_state_kernel(
     NG: tl.constexpr,   # G padded to a power of two
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
+    EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): the dots skip their remainders' products
 ):
     i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
@@ -85,7 +87,7 @@ def gdn_verify_state_kernel(
             # S0 is streamed once and not reused: evict it first so the nodes keep the L2
             p_s = state_pool + (i_s * HV + i_h0) * (K * V) + i_v * BV
             b_kS, b_qS = state_reads(q, k, p_s, tl.zeros([K, BV], dtype=tl.float32), i_b, i_hk, nn, T, H, K, V, BT,
-                                     BV, BK, True, PRECISION, "evict_first")
+                                     BV, BK, True, PRECISION, "evict_first", EXACT)
             p_n = ((i_b * T + o_t[None, :]) * HV + i_h0) * V + o_v[:, None]
             m_n = (o_t < nn)[None, :]
             tl.store(kS + p_n, b_kS, mask=m_n)

@@ -41,8 +41,8 @@ def gdn_qkv_kernel(
         is_q = (o_h < H)[:, None]
         b_y = tl.where(is_q, b_y * q_scale, b_y)
         o_out = (o_r[:, None] * H + o_h[:, None] % H) * K + o_c[None, :]
-        tl.store(q + o_out, b_y, mask=m & is_q)
-        tl.store(k + o_out, b_y, mask=m & ~is_q)
+        tl.store(q + o_out, b_y.to(q.dtype.element_ty), mask=m & is_q)
+        tl.store(k + o_out, b_y.to(k.dtype.element_ty), mask=m & ~is_q)
     else:  # names of their own: Triton gives a name one type across the branches, and the blocks' shapes differ
         o_vq = (i_p - NQK).to(tl.int64) * BLOCK_HV + tl.arange(0, BLOCK_HV)
         o_vr, o_vh = o_vq // HV, o_vq % HV
@@ -70,15 +70,17 @@ def gdn_gates_kernel(a, b, A_log, dt_bias, g, beta, stride_a, stride_b, N, HV: t
 
 
 def gdn_qkv(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: int, head_v_dim: int,
-            q_scale: float, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """qkv [..., 2 H K + HV V] (rows may be strided, unit channel stride) -> fp32 contiguous q [..., H, K]
-    (l2-normalised, times q_scale), k [..., H, K] (l2-normalised), v [..., HV, V]."""
+            q_scale: float, eps: float = 1e-6,
+            qk_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv [..., 2 H K + HV V] (rows may be strided, unit channel stride) -> contiguous q [..., H, K] (l2-normalised,
+    times q_scale) and k [..., H, K] (l2-normalised), computed in fp32 and stored in qk_dtype (default fp32;
+    gdn_qkv_ref says when not), v [..., HV, V] fp32."""
     rows = as_rows("qkv", qkv)
     H, K, HV, V = num_k_heads, head_k_dim, num_v_heads, head_v_dim
     if rows.shape[1] != 2 * H * K + HV * V:
         raise ValueError(f"qkv has {rows.shape[1]} channels, expected 2 * {H} * {K} + {HV} * {V}")
     lead, device = qkv.shape[:-1], qkv.device
-    q = torch.empty(*lead, H, K, dtype=torch.float32, device=device)
+    q = torch.empty(*lead, H, K, dtype=qk_dtype or torch.float32, device=device)
     k = torch.empty_like(q)
     v = torch.empty(*lead, HV, V, dtype=torch.float32, device=device)
     N = rows.shape[0]

@@ -60,8 +60,11 @@ def l2_normalize_ref(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def gdn_qkv_ref(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: int, head_v_dim: int,
-                q_scale: float, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The GDN's conv output split into the delta rule's inputs, fp32 and contiguous.
+                q_scale: float, eps: float = 1e-6,
+                qk_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The GDN's conv output split into the delta rule's inputs, contiguous: q and k computed in fp32 and returned
+    in qk_dtype (default fp32; the KVBuffer asks for a bf16 / fp16 model's dtype, as fla's chunked kernel rounds
+    them: its verify's tensor-core products then skip their remainders, verify_kernels/precision.py), v in fp32.
 
     qkv [..., 2 H K + HV V] (q, k, v channels; unit channel stride) -> q [..., H, K] = l2norm(q) * q_scale,
     k [..., H, K] = l2norm(k), v [..., HV, V]."""
@@ -69,7 +72,9 @@ def gdn_qkv_ref(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_head
     query, key, value = qkv.split([key_dim, key_dim, num_v_heads * head_v_dim], dim=-1)
     query = l2_normalize_ref(query.unflatten(-1, (num_k_heads, head_k_dim)), eps) * q_scale
     key = l2_normalize_ref(key.unflatten(-1, (num_k_heads, head_k_dim)), eps)
-    return query, key, value.unflatten(-1, (num_v_heads, head_v_dim)).float().contiguous()
+    qk_dtype = qk_dtype or torch.float32
+    return (query.to(qk_dtype).contiguous(), key.to(qk_dtype).contiguous(),
+            value.unflatten(-1, (num_v_heads, head_v_dim)).float().contiguous())
 
 
 def gdn_gates_ref(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
