@@ -34,9 +34,10 @@ FOLD_ENTRIES = 16  # a flush of L = 16 entries
 class TokenInputs:
     """R rotation sets of B rows x T tokens: normalised q (pre-scaled) and k, v, log decay g, beta, and the raw
     gate inputs (a, b) that SGLang's fused-gating kernel takes instead of g and beta. q and k in bf16, as a bf16
-    model's glue leaves them for the KVBuffer (verify_kernels/glue/gdn_inputs.py), and the same values in fp32 (q32,
-    k32) for fla's, SGLang's and the intermediate-state kernels (as they ran before 2026-12-04, and the engine gives
-    the intermediate-state backend: specdec/cache/linear_state.py)."""
+    model's glue leaves them for the KVBuffer's verify (verify_kernels/glue/gdn_inputs.py), and the same values in
+    fp32 (q32, k32) for its decode (specdec/models/gated_deltanet.py says why) and for fla's, SGLang's and the
+    intermediate-state kernels (as they ran before 2026-12-04, and the engine gives the intermediate-state backend:
+    specdec/cache/linear_state.py)."""
 
     def __init__(self, rotations: int, batch: int, tokens: int):
         shape = (rotations, batch, tokens)
@@ -63,7 +64,8 @@ def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list
     pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (HV, K, V), (H, K), (HV, V), HV)
     x = TokenInputs(rotations, batch, 1)
     slots = [rotation_slots(r, batch) for r in range(rotations)]
-    one_token = [(x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0]) for r in range(rotations)]
+    one_token = [(x.q32[r, :, 0], x.k32[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0])
+                 for r in range(rotations)]
 
     def ours(op, *tail):
         return [partial(op, *one_token[r], pools.state, slots[r], *pools.args()[1:], slots[r], *tail)

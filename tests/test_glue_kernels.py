@@ -123,12 +123,16 @@ def test_gdn_qkv_matches_reference(dtype, H, K, HV, V):
     gen = torch.Generator().manual_seed(H * K + HV * V)
     qkv = strided(gen, 2, 3, 2 * H * K + HV * V, dtype=dtype)
     args = (qkv, H, K, HV, V, K**-0.5)
-    for qk_dtype in (None, dtype):  # (the model's dtype: the KVBuffer's q and k, specdec/cache/linear_state.py)
-        outputs = gdn_qkv(*args, qk_dtype=qk_dtype)
-        assert [t.dtype for t in outputs] == [qk_dtype or torch.float32] * 2 + [torch.float32]
-        for ours, expected in zip(outputs, gdn_qkv_ref(*args, qk_dtype=qk_dtype), strict=True):
-            assert ours.is_contiguous()
-            assert_close(ours, expected)
+    # (the model's dtype: the KVBuffer's q and k, specdec/cache/linear_state.py; stored in fp32 for its decode)
+    for qk_dtype, qk_storage in ((None, None), (dtype, None), (dtype, torch.float32)):
+        outputs = gdn_qkv(*args, qk_dtype=qk_dtype, qk_storage=qk_storage)
+        assert [t.dtype for t in outputs] == [qk_storage or qk_dtype or torch.float32] * 2 + [torch.float32]
+        expected = gdn_qkv_ref(*args, qk_dtype=qk_dtype, qk_storage=qk_storage)
+        assert all(t.is_contiguous() for t in outputs)
+        for ours, reference in zip(outputs[:2], expected[:2], strict=True):  # q, k: rounded to qk_dtype
+            assert_close(ours, reference, rounded_to=qk_dtype)
+            assert torch.equal(ours, ours.to(qk_dtype or torch.float32).to(ours.dtype))  # exactly its values
+        assert_close(outputs[2], expected[2])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

@@ -19,6 +19,7 @@ import triton.language as tl
 
 from verify_kernels.glue.rows import as_rows, check_vector, tile_rows
 
+TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 GATE_BLOCK = 1024  # (token, head) pairs of a gdn_gates program
 NUM_WARPS = 4
 
@@ -28,6 +29,7 @@ def gdn_qkv_kernel(
     qkv, q, k, v, stride_r, N, q_scale, eps,
     H: tl.constexpr, K: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, NQK: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_HV: tl.constexpr, BLOCK_V: tl.constexpr,
+    QK_VALUES: tl.constexpr,  # the dtype whose values q and k are rounded to (then stored in q's and k's dtype)
 ):
     i_p = tl.program_id(0)
     if i_p < NQK:  # programs over (row, q / k head) pairs; value programs follow
@@ -41,6 +43,7 @@ def gdn_qkv_kernel(
         is_q = (o_h < H)[:, None]
         b_y = tl.where(is_q, b_y * q_scale, b_y)
         o_out = (o_r[:, None] * H + o_h[:, None] % H) * K + o_c[None, :]
+        b_y = b_y.to(QK_VALUES)
         tl.store(q + o_out, b_y.to(q.dtype.element_ty), mask=m & is_q)
         tl.store(k + o_out, b_y.to(k.dtype.element_ty), mask=m & ~is_q)
     else:  # names of their own: Triton gives a name one type across the branches, and the blocks' shapes differ
@@ -70,17 +73,18 @@ def gdn_gates_kernel(a, b, A_log, dt_bias, g, beta, stride_a, stride_b, N, HV: t
 
 
 def gdn_qkv(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: int, head_v_dim: int,
-            q_scale: float, eps: float = 1e-6,
-            qk_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            q_scale: float, eps: float = 1e-6, qk_dtype: torch.dtype | None = None,
+            qk_storage: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """qkv [..., 2 H K + HV V] (rows may be strided, unit channel stride) -> contiguous q [..., H, K] (l2-normalised,
-    times q_scale) and k [..., H, K] (l2-normalised), computed in fp32 and stored in qk_dtype (default fp32;
-    gdn_qkv_ref says when not), v [..., HV, V] fp32."""
+    times q_scale) and k [..., H, K] (l2-normalised), computed in fp32, rounded to qk_dtype and stored in qk_storage
+    (defaults: fp32, qk_dtype; gdn_qkv_ref says when not), v [..., HV, V] fp32."""
     rows = as_rows("qkv", qkv)
     H, K, HV, V = num_k_heads, head_k_dim, num_v_heads, head_v_dim
     if rows.shape[1] != 2 * H * K + HV * V:
         raise ValueError(f"qkv has {rows.shape[1]} channels, expected 2 * {H} * {K} + {HV} * {V}")
     lead, device = qkv.shape[:-1], qkv.device
-    q = torch.empty(*lead, H, K, dtype=qk_dtype or torch.float32, device=device)
+    qk_dtype = qk_dtype or torch.float32
+    q = torch.empty(*lead, H, K, dtype=qk_storage or qk_dtype, device=device)
     k = torch.empty_like(q)
     v = torch.empty(*lead, HV, V, dtype=torch.float32, device=device)
     N = rows.shape[0]
@@ -91,7 +95,7 @@ def gdn_qkv(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: i
         gdn_qkv_kernel[(nqk + triton.cdiv(N * HV, block_hv),)](
             rows, q, k, v, rows.stride(0), N, q_scale, eps,
             H=H, K=K, HV=HV, V=V, NQK=nqk, BLOCK_H=block_h, BLOCK_K=block_k, BLOCK_HV=block_hv, BLOCK_V=block_v,
-            num_warps=NUM_WARPS,
+            QK_VALUES=TRITON_DTYPES[qk_dtype], num_warps=NUM_WARPS,
         )
     return q, k, v
 

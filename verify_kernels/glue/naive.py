@@ -60,11 +60,12 @@ def l2_normalize_ref(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def gdn_qkv_ref(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: int, head_v_dim: int,
-                q_scale: float, eps: float = 1e-6,
-                qk_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The GDN's conv output split into the delta rule's inputs, contiguous: q and k computed in fp32 and returned
-    in qk_dtype (default fp32; the KVBuffer asks for a bf16 / fp16 model's dtype, as fla's chunked kernel rounds
-    them: its verify's tensor-core products then skip their remainders, verify_kernels/precision.py), v in fp32.
+                q_scale: float, eps: float = 1e-6, qk_dtype: torch.dtype | None = None,
+                qk_storage: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The GDN's conv output split into the delta rule's inputs, contiguous: q and k computed in fp32, rounded to
+    qk_dtype (default fp32; the KVBuffer asks for a bf16 / fp16 model's dtype, as fla's chunked kernel rounds them:
+    its verify's tensor-core products then skip their remainders, verify_kernels/precision.py) and returned in
+    qk_storage (default qk_dtype; fp32 holds the rounded values for the decode, which reads fp32 faster), v in fp32.
 
     qkv [..., 2 H K + HV V] (q, k, v channels; unit channel stride) -> q [..., H, K] = l2norm(q) * q_scale,
     k [..., H, K] = l2norm(k), v [..., HV, V]."""
@@ -73,7 +74,8 @@ def gdn_qkv_ref(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_head
     query = l2_normalize_ref(query.unflatten(-1, (num_k_heads, head_k_dim)), eps) * q_scale
     key = l2_normalize_ref(key.unflatten(-1, (num_k_heads, head_k_dim)), eps)
     qk_dtype = qk_dtype or torch.float32
-    return (query.to(qk_dtype).contiguous(), key.to(qk_dtype).contiguous(),
+    qk_storage = qk_storage or qk_dtype
+    return (query.to(qk_dtype).to(qk_storage).contiguous(), key.to(qk_dtype).to(qk_storage).contiguous(),
             value.unflatten(-1, (num_v_heads, head_v_dim)).float().contiguous())
 
 
