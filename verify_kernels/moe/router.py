@@ -10,12 +10,12 @@ instead of three), then sigmoid, bias and the top-k as k rounds of a row-wise ar
 of equal choices, where torch.topk leaves the order of ties unspecified), each round's expert taken out.
 
 A program's D steps run one after another, each waiting on its loads (~0.8 us on the H200): with few rows (decode
-at small batches) a handful of programs would walk all 42 steps of Nemotron-3-Nano's 2688 columns (33 us for one
-token, H200 2026-12-04). So the logits are summed over chunks of CHUNK_D columns, each chunk's products from zero and
-the chunks' sums added in column order: below TARGET_PROGRAMS row blocks, each chunk is its own program, which
-writes its sums, fp32 [chunks, N, E], and a second launch adds them and selects; with more rows, one launch walks a
-row block's chunks in turn. Both add the same products in the same order, so a token's experts do not depend on the
-batch it came in, nor on the launch that served it.
+at small batches) a handful of programs would walk all 42 steps of Nemotron-3-Nano's 2688 columns (29-33 us for
+one token, H200 2026-12-04). So the logits are summed over chunks of CHUNK_D columns, each chunk's products from
+zero and the chunks' sums added in column order: below ONE_LAUNCH_ROW_BLOCKS row blocks, each chunk is its own
+program, which writes its sums, fp32 [chunks, N, E], and a second launch adds them and selects; with more rows, one
+launch walks a row block's chunks in turn. Both add the same products in the same order, so a token's experts do
+not depend on the batch it came in, nor on the launch that served it.
 Launchers check static shapes only and never synchronise with the device (CUDA-graph safe).
 """
 
@@ -30,7 +30,9 @@ BLOCK_D = 64  # hidden columns a product step
 NUM_WARPS = 4
 CHUNK_D = 128  # columns whose products a chunk sums (a multiple of BLOCK_D)
 assert CHUNK_D % BLOCK_D == 0, "a chunk is whole product steps"
-TARGET_PROGRAMS = 264  # two a streaming multiprocessor of the H200's 132: below it, a program a chunk
+# from this many row blocks up, one launch: H200 2026-12-04 (benchmarks/results/moe_router_h200_2026-12-04f.txt),
+# chunks against one launch 9.2 / 28.8 us at 1 token, 16.1 / 29.6 at 128, 25.5 / 29.7 at 640, 51.3 / 30.2 at 2048
+ONE_LAUNCH_ROW_BLOCKS = 64
 
 
 @triton.jit
@@ -157,7 +159,7 @@ def sigmoid_router(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, to
                    scaling: float, one_launch: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """sigmoid_router_ref with every group eligible: x [N, D] (unit column stride; fp32, bf16 or fp16), weight [E, D]
     contiguous, bias [E] -> top_index [N, top_k] int64, top_weight [N, top_k] fp32. one_launch: the one-launch form
-    or the chunks' two (the same results; by default one launch from TARGET_PROGRAMS row blocks up)."""
+    or the chunks' two (the same results; by default one launch from ONE_LAUNCH_ROW_BLOCKS row blocks up)."""
     if x.dim() != 2 or x.stride(1) != 1:
         raise ValueError(f"x must be [N, D] with unit column stride, got {tuple(x.shape)} strides {x.stride()}")
     N, D = x.shape
@@ -177,7 +179,7 @@ def sigmoid_router(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, to
     select = dict(K=top_k, BK=triton.next_power_of_2(top_k), NORM=norm_topk_prob)
     row_blocks = triton.cdiv(N, BLOCK_M)
     if one_launch is None:
-        one_launch = row_blocks >= TARGET_PROGRAMS
+        one_launch = row_blocks >= ONE_LAUNCH_ROW_BLOCKS
     if one_launch:
         sigmoid_router_kernel[(row_blocks,)](
             x, weight, bias, top_index, top_weight, N, x.stride(0), float(scaling), D=D, BD=BLOCK_D, CD=CHUNK_D,
