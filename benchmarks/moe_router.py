@@ -5,7 +5,10 @@ benchmarks time (CUDA graphs, medians, inputs rotated so that the L2 holds none 
 as the model launches it, and each of its two forms (one launch; a program a chunk of columns, then the selection),
 against the bound of its bytes (the weight read once, the rows, the outputs) at the copy bandwidth of the run.
 
-    python -m benchmarks.moe_router [--tokens 1 16 128 640 2048 8192]
+    python -m benchmarks.moe_router [--tokens 1 16 128 640 2048 8192] [--tiles 16x128 32x128 16x256]
+
+--tiles: also time each form at other settings of router.py's BLOCK_M x CHUNK_D (rows a program, columns a chunk),
+one table a setting (the defaults' first), to choose them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from functools import partial
 import torch
 
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
-from verify_kernels.moe import sigmoid_router, sigmoid_router_ref
+from verify_kernels.moe import router, sigmoid_router, sigmoid_router_ref
 
 HIDDEN, EXPERTS, TOP_K, SCALING = 2688, 128, 6, 2.5  # Nemotron-3-Nano
 
@@ -24,7 +27,10 @@ HIDDEN, EXPERTS, TOP_K, SCALING = 2688, 128, 6, 2.5  # Nemotron-3-Nano
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 128, 640, 2048, 8192])
+    parser.add_argument("--tiles", nargs="*", default=[], metavar="MxD",
+                        help="other BLOCK_M x CHUNK_D settings to time (e.g. 32x128)")
     args = parser.parse_args()
+    tiles = [(router.BLOCK_M, router.CHUNK_D)] + [parse_tile(t) for t in args.tiles]
     if not torch.cuda.is_available():
         raise SystemExit("the router benchmark needs a CUDA GPU")
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -32,9 +38,29 @@ def main() -> None:
     bias = torch.randn(EXPERTS, device="cuda", generator=gen) * 0.01
     copy_bw = copy_bandwidth()
     print(f"device copy: {copy_bw / 1e12:.2f} TB/s")
+    for block_m, chunk_d in tiles:
+        router.BLOCK_M, router.CHUNK_D = block_m, chunk_d
+        print(f"\nBLOCK_M {block_m}, CHUNK_D {chunk_d}:")
+        time_tokens(args.tokens, weight, bias, gen, copy_bw)
+
+
+def parse_tile(text: str) -> tuple[int, int]:
+    """"MxD" -> (BLOCK_M, CHUNK_D), checked: M a power of two >= 16, D a multiple of router.BLOCK_D."""
+    try:
+        block_m, chunk_d = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--tiles takes MxD settings such as 32x128, got {text!r}") from None
+    if block_m < 16 or block_m & (block_m - 1) or chunk_d < router.BLOCK_D or chunk_d % router.BLOCK_D:
+        raise SystemExit(f"--tiles {text}: M must be a power of two >= 16 and D a multiple of {router.BLOCK_D}")
+    return block_m, chunk_d
+
+
+def time_tokens(token_counts: list[int], weight: torch.Tensor, bias: torch.Tensor, gen: torch.Generator,
+                copy_bw: float) -> None:
+    """The table of one setting: each token count's torch path and kernel forms, checked against each other."""
     print("| tokens | torch us | kernel us | x torch | one launch us | chunks us | bound us | % of bound "
           "| experts differing |\n|---|---|---|---|---|---|---|---|---|")
-    for tokens in args.tokens:
+    for tokens in token_counts:
         rotations = rotations_for(tokens * HIDDEN * 2)
         x = torch.randn(rotations, tokens, HIDDEN, device="cuda", generator=gen).bfloat16()
         ours, ref = sigmoid_router(x[0], weight, bias, TOP_K, True, SCALING), sigmoid_router_ref(

@@ -74,6 +74,22 @@ def test_router_result_does_not_depend_on_the_launch_or_the_batch(tf32_products)
     assert torch.equal(alone_index, index[5:8]) and torch.equal(alone_weight, top_weight[5:8])
 
 
+@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "chunks"])
+def test_router_other_tiles_match_reference(tf32_products, monkeypatch, one_launch):
+    """The settings benchmarks/moe_router.py --tiles may choose: 32 rows a program, chunks of three product steps."""
+    from verify_kernels.moe import router
+
+    monkeypatch.setattr(router, "BLOCK_M", 32)
+    monkeypatch.setattr(router, "CHUNK_D", 3 * router.BLOCK_D)
+    x, weight, bias = inputs(37, 200, 48, torch.bfloat16, torch.float32, seed=4)
+    index, top_weight = router.sigmoid_router(x, weight, bias, 5, True, 1.5, one_launch=one_launch)
+    ref_index, ref_weight = sigmoid_router_ref(x, weight, bias, 5, 1, 1, True, 1.5)
+    index, top_weight = sorted_by_expert(index, top_weight)
+    ref_index, ref_weight = sorted_by_expert(ref_index, ref_weight)
+    assert torch.equal(index, ref_index)
+    torch.testing.assert_close(top_weight, ref_weight, atol=1e-6, rtol=1e-5)
+
+
 def test_router_bad_arguments_raise():
     from verify_kernels.moe import sigmoid_router
 
