@@ -36,6 +36,14 @@ ONE_LAUNCH_ROW_BLOCKS = 64
 
 
 @triton.jit
+def block_rows(N, E, BM: tl.constexpr, BE: tl.constexpr):
+    """This program's BM rows and the BE (padded) experts: their offsets and masks."""
+    o_m = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
+    o_e = tl.arange(0, BE)
+    return o_m, o_e, o_m < N, o_e < E
+
+
+@triton.jit
 def chunk_scores(x, weight, o_m, m_m, o_e, m_e, d_start, stride_x, D: tl.constexpr, BM: tl.constexpr,
                  BE: tl.constexpr, BD: tl.constexpr, CD: tl.constexpr, X_EXACT: tl.constexpr, W_EXACT: tl.constexpr):
     """x . weight^T over the chunk of columns [d_start, d_start + CD) of rows o_m, from zero: fp32 [BM, BE]."""
@@ -97,9 +105,7 @@ def sigmoid_router_kernel(
     W_EXACT: tl.constexpr,
 ):
     """One launch: a program's rows over every chunk of columns in turn, then their top-k."""
-    o_m = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
-    o_e = tl.arange(0, BE)
-    m_m, m_e = o_m < N, o_e < E
+    o_m, o_e, m_m, m_e = block_rows(N, E, BM, BE)
     b_s = tl.zeros([BM, BE], dtype=tl.float32)
     for d_start in range(0, D, CD):
         b_s += chunk_scores(x, weight, o_m, m_m, o_e, m_e, d_start, stride_x, D, BM, BE, BD, CD, X_EXACT, W_EXACT)
@@ -123,9 +129,7 @@ def router_chunks_kernel(
 ):
     """Two launches, the first: grid (row blocks, chunks); a program's rows over its chunk's columns."""
     i_c = tl.program_id(1)
-    o_m = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
-    o_e = tl.arange(0, BE)
-    m_m, m_e = o_m < N, o_e < E
+    o_m, o_e, m_m, m_e = block_rows(N, E, BM, BE)
     b_s = chunk_scores(x, weight, o_m, m_m, o_e, m_e, i_c * CD, stride_x, D, BM, BE, BD, CD, X_EXACT, W_EXACT)
     tl.store(chunks + (i_c * N + o_m[:, None]) * E + o_e[None, :], b_s, mask=m_m[:, None] & m_e[None, :])
 
@@ -145,9 +149,7 @@ def router_select_kernel(
     NORM: tl.constexpr,
 ):
     """Two launches, the second: a program's rows, their chunks' sums added in column order, then their top-k."""
-    o_m = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
-    o_e = tl.arange(0, BE)
-    m_m, m_e = o_m < N, o_e < E
+    o_m, o_e, m_m, m_e = block_rows(N, E, BM, BE)
     b_s = tl.zeros([BM, BE], dtype=tl.float32)
     for i_c in range(C):
         b_s += tl.load(chunks + (i_c * N + o_m[:, None]) * E + o_e[None, :], mask=m_m[:, None] & m_e[None, :],
