@@ -15,6 +15,7 @@ from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents, un
 from benchmarks.timing import rotations_for, time_calls
 from verify_kernels.gdn import gdn_commit, gdn_decode, gdn_decode_commit, gdn_flush, gdn_verify
 from verify_kernels.gdn.verify import verify_scratch_bytes
+from verify_kernels.intermediate import commit_node_states
 from verify_kernels.tree import ancestor_mask
 
 H, HV, K, V = 16, 32, 128, 128
@@ -204,7 +205,9 @@ ACCEPTED = 3  # of a 4-chain
 
 def fold_rows(batches) -> list[dict]:
     """The fold on its own (a flush of FOLD_ENTRIES entries per row) and the commit of 3 accepted nodes of a 4-chain
-    per row with no, some and every row folding: an append-only commit must cost an append, not a fold."""
+    per row with no, some and every row folding: an append-only commit must cost an append, not a fold. Beside each
+    commit, the intermediate-state baseline's (the engine's, as SGLang's and vLLM's: the last accepted node's state
+    copied from the verify's node states into the pool), which does not depend on folds."""
     rows = []
     for batch in batches:
         rows += _fold_batch(batch)
@@ -246,7 +249,22 @@ def _fold_batch(batch: int) -> list[dict]:
                      "folded_rows": folded, "ours_us": seconds * 1e6,
                      "bytes_moved": folded * 2 * STATE_BYTES + entries_read * ENTRY_BYTES
                      + (batch - folded) * append_bytes(ACCEPTED)})
+    del x, u, gcum
+    baseline_s = _intermediate_commit_seconds(pools, slots, accepted, num_accepted, rotations, batch)
+    for row in rows[1:]:  # (the commits)
+        row.update(baseline_us=baseline_s * 1e6, baseline_bytes_moved=batch * 2 * STATE_BYTES,
+                   speedup_vs_baseline=baseline_s * 1e6 / row["ours_us"])
     return rows
+
+
+def _intermediate_commit_seconds(pools, slots, accepted, num_accepted, rotations: int, batch: int) -> float:
+    """The intermediate-state baseline's commit of 3 accepted nodes of a 4-chain per row: the last one's state, of
+    the node states its verify wrote ([B, T, HV, K, V] a rotation), copied into the row's slot of the pool."""
+    states = torch.empty(rotations, batch, ACCEPTED + 1, HV, K, V, device="cuda").normal_(std=0.1)
+    return time_calls([
+        partial(commit_node_states, states[r], accepted, num_accepted, pools.state, slots[r])
+        for r in range(rotations)
+    ])
 
 
 def fold_bytes(entries: int) -> int:

@@ -101,8 +101,9 @@ def gdn_verify_table(rows: list[dict], copy_tbps: float) -> list[str]:
 
 def gdn_fold_table(rows: list[dict], copy_tbps: float) -> list[str]:
     columns = [("op", lambda r: r["case"]), ("batch", lambda r: str(r["batch"])),
-               ("rows folded", lambda r: str(r["folded_rows"])), ("ours us", _get("ours_us"))]
-    return kernel_table(rows, "gdn_fold", columns, copy_tbps)
+               ("rows folded", lambda r: str(r["folded_rows"])), ("ours us", _get("ours_us")),
+               ("intermediate-state commit us", _get("baseline_us")), ("x", _get("speedup_vs_baseline", 2))]
+    return kernel_table(rows, "gdn_fold", columns, copy_tbps, baseline=("baseline", "baseline_us"))
 
 
 def mamba2_decode_table(rows: list[dict], copy_tbps: float) -> list[str]:
@@ -124,7 +125,8 @@ def mamba2_verify_table(rows: list[dict], copy_tbps: float) -> list[str]:
 TABLES = (
     ("gdn_decode", "GDN decode, Qwen3.5-9B shapes (H=16, HV=32, K=V=128, fp32 state)", gdn_decode_table),
     ("gdn_verify", "GDN verify: one pass over a draft chain / tree, no per-draft state", gdn_verify_table),
-    ("gdn_fold", "GDN fold and commit (flush_length 16, 3 of a 4-chain accepted per row)", gdn_fold_table),
+    ("gdn_fold", "GDN fold and commit (flush_length 16, 3 of a 4-chain accepted per row; the intermediate-state "
+     "baseline's commit copies the last accepted node's state)", gdn_fold_table),
     ("mamba2_decode", "Mamba2 decode, Nemotron-3-Nano shapes (64 heads, head dim 64, state 128, 8 groups)",
      mamba2_decode_table),
     ("mamba2_verify", "Mamba2 verify, Nemotron-3-Nano shapes", mamba2_verify_table),

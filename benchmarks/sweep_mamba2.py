@@ -48,6 +48,13 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
                                                                   split_roles=True, num_stages=s) for s in (2, 4, 5)}
     candidates["split roles bp64 w4 bn64"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,
                                                           split_roles=True, block_n=64)
+    # batch 64 is the one that misses its bound target (5-chains at 62-63% of it, 2026-12-04): more, smaller programs
+    # (B NH P / bp of them: 4096 at bp 64 fill ~5.2 waves of the H200's SMs at six a SM), in one launch with the
+    # scores inline (the small batches' path, FUSED_MAX_BATCH) or split
+    candidates |= {f"dots bp{bp} w{w} inline": VerifyConfig(bp, w, state_dot=True, inline_scores=True)
+                   for bp, w in ((16, 2), (32, 2), (32, 4))}
+    candidates |= {f"split roles bp{bp} w{w}": VerifyConfig(bp, w, state_dot=True, inline_scores=False,
+                                                            split_roles=True) for bp, w in ((32, 2), (16, 2))}
     # the products in Triton's tf32x3 (its emulated roundings) rather than the default's operands split by a mask
     # (verify.DOT_PRECISION, verify_kernels/precision.py), for the record
     candidates["dots bp64 w4 triton-tf32x3"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,

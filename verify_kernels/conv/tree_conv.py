@@ -40,7 +40,7 @@ NUM_WARPS = 2
 # / 32.0 at 128 on 2 warps, 18.3 / 33.7 at 512 on 4, one program per node 26.3 / 48.9. 2026-12-04 (sitting 11:40 UTC,
 # sweeps_h200/sweep_gdn_verify_chains_conv_2026-12-04f.txt): 256 on 2 warps 10.5 / 16.8 / 30.9 us at batch 64 / 128 /
 # 256 against 10.9 / 17.5 / 32.2 at 128 on 2 (the default since); several channel blocks looped in one program,
-# pipelined, no faster (30.8-39.2 us at 256, slower at 64: branch conv-rows-loop, not merged).
+# pipelined, no faster (30.8-39.2 us at 256, slower at 64: written and swept, not merged).
 ROWS = True
 ROWS_BLOCK_D = 256
 ROWS_WARPS = 2
