@@ -11,11 +11,11 @@ from functools import partial
 
 import torch
 
+from benchmarks.commit_cases import add_baseline_commit, chain_prefix, time_commit_cases
 from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents, unit
 from benchmarks.timing import rotations_for, time_calls
 from verify_kernels.gdn import gdn_commit, gdn_decode, gdn_decode_commit, gdn_flush, gdn_verify
 from verify_kernels.gdn.verify import verify_scratch_bytes
-from verify_kernels.intermediate import commit_node_states
 from verify_kernels.tree import ancestor_mask
 
 H, HV, K, V = 16, 32, 128, 128
@@ -194,12 +194,6 @@ def _sglang_verify_seconds(sglang_gdn, x, slots, parents, rotations, batch, node
     ])
 
 
-# the commits timed per batch: (case, buffered entries of a folding row, of the others, rows that fold: every n-th)
-COMMITS = (
-    ("commit, no row folds", None, 4, 0),
-    ("commit, 1 row in 8 folds", FOLD_ENTRIES - 3, 4, 8),
-    ("commit, every row folds", FOLD_ENTRIES - 3, None, 1),
-)
 ACCEPTED = 3  # of a 4-chain
 
 
@@ -230,41 +224,15 @@ def _fold_batch(batch: int) -> list[dict]:
     x = TokenInputs(rotations, batch, ACCEPTED + 1)
     u = torch.randn(rotations, batch, ACCEPTED + 1, HV, V, device="cuda") * 0.1
     gcum = log_decay(rotations, batch, ACCEPTED + 1, HV).cumsum(2) - FOLD_ENTRIES
-    accepted = torch.arange(ACCEPTED, device="cuda").expand(batch, ACCEPTED).contiguous()
-    num_accepted = torch.full((batch,), ACCEPTED, device="cuda")
-    for case, folding_fill, other_fill, every in COMMITS:
-        folds = torch.zeros(batch, dtype=torch.bool, device="cuda")
-        if every:
-            folds[::every] = True
-        fill = torch.where(folds, folding_fill or 0, other_fill or 0)
-        pools.buf_len.copy_(fill.repeat(rotations))
-        seconds = time_calls([
-            partial(gdn_commit, x.k[r], u[r], gcum[r], accepted, num_accepted, pools.state, slots[r], *tail[r],
-                    FOLD_ENTRIES)
-            for r in range(rotations)
-        ])
-        folded = int(folds.sum())
-        entries_read = int(fill[folds].sum()) + folded * ACCEPTED
-        rows.append({"section": "gdn_fold", "case": case, "batch": batch, "rotations": rotations,
-                     "folded_rows": folded, "ours_us": seconds * 1e6,
-                     "bytes_moved": folded * 2 * STATE_BYTES + entries_read * ENTRY_BYTES
-                     + (batch - folded) * append_bytes(ACCEPTED)})
-    del x, u, gcum
-    baseline_s = _intermediate_commit_seconds(pools, slots, accepted, num_accepted, rotations, batch)
-    for row in rows[1:]:  # (the commits)
-        row.update(baseline_us=baseline_s * 1e6, baseline_bytes_moved=batch * 2 * STATE_BYTES,
-                   speedup_vs_baseline=baseline_s * 1e6 / row["ours_us"])
-    return rows
-
-
-def _intermediate_commit_seconds(pools, slots, accepted, num_accepted, rotations: int, batch: int) -> float:
-    """The intermediate-state baseline's commit of 3 accepted nodes of a 4-chain per row: the last one's state, of
-    the node states its verify wrote ([B, T, HV, K, V] a rotation), copied into the row's slot of the pool."""
-    states = torch.empty(rotations, batch, ACCEPTED + 1, HV, K, V, device="cuda").normal_(std=0.1)
-    return time_calls([
-        partial(commit_node_states, states[r], accepted, num_accepted, pools.state, slots[r])
-        for r in range(rotations)
-    ])
+    accepted, num_accepted = chain_prefix(batch, ACCEPTED)
+    commits = time_commit_cases(batch, rotations, pools.buf_len, ACCEPTED, FOLD_ENTRIES, lambda r: partial(
+        gdn_commit, x.k[r], u[r], gcum[r], accepted, num_accepted, pools.state, slots[r], *tail[r], FOLD_ENTRIES))
+    for row in commits:
+        folded, entries_read = row["folded_rows"], row.pop("entries_read")
+        row.update(section="gdn_fold", bytes_moved=folded * 2 * STATE_BYTES + entries_read * ENTRY_BYTES
+                   + (batch - folded) * append_bytes(ACCEPTED))
+    add_baseline_commit(commits, pools.state, slots, ACCEPTED + 1, accepted, num_accepted)
+    return rows + commits
 
 
 def fold_bytes(entries: int) -> int:

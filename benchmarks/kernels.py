@@ -59,6 +59,7 @@ def main() -> None:
     rows += gdn.fold_rows(decode_batches)
     rows += mamba2.decode_rows(decode_batches, (16,), sglang_ssu)
     rows += mamba2.verify_rows(decode_batches, sglang_ssu)
+    rows += mamba2.commit_rows(decode_batches)
     result = {
         "command": "python -m benchmarks.kernels" + (" --quick" if args.quick else "")
                    + (" --sglang-wheel " + args.sglang_wheel.name if args.sglang_wheel else ""),

@@ -1,6 +1,7 @@
 """Mamba2 at Nemotron-3-Nano shapes (64 heads, head dim 64, state 128, 8 groups, fp32 state): decode against SGLang's
 selective_state_update, tree verify against the intermediate-state kernel (one state written per node) and, when the
-wheel has it, SGLang's selective_state_update in its intermediate-state mode.
+wheel has it, SGLang's selective_state_update in its intermediate-state mode, and the commit of a speculative step
+against the intermediate-state baseline's (the last accepted node's state copied into the pool).
 
 Every row carries "bytes_moved": what our kernel must move at the least (each state it reads once, the token inputs,
 the outputs, the buffer entries it reads or writes; fp32 throughout, scratch not counted), and "baseline_bytes_moved"
@@ -14,10 +15,11 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from benchmarks.commit_cases import add_baseline_commit, chain_prefix, time_commit_cases
 from benchmarks.inputs import Pools, rotation_slots, tree_parents
 from benchmarks.timing import rotations_for, time_calls
 from verify_kernels.intermediate import mamba2_intermediate
-from verify_kernels.mamba2 import mamba2_decode_commit, mamba2_verify
+from verify_kernels.mamba2 import mamba2_commit, mamba2_decode_commit, mamba2_verify
 from verify_kernels.mamba2.verify import verify_scratch_bytes
 from verify_kernels.tree import ancestor_mask
 
@@ -222,3 +224,37 @@ def _sglang_verify_seconds(ssu, x: TokenInputs, a_neg, d_skip, parents, tree, sl
         return time_calls(calls), None
     except (TypeError, AssertionError, RuntimeError) as error:  # an older wheel: no multi-token mode
         return None, f"selective_state_update has no intermediate-state verify here: {type(error).__name__}: {error}"
+
+
+ACCEPTED, CHAIN_NODES = 3, 5
+
+
+def commit_rows(batches) -> list[dict]:
+    """The commit of 3 accepted nodes of a 5-chain per row with no, some and every row folding, beside the
+    intermediate-state baseline's commit (which does not depend on folds)."""
+    rows = []
+    for batch in batches:
+        rows += _commit_batch(batch)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _commit_batch(batch: int) -> list[dict]:
+    rotations = rotations_for(2 * batch * STATE_BYTES)
+    pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (NH, P, N), (NG, N), (NH, P), NH)
+    slots = [rotation_slots(r, batch) for r in range(rotations)]
+    tail = [(*pools.args()[1:], slots[r]) for r in range(rotations)]
+    # the verify's inputs and outputs of a 5-chain per row: B [B, T, NG, N], xdt [B, T, NH, P], gcum [B, T, NH]
+    x = TokenInputs(rotations, batch, CHAIN_NODES)
+    xdt = torch.randn(rotations, batch, CHAIN_NODES, NH, P, device="cuda") * 0.1
+    gcum = -F.softplus(torch.randn(rotations, batch, CHAIN_NODES, NH, device="cuda")).cumsum(2)
+    accepted, num_accepted = chain_prefix(batch, ACCEPTED)
+    rows = time_commit_cases(batch, rotations, pools.buf_len, ACCEPTED, ENGINE_FLUSH_LENGTH, lambda r: partial(
+        mamba2_commit, x.bm[r], xdt[r], gcum[r], accepted, num_accepted, pools.state, slots[r], *tail[r],
+        ENGINE_FLUSH_LENGTH))
+    for row in rows:
+        folded, entries_read = row["folded_rows"], row.pop("entries_read")
+        row.update(section="mamba2_commit", bytes_moved=folded * 2 * STATE_BYTES + entries_read * ENTRY_BYTES
+                   + (batch - folded) * 2 * ACCEPTED * ENTRY_BYTES)
+    add_baseline_commit(rows, pools.state, slots, CHAIN_NODES, accepted, num_accepted)
+    return rows

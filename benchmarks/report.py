@@ -121,6 +121,13 @@ def mamba2_verify_table(rows: list[dict], copy_tbps: float) -> list[str]:
     return kernel_table(rows, "mamba2_verify", columns, copy_tbps, baseline=("baseline", "baseline_us"))
 
 
+def mamba2_commit_table(rows: list[dict], copy_tbps: float) -> list[str]:
+    columns = [("op", lambda r: r["case"]), ("batch", lambda r: str(r["batch"])),
+               ("rows folded", lambda r: str(r["folded_rows"])), ("ours us", _get("ours_us")),
+               ("intermediate-state commit us", _get("baseline_us")), ("x", _get("speedup_vs_baseline", 2))]
+    return kernel_table(rows, "mamba2_commit", columns, copy_tbps, baseline=("baseline", "baseline_us"))
+
+
 # (section, title, table) in the order of the report; a section without rows in a run is left out
 TABLES = (
     ("gdn_decode", "GDN decode, Qwen3.5-9B shapes (H=16, HV=32, K=V=128, fp32 state)", gdn_decode_table),
@@ -130,6 +137,8 @@ TABLES = (
     ("mamba2_decode", "Mamba2 decode, Nemotron-3-Nano shapes (64 heads, head dim 64, state 128, 8 groups)",
      mamba2_decode_table),
     ("mamba2_verify", "Mamba2 verify, Nemotron-3-Nano shapes", mamba2_verify_table),
+    ("mamba2_commit", "Mamba2 commit (flush_length 16, 3 of a 5-chain accepted per row; the intermediate-state "
+     "baseline's commit copies the last accepted node's state)", mamba2_commit_table),
 )
 
 

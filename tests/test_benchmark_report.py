@@ -47,10 +47,13 @@ def sample_result() -> dict:
     mamba_verify = {"section": "mamba2_verify", "tree": "chain5", "batch": 256, "ours_us": 150.0,
                     "baseline_us": 700.0, "speedup_vs_baseline": 4.67, "bytes_moved": 540 * MB,
                     "baseline_bytes_moved": 2700 * MB}
+    mamba_commit = {"section": "mamba2_commit", "case": "commit, 1 row in 8 folds", "batch": 64, "folded_rows": 8,
+                    "ours_us": 40.0, "bytes_moved": 40 * MB, "baseline_us": 50.0, "speedup_vs_baseline": 1.25,
+                    "baseline_bytes_moved": 160 * MB}
     return {"command": "python -m benchmarks.kernels", "date": "2026-11-29", "device": "NVIDIA H200",
             "software": {"torch": "2.11", "triton": "3.6", "fla": "fla-core", "sglang": "sglang.whl"},
             "copy_tbps": 4.0, "checks": {"gdn_decode_commit": 1e-7},
-            "rows": [decode, verify, tree, batch_one, flush, append, mamba, mamba_verify]}
+            "rows": [decode, verify, tree, batch_one, flush, append, mamba, mamba_verify, mamba_commit]}
 
 
 def test_bound_is_bytes_at_copy_bandwidth():
@@ -73,6 +76,8 @@ def test_markdown_tables_carry_every_row_and_its_bound():
     # Mamba2 decode without bytes: dashes; Mamba2 verify 540 MB -> 135 us of 150 (90%), baseline 675 of 700 (96%)
     assert "| 128 | 16 | 50.0 | 100.0 | 53.1 | 120.0 | 2.26 | — | — | — | — |" in text
     assert "| chain5 | 256 | 150.0 | 700.0 | 4.67 | 515.0 MiB | 135.0 | 90% | 96% |" in text
+    # Mamba2 commit 40 MB -> 10 us of 40 (25%); the baseline's copies 160 MB -> 40 us of 50 (80%)
+    assert "| commit, 1 row in 8 folds | 64 | 8 | 40.0 | 50.0 | 1.25 | 38.1 MiB | 10.0 | 25% | 80% |" in text
 
 
 def test_targets_are_read_from_the_rows():
