@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.report import STUDY_END, STUDY_START, replace_section, study_section
+from benchmarks.report import replace_section
+from benchmarks.study_report import STUDY_END, STUDY_START, study_section
 from specdec.eval.bench import BenchSettings, bench_peaks, markdown_table, run_bench
 from specdec.eval.plots import save_figure
 from specdec.models.real_shapes import SHAPES

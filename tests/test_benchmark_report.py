@@ -8,20 +8,22 @@ import pytest
 from benchmarks.report import (
     END,
     START,
+    bound_us,
+    markdown_section,
+    of_bound,
+    replace_section,
+    summary_lines,
+    write_markdown,
+)
+from benchmarks.study_report import (
     STUDY_END,
     STUDY_START,
     adaptive_table,
-    bound_us,
-    markdown_section,
     memory_table,
     mode_table,
-    of_bound,
-    replace_section,
     roofline_parts_table,
     study_section,
     study_target_lines,
-    summary_lines,
-    write_markdown,
 )
 
 MB = 10**6

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.report import STUDY_END, STUDY_START, study_section
 from benchmarks.study import merge, plot, run
+from benchmarks.study_report import STUDY_END, STUDY_START, study_section
 
 
 def test_a_smoke_run_makes_the_section(tmp_path):
@@ -35,8 +35,8 @@ def test_parts_of_a_model_are_joined_per_layer_count():
 
 
 def test_adaptive_rows_are_held_against_plain_and_fixed_and_collapsed_runs_kept_apart():
-    from benchmarks.report import adaptive_table
     from benchmarks.study import acceptance_suffix
+    from benchmarks.study_report import adaptive_table
 
     def row(mode, batch, speed, shapes=None):
         return {"backend": "kvbuffer", "mode": mode, "batch_size": batch, "tokens_per_second": speed,
@@ -56,7 +56,7 @@ def test_adaptive_rows_are_held_against_plain_and_fixed_and_collapsed_runs_kept_
 
 
 def test_an_engine_run_in_several_processes_keeps_its_median_run():
-    from benchmarks.report import adaptive_table
+    from benchmarks.study_report import adaptive_table
 
     def row(mode, speed, shapes=None):
         return {"backend": "kvbuffer", "mode": mode, "batch_size": 1, "tokens_per_second": speed, "shapes": shapes}
@@ -91,7 +91,7 @@ def test_a_collapsed_run_borrows_the_plain_rows_and_sets_no_targets():
     joined_measured, joined_collapsed = with_plain_rows([measured, collapsed])
     assert joined_measured is measured
     assert [r["mode"] for r in joined_collapsed["rows"]] == ["plain", "speculative", "adaptive"]
-    from benchmarks.report import study_target_lines
+    from benchmarks.study_report import study_target_lines
     targets = "\n".join(study_target_lines([joined_measured]))
     assert targets.count("speculative B=128: KVBuffer step") == 1 and "| 1.50x |" in targets
 
@@ -114,7 +114,7 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
 
 
 def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
-    from benchmarks.report import rerun_note
+    from benchmarks.study_report import rerun_note
 
     def row(backend, batch, speed):
         return {"backend": backend, "mode": "plain", "batch_size": batch, "tokens_per_second": speed}
@@ -136,7 +136,7 @@ def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
 def test_a_later_sitting_of_the_same_day_replaces_the_earlier_runs():
     """Runs of one day: those of the latest sitting (the device call, benchmarks/study_on_device.sh) are kept, their
     median if several; runs with no sitting (before sittings were recorded) count as the day's earliest."""
-    from benchmarks.report import rerun_note
+    from benchmarks.study_report import rerun_note
 
     def part(sitting, speed, batch=128):
         return {"model": "m", "layers": 4, "transformers": [], "settings": {"draft": "synthetic:2.58"},

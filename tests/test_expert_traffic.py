@@ -85,7 +85,7 @@ def test_counting_needs_no_host_sync():
 
 
 def test_the_study_section_says_the_measured_factor():
-    from benchmarks.report import experts_line
+    from benchmarks.study_report import experts_line
 
     rows = [{"backend": "kvbuffer", "mode": "plain", "batch_size": 64, "experts_vs_uniform": 0.62},
             {"backend": "recurrent", "mode": "plain", "batch_size": 64, "experts_vs_uniform": 0.6}]
