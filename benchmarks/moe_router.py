@@ -24,6 +24,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
+from triton.runtime.errors import OutOfResources
 
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
 from verify_kernels.moe import router, sigmoid_router, sigmoid_router_ref, softmax_router, softmax_router_ref
@@ -52,12 +53,21 @@ def main() -> None:
     for block_m, chunk_d in tiles:
         router.BLOCK_M, router.CHUNK_D = block_m, chunk_d
         print(f"\nBLOCK_M {block_m}, CHUNK_D {chunk_d}:")
-        time_tokens(args.tokens, weight, bias, gen, copy_bw)
+        fitting(time_tokens, args.tokens, weight, bias, gen, copy_bw)
     softmax_weight = torch.randn(SOFTMAX_EXPERTS, SOFTMAX_HIDDEN, device="cuda", generator=gen).bfloat16() * 0.02
     for block_m, warps in softmax_tiles:
         router.SOFTMAX_BLOCK_M, router.SOFTMAX_WARPS = block_m, warps
         print(f"\nsoftmax router, Qwen3.5-35B-A3B shapes, SOFTMAX_BLOCK_M {block_m}, SOFTMAX_WARPS {warps}:")
-        time_softmax(args.tokens, softmax_weight, gen, copy_bw)
+        fitting(time_softmax, args.tokens, softmax_weight, gen, copy_bw)
+
+
+def fitting(time_table, *args) -> None:
+    """Run one setting's table; a setting whose kernel needs more shared memory than the device has ends its table
+    with that line (the sweep goes on to the next setting)."""
+    try:
+        time_table(*args)
+    except OutOfResources as error:
+        print(f"(this setting does not fit the device: {error})")
 
 
 def parse_pair(text: str) -> tuple[int, int]:
