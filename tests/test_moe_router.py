@@ -117,3 +117,63 @@ def test_reference_limits_the_choice_to_the_best_groups():
     assert ((index // 4)[:, :, None] == best_groups[:, None, :]).any(-1).all()
     free, _ = sigmoid_router_ref(x, weight, bias, 4, 4, 4, True, 1.0)
     assert not ((free // 4)[:, :, None] == best_groups[:, None, :]).any(-1).all()
+
+
+SOFTMAX_CASES = {
+    # rows, experts, top-k, logits dtype
+    "qwen3.5-35b-a3b-bf16": (21, 256, 8, torch.bfloat16),
+    "fp32-logits": (5, 64, 4, torch.float32),
+    "experts-not-a-power-of-two": (17, 60, 3, torch.bfloat16),
+}
+
+
+def distinct_logits(rows: int, experts: int, dtype, seed: int = 0) -> torch.Tensor:
+    """Each row a permutation of distinct values exact in bf16 (k / 16): no ties, whose order torch leaves open."""
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.stack([torch.randperm(experts, generator=gen) for _ in range(rows)]).float()
+    return ((values - experts / 2) / 16).to(dtype).to(DEVICE)
+
+
+@pytest.mark.parametrize("case", SOFTMAX_CASES.values(), ids=SOFTMAX_CASES.keys())
+def test_softmax_router_matches_reference(nan_empty, case):
+    from verify_kernels.moe import softmax_router, softmax_router_ref
+
+    rows, experts, top_k, dtype = case
+    logits = distinct_logits(rows, experts, dtype)
+    index, top_weight = softmax_router(logits, top_k, dtype)
+    ref_index, ref_weight = softmax_router_ref(logits, top_k, dtype)
+    assert index.dtype == torch.int64 and top_weight.dtype == dtype
+    index, top_weight = sorted_by_expert(index, top_weight)
+    ref_index, ref_weight = sorted_by_expert(ref_index, ref_weight)
+    assert torch.equal(index, ref_index)
+    tol = 1e-6 if dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(top_weight.float(), ref_weight.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize(("block_m", "warps"), [(1, 1), (16, 4)])
+def test_softmax_router_other_tiles_match_reference(monkeypatch, block_m, warps):
+    """The settings benchmarks/moe_router.py --softmax-tiles may choose."""
+    from verify_kernels.moe import router, softmax_router_ref
+
+    monkeypatch.setattr(router, "SOFTMAX_BLOCK_M", block_m)
+    monkeypatch.setattr(router, "SOFTMAX_WARPS", warps)
+    logits = distinct_logits(19, 96, torch.bfloat16, seed=3)
+    index, top_weight = sorted_by_expert(*router.softmax_router(logits, 5, torch.float32))
+    ref_index, ref_weight = sorted_by_expert(*softmax_router_ref(logits, 5, torch.float32))
+    assert torch.equal(index, ref_index)
+    torch.testing.assert_close(top_weight, ref_weight, atol=1e-6, rtol=1e-5)
+
+
+def test_softmax_router_reads_strided_rows_and_no_rows():
+    from verify_kernels.moe import softmax_router
+
+    logits = distinct_logits(6, 32, torch.bfloat16, seed=2)
+    wide = torch.zeros(6, 40, dtype=logits.dtype, device=DEVICE)
+    wide[:, :32] = logits
+    assert torch.equal(softmax_router(wide[:, :32], 4, torch.float32)[0], softmax_router(logits, 4, torch.float32)[0])
+    index, top_weight = softmax_router(logits[:0], 4, torch.bfloat16)
+    assert index.shape == (0, 4) and top_weight.shape == (0, 4)
+    with pytest.raises(ValueError, match="top_k"):
+        softmax_router(logits, 33, torch.bfloat16)
+    with pytest.raises(ValueError, match="unit column stride"):
+        softmax_router(logits.t(), 2, torch.bfloat16)

@@ -18,7 +18,7 @@ from torch import nn
 
 from specdec.backend import backend_for
 from specdec.parallel import SINGLE, TensorParallel, all_reduce, shard_parameters
-from verify_kernels.moe import sigmoid_router_ref
+from verify_kernels.moe import sigmoid_router_ref, softmax_router_ref
 
 from .expert_traffic import count_touched
 from .layers import GatedMLP, PlainMLP, act_and_mul, activation, apply_act
@@ -115,11 +115,14 @@ class Qwen35Router(nn.Module):
         self.weight = nn.Parameter(torch.zeros(num_experts, hidden_size))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [N, D] -> (top_index [N, k], top_weight [N, k]): softmax, top-k, renormalised over the k."""
-        probs = F.linear(x, self.weight).softmax(dim=-1, dtype=torch.float)
-        top_weight, top_index = probs.topk(self.top_k, dim=-1)
-        top_weight = top_weight / top_weight.sum(dim=-1, keepdim=True)
-        return top_index, top_weight.to(x.dtype)
+        """x [N, D] -> (top_index [N, k], top_weight [N, k] in x's dtype): softmax, top-k, renormalised over the k;
+        after the logits' GEMM one Triton kernel where the backend is Triton (verify_kernels/moe/router.py), else
+        the torch reference."""
+        logits = F.linear(x, self.weight)
+        if backend_for(x.device) == "triton":
+            from verify_kernels.moe import softmax_router  # needs triton (Linux); only reached with it
+            return softmax_router(logits, self.top_k, x.dtype)
+        return softmax_router_ref(logits, self.top_k, x.dtype)
 
 
 class Qwen35SparseMoe(nn.Module):

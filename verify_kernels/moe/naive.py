@@ -6,8 +6,10 @@
 - moe_experts_ref: a MoE layer's routed experts, out[t] = sum_j top_weight[t, j] expert_{top_index[t, j]}(x[t]),
   expert_e(x) = second[e] @ hidden(first[e] @ x), hidden = act (plain) or act(gate) * up (gated: first stacks
   the gate rows over the up rows). Its Triton kernels: experts.py on the layout of routing.py.
-- sigmoid_router_ref: a sigmoid router's top-k experts and their weights (Nemotron-H's). Its Triton kernel:
-  router.py, one launch for the GEMM, the sigmoid, the bias and the top-k.
+- sigmoid_router_ref: a sigmoid router's top-k experts and their weights (Nemotron-H's). Its Triton kernels:
+  router.py, the GEMM, the sigmoid, the bias and the top-k in one or two launches.
+- softmax_router_ref: a softmax router's top-k from its logits (Qwen3.5-MoE's). Its Triton kernel: router.py, the
+  softmax, the top-k and the renormalisation in one launch.
 """
 
 import torch
@@ -60,6 +62,16 @@ def moe_experts_ref(
         y = F.linear(h.to(x.dtype).float(), second[expert].float())
         out.index_add_(0, token, (y * top_weight[token, slot, None].float()).to(x.dtype).float())
     return out.to(top_weight.dtype)
+
+
+def softmax_router_ref(logits: torch.Tensor, top_k: int, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A softmax router's choice from its logits (Qwen3-MoE / Qwen3.5-MoE): probabilities = softmax in fp32, the top_k
+    of them renormalised to sum to 1. logits [N, E] -> top_index [N, top_k] int64 (in no particular order) and
+    top_weight [N, top_k] in out_dtype (the model's)."""
+    probs = logits.softmax(dim=-1, dtype=torch.float)
+    top_weight, top_index = probs.topk(top_k, dim=-1)
+    top_weight = top_weight / top_weight.sum(dim=-1, keepdim=True)
+    return top_index, top_weight.to(out_dtype)
 
 
 def sigmoid_router_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, num_groups: int,

@@ -1,5 +1,7 @@
-"""Triton kernels for a sigmoid router without group limits, as sigmoid_router_ref (naive.py gives the contract) with
-topk_group = num_groups (every group eligible: Nemotron-3-Nano's one group of 128 experts).
+"""Triton kernels for MoE routers: a sigmoid router without group limits, as sigmoid_router_ref (naive.py gives the
+contract) with topk_group = num_groups (every group eligible: Nemotron-3-Nano's one group of 128 experts); and a
+softmax router's choice from its logits, as softmax_router_ref (Qwen3.5-MoE: the logits' GEMM stays cuBLAS's, bf16
+on the tensor cores; torch then runs the softmax, three top-k kernels, a sum, a division and a cast, here one launch).
 
 In torch the router is about ten launches a MoE layer: the hidden rows cast to fp32, an fp32 GEMM (cuBLAS runs it on
 the CUDA cores: cutlass simt sgemm, 0.36 ms a step at batch 128 of 4-chains on the H200 against a bound of 0.02),
@@ -28,6 +30,11 @@ from verify_kernels.precision import add_product_exact, exact_in_tf32
 BLOCK_M = 16  # rows a program (tl.dot's smallest)
 BLOCK_D = 64  # hidden columns a product step
 NUM_WARPS = 4
+# the softmax router: rows a program and warps (no tl.dot: any power of two). Compiled for sm_90 here: [16, 256]
+# tiles on 4 warps 25.7k lines of PTX (eight argmax rounds over 32 elements a thread), [4, 256] 6.6k; not timed
+# yet: benchmarks/moe_router.py --softmax-tiles times others
+SOFTMAX_BLOCK_M = 4
+SOFTMAX_WARPS = 4
 CHUNK_D = 128  # columns whose products a chunk sums (a multiple of BLOCK_D)
 assert CHUNK_D % BLOCK_D == 0, "a chunk is whole product steps"
 # from this many row blocks up, one launch: H200 2026-12-04 (benchmarks/results/moe_router_h200_2026-12-04f.txt),
@@ -155,6 +162,62 @@ def router_select_kernel(
         b_s += tl.load(chunks + (i_c * N + o_m[:, None]) * E + o_e[None, :], mask=m_m[:, None] & m_e[None, :],
                        other=0.)
     select_top_k(b_s, bias, top_index, top_weight, o_m, m_m, o_e, m_e, scaling, K, BM, BK, NORM)
+
+
+@triton.jit
+def softmax_topk_kernel(
+    logits,         # [N, E] (rows strided by stride_l)
+    top_index,      # [N, K] int64 out
+    top_weight,     # [N, K] out, in its dtype
+    N,
+    stride_l,
+    E: tl.constexpr,
+    K: tl.constexpr,
+    BE: tl.constexpr,
+    BK: tl.constexpr,
+    BM: tl.constexpr,
+):
+    """A program's rows: the softmax in fp32 as torch computes it (e^(l - max) / sum), the top-k of the
+    probabilities as k rounds of a row-wise argmax (the first of equal ones), renormalised over the k."""
+    o_m, o_e, m_m, m_e = block_rows(N, E, BM, BE)
+    b_l = tl.load(logits + o_m[:, None] * stride_l + o_e[None, :], mask=m_m[:, None] & m_e[None, :], other=0.)
+    b_l = tl.where(m_e[None, :], b_l.to(tl.float32), float("-inf"))  # (rows past N: zeros, finite)
+    b_p = tl.exp(b_l - tl.max(b_l, 1)[:, None])
+    b_p = b_p / tl.sum(b_p, 1)[:, None]                                                      # [BM, BE]
+    b_c = tl.where(m_e[None, :], b_p, -1.0)                                                  # choices
+    o_k = tl.arange(0, BK)
+    b_i = tl.zeros([BM, BK], dtype=tl.int32)
+    b_w = tl.zeros([BM, BK], dtype=tl.float32)
+    for j in tl.static_range(K):
+        best = tl.argmax(b_c, 1)
+        hit = o_e[None, :] == best[:, None]
+        b_i = tl.where(o_k[None, :] == j, best[:, None], b_i)
+        b_w = tl.where(o_k[None, :] == j, tl.sum(tl.where(hit, b_p, 0.), 1)[:, None], b_w)
+        b_c = tl.where(hit, -1.0, b_c)
+    b_w = b_w / tl.sum(b_w, 1)[:, None]
+    m_out = m_m[:, None] & (o_k < K)[None, :]
+    p_out = o_m[:, None] * K + o_k[None, :]
+    tl.store(top_index + p_out, b_i.to(tl.int64), mask=m_out)
+    tl.store(top_weight + p_out, b_w.to(top_weight.dtype.element_ty), mask=m_out)
+
+
+def softmax_router(logits: torch.Tensor, top_k: int, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax_router_ref: logits [N, E] (unit column stride; fp32, bf16 or fp16) -> top_index [N, top_k] int64,
+    top_weight [N, top_k] in out_dtype, one launch."""
+    if logits.dim() != 2 or logits.stride(1) != 1:
+        raise ValueError(f"logits must be [N, E] with unit column stride, got {tuple(logits.shape)} strides "
+                         f"{logits.stride()}")
+    N, E = logits.shape
+    if not 1 <= top_k <= E:
+        raise ValueError(f"top_k must be in [1, {E}], got {top_k}")
+    top_index = torch.empty(N, top_k, dtype=torch.int64, device=logits.device)
+    top_weight = torch.empty(N, top_k, dtype=out_dtype, device=logits.device)
+    if N:
+        softmax_topk_kernel[(triton.cdiv(N, SOFTMAX_BLOCK_M),)](
+            logits, top_index, top_weight, N, logits.stride(0), E=E, K=top_k, BE=triton.next_power_of_2(E),
+            BK=triton.next_power_of_2(top_k), BM=SOFTMAX_BLOCK_M, num_warps=SOFTMAX_WARPS,
+        )
+    return top_index, top_weight
 
 
 def sigmoid_router(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int, norm_topk_prob: bool,
