@@ -20,6 +20,7 @@ nearly every step is plain (Engine.plain_step: the decode steps' host code):
     python -m benchmarks.host_step --batch 128 --speculative [--profile]
     python -m benchmarks.host_step --batch 256
     python -m benchmarks.host_step --batch 256 --adaptive
+    python -m benchmarks.host_step --batch 128 --adaptive-drafting   (against --speculative: adaptive's own cost)
 """
 
 from __future__ import annotations
@@ -133,7 +134,10 @@ def outside_phases(engine: Engine) -> list[tuple[object, str, str]]:
 
 
 def build(batch: int, speculative: bool, acceptance: str, temperature: float, steps: int, accepted: float,
-          adaptive: bool = False):
+          adaptive: bool = False, drafting: bool = False):
+    """The engine and its stub forward, past its warm-up steps. adaptive: adaptive speculation held to plain steps;
+    with drafting, held to `steps`-chains instead (the chains offered: that one alone), so that its steps run what
+    fixed speculation's do and the two compare: the policy's and the adaptive path's own host work."""
     torch.set_num_threads(1)
     directory = tempfile.mkdtemp(prefix="host_step_")
     target = tiny_target(directory)
@@ -144,13 +148,15 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     # ModelRunner.create adds it on a GPU); without it a batch of 1 never left the queue
     config = EngineConfig.from_flags(max_batch=batch + 1, max_seq_len=2048, num_steps=steps, cuda_graphs=False,
                                      speculation="adaptive" if adaptive else "fixed")
-    if adaptive:  # every request collapsed: plain steps, a probe every 64, no re-measuring of contenders
+    if adaptive and drafting:  # one chain length offered, no re-measuring of contenders
+        config = replace(config, adaptive=AdaptiveConfig(chains=(steps,), refresh_every=0))
+    elif adaptive:  # every request collapsed: plain steps, a probe every 64, no re-measuring of contenders
         config = replace(config, adaptive=AdaptiveConfig(collapse=1.01, probe_every=64, refresh_every=0))
     engine = Engine(target, drafter, config, acceptance=chosen)
-    if adaptive:  # the stub's steps cost the host's time alone: drafting ones are charged ten times that, so that
-        observe = engine.policy.observe  # the policy keeps to plain steps (what this mode measures) on any machine
+    if adaptive:  # the stub's steps cost the host's time alone: the shape this mode measures is charged that, the
+        observe = engine.policy.observe  # other ten times it, so that the policy keeps to it on any machine
         engine.policy.observe = lambda ids, drafted, kept, seconds: observe(
-            ids, drafted, kept, None if seconds is None else seconds * (10 if any(drafted) else 1))
+            ids, drafted, kept, None if seconds is None else seconds * (10 if any(drafted) != drafting else 1))
     width = steps + 1 if speculative else 1
     # the CUDA-graph path's host code, run on the CPU (as ModelRunner.create and the engine set it up)
     engine.runner.enable_graphs(width, batch, capture=False, decode_steps=engine.plain_decodes)
@@ -202,6 +208,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--speculative", action="store_true", help="chains from the synthetic drafter")
     parser.add_argument("--adaptive", action="store_true", help="adaptive speculation, nearly every step plain")
+    parser.add_argument("--adaptive-drafting", action="store_true",
+                        help="adaptive speculation held to chains of --num-steps (against --speculative: its cost)")
     parser.add_argument("--num-steps", type=int, default=4, help="drafts per chain")
     parser.add_argument("--accepted", type=float, default=2.7, help="mean accepted length (the bonus included)")
     parser.add_argument("--acceptance", choices=("target", "synthetic"), default="target",
@@ -212,8 +220,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the timed steps, by own time")
     args = parser.parse_args()
     engine, stub = build(args.batch, args.speculative, args.acceptance, args.temperature, args.num_steps,
-                         args.accepted, args.adaptive)
-    mode = ("adaptive speculation, plain steps but for probes" if args.adaptive else
+                         args.accepted, args.adaptive or args.adaptive_drafting, args.adaptive_drafting)
+    mode = (f"adaptive speculation held to chains of {args.num_steps}" if args.adaptive_drafting else
+            "adaptive speculation, plain steps but for probes" if args.adaptive else
             f"speculative chains of {args.num_steps}, {args.acceptance} acceptance" if args.speculative
             else "plain decoding")
     wall, phases = measure(engine, stub, args.steps, args.repeats)
