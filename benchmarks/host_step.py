@@ -13,7 +13,8 @@ work on this machine's CPU, with no GPU and no model cost:
   target's acceptance keeps realistic paths; the commit does nothing. The stub's own time is measured and left out.
 
 Printed: host ms per step (CPU time of the best of several runs) and its split by engine phase (plan, propose,
-score, accept, commit, emit, observe, scheduler; plain decoding: decode_step), and with --profile the cProfile of
+score, accept, commit, emit, hold_outcome and observe_pending (the adaptive policy's outcome, held, then told while
+the device verifies the next step), scheduler; plain decoding: decode_step), and with --profile the cProfile of
 the timed steps. --adaptive: adaptive speculation whose requests never draft but in probes (collapse above 1), so
 nearly every step is plain (Engine.plain_step: the decode steps' host code):
 
@@ -95,7 +96,7 @@ class StubForward:
         pass
 
 
-PHASES = ("plan", "propose", "score", "commit", "emit", "observe", "decode_step", "prefill")
+PHASES = ("plan", "propose", "score", "commit", "emit", "hold_outcome", "observe_pending", "decode_step", "prefill")
 
 
 def instrument(engine: Engine, totals: dict[str, float]) -> None:
@@ -155,8 +156,9 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     engine = Engine(target, drafter, config, acceptance=chosen)
     if adaptive:  # the stub's steps cost the host's time alone: the shape this mode measures is charged that, the
         observe = engine.policy.observe  # other ten times it, so that the policy keeps to it on any machine
-        engine.policy.observe = lambda ids, drafted, kept, seconds: observe(
-            ids, drafted, kept, None if seconds is None else seconds * (10 if any(drafted) != drafting else 1))
+        engine.policy.observe = lambda ids, drafted, kept, seconds, planned=None: observe(
+            ids, drafted, kept, None if seconds is None else seconds * (10 if any(drafted) != drafting else 1),
+            planned)
     width = steps + 1 if speculative else 1
     # the CUDA-graph path's host code, run on the CPU (as ModelRunner.create and the engine set it up)
     engine.runner.enable_graphs(width, batch, capture=False, decode_steps=engine.plain_decodes)

@@ -14,7 +14,7 @@ from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
 from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
-from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, RunningAcceptance, StepCost
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, PlannedStep, RunningAcceptance, StepCost
 from specdec.speculation.adaptive.policy import PROBE_BACKOFF
 from specdec.speculation.adaptive.step_cost import CatchUpCost
 from tests.test_shipped_models import held_out_text
@@ -362,7 +362,7 @@ def measured_policy(plain_ms: float, chain_ms: float) -> AdaptivePolicy:
     ids = list(range(4))
     for steps, ms in ((0, plain_ms),) * 3 + ((2, chain_ms),) * 3:
         policy.plan(ids, [100] * 4)
-        policy._planned = (4, 100.0, replace(policy._planned[2], steps=steps), 0)  # (the shape to measure)
+        policy._planned = PlannedStep(4, 100.0, replace(policy._planned.plan, steps=steps), 0)  # (the shape to measure)
         policy.observe(ids, [steps] * 4, [1 if steps else 0] * 4, ms * 1e-3)
     return policy
 
@@ -372,7 +372,7 @@ def test_a_drafting_step_with_a_backlog_teaches_the_catch_up_and_not_its_shape()
     ids = list(range(4))
     for backlog, extra_ms in ((40, 9), (400, 45)):  # 5 ms + 0.1 ms a token
         policy.plan(ids, [100] * 4, backlog=backlog)
-        policy._planned = (4, 100.0, replace(policy._planned[2], steps=2), backlog)
+        policy._planned = PlannedStep(4, 100.0, replace(policy._planned.plan, steps=2), backlog)
         policy.observe(ids, [2] * 4, [1] * 4, (20 + extra_ms) * 1e-3)
     assert policy.cost.seconds(4, 3, 100.0) == pytest.approx(20e-3)  # the shape's cost as its own steps measured it
     assert policy.catch_up.seconds(100) == pytest.approx(15e-3)

@@ -97,9 +97,9 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
     observed = []  # (shape label, seconds told) per step
     observe = engine.policy.observe
 
-    def recorded(ids, drafted, accepted, seconds):
-        observed.append((engine.policy._planned[2].label, seconds))
-        observe(ids, drafted, accepted, seconds)
+    def recorded(ids, drafted, accepted, seconds, planned=None):
+        observed.append(((planned or engine.policy._planned).plan.label, seconds))
+        observe(ids, drafted, accepted, seconds, planned)
     engine.policy.observe = recorded
     adaptive, in_flight = run(engine, SamplingParams(), eos)
 

@@ -115,6 +115,7 @@ class Engine:
         self._greedy_rows: dict[int, SamplerRows] = {}  # batch size -> the sampler's rows of a greedy batch
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
         self.policy = None  # chooses each step's shape (adaptive speculation)
+        self._pending_outcome = None  # the last speculative step's outcome, not yet told to the policy (hold_outcome)
         if adaptive:
             adaptive = replace(config.adaptive, max_steps=config.shape.budget)  # a chain: budget = its steps
             graphs = self.runner.graphs  # (a step of B requests costs the graph batch it pads up to)
@@ -201,6 +202,8 @@ class Engine:
         elif ready:
             self.speculative_step(ready, time.perf_counter(), self.plan(ready))
         finished = self.scheduler.retire()
+        if finished:  # (their rows' outcome first: the policy forgets a request when it finishes)
+            self.observe_pending()
         if self.drafter is not None:
             for request in finished:
                 self.drafter.finish(request.request_id)
@@ -210,12 +213,13 @@ class Engine:
 
     def speculative_step(self, requests: list[Request], start: float, plan: StepPlan | None) -> None:
         """propose -> score -> accept -> commit -> emit, and the step's outcome to the adaptive policy (its wall time
-        since `start`, planning included)."""
+        since `start`, planning included), told while the device verifies the next step (observe_pending)."""
         trees = self.propose(requests, plan)
         logits, features, scored = self.score(requests, trees)
+        self.observe_pending()  # (the step before's outcome: host work while the device verifies this step)
         results = self.accept_and_commit(requests, trees, logits, scored)
         self.emit(requests, trees, results, features, plan)
-        self.observe(requests, trees, results, time.perf_counter() - start)
+        self.hold_outcome(requests, trees, results, time.perf_counter() - start)
         self._plain_run = False
 
     def adaptive_step(self, requests: list[Request]) -> None:
@@ -259,6 +263,7 @@ class Engine:
         self._plain_run = True
         zeros = [0] * len(requests)
         seconds = time.perf_counter() - start if waits and not first else None  # (a pipelined step only)
+        self.observe_pending()  # (outcomes in the order of their steps)
         self.policy.observe([r.request_id for r in requests], zeros, zeros, seconds)
 
     def run(self) -> None:
@@ -295,6 +300,9 @@ class Engine:
             return [DraftTree([r.output[-1]], [-1]) for r in requests]
         if plan is None:  # fixed speculation: every row drafts the configured shape
             trees = self.drafter.propose([self._draft_view(r) for r in requests], self.config.shape)
+        elif all(plan.drafting):  # (the policy's drafting plans: every row, at the plan's length)
+            trees = self.drafter.propose([self._draft_view(r) for r in requests],
+                                         replace(self.config.shape, steps=plan.steps))
         else:
             trees = [DraftTree([r.output[-1]], [-1]) for r in requests]
             drafting = [i for i in range(len(requests)) if plan.drafting[i]]
@@ -407,6 +415,7 @@ class Engine:
 
     def emit(self, requests: list[Request], trees: list[DraftTree], results, features=None,
              plan: StepPlan | None = None) -> None:
+        label = plan.label if plan is not None else None
         for request, tree, (path, bonus) in zip(requests, trees, results, strict=True):
             count = len(path)  # a path 0..count-1 (every chain's) is a slice of the tree's tokens
             tokens = tree.tokens[1:count] if path[-1] == count - 1 else [tree.tokens[j] for j in path[1:]]
@@ -416,11 +425,11 @@ class Engine:
             stats.steps += 1
             stats.emitted_per_step.append(count)
             stats.drafted_per_step.append(len(tree.tokens) - 1)
-            if plan is not None:
-                stats.shapes[plan.label] += 1
+            if label is not None:
+                stats.shapes[label] += 1
         if self.drafter is None:
             return
-        if plan is None:  # fixed speculation: every row drafted
+        if plan is None or all(plan.drafting):  # every row drafted (fixed speculation, the policy's plans)
             self._tell_accepted(requests, trees, results, features)
             return
         drafting = [i for i in range(len(requests)) if plan.drafting[i]]
@@ -438,11 +447,21 @@ class Engine:
         self.drafter.skipped([self._draft_view(r) for r in requests], roots,
                              features[:, 0] if features is not None else None)
 
-    def observe(self, requests: list[Request], trees: list[DraftTree], results, seconds: float) -> None:
-        """Tell the adaptive policy what its step did: drafts offered and kept per row, the step's wall time."""
+    def hold_outcome(self, requests: list[Request], trees: list[DraftTree], results, seconds: float) -> None:
+        """Keep what a speculative step did for the adaptive policy (drafts offered and kept per row, the step's wall
+        time, its plan) until observe_pending tells it: the next step is planned and launched first, so the policy's
+        bookkeeping (~0.2 ms of Python at batch 128 on a 2-core CPU: benchmarks.host_step --adaptive-drafting) runs
+        while the device verifies, not between a step's acceptance and the next launch, where the device idles."""
         if self.policy is not None:
-            self.policy.observe([r.request_id for r in requests], [len(t) - 1 for t in trees],
-                                [len(path) - 1 for path, _ in results], seconds)
+            self._pending_outcome = ([r.request_id for r in requests], [len(t) - 1 for t in trees],
+                                     [len(path) - 1 for path, _ in results], seconds, self.policy.take_planned())
+
+    def observe_pending(self) -> None:
+        """Tell the adaptive policy the held outcome of the last speculative step, if any."""
+        if self._pending_outcome is not None:
+            ids, drafted, kept, seconds, planned = self._pending_outcome
+            self._pending_outcome = None
+            self.policy.observe(ids, drafted, kept, seconds, planned)
 
     @staticmethod
     def _draft_view(request: Request) -> DraftRequest:

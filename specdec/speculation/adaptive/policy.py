@@ -126,6 +126,18 @@ class StepPlan:
         return "plain" if self.steps == 0 else f"chain-{self.steps}"
 
 
+@dataclass(frozen=True)
+class PlannedStep:
+    """A plan awaiting its outcome: the batch and mean context it was priced at, the plan, the drafter's backlog
+    then, and its entry for the trace (when tracing)."""
+
+    batch: int
+    context: float
+    plan: StepPlan
+    backlog: int
+    decision: dict | None = None
+
+
 class AdaptivePolicy:
     """Chooses each step's plan (plan), learns from its outcome (observe); counts: steps per shape label."""
 
@@ -144,15 +156,14 @@ class AdaptivePolicy:
         self.probe_interval = config.probe_every  # plain steps before the next probe (doubled while probes fail)
         self.trace: list[dict] | None = None  # a list to record each step's decision in (`specdec bench
         # --policy-trace`): batch, steps chosen, each shape's estimated ms and tokens/s, then its measured ms
+        self._in_flight: tuple[int, int] | None = None  # (bucket, shape) of a taken plan whose outcome is not told yet
         self._measuring: tuple[int, int] | None = None  # (bucket, shape) chosen to be measured, until it is
         self._measure_steps = 0  # steps held for it so far
         self.refresh_interval = config.refresh_every  # steps between refreshes (doubled while they confirm the best)
         self._last_refresh = 0  # the step of the last refresh
         self._best_at_refresh: int | None = None  # the best shape when the last refresh ran, until it is judged
         self._probed = False  # the last plan was a probe
-        self._planned: tuple[int, float, StepPlan, int] | None = None  # (batch, context, plan, backlog) awaiting
-        # its outcome
-        self._decision: dict = {}  # the planned step's entry for the trace, when tracing
+        self._planned: PlannedStep | None = None  # the last plan, awaiting its outcome
 
     def prepare(self, rows: int, shortest: int, longest: int) -> None:
         """Price now every step this policy may plan for batches of up to `rows` requests whose mean context lies in
@@ -206,23 +217,40 @@ class AdaptivePolicy:
             self.probe_interval = self.config.probe_every
         self._probed = probing
         plan = StepPlan(steps, (steps > 0,) * batch)
-        self._planned = (batch, context, plan, backlog)
+        decision = None
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
-            self._decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
-                              "estimated_ms": {s: 1e3 * self.cost.seconds(batch, s + 1, context) for s in rates},
-                              "tokens_per_second": rates}
+            decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
+                        "estimated_ms": {s: 1e3 * self.cost.seconds(batch, s + 1, context) for s in rates},
+                        "tokens_per_second": rates}
+        self._planned = PlannedStep(batch, context, plan, backlog, decision)
         return plan
 
+    def take_planned(self) -> PlannedStep:
+        """The last plan, to be observed later (observe(..., planned=)): the engine tells a speculative step's outcome
+        once the next step's verify is on the device, and plans that step first."""
+        planned, self._planned = self._planned, None
+        if planned is not None and planned.plan.steps > 0 and not planned.backlog:  # (its outcome will teach its cost)
+            key = (self._bucket(planned.batch), planned.plan.steps)
+            self._in_flight = key  # counted as measured until told (_kept): the next plan does not pick it again
+            if self._measuring == key:
+                self._measuring = None
+        return planned
+
     def observe(self, request_ids: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
-                seconds: float | None) -> None:
-        """The outcome of the planned step: drafts offered and accepted per row, the step's wall time (None: a step
-        whose time says nothing of its cost, e.g. a pipelined plain step that waited for no earlier one)."""
-        batch, context, plan, backlog = self._planned
-        self._planned = None
+                seconds: float | None, planned: PlannedStep | None = None) -> None:
+        """The outcome of a planned step: drafts offered and accepted per row, the step's wall time (None: a step
+        whose time says nothing of its cost, e.g. a pipelined plain step that waited for no earlier one). planned:
+        that step's take_planned() (default: the last plan). Outcomes are observed in the order of their steps; the
+        plan of the step after may come first (its plan then has this outcome's figures one step late)."""
+        if planned is None:
+            planned, self._planned = self._planned, None
+        else:
+            self._in_flight = None
+        batch, context, plan, backlog = planned.batch, planned.context, planned.plan, planned.backlog
         bucket = self._bucket(batch)
         self.bucket_steps[bucket] += 1
         if self.trace is not None:
-            self.trace.append({**self._decision, "measured_ms": None if seconds is None else 1e3 * seconds,
+            self.trace.append({**(planned.decision or {}), "measured_ms": None if seconds is None else 1e3 * seconds,
                                "accepted": sum(accepted)})
         if seconds is not None and plan.steps > 0 and backlog > 0:
             # the step read the drafter's backlog too: what it took beyond its shape's cost is the catch-up's (a
@@ -282,12 +310,12 @@ class AdaptivePolicy:
         times), of the contenders (_contender), the one measured least recently in this bucket (so that a cost
         measured while the machine was busy is not trusted for ever)."""
         for steps in self.config.shapes:
-            if self.cost.measured(steps + 1) < 1:
+            if self._kept(steps) < 1:
                 return steps
         bucket, best = self._bucket(batch), max(rates.values())
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes:
-                if self.cost.measured_in(bucket, steps + 1) < 1 and rates[steps] >= BORROWED_CONTENDER * best:
+                if self._kept(steps, bucket) < 1 and rates[steps] >= BORROWED_CONTENDER * best:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
@@ -301,4 +329,14 @@ class AdaptivePolicy:
         rests on a single step (which can be far off: on the CPU, plain decoding measured once in a warm-up at 1.5x
         its cost was not refreshed for 33 steps of drafting that lost to it), CONTENDER from the second on (a wider
         net for every shape cost the H200 traces' replay 1-3%: their costs are steady)."""
-        return CONTENDER if self.cost.measured_in(bucket, steps + 1) >= 2 else BORROWED_CONTENDER
+        return CONTENDER if self._kept(steps, bucket) >= 2 else BORROWED_CONTENDER
+
+    def _kept(self, steps: int, bucket: int | None = None) -> int:
+        """Measurements of a shape its cost keeps, in one bucket or all (StepCost.measured_in / measured), the step in
+        flight counted: its outcome, told after the next step is planned (take_planned), will be one."""
+        buckets = {b for b, w in self.cost.samples if w == steps + 1} | (
+            {self._in_flight[0]} if self._in_flight and self._in_flight[1] == steps else set())
+        if bucket is not None:
+            buckets &= {bucket}
+        flight = self._in_flight
+        return sum(max(self.cost.samples.get((b, steps + 1), 0) + (flight == (b, steps)) - 1, 0) for b in buckets)
