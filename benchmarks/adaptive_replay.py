@@ -15,7 +15,10 @@ interpolated (or extrapolated) linearly from its neighbours, a batch between two
 costs the batch its rows pad up to, as under the engine's CUDA graphs (specdec/runner/cuda_graphs.py: a shrinking
 batch of 229 requests replays the graph of 256), and the policy is told so (StepCost's rows). The first
 plain step after a speculative one pays the pipeline's refill (REFILL of a plain step: the H200 traces of
-2026-12-02 show 15-20%) and, like the second, teaches the policy no cost, as in the engine.
+2026-12-02 show 15-20%) and, like the second, teaches the policy no cost, as in the engine. With --fold-us the
+KVBuffer's folds are simulated too: each row's buffer takes the entries its steps commit and folds at flush_length,
+costing the step that much more per folding row, so that rows decoding together fold in the same steps, as they do
+on the device (adaptive_h200_2026-12-04g: plain decoding at 256 rows of Qwen3.5-9B, three steps of every 16 at 1.4x).
 
 Checked against the H200 rows of 2026-12-02 (the policy of main 0fbc348, the third adaptive rows in BENCHMARKS.md):
 the replay chose the same shapes in the same shares within ~10 points and put adaptive / best within ~0.05 of the
@@ -23,7 +26,7 @@ measured ratio at most points, optimistic by a few percent; it missed the worst 
 batch 1: 0.88x replayed, 0.62x measured; Qwen3.5-9B at 16 and 256: 0.99x and 0.95x replayed, 0.87x and 0.88x
 measured), where a run's luck and the host's time weigh more than the step times.
 
-    python -m benchmarks.adaptive_replay --model qwen3.5-9b --accepted-length 2.72
+    python -m benchmarks.adaptive_replay --model qwen3.5-9b --accepted-length 2.72 [--fold-us 52]
 """
 
 from __future__ import annotations
@@ -71,7 +74,11 @@ class MeasuredSteps:
         self.batches = list(self.table)
 
     @classmethod
-    def from_traces(cls, paths: list[Path]) -> MeasuredSteps:
+    def from_traces(cls, paths: list[Path], fold_ms: float = 0.0) -> MeasuredSteps:
+        """fold_ms: what a row's fold costs a step (Folds); a drafting step's median holds its share of folds spread
+        over its rows (each folds once in flush_length entries), which is taken out so that the replay adds the
+        folds it simulates instead. A plain step's median is a step without folds: rows that decode together fold
+        together, in a few steps of every flush_length."""
         times: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for path in paths:
             seen = set()
@@ -81,7 +88,9 @@ class MeasuredSteps:
                     key = (entry["batch"], entry["steps"] + 1)
                     if entry["measured_ms"] and entry["batch"] == entry["batch_size"]:
                         if key in seen:  # (each shape's first step of a run: its warm-up, as the policy drops it)
-                            times[key[0]][key[1]].append(entry["measured_ms"])
+                            spread = (fold_ms * (entry["batch"] + entry["accepted"]) / FLUSH_LENGTH
+                                      if fold_ms and entry["steps"] else 0.0)
+                            times[key[0]][key[1]].append(entry["measured_ms"] - spread)
                         seen.add(key)
         return cls({batch: {width: statistics.median(values) for width, values in widths.items()}
                     for batch, widths in times.items()})
@@ -116,11 +125,15 @@ def graph_rows(max_batch: int) -> Callable[[int], int]:
 
 def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws: Draws,
               policy: AdaptivePolicy | None = None, chain: int = 0, first_id: int = 0,
-              refill: float = REFILL, rows: Callable[[int], int] = lambda rows: rows) -> tuple[int, float]:
+              refill: float = REFILL, rows: Callable[[int], int] = lambda rows: rows,
+              fold_seconds: float = 0.0) -> tuple[int, float]:
     """B requests of `tokens` new tokens each to the end (request first_id + i on text i), every step planned by
     `policy` (else `chain` drafts per row, 0 for plain decoding), each costing the rows it runs (`rows`: the graph
-    batch it pads up to). -> (tokens emitted, seconds)."""
+    batch it pads up to) and fold_seconds for each row whose buffer folds in it: a row's buffer (empty after its
+    prompt) takes the entries its steps commit, one a plain step, the kept drafts and the root a drafting step, and
+    folds when it would reach FLUSH_LENGTH, as the KVBuffer's does. -> (tokens emitted, seconds)."""
     left = {first_id + i: tokens for i in range(batch)}
+    buffered = dict.fromkeys(left, 0)
     emitted, seconds, plain_run = 0, 0.0, 0
     while left:
         ids = list(left)
@@ -137,6 +150,9 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
             out = min(k + 1, left[rid])
             emitted += out
             left[rid] -= out
+            folds = buffered[rid] + k + 1 >= FLUSH_LENGTH
+            buffered[rid] = 0 if folds else buffered[rid] + k + 1
+            cost += fold_seconds * folds
         seconds += cost
         if policy is not None:  # (the engine times plain steps from the third of a run on)
             timed = steps > 0 or plain_run >= 3
@@ -149,22 +165,24 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
 
 
 def replay(step_time: StepTime, batches: list[int], accepted_length: float, prior: Callable | None = None,
-           seed: int = 0, new_tokens: int = NEW_TOKENS) -> list[dict]:
-    """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes."""
+           seed: int = 0, new_tokens: int = NEW_TOKENS, fold_seconds: float = 0.0) -> list[dict]:
+    """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes;
+    fold_seconds: each row's fold (run_batch)."""
     alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
     draws = text_draws(seed)
-    padded = graph_rows(max(batches))
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}), step_rows=padded)
+    padded = partial(run_batch, rows=graph_rows(max(batches)), fold_seconds=fold_seconds)
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}),
+                            step_rows=graph_rows(max(batches)))
     rows, next_id = [], 0
     for batch in batches:
-        run_batch(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, draws, policy, first_id=next_id, rows=padded)
+        padded(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, draws, policy, first_id=next_id)
         next_id += batch
         before = policy.counts.copy()
-        tokens, seconds = run_batch(step_time, batch, new_tokens, alpha, draws, policy, first_id=next_id, rows=padded)
+        tokens, seconds = padded(step_time, batch, new_tokens, alpha, draws, policy, first_id=next_id)
         next_id += batch
         shapes = policy.counts - before
-        plain = run_batch(step_time, batch, new_tokens, alpha, draws, rows=padded)
-        fixed = run_batch(step_time, batch, new_tokens, alpha, draws, chain=CHAIN, rows=padded)
+        plain = padded(step_time, batch, new_tokens, alpha, draws)
+        fixed = padded(step_time, batch, new_tokens, alpha, draws, chain=CHAIN)
         rates = {"plain": plain[0] / plain[1], "fixed": fixed[0] / fixed[1], "adaptive": tokens / seconds}
         total = sum(shapes.values())
         rows.append({"batch": batch, **rates, "of_best": rates["adaptive"] / max(rates["plain"], rates["fixed"]),
@@ -180,11 +198,15 @@ def main() -> None:
                         help="policy traces of the model (default: every trace of it in " + str(TRACES) + ")")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 128, 256])
     parser.add_argument("--seeds", type=int, default=5, help="replays averaged per row")
+    parser.add_argument("--fold-us", type=float, default=0.0,
+                        help="what a row's fold adds to a step, all layers (0: folds not simulated; Qwen3.5-9B at "
+                             "batch 256 on the H200: ~52, the lockstep plain steps' excess, adaptive_h200_2026-12-04g)")
     args = parser.parse_args()
     paths = args.traces or sorted(TRACES.glob(f"trace_{args.model}*.jsonl*"))
-    steps = MeasuredSteps.from_traces(paths)
+    steps = MeasuredSteps.from_traces(paths, args.fold_us * 1e-3)
     prior = roofline_step_cost(SHAPES[args.model][0](), H200, FLUSH_LENGTH)
-    runs = [replay(steps, args.batches, args.accepted_length, prior, seed) for seed in range(args.seeds)]
+    runs = [replay(steps, args.batches, args.accepted_length, prior, seed, fold_seconds=args.fold_us * 1e-6)
+            for seed in range(args.seeds)]
     print(f"{args.model}, accepted {args.accepted_length}, step times from {', '.join(p.name for p in paths)}; "
           f"mean of {args.seeds} replays (simulated: no host time, no noise)")
     print("| batch | plain tok/s | fixed tok/s | adaptive tok/s | adaptive / best | shapes (seed 0) |")

@@ -41,6 +41,20 @@ def test_a_plain_batch_takes_one_step_per_token():
     assert tokens == 80 and seconds == pytest.approx(2e-3)  # 5 tokens a step, then the last 5
 
 
+def test_rows_fold_their_buffers_every_flush_length_entries(tmp_path):
+    """A plain row folds at its 16th and 32nd token; a row of 4-chains all kept commits 5 entries a step and folds
+    at its 4th step (from 15 entries it would reach 20) and its 8th. A drafting step's measured median
+    holds its spread share of folds, taken out of the table so that the replay adds those it simulates."""
+    tokens, seconds = run_batch(lambda rows, width: 1e-3, 8, 32, 0.5, text_draws(0), fold_seconds=1e-4)
+    assert tokens == 256 and seconds == pytest.approx(32e-3 + 2 * 8 * 1e-4)
+    tokens, seconds = run_batch(lambda rows, width: 1e-3, 2, 40, 1.0, text_draws(0), chain=4, fold_seconds=1e-4)
+    assert tokens == 80 and seconds == pytest.approx(8e-3 + 2 * 2 * 1e-4)
+    entries = [{"batch_size": 16, "batch": 16, "steps": 4, "timed": True, "measured_ms": 10.0, "accepted": 16}] * 2
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    assert MeasuredSteps.from_traces([path], fold_ms=0.5).table == {16: {5: 10.0 - 0.5 * 32 / 16}}
+
+
 def test_the_policy_follows_the_cheaper_side():
     cheap = MeasuredSteps({b: {1: 10.0, 2: 10.5, 3: 11.0, 5: 12.0} for b in (1, 64)})  # drafting nearly free
     dear = MeasuredSteps({b: {1: 10.0, 2: 20.0, 3: 30.0, 5: 50.0} for b in (1, 64)})  # every node a full step

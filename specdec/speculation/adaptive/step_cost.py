@@ -27,14 +27,20 @@ def batch_bucket(batch: int) -> int:
 
 
 class StepCost:
-    """seconds(batch, width, context) = prior(...) * factor[(bucket, width)]. A factor is the lower median of the last
-    `window` measured / prior ratios of its (bucket, width): a stall (a prefill, a shrinking batch's bookkeeping, the
-    machine busy elsewhere) moves a median not at all, where an average kept it for steps, and a shape that no longer
-    wins is not run again to wash it out (the H200 study of 2026-12-02: plain decoding at batch 256 priced 1.4x its
-    cost after one stalled warm-up step, and never chosen again); the window still follows a cost that drifts with
-    context. Each (bucket, width)'s first measurement is a warm-up and dropped (CUDA graph capture, first-call
-    allocations), and a measurement is clipped to `clip` times the current estimate (the borrowed one for a first
-    measurement). An unmeasured (bucket, width) borrows: from the nearest width measured in its bucket, scaled by
+    """seconds(batch, width, context) = prior(...) * factor[(bucket, width)]. A factor is the mean of the last `window`
+    measured / prior ratios of its (bucket, width), leaving out those over `stall` times their median. The mean, since
+    what a shape's steps cost in a run is their sum: a KVBuffer step in which rows fold their buffers costs more (on
+    the H200 at 256 rows of Qwen3.5-9B, 16.7 against 11.9 ms), and rows that decode together fold together, in a few
+    steps of every flush_length (16); the lower median of five, this factor before, took plain decoding at those
+    steps' cost when they filled its window (15.4 ms where plain decoding costs 12.7 amortised) and 1-chains ran at
+    0.92x of it for the rest of the batch (adaptive_h200_2026-12-04g; replayed with folds, benchmarks.adaptive_replay
+    --fold-us 52: 0.90x, 0.97x with this mean). The window spans a flush cycle of the default flush length. A stall (a
+    prefill, a shrinking batch's bookkeeping, the machine busy elsewhere) is left out of the mean, so that a shape
+    that no longer wins is not priced at it until run again to wash it out (the H200 study of 2026-12-02: plain
+    decoding at batch 256 priced 1.4x its cost after one stalled warm-up step, and never chosen again). Each (bucket,
+    width)'s first measurement is a warm-up and dropped (CUDA graph capture, first-call allocations), and a
+    measurement is clipped to `clip` times the current estimate (the borrowed one for a first measurement). An
+    unmeasured (bucket, width) borrows: from the nearest width measured in its bucket, scaled by
     how the two widths' factors compare in the nearest bucket that measured both (the bucket sets the level, another
     bucket the relation between widths: a drafting step's factor holds the drafter's work, a plain step's none, and
     on the CPU with the flat prior a plain step borrowing a 4-chain's factor as it stood looked as dear as the chain,
@@ -49,14 +55,15 @@ class StepCost:
     256) taught their bucket a factor 14% too dear, and the H200 study of 2026-12-04 (Qwen3.5-9B, batch 256) then
     kept drafting 2-chains at 0.85x the plain steps' tokens/s."""
 
-    def __init__(self, prior: StepCostPrior = flat_prior, window: int = 5, clip: float = 3.0,
-                 rows: StepRows = unpadded):
-        if window < 1 or clip <= 1.0:
-            raise ValueError(f"need window >= 1 and clip > 1, got {window} and {clip}")
+    def __init__(self, prior: StepCostPrior = flat_prior, window: int = 16, clip: float = 3.0,
+                 rows: StepRows = unpadded, stall: float = 2.0):
+        if window < 1 or clip <= 1.0 or stall <= 1.0:
+            raise ValueError(f"need window >= 1, clip > 1 and stall > 1, got {window}, {clip} and {stall}")
         self.prior = prior
         self.rows = rows
         self.window = window
         self.clip = clip
+        self.stall = stall
         self.factors: dict[tuple[int, int], float] = {}
         self.ratios: dict[tuple[int, int], deque[float]] = {}  # the last `window` kept ratios
         self.samples: dict[tuple[int, int], int] = {}  # measurements seen, the dropped warm-up included
@@ -102,7 +109,9 @@ class StepCost:
             ratio = min(ratio, self.clip * self.factor(*key))
         ratios = self.ratios.setdefault(key, deque(maxlen=self.window))
         ratios.append(ratio)
-        self.factors[key] = sorted(ratios)[(len(ratios) - 1) // 2]
+        median = sorted(ratios)[(len(ratios) - 1) // 2]
+        kept = [r for r in ratios if r <= self.stall * median]
+        self.factors[key] = sum(kept) / len(kept)
 
 
 class CatchUpCost:
