@@ -51,11 +51,11 @@ def test_a_steps_outcome_is_told_after_the_next_verify_is_launched(checkpoint, c
     assert drafting and len(overlapped) >= len(drafting) - len(adaptive) - 1
 
 
-def plans(defer: bool, accepted: int, steps: int = 40) -> list[int]:
+def plans(defer: bool, accepted: int, steps: int = 40, config: AdaptiveConfig | None = None) -> list[int]:
     """Drafts per row of each plan of a policy over a batch of 4 whose shapes cost 10 / 12 / 14 ms (0 / 1 / 2 drafts)
     and whose rows keep `accepted` drafts; defer: drafting steps' outcomes told after the next plan, as the engine
     tells them (take_planned, then observe(..., planned=))."""
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, refresh_every=16))
+    policy = AdaptivePolicy(config or AdaptiveConfig(max_steps=2, refresh_every=16))
     ids, pending, chosen = list(range(4)), None, []
     for _ in range(steps):
         plan = policy.plan(ids, [100] * 4)
@@ -79,3 +79,14 @@ def test_outcomes_told_a_step_late_explore_each_shape_as_often(accepted):
     assert late[:6] == now[:6] == [0, 0, 1, 1, 2, 2]  # each shape twice (a warm-up, then a measurement)
     assert late[-5:] == now[-5:] and len(set(now[-5:])) == 1  # the same shape chosen once settled
     assert sum(a != b for a, b in zip(now, late, strict=True)) <= 4
+
+
+def test_a_probe_told_a_step_late_is_one_step():
+    """Collapsed requests (every draft rejected) decode plainly and probe every 4 plain steps, then twice as far
+    apart: a probe's outcome told after the next plan must not make that plan a probe too (the H200 run of
+    2026-12-04, Nemotron-3-Nano at 1.2 accepted, probed in pairs: adaptive_h200_2026-12-04h)."""
+    config = AdaptiveConfig(max_steps=2, collapse=0.5, probe_every=4, refresh_every=0)
+    now, late = plans(False, 0, 60, config), plans(True, 0, 60, config)
+    probes = [i for i, steps in enumerate(late) if steps and i > 6]  # (past the first measurements)
+    assert probes and all(late[i + 1] == 0 for i in probes if i + 1 < len(late))
+    assert sum(map(bool, late)) == sum(map(bool, now))

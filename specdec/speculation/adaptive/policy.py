@@ -229,6 +229,8 @@ class AdaptivePolicy:
         """The last plan, to be observed later (observe(..., planned=)): the engine tells a speculative step's outcome
         once the next step's verify is on the device, and plans that step first."""
         planned, self._planned = self._planned, None
+        if planned is not None and any(planned.plan.drafting):  # a drafting step: the next plan is no probe
+            self.since_drafting = 0
         if planned is not None and planned.plan.steps > 0 and not planned.backlog:  # (its outcome will teach its cost)
             key = (self._bucket(planned.batch), planned.plan.steps)
             self._in_flight = key  # counted as measured until told (_kept): the next plan does not pick it again
