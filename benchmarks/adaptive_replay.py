@@ -134,7 +134,7 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
     folds when it would reach FLUSH_LENGTH, as the KVBuffer's does. -> (tokens emitted, seconds)."""
     left = {first_id + i: tokens for i in range(batch)}
     buffered = dict.fromkeys(left, 0)
-    emitted, seconds, plain_run = 0, 0.0, 0
+    emitted, seconds, plain_run, pending = 0, 0.0, 0, None
     while left:
         ids = list(left)
         contexts = [PROMPT_TOKENS + tokens - left[rid] for rid in ids]
@@ -154,10 +154,20 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
             buffered[rid] = 0 if folds else buffered[rid] + k + 1
             cost += fold_seconds * folds
         seconds += cost
-        if policy is not None:  # (the engine times plain steps from the third of a run on)
-            timed = steps > 0 or plain_run >= 3
-            policy.observe(ids, [steps] * len(ids), kept, cost if timed else None)
-        for rid in [rid for rid in ids if left[rid] == 0]:
+        if policy is not None:  # told as the engine tells it (Engine.hold_outcome): a drafting step's outcome after
+            if pending is not None:  # the next plan, a plain step's at once; plain steps timed from a run's third
+                policy.observe(*pending)
+                pending = None
+            outcome = (ids, [steps] * len(ids), kept, cost if steps > 0 or plain_run >= 3 else None)
+            if steps > 0:
+                pending = (*outcome, policy.take_planned())
+            else:
+                policy.observe(*outcome)
+        finished = [rid for rid in ids if left[rid] == 0]
+        if finished and pending is not None:  # (before the policy forgets its requests)
+            policy.observe(*pending)
+            pending = None
+        for rid in finished:
             del left[rid]
             if policy is not None:
                 policy.finish(rid)

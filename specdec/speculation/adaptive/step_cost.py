@@ -34,14 +34,14 @@ class StepCost:
     steps of every flush_length (16); the lower median of five, this factor before, took plain decoding at those
     steps' cost when they filled its window (15.4 ms where plain decoding costs 12.7 amortised) and 1-chains ran at
     0.92x of it for the rest of the batch (adaptive_h200_2026-12-04g; replayed with folds, benchmarks.adaptive_replay
-    --fold-us 52: 0.90x, 0.97x with this mean). The window spans a flush cycle of the default flush length. A stall (a
-    prefill, a shrinking batch's bookkeeping, the machine busy elsewhere) is left out of the mean, so that a shape
-    that no longer wins is not priced at it until run again to wash it out (the H200 study of 2026-12-02: plain
+    --fold-us 52: 0.90-0.94x, 0.97x with this mean). The window spans a flush cycle of the default flush length. A
+    stall (a prefill, a shrinking batch's bookkeeping, the machine busy elsewhere) is left out of the mean, so that a
+    shape that no longer wins is not priced at it until run again to wash it out (the H200 study of 2026-12-02: plain
     decoding at batch 256 priced 1.4x its cost after one stalled warm-up step, and never chosen again). Each (bucket,
     width)'s first measurement is a warm-up and dropped (CUDA graph capture, first-call allocations), and a
     measurement is clipped to `clip` times the current estimate (the borrowed one for a first measurement). An
-    unmeasured (bucket, width) borrows: from the nearest width measured in its bucket, scaled by
-    how the two widths' factors compare in the nearest bucket that measured both (the bucket sets the level, another
+    unmeasured (bucket, width) borrows: from the nearest width measured in its bucket, scaled by how the two widths'
+    factors compare in the nearest bucket that measured both (the bucket sets the level, another
     bucket the relation between widths: a drafting step's factor holds the drafter's work, a plain step's none, and
     on the CPU with the flat prior a plain step borrowing a 4-chain's factor as it stood looked as dear as the chain,
     3x its cost, and was never tried at batch 4 again); without such a bucket, that width's factor as it stands;
