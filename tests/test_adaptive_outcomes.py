@@ -1,7 +1,8 @@
 """Adaptive speculation tells the policy a speculative step's outcome while the device verifies the next step
 (Engine.hold_outcome / observe_pending), not between a step's acceptance and the next launch, where the device idles:
 checked on the CPU by the order of the engine's calls, with every step still observed once, in order, and the tokens
-those of plain decoding (greedy)."""
+those of plain decoding (greedy); the policy told a step late plans as it did told at once; an aborted request's
+acceptance leaves the policy."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from specdec.models import load_model
 from specdec.speculation import SamplingParams, TreeShape
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
 from tests.test_adaptive_plain_steps import CACHE, checkpoint, clock, run  # noqa: F401 (fixtures)
+from tests.test_cuda_graphs import prompts
 
 
 def test_a_steps_outcome_is_told_after_the_next_verify_is_launched(checkpoint, clock):  # noqa: F811
@@ -90,3 +92,22 @@ def test_a_probe_told_a_step_late_is_one_step():
     probes = [i for i, steps in enumerate(late) if steps and i > 6]  # (past the first measurements)
     assert probes and all(late[i + 1] == 0 for i in probes if i + 1 < len(late))
     assert sum(map(bool, late)) == sum(map(bool, now))
+
+
+def test_an_aborted_request_is_forgotten_by_the_policy(checkpoint):  # noqa: F811
+    """A server aborts requests mid-run (a client gone): the policy's running acceptance of one must go with it, its
+    last step's outcome told first, so that a long-running server does not keep one per request it ever served."""
+    shape = TreeShape(steps=2)
+    drafter = DraftModelDrafter(load_model(checkpoint / "draft", device="cpu"), CACHE, shape, cuda_graphs=False)
+    config = EngineConfig(cache=CACHE, shape=shape, cuda_graphs=False, speculation="adaptive",
+                          adaptive=AdaptiveConfig(prior_acceptance=(0.9,), refresh_every=0))
+    engine = Engine(load_model(checkpoint, device="cpu"), drafter, config)
+    requests = [engine.add_request(p, SamplingParams(), 24) for p in prompts()[:2]]
+    for _ in range(4):
+        engine.step()
+    assert {r.request_id for r in requests} <= set(engine.policy.acceptance)
+    engine.abort(requests[0].request_id)
+    assert requests[0].request_id not in engine.policy.acceptance and engine._pending_outcome is None
+    while not engine.scheduler.idle:
+        engine.step()
+    assert not engine.policy.acceptance

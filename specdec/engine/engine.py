@@ -182,6 +182,9 @@ class Engine:
         request = self.scheduler.abort(request_id)
         if request is not None and self.drafter is not None:
             self.drafter.finish(request_id)
+        if request is not None and self.policy is not None:  # (its last step's outcome first: the policy then forgets
+            self.observe_pending()  # it, where an aborted request's acceptance stayed for the server's lifetime)
+            self.policy.finish(request_id)
         return request
 
     # ---- the loop --------------------------------------------------------------------------------------------
