@@ -334,11 +334,9 @@ class AdaptivePolicy:
         return CONTENDER if self._kept(steps, bucket) >= 2 else BORROWED_CONTENDER
 
     def _kept(self, steps: int, bucket: int | None = None) -> int:
-        """Measurements of a shape its cost keeps, in one bucket or all (StepCost.measured_in / measured), the step in
+        """Measurements of a shape its cost keeps (a bucket's first is its warm-up), in one bucket or all, the step in
         flight counted: its outcome, told after the next step is planned (take_planned), will be one."""
-        buckets = {b for b, w in self.cost.samples if w == steps + 1} | (
-            {self._in_flight[0]} if self._in_flight and self._in_flight[1] == steps else set())
-        if bucket is not None:
-            buckets &= {bucket}
-        flight = self._in_flight
-        return sum(max(self.cost.samples.get((b, steps + 1), 0) + (flight == (b, steps)) - 1, 0) for b in buckets)
+        samples = Counter({b: n for (b, w), n in self.cost.samples.items() if w == steps + 1})
+        if self._in_flight is not None and self._in_flight[1] == steps:
+            samples[self._in_flight[0]] += 1
+        return sum(max(n - 1, 0) for b, n in samples.items() if bucket is None or b == bucket)

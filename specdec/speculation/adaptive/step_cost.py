@@ -90,10 +90,6 @@ class StepCost:
             return min(same_width)[1]
         return sum(self.factors.values()) / len(self.factors) if self.factors else 1.0
 
-    def measured(self, width: int) -> int:
-        """Measurements of this width kept, over all buckets."""
-        return sum(max(n - 1, 0) for (_, w), n in self.samples.items() if w == width)
-
     def measured_in(self, bucket: int, width: int) -> int:
         """Measurements of this width kept in this batch bucket."""
         return max(self.samples.get((bucket, width), 0) - 1, 0)
