@@ -15,6 +15,7 @@ from specdec.engine.engine import EngineConfig
 from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, PlannedStep, RunningAcceptance, StepCost
+from specdec.speculation.adaptive.acceptance_stats import SURE_OF
 from specdec.speculation.adaptive.policy import PROBE_BACKOFF
 from specdec.speculation.adaptive.step_cost import CatchUpCost
 from tests.test_shipped_models import held_out_text
@@ -101,6 +102,64 @@ def test_running_acceptance_follows_the_prior_then_the_observations():
     for _ in range(50):
         stats.observe(drafted=2, accepted=0)  # the first draft always rejected: the second never reached
     assert stats.conditional(0) < 0.2 and stats.conditional(1) == 0.5
+
+
+def test_the_hopeful_yield_takes_each_position_a_deviation_higher_capped_at_the_first_positions():
+    stats = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)  # two pseudo-observations of each position
+    totals, spread = [0.0] * 4, [0.0] * 4
+    assert stats.add_emitted(totals, collapse=0.2, spread=spread, optimism=1.0)
+    first = (0.8 * 0.2 / (2 + 1 + SURE_OF)) ** 0.5  # the second position's own deviation is larger: capped at this
+    hoped = [1.0, 1 + 0.8 + first, 1 + (0.8 + first) * (1 + 0.5 + first), 1 + (0.8 + first) * (1 + 0.5 + first)]
+    assert totals == pytest.approx([1.0, 1.8, 2.2, 2.2])  # the estimates themselves unchanged
+    assert spread == pytest.approx([(h - t) ** 2 for h, t in zip(hoped, totals, strict=True)])
+    stats.relax((0.8, 0.5), 0.5)  # relaxing toward the pooled figures leaves the row's own observations as they were
+    again = [0.0] * 4
+    stats.add_emitted([0.0] * 4, collapse=0.2, spread=again, optimism=1.0)
+    assert again == pytest.approx(spread)
+    stats.observe(drafted=2, accepted=0)  # an observation of its own (the first draft rejected): 0.9 * 2 + 1 of them
+    p = stats.conditional(0)
+    fewer = [0.0] * 4
+    stats.add_emitted([0.0] * 4, collapse=0.2, spread=fewer, optimism=1.0)
+    assert fewer[1] == pytest.approx(p * (1 - p) / (0.9 * 2 + 1 + 1 + SURE_OF))
+
+
+def test_a_batch_of_one_explores_chains_its_first_drafts_undersold_a_large_batch_barely():
+    """A request whose first drafts were unlucky (kept at 0.3, then 0.8 for good): priced at its estimates it decodes
+    plainly for good (no probes: not collapsed; no refreshes), taken a deviation higher it tries 4-chains again and
+    keeps them. The rows' shortfalls add in quadrature: the same history lifts a batch of one's chains by 10-40%, a
+    batch of 256's by a few percent. A collapsed request (0.1) stays plain either way."""
+    costs = {1: 1.0, 2: 1.6, 3: 1.8, 5: 2.0}  # ms per step of each width: a 4-chain step costs two plain ones
+
+    def back_on(optimism: float, acceptance) -> list[int]:
+        runs = []
+        for seed in range(6):
+            policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0, optimism=optimism))
+            plans = run_trace(policy, acceptance, lambda b, w: 1e-3 * costs[w], 80, batch=1, seed=seed,
+                              plain_timed_from=3)
+            runs.append(sum(plan.steps == 4 for plan in plans[-20:]))
+        return runs
+
+    unlucky = lambda step: 0.3 if step < 12 else 0.8  # noqa: E731
+    assert sum(n == 20 for n in back_on(0.0, unlucky)) <= 1  # stuck on plain steps in 5 of 6 runs
+    assert sum(n == 20 for n in back_on(1.0, unlucky)) >= 4
+    assert max(back_on(1.0, lambda step: 0.1)) <= 1  # collapsed: plain steps, a rare try
+
+    def hopeful_over_estimate(batch: int) -> dict[int, float]:
+        rates = {}
+        for optimism in (0.0, 1.0):
+            policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0,
+                                                   optimism=optimism))
+            policy.trace, ids = [], list(range(batch))
+            for k in range(3):
+                policy.plan(ids, [100] * batch)
+                policy.observe(ids, [4] * batch, [k % 2] * batch, 1e-3)
+            policy.plan(ids, [100] * batch)
+            rates[optimism] = policy.take_planned().decision["tokens_per_second"]
+        return {s: rates[1.0][s] / rates[0.0][s] for s in rates[0.0]}
+
+    one, many = hopeful_over_estimate(1), hopeful_over_estimate(256)
+    assert one[0] == many[0] == 1.0  # plain decoding's yield is certain
+    assert all(one[s] > 1.1 for s in (1, 2, 4)) and all(1.0 < many[s] < 1.03 for s in (1, 2, 4))
 
 
 def test_relaxing_lazily_reads_as_relaxing_step_by_step():
@@ -239,8 +298,9 @@ def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():
 
 def test_a_contender_chosen_for_measurement_is_held_until_a_step_of_it_is_timed():
     """Plain steps are timed from the third of a run: a refresh that picks plain decoding (a contender, not the best)
-    holds it until then, else plain would be refreshed every refresh_every steps and never measured again."""
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=16))
+    holds it until then, else plain would be refreshed every refresh_every steps and never measured again. (Shapes
+    compared at their estimates: optimism makes the chains contenders too, and they are refreshed in turn.)"""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=16, optimism=0.0))
 
     def cost(batch, width):
         return 1e-3 * (1 + 0.2 * (width - 1))

@@ -56,6 +56,9 @@ POPULATION_DECAY = 0.99
 # steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
 # plain steps, from the third of a run on, and a new bucket's first measurement is dropped: four plain steps)
 MEASURE_FOR = 4
+# rows whose shortfall (RunningAcceptance.add_emitted's spread) a plan adds up, the batch's sum scaled from theirs:
+# ~0.35 ms of Python a step at batch 256 for all of them on a 2-core CPU, ~0.02 for 16
+SPREAD_ROWS = 16
 # the drafting steps a drafter's catch-up is spread over when a drafting shape is priced (CatchUpCost): it is paid
 # once, by the first of a run of drafting steps, and a run lasts at least the steps a measured shape is held for
 CATCH_UP_STEPS = MEASURE_FOR
@@ -71,7 +74,9 @@ class AdaptiveConfig:
     drafts. probe_every: steps a batch holding such requests runs without drafting before a probe step drafts
     (every row). refresh_every: steps between re-measuring the contender (a shape within 20% of the best) measured
     least recently in the batch's bucket (a cost drifts with context, and with whatever else the machine runs),
-    twice as long after each refresh that confirmed the best shape, up to REFRESH_BACKOFF times. max_steps: the
+    twice as long after each refresh that confirmed the best shape, up to REFRESH_BACKOFF times. optimism: how many
+    deviations of its estimate above it each row's acceptance is taken at when shapes are compared, the rows'
+    shortfalls added in quadrature (plan; 0: compared at the estimates). max_steps: the
     longest chain (the engine's TreeShape budget); chains: the lengths offered (default: 1, 2, 4, ... up to
     max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA graph of its own width, `widths`)."""
 
@@ -83,6 +88,7 @@ class AdaptiveConfig:
     collapse: float = 0.2
     probe_every: int = 16
     refresh_every: int = 16
+    optimism: float = 1.0
 
     def __post_init__(self):
         if self.max_steps < 1 or any(not 1 <= s <= self.max_steps for s in self.chain_lengths):
@@ -184,7 +190,15 @@ class AdaptivePolicy:
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         stats = [self._stats(rid) for rid in request_ids]
         emitted = [0.0] * (self.config.max_steps + 1)  # per drafts per row: expected tokens of the batch
-        worth = [s.add_emitted(emitted, self.config.collapse) for s in stats]
+        spread = [0.0] * (self.config.max_steps + 1)  # ... and the square of how far they may be short (optimism)
+        c = self.config
+        stride = max(1, batch // SPREAD_ROWS)  # (rows sampled for the spread: the rest add their expected tokens only)
+        worth = [s.add_emitted(emitted, c.collapse, spread if i % stride == 0 else None, c.optimism)
+                 for i, s in enumerate(stats)]
+        # each shape compared at its hopeful yield (optimism): rows' shortfalls add in quadrature, so a batch of one
+        # explores a chain that a few unlucky drafts undersold, and a batch of 256 is priced within ~1/16 of a row's
+        scale = batch / max(len(range(0, batch, stride)), 1)
+        emitted = [tokens + (scale * shortfall) ** 0.5 for tokens, shortfall in zip(emitted, spread, strict=True)]
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
         catch_up = self.catch_up.seconds(backlog)
         seconds = {s: self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
