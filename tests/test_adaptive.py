@@ -95,10 +95,9 @@ def test_longer_chains_when_steps_are_cheap_shorter_or_none_when_dear():
 def test_running_acceptance_follows_the_prior_then_the_observations():
     stats = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)
     assert stats.expected_emitted(0) == 1.0 and stats.expected_emitted(2) == pytest.approx(1 + 0.8 + 0.4)
-    totals = [0.5] * 4
-    assert stats.add_emitted(totals, collapse=0.2)  # the policy's one-pass sum, past the positions known too
-    assert totals == pytest.approx([0.5 + stats.expected_emitted(s) for s in range(4)])
-    assert not stats.add_emitted(totals, collapse=0.9) and totals[3] == pytest.approx(0.5 + 2.2)  # collapsed: none
+    totals, _ = stats.expected(4, collapse=0.2, optimism=0.0)  # the policy's one pass, past the positions known too
+    assert totals == pytest.approx([stats.expected_emitted(s) for s in range(4)])
+    assert stats.expected(4, collapse=0.9, optimism=0.0) is None  # collapsed: nothing
     for _ in range(50):
         stats.observe(drafted=2, accepted=0)  # the first draft always rejected: the second never reached
     assert stats.conditional(0) < 0.2 and stats.conditional(1) == 0.5
@@ -106,20 +105,17 @@ def test_running_acceptance_follows_the_prior_then_the_observations():
 
 def test_the_hopeful_yield_takes_each_position_a_deviation_higher_capped_at_the_first_positions():
     stats = RunningAcceptance((0.8, 0.5), weight=2.0, decay=0.9)  # two pseudo-observations of each position
-    totals, spread = [0.0] * 4, [0.0] * 4
-    assert stats.add_emitted(totals, collapse=0.2, spread=spread, optimism=1.0)
+    totals, spread = stats.expected(4, collapse=0.2, optimism=1.0)
     first = (0.8 * 0.2 / (2 + 1 + SURE_OF)) ** 0.5  # the second position's own deviation is larger: capped at this
     hoped = [1.0, 1 + 0.8 + first, 1 + (0.8 + first) * (1 + 0.5 + first), 1 + (0.8 + first) * (1 + 0.5 + first)]
     assert totals == pytest.approx([1.0, 1.8, 2.2, 2.2])  # the estimates themselves unchanged
     assert spread == pytest.approx([(h - t) ** 2 for h, t in zip(hoped, totals, strict=True)])
     stats.relax((0.8, 0.5), 0.5)  # relaxing toward the pooled figures leaves the row's own observations as they were
-    again = [0.0] * 4
-    stats.add_emitted([0.0] * 4, collapse=0.2, spread=again, optimism=1.0)
+    _, again = stats.expected(4, collapse=0.2, optimism=1.0)
     assert again == pytest.approx(spread)
     stats.observe(drafted=2, accepted=0)  # an observation of its own (the first draft rejected): 0.9 * 2 + 1 of them
     p = stats.conditional(0)
-    fewer = [0.0] * 4
-    stats.add_emitted([0.0] * 4, collapse=0.2, spread=fewer, optimism=1.0)
+    _, fewer = stats.expected(4, collapse=0.2, optimism=1.0)  # (its figures of before not kept: the counts moved)
     assert fewer[1] == pytest.approx(p * (1 - p) / (0.9 * 2 + 1 + 1 + SURE_OF))
 
 
@@ -177,8 +173,7 @@ def test_relaxing_lazily_reads_as_relaxing_step_by_step():
         lazy.relax(toward, 0.1)
         for k in range(2):
             reached[k], accepted[k] = 0.9 * reached[k] + 0.1 * 2.0, 0.9 * accepted[k] + 0.1 * 2.0 * toward[k]
-        totals = [0.0] * 3
-        lazy.add_emitted(totals, collapse=0.0)
+        totals, _ = lazy.expected(3, collapse=0.0, optimism=0.0)
         p0, p1 = accepted[0] / reached[0], accepted[1] / reached[1]
         assert totals == pytest.approx([1.0, 1 + p0, 1 + p0 + p0 * p1], rel=1e-12)
     assert (lazy.conditional(0), lazy.conditional(1)) == pytest.approx((p0, p1), rel=1e-12)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# observations an estimate's deviation (RunningAcceptance.add_emitted) counts beyond its row's own, which is also
+# observations an estimate's deviation (RunningAcceptance.expected) counts beyond its row's own, which is also
 # the most the deviation can be: sqrt(p (1 - p) / (n + 1 + SURE_OF)). Without it a new request, at its prior's two
 # pseudo-observations, looked worth a 4-chain at any acceptance until a few steps of its own had shown otherwise (the
 # replay of the H200 traces, Nemotron-3-Nano at batch 1 and 1.2 accepted: 0.92x of plain against 0.94x with 5)
@@ -30,9 +30,11 @@ class RunningAcceptance:
         self.observed = [weight] * len(prior)
         # relax steps not yet applied to the counts, all toward _toward at _rate (relax: applied when read)
         self._idle, self._toward, self._rate = 0, prior, 0.0
+        self._expected: tuple | None = None  # (its arguments, expected()'s answer) until the counts next change
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A chain step: `drafted` drafts offered, the first `accepted` of them kept."""
+        self._expected = None
         self._settle()
         for k in range(min(drafted, accepted + 1, len(self.prior))):  # positions up to the first rejection
             self.reached[k] = self.decay * self.reached[k] + 1.0
@@ -45,6 +47,7 @@ class RunningAcceptance:
         of rejections pushed below its worth comes back to try drafting again. Counted, and applied in closed form
         when the counts are read: n steps toward the same prior keep (1 - rate)^n of the counts (at batch 256 the
         plain steps of adaptive speculation spent ~0.3 ms of Python a step relaxing every row's lists)."""
+        self._expected = None
         if self._idle and (prior != self._toward or rate != self._rate):
             self._settle()
         self._idle, self._toward, self._rate = self._idle + 1, prior, rate
@@ -61,39 +64,43 @@ class RunningAcceptance:
         self._settle()
         return self.accepted[k] / self.reached[k]
 
-    def add_emitted(self, totals: list[float], collapse: float, spread: list[float] | None = None,
-                    optimism: float = 0.0) -> bool:
-        """Add to totals[s], s = 0..len(totals) - 1, the expected tokens a step with a chain of s drafts emits (as
-        expected_emitted), if p[0] >= collapse; -> whether it did. spread: also add to spread[s] the square of what
-        the chain would emit more with each p[k] taken `optimism` deviations higher, the deviation of p[k]'s
-        estimate sqrt(p (1 - p) / (n + 1 + SURE_OF)) after n observations of its own (`observed`), at most the first
-        position's (a later position is reached through the first, so seldom in a collapsed request that its
-        deviation would stay large, and its drafts look worth trying, for ever): how far this row's figure may be
-        short, added over rows in quadrature by the policy (AdaptivePolicy.plan). One pass, no lists: the policy
-        prices every shape of every row each step."""
+    def expected(self, shapes: int, collapse: float, optimism: float) -> tuple[tuple[float, ...], ...] | None:
+        """None if p[0] < collapse (a collapsed row); else, for s = 0..shapes - 1, the expected tokens a step with a
+        chain of s drafts emits (as expected_emitted) and the square of what it would emit more with each p[k] taken
+        `optimism` deviations higher: the deviation of p[k]'s estimate sqrt(p (1 - p) / (n + 1 + SURE_OF)) after n
+        observations of its own (`observed`), at most the first position's (a later position is reached through the
+        first, so seldom in a collapsed request that its deviation would stay large, and its drafts look worth
+        trying, for ever): how far this row's figure may be short, which the policy adds over rows in quadrature
+        (AdaptivePolicy.plan). Kept until the counts next change (observe, relax): the policy prices every shape of
+        every row each step, and a drafting step's plan, between the acceptance read and the next launch while the
+        device idles, finds them worked out by the observe of the step before (which runs while the device
+        verifies)."""
+        arguments = (shapes, collapse, optimism)
+        if self._expected is not None and self._expected[0] == arguments:
+            return self._expected[1]
         accepted, reached, toward = self.accepted, self.reached, self._toward
         positions = len(reached)
         keep = (1 - self._rate) ** self._idle if self._idle else 1.0  # (relax's pending steps, read not applied)
         shift = (1 - keep) * self.weight
         first = (keep * accepted[0] + shift * toward[0]) / (keep * reached[0] + shift) if positions else 0.0
-        if first < collapse:
-            return False
-        totals[0] += 1.0
-        total, reach, hoped, hope, level = 1.0, 1.0, 1.0, 1.0, 1.0
-        for k in range(1, len(totals)):
-            if k <= positions:
-                j = k - 1
-                p = first if k == 1 else (keep * accepted[j] + shift * toward[j]) / (keep * reached[j] + shift)
-                reach *= p
-                total += reach
-                if spread is not None:
+        figures = None
+        if first >= collapse:
+            totals, spread = [1.0], [0.0]
+            total, reach, hoped, hope, level = 1.0, 1.0, 1.0, 1.0, 1.0
+            for k in range(1, shapes):
+                if k <= positions:
+                    j = k - 1
+                    p = first if k == 1 else (keep * accepted[j] + shift * toward[j]) / (keep * reached[j] + shift)
+                    reach *= p
+                    total += reach
                     level = min(level, (p * (1.0 - p) / (self.observed[j] + 1.0 + SURE_OF)) ** 0.5)
                     hope *= min(1.0, p + optimism * level)
                     hoped += hope
-            totals[k] += total
-            if spread is not None:
-                spread[k] += (hoped - total) ** 2
-        return True
+                totals.append(total)
+                spread.append((hoped - total) ** 2)
+            figures = (tuple(totals), tuple(spread))
+        self._expected = (arguments, figures)
+        return figures
 
     def expected_emitted(self, steps: int) -> float:
         """Expected tokens a step with a chain of `steps` drafts emits (the bonus token included):

@@ -56,9 +56,6 @@ POPULATION_DECAY = 0.99
 # steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
 # plain steps, from the third of a run on, and a new bucket's first measurement is dropped: four plain steps)
 MEASURE_FOR = 4
-# rows whose shortfall (RunningAcceptance.add_emitted's spread) a plan adds up, the batch's sum scaled from theirs:
-# ~0.35 ms of Python a step at batch 256 for all of them on a 2-core CPU, ~0.02 for 16
-SPREAD_ROWS = 16
 # the drafting steps a drafter's catch-up is spread over when a drafting shape is priced (CatchUpCost): it is paid
 # once, by the first of a run of drafting steps, and a run lasts at least the steps a measured shape is held for
 CATCH_UP_STEPS = MEASURE_FOR
@@ -189,16 +186,16 @@ class AdaptivePolicy:
         drafting step pays on top of its shape's cost, spread over CATCH_UP_STEPS."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         stats = [self._stats(rid) for rid in request_ids]
-        emitted = [0.0] * (self.config.max_steps + 1)  # per drafts per row: expected tokens of the batch
-        spread = [0.0] * (self.config.max_steps + 1)  # ... and the square of how far they may be short (optimism)
         c = self.config
-        stride = max(1, batch // SPREAD_ROWS)  # (rows sampled for the spread: the rest add their expected tokens only)
-        worth = [s.add_emitted(emitted, c.collapse, spread if i % stride == 0 else None, c.optimism)
-                 for i, s in enumerate(stats)]
-        # each shape compared at its hopeful yield (optimism): rows' shortfalls add in quadrature, so a batch of one
-        # explores a chain that a few unlucky drafts undersold, and a batch of 256 is priced within ~1/16 of a row's
-        scale = batch / max(len(range(0, batch, stride)), 1)
-        emitted = [tokens + (scale * shortfall) ** 0.5 for tokens, shortfall in zip(emitted, spread, strict=True)]
+        figures = [s.expected(c.max_steps + 1, c.collapse, c.optimism) for s in stats]
+        worth = [f is not None for f in figures]
+        kept = [f for f in figures if f is not None] or [((0.0,) * (c.max_steps + 1),) * 2]
+        # per drafts per row: the batch's expected tokens, each shape compared at its hopeful yield (optimism): rows'
+        # shortfalls add in quadrature, so a batch of one explores a chain that a few unlucky drafts undersold, and a
+        # batch of 256 is priced within ~1/16 of a row's
+        tokens = zip(*(f[0] for f in kept), strict=True)  # (columns: a shape's figures over the rows)
+        shortfalls = zip(*(f[1] for f in kept), strict=True)
+        emitted = [sum(t) + sum(v) ** 0.5 for t, v in zip(tokens, shortfalls, strict=True)]
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
         catch_up = self.catch_up.seconds(backlog)
         seconds = {s: self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
@@ -288,9 +285,12 @@ class AdaptivePolicy:
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
         pooled = self._pooled()
+        c = self.config
         for rid, drafts, kept in zip(request_ids, drafted, accepted, strict=True):
             if drafts:
-                self._stats(rid).observe(drafts, kept)
+                stats = self._stats(rid)
+                stats.observe(drafts, kept)
+                stats.expected(c.max_steps + 1, c.collapse, c.optimism)  # (for the next plan: see expected)
                 self.population.observe(drafts, kept)
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
                 self._stats(rid).relax(pooled, 1 - self.config.decay)
