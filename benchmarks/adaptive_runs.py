@@ -1,8 +1,9 @@
 """The table of a folder of repeated adaptive study runs (`REPEATS=N BACKENDS=kvbuffer ACCEPTED=A
 benchmarks/study_on_device.sh MODEL S "1,16,64,128,256:plain speculative adaptive"`: files study_*_accA_rN.json), kept
 apart from BENCHMARKS.md's tables, whose plain and fixed rows sit beside their baseline's: per model, acceptance and
-batch, every run's tokens/s of plain, fixed 4-chains and adaptive, and adaptive against the best of plain and fixed
-as the study's report takes it (each engine's median run, the lower of an even count: benchmarks.study.median_rows).
+batch, every run's tokens/s of plain, fixed 4-chains (if run) and adaptive, and adaptive against the best of plain
+and fixed as the study's report takes it (each engine's median run, the lower of an even count:
+benchmarks.study.median_rows).
 
     python -m benchmarks.adaptive_runs benchmarks/results/adaptive_h200_2026-12-03 --write   # its README.md
 """
@@ -30,12 +31,13 @@ def table(folder: Path) -> list[str]:
     for (model, accepted), rows in groups.items():
         chosen = {(r["mode"], r["batch_size"]): r for r in median_rows(rows)}
         for batch in sorted({b for _, b in chosen}):
-            if any((mode, batch) not in chosen for mode in MODES):
+            if ("plain", batch) not in chosen or ("adaptive", batch) not in chosen:
                 continue
-            plain, fixed, adaptive = (chosen[(mode, batch)] for mode in MODES)
-            runs = [" / ".join(f"{x:.0f}" for x in row.get("runs", [row["tokens_per_second"]]))
+            # (fixed chains may be left out where they are far behind plain decoding: a collapsed acceptance)
+            plain, fixed, adaptive = (chosen.get((mode, batch)) for mode in MODES)
+            runs = [" / ".join(f"{x:.0f}" for x in row.get("runs", [row["tokens_per_second"]])) if row else "—"
                     for row in (plain, fixed, adaptive)]
-            best = max(plain["tokens_per_second"], fixed["tokens_per_second"])
+            best = max(row["tokens_per_second"] for row in (plain, fixed) if row)
             shapes = ", ".join(f"{label} {count}" for label, count in
                                sorted((adaptive.get("shapes") or {}).items(), key=lambda item: -item[1]))
             lines.append(f"| {model} | {accepted} | {batch} | {runs[0]} | {runs[1]} | {runs[2]} | "

@@ -111,6 +111,10 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
     # each engine's lower run of two: adaptive 170 against fixed 180 and plain 90
     assert lines[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 180 / 200 | 170 / 190 | 0.94x | 1.89x | "
                         "chain-4 30, plain 2 |")
+    for path in tmp_path.glob("*_speculative_*"):  # a point run without fixed chains: against plain decoding alone
+        path.unlink()
+    assert table(tmp_path)[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | — | 170 / 190 | 1.89x | 1.89x | "
+                                  "chain-4 30, plain 2 |")
 
 
 def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
