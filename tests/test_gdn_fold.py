@@ -95,3 +95,20 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     tma_pipelined = (f.FOLD_STAGES, f.TMA_FOLD_WARPS, f.TMA_FOLD_BLOCK_V)
     assert f.fold_launch(16, False, f.ENTRIES_NONE, tma=True) == tma_pipelined
     assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True) == looped
+
+
+@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
+def test_the_decodes_token_folds_in_the_pipelined_row_loop(monkeypatch, tma):
+    """benchmarks/probe_gdn_decode_fold.py times the decode + commit with its token folded in the flush's pipelined
+    row loop (fold.fold_launch patched; fold_row_blocks adds the token as a rank-one update): that path against the
+    reference, every row folding and some."""
+    from benchmarks.probe_gdn_decode_fold import pipelined_token_fold
+
+    monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
+    for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V"):  # two V blocks of 16 columns
+        monkeypatch.setattr(fold_module, setting, 16)
+    large_batch_kernels(monkeypatch)
+    with pipelined_token_fold():
+        assert fold_module.fold_launch(16, False, fold_module.ENTRIES_TOKEN)[0] == fold_module.FOLD_STAGES > 1
+        assert check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=19), 1).all()  # every row folds
+        check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=23), 6)  # rows 1 and 4 fold, the others append

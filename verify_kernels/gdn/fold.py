@@ -244,14 +244,20 @@ def fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i
 def fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                     BL: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
-    """fold_row of a flush with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1;
-    fold_launch runs it for flushes alone)."""
-    tl.static_assert(ENTRIES == 0, "the pipelined row loop folds flushes alone (fold_launch)")
+    """fold_row with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1), for a flush
+    or the decode's token (fold_launch runs it for flushes; benchmarks/probe_gdn_decode_fold.py times the decode's
+    fold step with it, the step in which every row of a plain-decoding batch folds)."""
+    tl.static_assert(ENTRIES != 2, "the pipelined row loop folds a flush or the decode's token")
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
-    return fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
-                             SPLIT)
+    b_s = fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
+                            SPLIT)
+    if ENTRIES == 1:  # the token, node 0 of k [B, 1, H, K] and u [B, 1, HV, V]: the last entry (decay e^0), rank one
+        b_ak = tl.load(k + (i_b * T * H + i_hk) * K + o_k).to(tl.float32)
+        b_au = tl.load(u + (i_b * T * HV + i_h) * V + o_v).to(tl.float32)
+        b_s += b_ak[:, None] * b_au[None, :]
+    return b_s
 
 
 @triton.jit
