@@ -60,11 +60,16 @@ def decode_rows(batches, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list
     return rows
 
 
-def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list[dict]:
+def decode_workload(batch: int, flush_length: int) -> tuple[int, Pools, TokenInputs, list[torch.Tensor]]:
+    """A decode step's inputs over >= 2 GiB of states: (rotations, pools of `flush_length`-entry buffers, one token
+    per row of each rotation, each rotation's slots)."""
     rotations = rotations_for(batch * STATE_BYTES)
-    pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (HV, K, V), (H, K), (HV, V), HV)
-    x = TokenInputs(rotations, batch, 1)
-    slots = [rotation_slots(r, batch) for r in range(rotations)]
+    pools = Pools.make(rotations * batch, flush_length, (HV, K, V), (H, K), (HV, V), HV)
+    return rotations, pools, TokenInputs(rotations, batch, 1), [rotation_slots(r, batch) for r in range(rotations)]
+
+
+def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list[dict]:
+    rotations, pools, x, slots = decode_workload(batch, ENGINE_FLUSH_LENGTH)
     one_token = [(x.q32[r, :, 0], x.k32[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0])
                  for r in range(rotations)]
 

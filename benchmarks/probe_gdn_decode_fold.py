@@ -60,8 +60,7 @@ def fold_step_error(pools, token, slots: torch.Tensor, L: int) -> float:
 
 def main() -> None:
     from benchmarks import gdn
-    from benchmarks.inputs import Pools, rotation_slots
-    from benchmarks.timing import rotations_for, time_calls
+    from benchmarks.timing import time_calls
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256, 512])
@@ -71,10 +70,7 @@ def main() -> None:
           "amortised us, looped | amortised us, pipelined fold step | fold steps' max rel. difference |")
     print("|---|---|---|---|---|---|---|---|")
     for batch in args.batches:
-        rotations = rotations_for(batch * gdn.STATE_BYTES)
-        pools = Pools.make(rotations * batch, L, (gdn.HV, gdn.K, gdn.V), (gdn.H, gdn.K), (gdn.HV, gdn.V), gdn.HV)
-        x = gdn.TokenInputs(rotations, batch, 1)
-        slots = [rotation_slots(r, batch) for r in range(rotations)]
+        rotations, pools, x, slots = gdn.decode_workload(batch, L)
         token = [(x.q32[r, :, 0], x.k32[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0])
                  for r in range(rotations)]
         error = fold_step_error(pools, token[0], slots[0], L)

@@ -15,8 +15,7 @@ from functools import partial
 import torch
 
 from benchmarks import gdn
-from benchmarks.inputs import Pools, rotation_slots
-from benchmarks.timing import rotations_for, time_calls
+from benchmarks.timing import time_calls
 from verify_kernels.gdn import gdn_decode, gdn_decode_commit
 
 
@@ -33,10 +32,7 @@ def main() -> None:
     L = gdn.ENGINE_FLUSH_LENGTH
     print("| batch | keys | order | S0 read us | decode + commit us |\n|---|---|---|---|---|")
     for batch in args.batches:
-        rotations = rotations_for(batch * gdn.STATE_BYTES)
-        pools = Pools.make(rotations * batch, L, (gdn.HV, gdn.K, gdn.V), (gdn.H, gdn.K), (gdn.HV, gdn.V), gdn.HV)
-        x = gdn.TokenInputs(rotations, batch, 1)
-        slots = [rotation_slots(r, batch) for r in range(rotations)]
+        rotations, pools, x, slots = gdn.decode_workload(batch, L)
         keys = {"bf16": (x.q, x.k), "fp32": (x.q32, x.k32)}
         for order in (("bf16", "fp32"), ("fp32", "bf16")):
             for name in order:

@@ -1,6 +1,7 @@
 """Adaptive speculation: the policy on synthetic acceptance and cost traces (off when acceptance collapses, back on
-through probing, longer chains when drafting is cheap, none when dear), its step cost model, and the engine with it:
-greedy outputs of the shipped Qwen3.5 pair unchanged, chosen shapes counted in the stats and the eval summary."""
+through probing, longer chains when drafting is cheap, none when dear, a request alone exploring what its first drafts
+undersold), and the engine with it: greedy outputs of the shipped Qwen3.5 pair unchanged, chosen shapes counted in
+the stats and the eval summary. The step cost model: tests/test_adaptive_step_cost.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from specdec.presets import SHIPPED_DIR
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, PlannedStep, RunningAcceptance, StepCost
 from specdec.speculation.adaptive.acceptance_stats import SURE_OF
 from specdec.speculation.adaptive.policy import PROBE_BACKOFF
-from specdec.speculation.adaptive.step_cost import CatchUpCost
 from tests.test_shipped_models import held_out_text
 
 NEW_TOKENS = 20
@@ -179,102 +179,6 @@ def test_relaxing_lazily_reads_as_relaxing_step_by_step():
     assert (lazy.conditional(0), lazy.conditional(1)) == pytest.approx((p0, p1), rel=1e-12)
 
 
-def test_step_cost_drops_the_warm_up_ignores_stalls_and_borrows_factors():
-    cost = StepCost(prior=lambda batch, width, context: 1e-3 * width, window=5, clip=3.0)
-    cost.observe(4, 2, 0.0, 1.0)  # warm-up (a graph capture): dropped
-    assert cost.seconds(4, 2, 0.0) == pytest.approx(2e-3)
-    cost.observe(4, 2, 0.0, 4e-3)  # twice the prior
-    assert cost.seconds(4, 2, 0.0) == pytest.approx(4e-3)
-    cost.observe(4, 2, 0.0, 1.0)  # a stall (clipped to 12 ms): over twice the lower median, left out of the mean
-    assert cost.seconds(4, 2, 0.0) == pytest.approx(4e-3)
-    cost.observe(4, 2, 0.0, 5e-3)  # a step that folds buffers, say: 1.25x the others, kept in the mean
-    assert cost.seconds(4, 2, 0.0) == pytest.approx(4.5e-3)  # the mean of 4 and 5, the stall left out
-    for _ in range(5):
-        cost.observe(4, 2, 0.0, 3e-3)  # the cost drifts down: the window of 5 follows it
-    assert cost.seconds(4, 2, 0.0) == pytest.approx(3e-3)
-    assert cost.factor(8, 2) == cost.factor(4, 2)  # same width, nearest bucket
-    assert cost.factor(4, 5) == cost.factor(4, 2)  # same bucket, nearest width
-    assert cost.factor(16, 5) == cost.factor(4, 2)
-    with pytest.raises(ValueError, match="window"):
-        StepCost(window=0)
-    with pytest.raises(ValueError, match="stall"):
-        StepCost(stall=1.0)
-
-
-def test_a_cost_that_varies_within_a_flush_cycle_is_priced_at_its_mean():
-    """Rows decoding together fold their buffers together: three steps of every 16 cost 1.4x (Qwen3.5-9B, 256 rows on
-    the H200: 16.7 against 11.9 ms). What the steps cost in a run is their mean, whichever of them the window holds
-    last (the lower median of the last five priced plain decoding at its fold steps, and 1-chains won for good)."""
-    cost = StepCost(prior=lambda batch, width, context: 1e-3)
-    times = ([12e-3] * 13 + [16.8e-3] * 3) * 3
-    for seconds in times:
-        cost.observe(256, 1, 0.0, seconds)
-    assert cost.seconds(256, 1, 0.0) == pytest.approx(sum(times[-16:]) / 16)  # 12.9 ms, the amortised cost
-
-
-def test_a_step_is_priced_at_the_rows_its_graph_runs():
-    """A shrinking batch's step of 229 requests replays the graph of 256 and costs what 256 rows cost: priced at its
-    own rows, the prior (linear in the rows here) would take the step for 12% dearer than its like and teach the
-    bucket that factor (the H200 study of 2026-12-04, Qwen3.5-9B at batch 256)."""
-    def graph(rows):
-        return 256 if rows > 192 else rows
-
-    for rows, factor in ((graph, 1.0), (lambda rows: rows, 256 / 229)):
-        cost = StepCost(prior=lambda batch, width, context: 1e-5 * batch, rows=rows)
-        for _ in range(3):  # (the first measurement is the warm-up's)
-            cost.observe(229, 1, 0.0, 2.56e-3)  # the graph of 256 rows, at its prior
-        assert cost.factor(256, 1) == pytest.approx(factor)
-        assert cost.seconds(256, 1, 0.0) == pytest.approx(2.56e-3 * factor)  # the full batch's step, after the tail
-    policy = AdaptivePolicy(prior=lambda batch, width, context: 1e-5 * batch * width, step_rows=graph)
-    plan = policy.plan(list(range(229)), [100] * 229)
-    assert policy._bucket(229) == 256 and len(plan.drafting) == 229
-
-
-def test_roofline_prior_is_interpolated_between_powers_of_two(monkeypatch):
-    """The policy prices every batch of a shrinking tail: the roofline is computed on the grid 1, 2, 3, 4, 6, 8, ...
-    only, and a batch between its points lies on the chord, within 8% of its own roofline (Qwen3.5-9B and
-    Nemotron-3-Nano shapes, 4 layers; the worst: where the GEMMs turn compute-bound)."""
-    from specdec.eval import step_cost
-    from specdec.eval.roofline import Workload, roofline
-    from specdec.models.real_shapes import SHAPES
-
-    real = step_cost.roofline
-    for name in ("qwen3.5-9b", "nemotron-3-nano"):
-        config = SHAPES[name][0](4)
-        calls = []
-        monkeypatch.setattr(step_cost, "roofline", lambda *a, calls=calls: calls.append(a[1].batch) or real(*a))
-        prior = step_cost.roofline_step_cost(config, step_cost.H200)
-        for batch in range(1, 257):
-            seconds = prior(batch, 3, 200.0)
-            exact = roofline(config, Workload(batch=batch, nodes=3, flush_length=16, context=256.0), step_cost.H200)
-            assert seconds == pytest.approx(exact.ms_per_step / 1e3, rel=0.08)
-        assert sorted(set(calls)) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
-        assert len(calls) == 16
-
-
-def test_prepare_prices_every_step_of_the_run_ahead(monkeypatch):
-    """After the warm-up's prepare, planning any batch up to its rows at any context of the run computes no
-    roofline: those ran on the step's critical path (tail steps of 16-40 ms against ~12 on the H200)."""
-    from specdec.eval import step_cost
-    from specdec.models.real_shapes import SHAPES
-
-    real = step_cost.roofline
-    calls = []
-    monkeypatch.setattr(step_cost, "roofline", lambda *a: calls.append(a[1]) or real(*a))
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4),
-                            prior=step_cost.roofline_step_cost(SHAPES["nemotron-3-nano"][0](4), step_cost.H200))
-    policy.prepare(16, 100, 200)
-    prepared = len(calls)
-    assert prepared > 0
-    for batch in range(1, 17):
-        for context in (100, 127, 128, 150, 200):
-            policy.plan(list(range(batch)), [context] * batch)
-            policy.observe(list(range(batch)), [0] * batch, [0] * batch, None)
-    assert len(calls) == prepared
-    policy.plan(list(range(40)), [300] * 40)  # beyond the prepared batches and contexts: priced when it comes
-    assert len(calls) > prepared
-
-
 def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():
     """A cost borrowed from another bucket can be far off, and only a shape that runs corrects its own: here plain
     steps cost 1.6x the prior at batch 16 (borrowed at batch 128) and 1x at 128, where drafts are never accepted.
@@ -407,21 +311,6 @@ def test_a_step_told_without_seconds_teaches_no_cost():
     policy.plan([0, 1], [10, 10])
     policy.observe([0, 1], [0, 0], [0, 0], None)
     assert policy.steps == 1 and not policy.cost.samples and not policy.last_measured
-
-
-def test_catch_up_cost_is_affine_in_the_backlog():
-    cost = CatchUpCost()
-    assert cost.seconds(100) == 0.0  # nothing sampled: free
-    for tokens in (20, 400, 30, 350):  # 5 ms a read + 0.1 ms a token (a draft forward's overhead, then its tokens)
-        cost.observe(tokens, 5e-3 + 1e-4 * tokens)
-    assert cost.fit() == pytest.approx((5e-3, 1e-4))
-    assert cost.seconds(200) == pytest.approx(25e-3) and cost.seconds(0) == 0.0
-    one = CatchUpCost()
-    one.observe(50, 10e-3)
-    one.observe(50, 14e-3)
-    assert one.seconds(100) == pytest.approx(24e-3)  # one token count: proportional to the mean excess
-    one.observe(60, -5e-3)  # (a step faster than its shape's cost: no catch-up, not a negative one)
-    assert one.samples[-1] == (60, 0.0)
 
 
 def measured_policy(plain_ms: float, chain_ms: float) -> AdaptivePolicy:
