@@ -353,6 +353,8 @@ def test_adaptive_speculation_takes_chains_only():
         EngineConfig.from_flags(topk=2, speculation="adaptive")
     with pytest.raises(ValueError, match="speculation must be one of"):
         EngineConfig.from_flags(speculation="sometimes")
+    with pytest.raises(ValueError, match="optimism >= 0"):
+        AdaptiveConfig(optimism=-1.0)
 
 
 @pytest.fixture(scope="module")

@@ -92,8 +92,8 @@ class AdaptiveConfig:
             raise ValueError(f"chain lengths must lie in [1, max_steps={self.max_steps}], got {self.chains}")
         if not self.prior_acceptance or not all(0.0 <= p <= 1.0 for p in self.prior_acceptance):
             raise ValueError(f"prior_acceptance needs values in [0, 1], got {self.prior_acceptance}")
-        if not 0.0 < self.decay < 1.0 or self.prior_weight <= 0 or self.probe_every < 1:
-            raise ValueError("need 0 < decay < 1, prior_weight > 0 and probe_every >= 1")
+        if not 0.0 < self.decay < 1.0 or self.prior_weight <= 0 or self.probe_every < 1 or self.optimism < 0:
+            raise ValueError("need 0 < decay < 1, prior_weight > 0, probe_every >= 1 and optimism >= 0")
 
     @property
     def chain_lengths(self) -> tuple[int, ...]:
