@@ -5,7 +5,7 @@ batch, every run's tokens/s of plain, fixed 4-chains (if run) and adaptive, and 
 and fixed as the study's report takes it (each engine's median run, the lower of an even count:
 benchmarks.study.median_rows).
 
-    python -m benchmarks.adaptive_runs benchmarks/results/adaptive_h200_2026-12-03 --write   # its README.md
+    python -m benchmarks.adaptive_runs benchmarks/results/adaptive_h200_2026-12-04k --write   # its README.md
 """
 
 from __future__ import annotations
