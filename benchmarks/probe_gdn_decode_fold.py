@@ -1,15 +1,14 @@
-"""Probe: the GDN decode's fold step with its fold in the flush's pipelined row loop. Issue 15's GDN decode target
-(amortised over a 16-token flush, >= 1.9x fla's fused_recurrent at batch >= 128) is missed by its fold step: at batch
-256 the step in which every row's buffer is full took 739 us against 171 for a step at the mean fill and 371 for a
-flush of the same buffers (the kernel table of 2026-12-04), because the decode + commit folds in the commits' looped
-row (fold.fold_launch: kept for commits because most fold few rows), where the flush runs the pipelined row loop.
-Plain decoding's rows fold in lockstep, and the engine knows on the host which rows fold in a step
-(StepGraphs.decode: cache.prepare_commit), so it could replay a decode graph whose fold runs the pipelined loop in the
-steps where every row folds. Before that plumbing, this measures what it would buy: in one process, at Qwen3.5-9B
-shapes (CUDA graphs, states rotated over >= 2 GiB, fp32 keys as the engine's decode), the decode + commit at the mean
-fill, its fold step as the engine runs it and with the pipelined loop (fold.fold_launch patched for the token's
-entry: fold.fold_row_blocks folds it as a rank-one update), the flush alone, and the amortised decode both ways; and
-checks that the two fold steps agree (S0 and the output from the same pools).
+"""Probe: the GDN decode's fold step, in which every row's buffer fills, launched as the engine ran it before
+2026-12-04 (the decode + commit's fold in the commits' looped row, fold.fold_launch: kept for decode steps in which
+few rows fold) and with every_row_folds (the flush's pipelined row loop, fold_row_blocks folding the token as a
+rank-one update), which the engine now launches in such steps (plain decoding's rows in lockstep: StepGraphs
+captures a decode graph of its own for them). Issue 15's GDN decode target (amortised over a 16-token flush,
+>= 1.9x fla's fused_recurrent at batch >= 128) was missed by this step: at batch 256 it took 739 us against 171 for
+a step at the mean fill and 371 for a flush of the same buffers (the kernel table of 2026-12-04). In one process,
+at Qwen3.5-9B shapes (CUDA graphs, states rotated over >= 2 GiB, fp32 keys as the engine's decode): the decode +
+commit at the mean fill, its fold step both ways, the flush alone, and the amortised decode both ways; and a check
+that the two fold steps agree (S0 and the output from the same pools). The H200, 2026-12-04: 729 -> 538 us at
+batch 256, amortised 209 -> 197.
 
     python -m benchmarks.probe_gdn_decode_fold --batches 64 128 256 512
 """
@@ -17,40 +16,23 @@ checks that the two fold steps agree (S0 and the output from the same pools).
 from __future__ import annotations
 
 import argparse
-import contextlib
 from functools import partial
 
 import torch
 
-from verify_kernels.gdn import fold, gdn_decode_commit, gdn_flush
-
-
-@contextlib.contextmanager
-def pipelined_token_fold():
-    """fold.fold_launch with the decode's token entries folded in the flush's pipelined row loop (its tile, warps and
-    stages; S0 through TMA where the flush's is)."""
-    launch = fold.fold_launch
-
-    def patched(L: int, append: bool, entries: int, tma: bool = False) -> tuple[int, int, int]:
-        return launch(L, append, fold.ENTRIES_NONE if entries == fold.ENTRIES_TOKEN else entries, tma)
-
-    fold.fold_launch = patched
-    try:
-        yield
-    finally:
-        fold.fold_launch = launch
+from verify_kernels.gdn import gdn_decode_commit, gdn_flush
 
 
 def fold_step_error(pools, token, slots: torch.Tensor, L: int) -> float:
     """Max relative difference of S0 and the output between the two fold steps, each run from the same pools."""
     saved = [t.clone() for t in pools.args()]
     results = []
-    for context in (contextlib.nullcontext(), pipelined_token_fold()):
+    for every_row_folds in (False, True):
         for tensor, copy in zip(pools.args(), saved, strict=True):
             tensor.copy_(copy)
         pools.buf_len[slots] = L - 1
-        with context:
-            out, _ = gdn_decode_commit(*token, pools.state, slots, *pools.args()[1:], slots, L, flushed=False)
+        out, _ = gdn_decode_commit(*token, pools.state, slots, *pools.args()[1:], slots, L, flushed=False,
+                                   every_row_folds=every_row_folds)
         results.append((out.clone(), pools.state[slots].clone()))
     for tensor, copy in zip(pools.args(), saved, strict=True):
         tensor.copy_(copy)
@@ -74,14 +56,14 @@ def main() -> None:
         token = [(x.q32[r, :, 0], x.k32[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0])
                  for r in range(rotations)]
         error = fold_step_error(pools, token[0], slots[0], L)
-        decode = [partial(gdn_decode_commit, *token[r], pools.state, slots[r], *pools.args()[1:], slots[r], L,
-                          flushed=False) for r in range(rotations)]
+        decode, folding = ([partial(gdn_decode_commit, *token[r], pools.state, slots[r], *pools.args()[1:], slots[r], L,
+                                    flushed=False, every_row_folds=every) for r in range(rotations)]
+                            for every in (False, True))
         pools.buf_len.fill_((L - 2) // 2)
         step = time_calls(decode) * 1e6
         pools.buf_len.fill_(L - 1)
         looped = time_calls(decode) * 1e6
-        with pipelined_token_fold():
-            pipelined = time_calls(decode) * 1e6
+        pipelined = time_calls(folding) * 1e6
         pools.buf_len.fill_(L)
         flush = time_calls([partial(gdn_flush, pools.state, slots[r], *pools.args()[1:], slots[r])
                             for r in range(rotations)]) * 1e6

@@ -46,6 +46,9 @@ class MixerOps:
     flush: Callable
     chunk_prefill: Callable
     decode_commit: Callable  # plain decoding: decode, then commit of that token, in one op
+    # ... launched for a step in which every row's buffer fills (plain decoding's rows in lockstep), where that
+    # launch differs (the GDN kernels: the fold in the flush's pipelined row loop); None: decode_commit serves
+    decode_commit_folding: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,8 @@ def gdn_ops(backend: str) -> MixerOps:
                         partial(decode_then_commit, gdn.gdn_decode_ref, gdn.gdn_commit_ref, 1))
     # the cache reads no op's flushed rows (it knows them on the host): not computed, three launches per layer less
     return MixerOps(gdn.gdn_decode, gdn.gdn_verify, partial(gdn.gdn_commit, flushed=False), gdn.gdn_flush,
-                    gdn.gdn_chunk_prefill_ref, partial(gdn.gdn_decode_commit, flushed=False))
+                    gdn.gdn_chunk_prefill_ref, partial(gdn.gdn_decode_commit, flushed=False),
+                    partial(gdn.gdn_decode_commit, flushed=False, every_row_folds=True))
 
 
 def gdn_chunk_prefill(backend: str, dtype: torch.dtype) -> Callable:

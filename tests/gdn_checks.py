@@ -167,14 +167,16 @@ def check_decode(b: Batch, device: str = DEVICE, tol: float = TOL) -> None:
     assert_pools_close(pools, b.pools, tol=0)                      # decode writes nothing
 
 
-def check_decode_commit(b: Batch, flush_length: int, device: str = DEVICE, tol: float = TOL) -> torch.Tensor:
-    """gdn_decode_commit against gdn_decode_ref then gdn_commit_ref of the token; returns flushed."""
+def check_decode_commit(b: Batch, flush_length: int, device: str = DEVICE, tol: float = TOL,
+                        every_row_folds: bool = False) -> torch.Tensor:
+    """gdn_decode_commit (every_row_folds: its launch for steps in which every row folds) against gdn_decode_ref
+    then gdn_commit_ref of the token; returns flushed."""
     B = len(b.num_nodes)
     one, node0 = torch.ones(B, dtype=torch.long), torch.zeros(B, 1, dtype=torch.long)
     ref_pools = clone(b.pools)
     ref_pools.before_commit(one, flush_length)                     # rows about to fold get a zeroed state slot
     pools = for_kernel(ref_pools, device)
-    o, flushed = gdn_decode_commit(*to(b.token, device), *pools.args(), flush_length)
+    o, flushed = gdn_decode_commit(*to(b.token, device), *pools.args(), flush_length, every_row_folds=every_row_folds)
     o_ref, u_ref, gcum_ref = gdn_decode_ref(*b.token, *ref_pools.args())
     k = b.token[1][:, None]
     flushed_ref = gdn_commit_ref(k, u_ref[:, None], gcum_ref[:, None], node0, one, *ref_pools.args(), flush_length)

@@ -304,6 +304,75 @@ def test_adaptive_static_steps_replay_the_chosen_width_and_generate_the_plain_to
     assert engine.runner.cache.free_request_slots == 3 - 1
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+def test_decode_steps_in_which_every_row_folds_run_the_folding_op(tmp_path, monkeypatch, static):
+    """Plain decoding of requests in lockstep (equal prompts): the steps in which every real row's buffer fills
+    launch the ops' decode_commit_folding (the GDN kernels' fold in the flush's pipelined row loop; the CPU's
+    reference ops have none, so a recording copy of decode_commit stands in for it), the others decode_commit, on
+    the plain path and on the static one (StepGraphs: a folding step of its own per bucket where the cache's ops
+    differ, KVBufferCache.decode_folds_apart); and the tokens are plain decoding's."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(cuda_graphs, "MIN_KV_LEN", 16)
+    save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=8)
+    prompt, flush_length = [5, 9, 11, 2, 7], 3
+    plain = engine_for(tmp_path, None, flush_length, cuda_graphs=False)
+    expected = [r.output for r in [plain.add_request(prompt, SamplingParams(), 12) for _ in range(2)]]
+    plain.run()
+    engine = engine_for(tmp_path, None, flush_length, cuda_graphs=False)
+    assert not engine.runner.cache.decode_folds_apart  # (the reference ops: one launch for every decode step)
+    calls = []  # (op, whether every real row folds)
+
+    def recording(op, name):
+        def call(*args):
+            buf_len, req_slots = args[10], args[11]
+            real = torch.ones_like(req_slots, dtype=torch.bool)
+            if static:  # (the padding rows: the padding slot's, never folding)
+                real = req_slots != engine.runner.decode_graphs.padding_slot
+            calls.append((name, bool((buf_len[req_slots[real]] + 1 >= flush_length).all())))
+            return op(*args)
+        return call
+
+    for layer in engine.runner.cache.linear:
+        ops = layer.linear_state.ops
+        layer.linear_state.ops = replace(ops, decode_commit=recording(ops.decode_commit, "decode_commit"),
+                                         decode_commit_folding=recording(ops.decode_commit, "folding"))
+    assert engine.runner.cache.decode_folds_apart
+    if static:
+        static_steps(engine)
+        assert engine.runner.decode_graphs._decode_folds_apart
+    requests = [engine.add_request(prompt, SamplingParams(), 12) for _ in range(2)]
+    engine.run()
+    assert [r.output for r in requests] == expected
+    folding = [every for name, every in calls if name == "folding"]
+    assert folding and all(folding), "the folding op runs in the steps in which every row folds, and only there"
+    assert not any(every for name, every in calls if name == "decode_commit")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_captured_folding_decode_steps_generate_what_the_other_launch_generates(tmp_path):
+    """On the GPU the GDN decode + commit has a launch of its own for steps in which every row folds: requests in
+    lockstep through captured graphs (a folding graph per bucket) generate what eager steps that never use that
+    launch generate."""
+    from dataclasses import replace
+
+    save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=8)
+    prompt = [5, 9, 11, 2, 7]
+    outputs = []
+    for graphs in (False, True):
+        engine = engine_for(tmp_path, None, 3, cuda_graphs=graphs, device="cuda")
+        assert engine.runner.cache.decode_folds_apart
+        if not graphs:  # (the reference run: every decode step through decode_commit)
+            for layer in engine.runner.cache.linear:
+                layer.linear_state.ops = replace(layer.linear_state.ops, decode_commit_folding=None)
+        requests = [engine.add_request(prompt, SamplingParams(), 24) for _ in range(3)]
+        engine.run()
+        outputs.append([r.output for r in requests])
+    assert any(step.folding_graph is not None for step in engine.runner.decode_graphs._steps.values())
+    assert outputs[1] == outputs[0]
+
+
 @pytest.mark.skipif(CUDA, reason="checks the CPU's answer")
 def test_graphs_are_off_without_a_gpu(tmp_path):
     save_tiny(qwen35_text_config(), tmp_path, seed=1)

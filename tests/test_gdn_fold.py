@@ -98,17 +98,19 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
 
 
 @pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
-def test_the_decodes_token_folds_in_the_pipelined_row_loop(monkeypatch, tma):
-    """benchmarks/probe_gdn_decode_fold.py times the decode + commit with its token folded in the flush's pipelined
-    row loop (fold.fold_launch patched; fold_row_blocks adds the token as a rank-one update): that path against the
-    reference, every row folding and some."""
-    from benchmarks.probe_gdn_decode_fold import pipelined_token_fold
-
+def test_the_decodes_token_folds_in_the_pipelined_row_loop_where_every_row_folds(monkeypatch, tma):
+    """gdn_decode_commit(every_row_folds=True), plain decoding's step in which every row's buffer fills (the engine
+    knows it on the host): the token folds in the flush's pipelined row loop (fold_row_blocks adds it as a rank-one
+    update) against the reference, every row folding; and, since the flag only picks the launch, rows that append
+    beside those that fold come out right too."""
+    f = fold_module
+    assert f.fold_launch(16, False, f.ENTRIES_TOKEN, every_row_folds=True)[0] == f.FOLD_STAGES > 1
+    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, every_row_folds=True)[0] == 1  # (a commit's: looped)
     monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
     for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V"):  # two V blocks of 16 columns
         monkeypatch.setattr(fold_module, setting, 16)
     large_batch_kernels(monkeypatch)
-    with pipelined_token_fold():
-        assert fold_module.fold_launch(16, False, fold_module.ENTRIES_TOKEN)[0] == fold_module.FOLD_STAGES > 1
-        assert check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=19), 1).all()  # every row folds
-        check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=23), 6)  # rows 1 and 4 fold, the others append
+    batch = make_batch(DIMS["k32-hv2"], ROWS, seed=19)
+    assert check_decode_commit(batch, 1, every_row_folds=True).all()  # every row folds
+    flushed = check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=23), 6, every_row_folds=True)
+    assert 0 < flushed.sum() < len(ROWS)  # (some rows fold, the others append)

@@ -91,11 +91,14 @@ class KVBufferState:
 
     def decode_commit(self, ctx, inputs: MixerInputs, buf_len: torch.Tensor) -> torch.Tensor:
         """A plain decoding step, committed as it is scored (one fused op): each row's token appended to its
-        buffer, or the buffer and the token folded into its state (whose slot the cache took beforehand).
+        buffer, or the buffer and the token folded into its state (whose slot the cache took beforehand); a step in
+        which every row folds (ctx.every_row_folds) through the op's launch for that, where it has one.
         -> outputs [B, 1, heads, head_dim] fp32."""
         pool = self.pool
         pools = (pool.state, ctx.state_slots, *pool.buffers(buf_len), ctx.req_slots)
-        out, _ = self.ops.decode_commit(*inputs.args(node=0), *pools, pool.flush_length)
+        folding = ctx.every_row_folds and self.ops.decode_commit_folding is not None
+        op = self.ops.decode_commit_folding if folding else self.ops.decode_commit
+        out, _ = op(*inputs.args(node=0), *pools, pool.flush_length)
         return out[:, None]
 
     def commit(self, scratch: TreeScratch, ctx, accepted: torch.Tensor, num_accepted: torch.Tensor,

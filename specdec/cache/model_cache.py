@@ -182,7 +182,15 @@ class KVBufferCache:
         folds = self.prepare_commit(batch.req_slots, [1] * len(batch.req_slots), [True] * len(batch.req_slots))
         ctx = self.begin_step(batch, kv_len)
         ctx.commit_in_forward = True
+        ctx.every_row_folds = bool(folds) and all(folds)
         return ctx, folds
+
+    @property
+    def decode_folds_apart(self) -> bool:
+        """Whether a decode step in which every row folds launches other ops than the others (a linear layer's
+        MixerOps.decode_commit_folding): CUDA graphs then capture a decode step of each kind."""
+        return any(getattr(layer.linear_state.ops, "decode_commit_folding", None) is not None
+                   for layer in self.linear)
 
     def finish_decode(self, slots: list[int], folds: list[bool]) -> None:
         """After a decode step's forward: committed lengths and buffer fills (finish_commit of one node per row)."""

@@ -140,6 +140,9 @@ class StepContext:
     # plain decoding (one node per row, accepted by construction): the layers commit as they score, and no commit
     # follows; the cache took the state slots of the rows that fold before the step (KVBufferCache.begin_decode)
     commit_in_forward: bool = False
+    # ... and every row's buffer fills in it (plain decoding's rows in lockstep: known on the host, from
+    # prepare_commit), so the linear layers launch their ops' decode_commit_folding where they have one
+    every_row_folds: bool = False
     # conv width -> conv_window_sources [B, T, width - 1]: computed by the step's first conv layer (a few small
     # ops, captured with the step), read by the others; the tree conv then loads each window column at once
     # instead of walking W - 1 parent pointers in every layer

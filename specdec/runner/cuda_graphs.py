@@ -113,6 +113,9 @@ class _Bucket:
     features: torch.Tensor | None = None  # [bucket, T, F]: the runner's feature_layers
     forward_graph: torch.cuda.CUDAGraph | None = None
     commit_graph: torch.cuda.CUDAGraph | None = None
+    # a decode bucket's forward for the steps in which every row folds (StepContext.every_row_folds), where the
+    # cache launches other ops for them (KVBufferCache.decode_folds_apart)
+    folding_graph: torch.cuda.CUDAGraph | None = None
 
 
 @dataclass
@@ -125,8 +128,9 @@ class GraphStep:
 
 class StepGraphs:
     """Scores verify steps of one runner through CUDA graphs and commits them through their own graph; or, at width
-    1 (plain decoding, `decodes`), runs decode steps that commit in their forward, one graph per bucket. Takes one
-    request slot of the runner's cache for the padding rows, for as long as it lives.
+    1 (plain decoding, `decodes`), runs decode steps that commit in their forward, one graph per bucket (and a
+    second for the steps in which every row folds, where their ops differ: KVBufferCache.decode_folds_apart). Takes
+    one request slot of the runner's cache for the padding rows, for as long as it lives.
 
     widths: the step widths it captures, `width` (the widest) and those set_widths adds; replays: forward replays
     per width (what the steps ran, for tests and benchmarks). share: other graphs of the runner whose padding slot
@@ -144,6 +148,8 @@ class StepGraphs:
         self.width = width
         self.decodes = width == 1
         self.capture = capture
+        # decode steps in which every row folds run other ops (their own graph per bucket: _Bucket.folding_graph)
+        self._decode_folds_apart = self.decodes and self.cache.decode_folds_apart
         self.padding_slot = self.cache.allocate_request() if share is None else share.padding_slot
         self.layouts = {width: _Layout(width, self.padding_slot)}
         self.replays: Counter[int] = Counter()
@@ -217,6 +223,13 @@ class StepGraphs:
             if not self.decodes:
                 self._commit(step)
             self._logits_out(bucket, width)  # (the shared logits buffer allocated now, outside the capture)
+            if self._decode_folds_apart:
+                # first, so that the bucket's context and outputs stay the common step's (the logits: one buffer)
+                self._forward(step, every_row_folds=True)
+                torch.cuda.synchronize()
+                step.folding_graph = torch.cuda.CUDAGraph()
+                with torch.inference_mode(), torch.cuda.graph(step.folding_graph, pool=self._pool):
+                    self._forward(step, shared_logits=True, every_row_folds=True)
             torch.cuda.synchronize()
             step.forward_graph = torch.cuda.CUDAGraph()
             with torch.inference_mode(), torch.cuda.graph(step.forward_graph, pool=self._pool):
@@ -238,10 +251,11 @@ class StepGraphs:
         return self._logits[: rows * width * self._vocab].view(rows, width, self._vocab)
 
     @torch.inference_mode()
-    def _forward(self, step: _Bucket, shared_logits: bool = False) -> None:
+    def _forward(self, step: _Bucket, shared_logits: bool = False, every_row_folds: bool = False) -> None:
         """The captured forward: unpack the inputs, build the context, run the model and the LM head (and, for
-        decode steps, commit their nodes in the layers). shared_logits: the logits into the shared buffer (the
-        capture and the static steps run eagerly; a warm-up allocates its own, before the buffer's size is known)."""
+        decode steps, commit their nodes in the layers; every_row_folds: a decode step in which every row folds).
+        shared_logits: the logits into the shared buffer (the capture and the static steps run eagerly; a warm-up
+        allocates its own, before the buffer's size is known)."""
         lay, x = step.layout, step.inputs
         bucket = x.shape[0]
         seq_lens = x[:, lay.seq_len].contiguous()
@@ -256,6 +270,7 @@ class StepGraphs:
             ancestors=tree, kv_len=step.kv_len,
             chunk_rows=torch.zeros(0, dtype=torch.long, device=x.device),
             tree_rows=torch.arange(bucket, device=x.device), commit_in_forward=self.decodes,
+            every_row_folds=every_row_folds,
         )
         # decode steps read each row's newest token on the device (the runner keeps it: the host need not know it)
         tokens = self.runner.tokens[step.ctx.req_slots][:, None] if self.decodes else x[:, lay.tokens].contiguous()
@@ -293,14 +308,16 @@ class StepGraphs:
         lengths. Nothing here waits for the device."""
         num_nodes = self.cache.check_step(batch)  # (width 1: nothing to pad)
         folds = self.cache.prepare_commit(batch.req_slots, num_nodes, [True] * len(batch.req_slots))
-        step = self._replay(batch, num_nodes)
+        every_row_folds = self._decode_folds_apart and bool(folds) and all(folds)
+        step = self._replay(batch, num_nodes, every_row_folds)
         self.cache.finish_decode(batch.req_slots, folds)
         rows = len(batch.req_slots)
         return step.logits[:rows, 0], step.inputs[:rows, step.layout.req_slot]
 
-    def _replay(self, batch: StepBatch, num_nodes: list[int]) -> _Bucket:
+    def _replay(self, batch: StepBatch, num_nodes: list[int], every_row_folds: bool = False) -> _Bucket:
         """Pack the step's rows (padded to a captured width and checked: num_nodes per row) into its bucket's
-        inputs, copy them over and replay the forward."""
+        inputs, copy them over and replay the forward (every_row_folds: a decode step's in which every row folds;
+        its padding rows, without a state slot, fold nothing)."""
         rows, lay = len(batch.req_slots), self.layouts[batch.width]
         seq_lens, state_slots = self.cache.committed_rows(batch.req_slots)
         key = (lay.width, next(size for size in self.buckets if size >= rows),
@@ -321,10 +338,11 @@ class StepGraphs:
         host[rows:] = lay.padding_inputs
         step.inputs.copy_(host, non_blocking=True)
         self.replays[lay.width] += 1
-        if step.forward_graph is not None:
-            step.forward_graph.replay()
+        graph = step.folding_graph if every_row_folds else step.forward_graph
+        if graph is not None:
+            graph.replay()
         else:
-            self._forward(step, shared_logits=True)
+            self._forward(step, shared_logits=True, every_row_folds=every_row_folds)
         return step
 
     @torch.inference_mode()

@@ -324,8 +324,10 @@ def check_pools(B, H, HV, K, V, state_pool, state_slots, buf_k, buf_u, buf_gcum,
 
 
 def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
-                   flush_length: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launch the decode (flush_length None) or the fused decode + commit. Returns o, u, gcum."""
+                   flush_length: int | None,
+                   every_row_folds: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the decode (flush_length None) or the fused decode + commit (every_row_folds: gdn_decode_commit's).
+    Returns o, u, gcum."""
     B = q.shape[0]
     H, HV, K, V = check_heads(q, k, v)
     check_shape("q", q, (B, H, K))
@@ -371,7 +373,8 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
         # the token is each row's one new entry: k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (the accepted
         # pointers are unused, buf_len stands in for them)
         gdn_fold_fwd(k, u, gcum, buf_len, buf_len, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
-                     req_slots, flush_length, entries=ENTRIES_TOKEN, append=False, T=1, A=1, **shapes)
+                     req_slots, flush_length, entries=ENTRIES_TOKEN, append=False, T=1, A=1,
+                     every_row_folds=every_row_folds, **shapes)
     return o, u, gcum
 
 
@@ -417,6 +420,7 @@ def gdn_decode_commit(
     flush_length: int,
     *,
     flushed: bool = True,
+    every_row_folds: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Plain decoding: gdn_decode_ref then gdn_commit_ref of the token (accepted [[0]], num_accepted 1), fused.
 
@@ -427,7 +431,10 @@ def gdn_decode_commit(
     buf_len is not modified (the caller sets it to 0 if flushed else buf_len + 1).
     Returns o [B, HV, V] float32 and flushed [B] bool (None with flushed=False: the engine's cache knows which rows
     fold on the host, and the three torch ops it takes ran per layer and step).
+    every_row_folds: the caller knows that every row's buffer fills in this step (plain decoding's rows in lockstep:
+    the engine's cache knows it on the host), so the fold runs the flush's pipelined row loop (fold.fold_launch);
+    the results are the same either way, only the launch differs.
     """
     o, _, _ = gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
-                             req_slots, flush_length)
+                             req_slots, flush_length, every_row_folds)
     return o, (buf_len[req_slots] + 1 >= flush_length) if flushed else None
