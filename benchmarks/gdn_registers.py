@@ -44,8 +44,8 @@ def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, 
             signature[name] = "constexpr"
         elif name in SCALARS:
             signature[name] = "i32"
-        elif name in INDEX:
-            signature[name] = "*i64"
+        elif name in INDEX and not (name == "accepted" and constexprs.get("ENTRIES") == fold.ENTRIES_DECODE):
+            signature[name] = "*i64"  # (a decode step's fold reads the token's beta in accepted's place)
         elif name == "state_desc" and constexprs.get("TMA", True):  # S0's boxes (fold.FOLD_TMA, or no TMA switch)
             signature[name] = f"tensordesc<fp32[{constexprs['K']}, {constexprs['BV']}]>"
         else:
@@ -111,6 +111,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          COMMIT=commit_, FOLD_HERE=here),
                     decode.SMALL_WARPS if here else decode.NUM_WARPS))
     for entries, append, what in ((fold.ENTRIES_NONE, False, "flush"), (fold.ENTRIES_TOKEN, False, "decode's fold"),
+                                  (fold.ENTRIES_DECODE, False, "decode step in which every row folds"),
                                   (fold.ENTRIES_ACCEPTED, False, "commit's fold"),
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries, fold.FOLD_TMA)

@@ -1,14 +1,16 @@
-"""Probe: the GDN decode's fold step, in which every row's buffer fills, launched as the engine ran it before
-2026-12-04 (the decode + commit's fold in the commits' looped row, fold.fold_launch: kept for decode steps in which
-few rows fold) and with every_row_folds (the flush's pipelined row loop, fold_row_blocks folding the token as a
-rank-one update), which the engine now launches in such steps (plain decoding's rows in lockstep: StepGraphs
-captures a decode graph of its own for them). Issue 15's GDN decode target (amortised over a 16-token flush,
->= 1.9x fla's fused_recurrent at batch >= 128) was missed by this step: at batch 256 it took 739 us against 171 for
-a step at the mean fill and 371 for a flush of the same buffers (the kernel table of 2026-12-04). In one process,
-at Qwen3.5-9B shapes (CUDA graphs, states rotated over >= 2 GiB, fp32 keys as the engine's decode): the decode +
-commit at the mean fill, its fold step both ways, the flush alone, and the amortised decode both ways; and a check
-that the two fold steps agree (S0 and the output from the same pools). The H200, 2026-12-04: 729 -> 538 us at
-batch 256, amortised 209 -> 197.
+"""Probe: the GDN decode's fold step, in which every row's buffer fills, launched as the engine runs a step in which
+few rows fold (the decode kernel, then the rows that fold in the commits' looped row: fold.fold_launch) and with
+every_row_folds (the fold kernel decodes the token itself from each tile it folds, fold.ENTRIES_DECODE, in the
+flush's pipelined row loop: S0 read once, no decode launch), as the engine launches plain decoding's steps in
+which its rows fold in lockstep (StepGraphs: a decode graph of its own for them). Issue 15's GDN decode target
+(amortised over a 16-token flush, >= 1.9x fla's fused_recurrent at batch >= 128) is missed by this step: at batch
+256 it took 739 us against 171 for a step at the mean fill and 371 for a flush of the same buffers (the kernel
+table of 2026-12-04). In one process, at Qwen3.5-9B shapes (CUDA graphs, states rotated over >= 2 GiB, fp32 keys
+as the engine's decode): the decode + commit at the mean fill, its fold step both ways, the flush alone, and the
+amortised decode both ways; and a check that the two fold steps agree (S0 and the output from the same pools).
+The H200, 2026-12-04, sixteenth session, an earlier form of every_row_folds (the decode kernel, then the token
+folded in the pipelined loop): the fold step 729 -> 538 us at batch 256, amortised 209 -> 197; this form
+not run there yet.
 
     python -m benchmarks.probe_gdn_decode_fold --batches 64 128 256 512
 """

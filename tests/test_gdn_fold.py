@@ -97,20 +97,20 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True) == looped
 
 
-@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
-def test_the_decodes_token_folds_in_the_pipelined_row_loop_where_every_row_folds(monkeypatch, tma):
+@pytest.mark.parametrize(("stages", "tma"), [(3, False), (3, True), (1, False)],
+                         ids=["pipelined-pointers", "pipelined-tma", "looped"])
+def test_a_decode_step_in_which_every_row_folds_decodes_in_the_fold(monkeypatch, stages, tma):
     """gdn_decode_commit(every_row_folds=True), plain decoding's step in which every row's buffer fills (the engine
-    knows it on the host): the token folds in the flush's pipelined row loop (fold_row_blocks adds it as a rank-one
-    update) against the reference, every row folding; and, since the flag only picks the launch, rows that append
-    beside those that fold come out right too."""
+    knows it on the host): the fold kernel decodes the token from each tile it folds (fold.ENTRIES_DECODE: the
+    tile at the token's decay, its reads by k and q, u and o, then u folded as a rank-one update), in the flush's
+    pipelined row loop or the looped row, against the reference; rows with 0 to 7 buffered entries."""
     f = fold_module
-    assert f.fold_launch(16, False, f.ENTRIES_TOKEN, every_row_folds=True)[0] == f.FOLD_STAGES > 1
-    assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, every_row_folds=True)[0] == 1  # (a commit's: looped)
+    assert f.fold_launch(16, False, f.ENTRIES_DECODE)[0] == f.FOLD_STAGES > 1
+    assert f.fold_launch(16, False, f.ENTRIES_TOKEN)[0] == 1  # (a decode step in which few rows fold: looped)
+    monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
-    for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V"):  # two V blocks of 16 columns
+    for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 16 columns
         monkeypatch.setattr(fold_module, setting, 16)
     large_batch_kernels(monkeypatch)
-    batch = make_batch(DIMS["k32-hv2"], ROWS, seed=19)
-    assert check_decode_commit(batch, 1, every_row_folds=True).all()  # every row folds
-    flushed = check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=23), 6, every_row_folds=True)
-    assert 0 < flushed.sum() < len(ROWS)  # (some rows fold, the others append)
+    for d, seed in ((DIMS["k32-hv2"], 19), (DIMS["k16-hv2-bf16"], 23)):
+        assert check_decode_commit(make_batch(d, ROWS, seed=seed), 1, every_row_folds=True).all()

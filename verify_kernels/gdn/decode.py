@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
+from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_DECODE, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
@@ -323,11 +323,9 @@ def check_pools(B, H, HV, K, V, state_pool, state_slots, buf_k, buf_u, buf_gcum,
     return L
 
 
-def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
-                   flush_length: int | None,
-                   every_row_folds: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launch the decode (flush_length None) or the fused decode + commit (every_row_folds: gdn_decode_commit's).
-    Returns o, u, gcum."""
+def check_decode(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
+                 flush_length: int | None) -> tuple[int, int, int, int, int, int]:
+    """Check a decode's inputs (flush_length: a decode + commit's) -> B, H, HV, K, V and the buffer capacity L."""
     B = q.shape[0]
     H, HV, K, V = check_heads(q, k, v)
     check_shape("q", q, (B, H, K))
@@ -336,9 +334,17 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
     check_shape("beta", beta, (B, HV))
     check_tensors(INPUT_DTYPES, q=q, k=k, v=v, g=g, beta=beta)
     L = check_pools(B, H, HV, K, V, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots)
-    commit = flush_length is not None
-    if commit and not 1 <= flush_length <= L:
+    if flush_length is not None and not 1 <= flush_length <= L:
         raise ValueError(f"flush_length must be in [1, {L}] (the buffer capacity), got {flush_length}")
+    return B, H, HV, K, V, L
+
+
+def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
+                   flush_length: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the decode (flush_length None) or the fused decode + commit. Returns o, u, gcum."""
+    B, H, HV, K, V, L = check_decode(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+                                     req_slots, flush_length)
+    commit = flush_length is not None
 
     f32 = dict(dtype=torch.float32, device=q.device)
     o, u, gcum = torch.empty(B, HV, V, **f32), torch.empty(B, HV, V, **f32), torch.empty(B, HV, **f32)
@@ -373,8 +379,7 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
         # the token is each row's one new entry: k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (the accepted
         # pointers are unused, buf_len stands in for them)
         gdn_fold_fwd(k, u, gcum, buf_len, buf_len, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
-                     req_slots, flush_length, entries=ENTRIES_TOKEN, append=False, T=1, A=1,
-                     every_row_folds=every_row_folds, **shapes)
+                     req_slots, flush_length, entries=ENTRIES_TOKEN, append=False, T=1, A=1, **shapes)
     return o, u, gcum
 
 
@@ -431,10 +436,20 @@ def gdn_decode_commit(
     buf_len is not modified (the caller sets it to 0 if flushed else buf_len + 1).
     Returns o [B, HV, V] float32 and flushed [B] bool (None with flushed=False: the engine's cache knows which rows
     fold on the host, and the three torch ops it takes ran per layer and step).
-    every_row_folds: the caller knows that every row's buffer fills in this step (plain decoding's rows in lockstep:
-    the engine's cache knows it on the host), so the fold runs the flush's pipelined row loop (fold.fold_launch);
-    the results are the same either way, only the launch differs.
+    every_row_folds: every row with a state slot folds in this step (plain decoding's rows in lockstep: the engine's
+    cache knows it on the host, and a row that would append instead is the caller's error, not checked); the rows
+    without one (a graph's padding rows) output zeros and write nothing. Above SMALL_BATCH rows the fold kernel then
+    decodes the token itself (fold.ENTRIES_DECODE, the flush's pipelined row loop): S0 read once, no decode launch.
     """
-    o, _, _ = gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
-                             req_slots, flush_length, every_row_folds)
+    if every_row_folds and q.shape[0] > SMALL_BATCH:
+        B, H, HV, K, V, L = check_decode(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+                                         req_slots, flush_length)
+        o = torch.zeros(B, HV, V, dtype=torch.float32, device=q.device)
+        # (the token's inputs in the fold's entry arguments: k; v as u, g as gcum, beta as accepted)
+        gdn_fold_fwd(k, v, g, beta, buf_len, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
+                     flush_length, entries=ENTRIES_DECODE, append=False, T=1, A=1, H=H, HV=HV, K=K, V=V, L=L, q=q,
+                     out=o)
+    else:
+        o, _, _ = gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+                                 req_slots, flush_length)
     return o, (buf_len[req_slots] + 1 >= flush_length) if flushed else None

@@ -8,7 +8,13 @@ with G_last the G of the last folded entry; the sum in blocks of BLOCK_L entries
 TF32 passes (tf32x3: fp32-level error). The new entries are one of
     ENTRIES_NONE      nothing new (the flush),
     ENTRIES_TOKEN     one token per row, node 0 of k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (decode),
-    ENTRIES_ACCEPTED  the accepted nodes of k [B, T, H, K], u [B, T, HV, V], gcum [B, T, HV] (the commit).
+    ENTRIES_ACCEPTED  the accepted nodes of k [B, T, H, K], u [B, T, HV, V], gcum [B, T, HV] (the commit),
+    ENTRIES_DECODE    the decode's token itself, in a step in which every row folds (plain decoding's rows in
+                      lockstep): q, k [B, H, K], v [B, HV, V], g, beta [B, HV] in place of k, u, gcum, accepted. Each
+                      tile is first brought to the token's decay (e^G S0 + the buffer's fold), the token's reads of
+                      it (S^T k, S^T q over the tile's K rows: local to the tile), its entry u = beta (v - S^T k) and
+                      its output o = S^T q + (q . k) u (stored), and u folded in as a rank-one update: S0 read once
+                      and the decode kernel not run at all (gdn_decode_commit(every_row_folds=True)).
 
 Most commit steps fold few rows or none, and a program per (row, value head, V block) made those steps cost as much
 as a fold (0.2-0.3 ms per layer at batch 512 on the H200: 65k programs sized for a state tile). So the grid does not
@@ -31,6 +37,7 @@ from verify_kernels.tma import tile_descriptor, tma_usable
 ENTRIES_NONE = 0
 ENTRIES_TOKEN = 1
 ENTRIES_ACCEPTED = 2
+ENTRIES_DECODE = 3
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU): the state tile [K, FOLD_BLOCK_V] of
 # one program; FOLD_LANES programs per (V block, value head), each folding every FOLD_LANES-th folding row. The fold
@@ -244,29 +251,51 @@ def fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i
 def fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                     BL: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
-    """fold_row with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1), for a flush
-    or the decode's token (fold_launch runs it for flushes; benchmarks/probe_gdn_decode_fold.py times the decode's
-    fold step with it, the step in which every row of a plain-decoding batch folds)."""
-    tl.static_assert(ENTRIES != 2, "the pipelined row loop folds a flush or the decode's token")
+    """fold_row with the buffer in one block, no loop (the pipelined row loop's body: FOLD_STAGES > 1), for a
+    flush."""
+    tl.static_assert(ENTRIES == 0, "the pipelined row loop folds a flush (or the decode's token: decode_fold_row)")
     b_G = last_G(gcum, accepted, buf_gcum, i_b, i_r, i_h, n, na, T, A, HV, L, ENTRIES)
     # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
     b_s = tl.exp(b_G) * b_s
-    b_s = fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
-                            SPLIT)
-    if ENTRIES == 1:  # the token, node 0 of k [B, 1, H, K] and u [B, 1, HV, V]: the last entry (decay e^0), rank one
-        b_ak = tl.load(k + (i_b * T * H + i_hk) * K + o_k).to(tl.float32)
-        b_au = tl.load(u + (i_b * T * HV + i_h) * V + o_v).to(tl.float32)
-        b_s += b_ak[:, None] * b_au[None, :]
-    return b_s
+    return fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
+                             SPLIT)
+
+
+@triton.jit
+def decode_fold_row(b_s, q, k, v, g, beta, out, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, o_k, o_v,
+                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+                    BC: tl.constexpr, BL: tl.constexpr, ONE_BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    """ENTRIES_DECODE: row i_b's token decoded from its tile b_s [K, BV] of S0 and its n buffered entries, its output
+    o [BV] stored, and the buffer and the token folded -> the folded tile. The buffer in one block (ONE_BLOCK: the
+    pipelined row loop) or BC entries at a time."""
+    # the token's G: the last buffered entry's (0 for an empty buffer) plus its log decay g
+    b_G = tl.load(g + i_b * HV + i_h).to(tl.float32)
+    b_G += tl.where(n > 0, tl.load(buf_gcum + (i_r * L + tl.maximum(n - 1, 0)) * HV + i_h), 0.)
+    b_s = tl.exp(b_G) * b_s
+    if ONE_BLOCK:
+        b_s = fold_buffer_block(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BL,
+                                SPLIT)
+    else:
+        b_s = fold_buffer(b_s, buf_k, buf_u, buf_gcum, i_r, i_h, i_hk, n, b_G, o_k, o_v, H, HV, K, V, L, BC, SPLIT)
+    # b_s is now the committed state read at the token's decay: its reads by k and q over this tile's columns
+    b_q = tl.load(q + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_k = tl.load(k + (i_b * H + i_hk) * K + o_k).to(tl.float32)
+    b_v = tl.load(v + (i_b * HV + i_h) * V + o_v).to(tl.float32)
+    b_beta = tl.load(beta + i_b * HV + i_h).to(tl.float32)
+    b_u = b_beta * (b_v - tl.sum(b_s * b_k[:, None], 0))                                  # [BV]
+    tl.store(out + (i_b * HV + i_h) * V + o_v, tl.sum(b_s * b_q[:, None], 0) + tl.sum(b_q * b_k, 0) * b_u)
+    return b_s + b_k[:, None] * b_u[None, :]                                               # the token: decay e^0
 
 
 @triton.jit
 def gdn_fold_kernel(
-    k,             # [B, T, H, K] new entries' keys (ENTRIES != 0)
-    u,             # [B, T, HV, V] fp32 (ENTRIES != 0)
-    gcum,          # [B, T, HV] fp32 (ENTRIES != 0)
-    accepted,      # [B, A] node indices, root first (ENTRIES == 2)
+    k,             # [B, T, H, K] new entries' keys (ENTRIES != 0; ENTRIES_DECODE: the token's, [B, H, K])
+    u,             # [B, T, HV, V] fp32 (ENTRIES != 0; ENTRIES_DECODE: the token's v [B, HV, V])
+    gcum,          # [B, T, HV] fp32 (ENTRIES != 0; ENTRIES_DECODE: the token's log decay g [B, HV])
+    accepted,      # [B, A] node indices, root first (ENTRIES == 2; ENTRIES_DECODE: the token's beta [B, HV])
     num_accepted,  # [B] (ENTRIES == 2)
+    q,             # ENTRIES_DECODE: the token's query [B, H, K]
+    out,           # ENTRIES_DECODE: the token's output o [B, HV, V] fp32
     state_pool,    # [S, HV, K, V] fp32
     state_desc,    # TMA: state_pool as a [S HV K, V] tensor descriptor, [K, BV] boxes
     state_slots,   # [B]
@@ -309,8 +338,10 @@ def gdn_fold_kernel(
         b_n = tl.minimum(tl.load(buf_len + b_r, mask=m_b, other=0).to(tl.int32), L)
         if ENTRIES == 2:
             b_na = tl.minimum(tl.load(num_accepted + o_b, mask=m_b, other=0).to(tl.int32), A)
-        else:
-            b_na = tl.full([BB], ENTRIES, tl.int32)
+        elif ENTRIES == 0:
+            b_na = tl.zeros([BB], tl.int32)
+        else:  # the token
+            b_na = tl.full([BB], 1, tl.int32)
         b_due = m_b & (b_n + b_na >= flush_length)
         b_fold = b_due & (b_slot >= 0)
         b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
@@ -319,15 +350,23 @@ def gdn_fold_kernel(
             for j in range(i_p, count, P):
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
                 b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
-                b_s = fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k,
-                               o_v, T, A, H, HV, K, V, L, BC, ENTRIES, SPLIT)
+                if ENTRIES == 3:
+                    b_s = decode_fold_row(b_s, q, k, u, gcum, accepted, out, buf_k, buf_u, buf_gcum, i_b, i_r, i_h,
+                                          i_hk, n, o_k, o_v, H, HV, K, V, L, BC, BL, False, SPLIT)
+                else:
+                    b_s = fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na,
+                                   o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES, SPLIT)
                 store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
         else:  # software-pipelined: the next rows' loads in flight (cp.async) while this one folds
             for j in tl.range(i_p, count, P, num_stages=STAGES):
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
                 b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
-                b_s = fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na,
-                                      o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES, SPLIT)
+                if ENTRIES == 3:
+                    b_s = decode_fold_row(b_s, q, k, u, gcum, accepted, out, buf_k, buf_u, buf_gcum, i_b, i_r, i_h,
+                                          i_hk, n, o_k, o_v, H, HV, K, V, L, BC, BL, True, SPLIT)
+                else:
+                    b_s = fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n,
+                                          na, o_k, o_v, T, A, H, HV, K, V, L, BL, ENTRIES, SPLIT)
                 store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
         if APPEND:
             # the rows that keep buffering, over the lanes too; V block 0 writes each value head's entries
@@ -346,19 +385,20 @@ def gdn_fold_kernel(
 
 def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                  req_slots, flush_length: int, *, entries: int, append: bool, T: int, A: int, H: int, HV: int,
-                 K: int, V: int, L: int, every_row_folds: bool = False) -> None:
-    """Launch the fold on checked inputs (the callers check them). With append, one lane per row. every_row_folds:
-    the caller knows that (nearly) every row folds (fold_launch); any rows fold correctly either way."""
+                 K: int, V: int, L: int, q: torch.Tensor | None = None, out: torch.Tensor | None = None) -> None:
+    """Launch the fold on checked inputs (the callers check them). With append, one lane per row. ENTRIES_DECODE:
+    the token's q and its output o (out), the other inputs in k, u, gcum and accepted's places (gdn_fold_kernel)."""
     B = req_slots.shape[0]
     if B == 0:
         return
     tma = FOLD_TMA and tma_usable(state_pool)
-    stages, warps, block_v = fold_launch(L, append, entries, tma, every_row_folds)
+    stages, warps, block_v = fold_launch(L, append, entries, tma)
     BV = min(V, block_v)
     lanes = B if append else min(B, FOLD_LANES)
     state_desc = state_descriptor(state_pool, BV) if tma else None
     gdn_fold_kernel[(V // BV, HV, lanes)](
-        k, u, gcum, accepted, num_accepted, state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len,
+        k, u, gcum, accepted, num_accepted, k if q is None else q, u if out is None else out,  # (unread unless
+        state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len,                   # ENTRIES_DECODE)
         req_slots, flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L),
         BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=tma, SPLIT=FOLD_SPLIT_TF32,
@@ -373,15 +413,13 @@ def state_descriptor(state_pool: torch.Tensor, block_v: int):
     return tile_descriptor(state_pool.view(-1, V), [K, block_v])
 
 
-def fold_launch(L: int, append: bool, entries: int, tma: bool = False,
-                every_row_folds: bool = False) -> tuple[int, int, int]:
+def fold_launch(L: int, append: bool, entries: int, tma: bool = False) -> tuple[int, int, int]:
     """(row loop stages, warps, V columns per program) of a fold over buffers of L entries: the pipelined row loop
-    for a flush whose blocks fit (FOLD_PIPELINE_MAX_ENTRIES), and for the decode's token where the caller knows that
-    every row folds (plain decoding's rows in lockstep: the H200, batch 256, 538 us for the decode step that folds
-    against 729 in the looped row), its tile set by whether S0 goes through TMA; else the looped row (a decode
-    step in which a few rows fold: the pipelined loop's lanes would sit idle)."""
-    pipelined_entries = entries == ENTRIES_NONE or (entries == ENTRIES_TOKEN and every_row_folds)
-    if FOLD_STAGES > 1 and pipelined_entries and not append and entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES:
+    for a flush, or a decode step in which every row folds (ENTRIES_DECODE), whose blocks fit
+    (FOLD_PIPELINE_MAX_ENTRIES), its tile set by whether S0 goes through TMA; else the looped row (commits, and the
+    decode's token where a few rows fold: the pipelined loop's lanes would sit idle)."""
+    every_row_folds = entries in (ENTRIES_NONE, ENTRIES_DECODE)
+    if FOLD_STAGES > 1 and every_row_folds and not append and entry_block(L) <= FOLD_PIPELINE_MAX_ENTRIES:
         return (FOLD_STAGES, TMA_FOLD_WARPS, TMA_FOLD_BLOCK_V) if tma else (FOLD_STAGES, FOLD_WARPS, FOLD_BLOCK_V)
     return 1, LOOPED_FOLD_WARPS, LOOPED_FOLD_BLOCK_V
 
