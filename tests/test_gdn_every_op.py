@@ -166,6 +166,8 @@ def test_gpu_full_size(d, shape, paths, monkeypatch):
     check_decode(tokens, "cuda", GPU_TOL)
     for flush_length in (1, 48, 64):
         check_decode_commit(tokens, flush_length, "cuda", GPU_TOL)
+    # a step in which every row folds, decoded in the fold kernel (its looped row: 64-entry buffers)
+    check_decode_commit(tokens, 1, "cuda", GPU_TOL, every_row_folds=True)
     for flush_length in (1, 48, 64):
         check_commit(b, [3, 1, 1, 20, 0, 2, 17, 64], flush_length, "cuda", GPU_TOL)
     check_flush(b, "cuda", GPU_TOL)
@@ -183,4 +185,6 @@ def test_gpu_engine_shapes(T):
     b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T == 4 else "random", capacity=16)
     check_verify(b, "cuda", GPU_TOL)
     assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
+    # plain decoding's step in which every row folds: decoded in the fold kernel's pipelined row loop
+    assert check_decode_commit(b, 1, "cuda", GPU_TOL, every_row_folds=True).all()
     check_commit(b, [min(3, n) for n in num_nodes], 16, "cuda", GPU_TOL)
