@@ -87,6 +87,10 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
         # whether graphs held, or graphs ever captured, slow the step: the extra ones destroyed before timing
         "fixed 4-chains, the steps of batches up to 16 captured, then all but batch 1's dropped": (
             fixed, "synthetic:2.72", "buckets 16, dropped"),
+        # ... or the kernels those captures compiled and loaded: the steps of batches up to 16 run eagerly on their
+        # padding rows (every kernel of theirs compiled, loaded and launched), none captured, then batch 1's captured
+        "fixed 4-chains, the steps of batches up to 16 run eagerly, never captured": (
+            fixed, "synthetic:2.72", "buckets 16, eager"),
         "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
         "adaptive, a policy that plans 4-chains and learns nothing": (replace(adaptive, adaptive=HELD_CHAINS),
                                                                       "synthetic:2.72", "chains policy"),
@@ -218,7 +222,16 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
             graphs._pool = torch.cuda.graph_pool_handle()
             return build(*key)
         graphs._build = build_in_own_pool
-    if change and change.startswith("buckets 16"):  # more graphs held, none replayed (a server captures them all)
+    if change == "buckets 16, eager":  # built without capture, run once on their padding rows, then forgotten
+        graphs = runner.graphs
+        graphs.capture = False
+        llm.engine.prepare_steps(16, len(prompts[0]), new_tokens)
+        for step in graphs._steps.values():
+            graphs._forward(step)
+            graphs._commit(step)
+        graphs._steps, graphs.capture = {}, True
+        torch.cuda.synchronize()
+    elif change and change.startswith("buckets 16"):  # more graphs held, none replayed (a server captures them all)
         llm.engine.prepare_steps(16, len(prompts[0]), new_tokens)
     if change == "buckets 16, dropped":  # (key: width, batch bucket, key length; their CUDA graphs freed with them)
         runner.graphs._steps = {key: step for key, step in runner.graphs._steps.items() if key[1] == 1}
