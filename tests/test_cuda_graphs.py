@@ -351,12 +351,15 @@ def test_decode_steps_in_which_every_row_folds_run_the_folding_op(tmp_path, monk
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-def test_captured_folding_decode_steps_generate_what_the_other_launch_generates(tmp_path):
-    """On the GPU the GDN decode + commit has a launch of its own for steps in which every row folds: requests in
-    lockstep through captured graphs (a folding graph per bucket) generate what eager steps that never use that
-    launch generate."""
+def test_captured_folding_decode_steps_generate_what_the_other_launch_generates(tmp_path, monkeypatch):
+    """On the GPU the GDN decode + commit has a launch of its own for steps in which every row folds (the fold kernel
+    decodes the token: fold.ENTRIES_DECODE, above SMALL_BATCH rows, here every batch): requests in lockstep through
+    captured graphs (a folding graph per bucket) generate what eager steps that never use that launch generate."""
     from dataclasses import replace
 
+    from verify_kernels.gdn import decode as gdn_decode
+
+    monkeypatch.setattr(gdn_decode, "SMALL_BATCH", 0)
     save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=8)
     prompt = [5, 9, 11, 2, 7]
     outputs = []
