@@ -46,11 +46,14 @@ def _gdn_rows(batch: int, capacity: int, fills: list[int]) -> tuple[Pools, torch
     return pools, slots, torch.where(slots % 4 == 0, -1, slots)
 
 
-def check_gdn_decode_commit(batch: int, flush_length: int = 16) -> float:
+def check_gdn_decode_commit(batch: int, flush_length: int = 16, every_row_folds: bool = False) -> float:
     """Decode + commit with rows that append and rows that fold (in the decode kernel at small batches, in the fold
-    kernel at large ones): o, the folded states and the buffers."""
+    kernel at large ones): o, the folded states and the buffers. every_row_folds: a step in which every row folds
+    (buffers of 0 to flush_length - 1 entries, flush length 1 for those with fewer), decoded in the fold kernel."""
     H, HV, K, V = gdn.H, gdn.HV, gdn.K, gdn.V
     pools, slots, state_slots = _gdn_rows(batch, flush_length, [0, 5, flush_length - 1, flush_length - 1])
+    if every_row_folds:
+        flush_length = 1
     state_slots = torch.where(pools.buf_len + 1 >= flush_length, slots, state_slots)  # folding rows need a slot
     q, k = (unit(batch, H, K) * K**-0.5).bfloat16(), unit(batch, H, K).bfloat16()  # (the KVBuffer's, a bf16 model's)
     v, g, beta = torch.randn(batch, HV, V, device="cuda"), log_decay(batch, HV), torch.rand(batch, HV, device="cuda")
@@ -60,7 +63,8 @@ def check_gdn_decode_commit(batch: int, flush_length: int = 16) -> float:
     accepted = torch.zeros(batch, 1, dtype=torch.long, device="cuda")
     gdn_commit_ref(k[:, None], u_ref[:, None], gcum_ref[:, None], accepted, torch.ones_like(slots), ref_pools.state,
                    state_slots, *ref_pools.args()[1:], slots, flush_length)
-    o, _ = gdn_decode_commit(q, k, v, g, beta, pools.state, state_slots, *pools.args()[1:], slots, flush_length)
+    o, _ = gdn_decode_commit(q, k, v, g, beta, pools.state, state_slots, *pools.args()[1:], slots, flush_length,
+                             every_row_folds=every_row_folds)
     return max(relative_error(o, o_ref), relative_error(pools.state, ref_pools.state),
                relative_error(pools.buf_value, ref_pools.buf_value))
 
@@ -164,6 +168,7 @@ def run_all() -> dict[str, float]:
         # batch 4: the small-batch kernels (decode folding in place, verify fused, commit in one launch); 24: the rest
         "gdn_decode_commit_b4": check_gdn_decode_commit(4),
         "gdn_decode_commit_b24": check_gdn_decode_commit(24),
+        "gdn_decode_commit_every_row_folds_b24": check_gdn_decode_commit(24, every_row_folds=True),
         "gdn_verify_chain4_b4": check_gdn_verify(4, "chain4"),
         "gdn_verify_chain4_b24": check_gdn_verify(24, "chain4"),
         "gdn_verify_tree16_b4": check_gdn_verify(4, "tree16"),
