@@ -355,7 +355,9 @@ class AdaptivePolicy:
     def _kept(self, steps: int, bucket: int | None = None) -> int:
         """Measurements of a shape its cost keeps (a bucket's first is its warm-up), in one bucket or all, the step in
         flight counted: its outcome, told after the next step is planned (take_planned), will be one."""
-        samples = Counter({b: n for (b, w), n in self.cost.samples.items() if w == steps + 1})
+        samples = self.cost.samples_by_width.get(steps + 1, {})
         if self._in_flight is not None and self._in_flight[1] == steps:
-            samples[self._in_flight[0]] += 1
-        return sum(max(n - 1, 0) for b, n in samples.items() if bucket is None or b == bucket)
+            samples = {**samples, self._in_flight[0]: samples.get(self._in_flight[0], 0) + 1}
+        if bucket is not None:
+            return max(samples.get(bucket, 0) - 1, 0)
+        return sum(max(n - 1, 0) for n in samples.values())

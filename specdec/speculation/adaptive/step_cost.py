@@ -67,6 +67,8 @@ class StepCost:
         self.factors: dict[tuple[int, int], float] = {}
         self.ratios: dict[tuple[int, int], deque[float]] = {}  # the last `window` kept ratios
         self.samples: dict[tuple[int, int], int] = {}  # measurements seen, the dropped warm-up included
+        # the same by width: width -> {bucket: measurements} (the policy counts a shape's buckets in every plan)
+        self.samples_by_width: dict[int, dict[int, int]] = {}
 
     def seconds(self, batch: int, width: int, context: float) -> float:
         rows = self.rows(batch)
@@ -98,6 +100,7 @@ class StepCost:
         rows = self.rows(batch)
         key = (batch_bucket(rows), width)
         self.samples[key] = self.samples.get(key, 0) + 1
+        self.samples_by_width.setdefault(width, {})[key[0]] = self.samples[key]
         if self.samples[key] == 1:
             return
         ratio = seconds / self.prior(rows, width, context)
