@@ -7,6 +7,7 @@ more per call than the first table shows.
 
     python -m benchmarks.policy_host_time                     # this checkout
     PYTHONPATH=/path/to/other/checkout python -m benchmarks.policy_host_time --label before   # another, to compare
+    python -m benchmarks.policy_host_time --warm-buckets      # a policy that has measured costs in every bucket
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ BATCHES = (1, 4, 16, 128, 256, 512)
 WARM_UP, STEPS, RUNS = 30, 200, 3
 
 
-def seconds_per_step(batch: int, seed: int = 0) -> float:
+# --warm-buckets: the study's batch sizes, which one process's policy runs in turn (benchmarks.study), so that its
+# step costs hold measurements in every bucket as a study's or a long-running server's do
+STUDY_BATCHES = (1, 16, 64, 128, 256)
+
+
+def seconds_per_step(batch: int, seed: int = 0, warm_buckets: bool = False) -> float:
     """The best of RUNS runs: mean seconds of plan + observe over STEPS steps of `batch` rows."""
-    return min(one_run(batch, seed) for _ in range(RUNS))
+    return min(one_run(batch, seed, warm_buckets) for _ in range(RUNS))
 
 
-def one_run(batch: int, seed: int) -> float:
+def one_run(batch: int, seed: int, warm_buckets: bool = False) -> float:
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=4))
+    if warm_buckets:  # other requests first, WARM_UP steps at each of the study's batch sizes, then finished
+        for size in STUDY_BATCHES:
+            run_steps(policy, list(range(10**6 * size, 10**6 * size + size)), WARM_UP, seed)
     ids, contexts = list(range(batch)), [300] * batch
     rng = random.Random(seed)
     draws = [[rng.randint(0, 4) for _ in range(batch)] for _ in range(WARM_UP + STEPS)]
@@ -39,6 +48,16 @@ def one_run(batch: int, seed: int) -> float:
         plan = policy.plan(ids, contexts)
         policy.observe(ids, [plan.steps] * batch, kept[plan.steps][index], 0.02)
     return (time.perf_counter() - start) / STEPS
+
+
+def run_steps(policy: AdaptivePolicy, ids: list[int], steps: int, seed: int) -> None:
+    """`steps` planned and observed steps of these requests (0-4 drafts kept at random), then the requests end."""
+    rng = random.Random(seed)
+    for _ in range(steps):
+        plan = policy.plan(ids, [300] * len(ids))
+        policy.observe(ids, [plan.steps] * len(ids), [min(rng.randint(0, 4), plan.steps) for _ in ids], 0.02)
+    for rid in ids:
+        policy.finish(rid)
 
 
 def in_engine(held: bool, prompts: int = 6, new_tokens: int = 128) -> tuple[float, float, float]:
@@ -76,11 +95,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--engine", action="store_true", help="the in-engine table too (the shipped pair, ~1 min)")
+    parser.add_argument("--warm-buckets", action="store_true",
+                        help="the policy first runs the study's batch sizes in turn (costs in every bucket)")
     args = parser.parse_args()
-    print(f"| batch | plan + observe ms a step ({args.label}) |")
+    warm = ", warmed over the study's batch sizes" if args.warm_buckets else ""
+    print(f"| batch | plan + observe ms a step ({args.label}{warm}) |")
     print("|---|---|")
     for batch in BATCHES:
-        print(f"| {batch} | {1e3 * seconds_per_step(batch):.3f} |", flush=True)
+        print(f"| {batch} | {1e3 * seconds_per_step(batch, warm_buckets=args.warm_buckets):.3f} |", flush=True)
     if args.engine:
         print(f"\n| engine, batch 1 ({args.label}) | ms a step | plan us a step | observe us a step |")
         print("|---|---|---|---|")
