@@ -176,7 +176,7 @@ def test_gpu_full_size(d, shape, paths, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("T", [4, 16], ids=["chain4", "tree16"])
-def test_gpu_engine_shapes(T):
+def test_gpu_engine_shapes(T, monkeypatch):
     """Qwen3.5-9B's heads at the engine's buffer (capacity = flush_length = 16) and a batch of 40 rows: verify of
     4-chains / 16-node trees, decode + commit and commits that fold some rows, with the default launch settings."""
     d = GPU_DIMS["k128"]
@@ -185,6 +185,8 @@ def test_gpu_engine_shapes(T):
     b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T == 4 else "random", capacity=16)
     check_verify(b, "cuda", GPU_TOL)
     assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
-    # plain decoding's step in which every row folds: decoded in the fold kernel's pipelined row loop
-    assert check_decode_commit(b, 1, "cuda", GPU_TOL, every_row_folds=True).all()
+    # plain decoding's step in which every row folds, each of its launches (the fold's pipelined row loop)
+    for form in decode_module.FOLDING_DECODES:
+        monkeypatch.setattr(decode_module, "FOLDING_DECODE", form)
+        assert check_decode_commit(b, 1, "cuda", GPU_TOL, every_row_folds=True).all(), form
     check_commit(b, [min(3, n) for n in num_nodes], 16, "cuda", GPU_TOL)

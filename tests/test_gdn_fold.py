@@ -97,16 +97,24 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
     assert f.fold_launch(16, False, f.ENTRIES_ACCEPTED, tma=True) == looped
 
 
-@pytest.mark.parametrize(("stages", "tma"), [(3, False), (3, True), (1, False)],
-                         ids=["pipelined-pointers", "pipelined-tma", "looped"])
-def test_a_decode_step_in_which_every_row_folds_decodes_in_the_fold(monkeypatch, stages, tma):
+@pytest.mark.parametrize(("form", "stages", "tma"),
+                         [("in-fold", 3, False), ("in-fold", 3, True), ("in-fold", 1, False),
+                          ("in-fold-s0-reads", 3, True), ("in-fold-s0-reads", 1, False),
+                          ("decode-then-fold", 3, True)],
+                         ids=["in-fold-pipelined-pointers", "in-fold-pipelined-tma", "in-fold-looped",
+                              "s0-reads-pipelined-tma", "s0-reads-looped", "decode-then-fold-pipelined-tma"])
+def test_a_decode_step_in_which_every_row_folds_folds_in_the_pipelined_loop(monkeypatch, form, stages, tma):
     """gdn_decode_commit(every_row_folds=True), plain decoding's step in which every row's buffer fills (the engine
-    knows it on the host): the fold kernel decodes the token from each tile it folds (fold.ENTRIES_DECODE: the
-    tile at the token's decay, its reads by k and q, u and o, then u folded as a rank-one update), in the flush's
-    pipelined row loop or the looped row, against the reference; rows with 0 to 7 buffered entries."""
+    knows it on the host), in each of its launches (decode.FOLDING_DECODE): the fold kernel decodes the token from
+    each tile it folds (fold.ENTRIES_DECODE: the token's reads from the folded tile, or from the tile as loaded plus
+    the buffer's share; u and o, then u folded as a rank-one update), or the decode's launches then the token folded
+    (fold.ENTRIES_TOKEN) in the flush's pipelined row loop; in that loop or the looped row, against the reference;
+    rows with 0 to 7 buffered entries."""
     f = fold_module
     assert f.fold_launch(16, False, f.ENTRIES_DECODE)[0] == f.FOLD_STAGES > 1
+    assert f.fold_launch(16, False, f.ENTRIES_TOKEN, every_row_folds=True)[0] == f.FOLD_STAGES
     assert f.fold_launch(16, False, f.ENTRIES_TOKEN)[0] == 1  # (a decode step in which few rows fold: looped)
+    monkeypatch.setattr(decode_module, "FOLDING_DECODE", form)
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
     for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 16 columns
@@ -114,3 +122,10 @@ def test_a_decode_step_in_which_every_row_folds_decodes_in_the_fold(monkeypatch,
     large_batch_kernels(monkeypatch)
     for d, seed in ((DIMS["k32-hv2"], 19), (DIMS["k16-hv2-bf16"], 23)):
         assert check_decode_commit(make_batch(d, ROWS, seed=seed), 1, every_row_folds=True).all()
+
+
+def test_an_unknown_folding_decode_launch_is_named(monkeypatch):
+    monkeypatch.setattr(decode_module, "FOLDING_DECODE", "fused")
+    large_batch_kernels(monkeypatch)
+    with pytest.raises(ValueError, match="FOLDING_DECODE must be one of"):
+        check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=19), 1, every_row_folds=True)

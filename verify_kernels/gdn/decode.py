@@ -54,6 +54,16 @@ SPLIT_BUFFER_BEFORE_LEN = False
 SPLIT_BUFFER_BLOCK_V = 128
 SPLIT_FINISH_BLOCK_V = 128
 SPLIT_FINISH_WARPS = 4
+# FOLDING_DECODE: the launch of plain decoding's step in which every row folds (gdn_decode_commit(every_row_folds=
+# True): rows in lockstep), above SMALL_BATCH rows. "decode-then-fold": the decode's launches, then the token folded
+# in the flush's pipelined row loop (fold.ENTRIES_TOKEN); "in-fold": the fold kernel decodes the token itself
+# (fold.ENTRIES_DECODE: S0 read once, no decode launch), its reads S^T k, S^T q summed over the folded tile;
+# "in-fold-s0-reads": the same, its reads from the tile as loaded plus the buffer's share (fold.decode_fold_row).
+# The H200 (benchmarks.probe_gdn_decode_fold, Qwen3.5-9B's heads, batch 128 / 256 / 512): "decode-then-fold"
+# 276 / 538 / 1066 us (sixteenth session, 2026-12-04), "in-fold" 292 / 581 / 1180 (seventeenth, another machine;
+# a flush of the same buffers 180 / 352 / 696 there): two launches beat one whose tiles also sum the token's reads.
+FOLDING_DECODE = "decode-then-fold"
+FOLDING_DECODES = ("decode-then-fold", "in-fold", "in-fold-s0-reads")
 
 MAX_BUFFER = 64
 HEAD_DIMS = (16, 32, 64, 128)
@@ -340,8 +350,10 @@ def check_decode(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gc
 
 
 def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
-                   flush_length: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launch the decode (flush_length None) or the fused decode + commit. Returns o, u, gcum."""
+                   flush_length: int | None,
+                   every_row_folds: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the decode (flush_length None) or the fused decode + commit (every_row_folds: its fold in the
+    pipelined row loop, FOLDING_DECODE "decode-then-fold"). Returns o, u, gcum."""
     B, H, HV, K, V, L = check_decode(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                                      req_slots, flush_length)
     commit = flush_length is not None
@@ -379,7 +391,8 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
         # the token is each row's one new entry: k [B, 1, H, K], u [B, 1, HV, V], gcum [B, 1, HV] (the accepted
         # pointers are unused, buf_len stands in for them)
         gdn_fold_fwd(k, u, gcum, buf_len, buf_len, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
-                     req_slots, flush_length, entries=ENTRIES_TOKEN, append=False, T=1, A=1, **shapes)
+                     req_slots, flush_length, entries=ENTRIES_TOKEN, append=False, T=1, A=1,
+                     every_row_folds=every_row_folds, **shapes)
     return o, u, gcum
 
 
@@ -438,18 +451,21 @@ def gdn_decode_commit(
     fold on the host, and the three torch ops it takes ran per layer and step).
     every_row_folds: every row with a state slot folds in this step (plain decoding's rows in lockstep: the engine's
     cache knows it on the host, and a row that would append instead is the caller's error, not checked); the rows
-    without one (a graph's padding rows) output zeros and write nothing. Above SMALL_BATCH rows the fold kernel then
-    decodes the token itself (fold.ENTRIES_DECODE, the flush's pipelined row loop): S0 read once, no decode launch.
+    without one (a graph's padding rows) write nothing, and their output is unspecified (zeros where the fold
+    kernel decodes). Above SMALL_BATCH rows the fold runs the flush's pipelined row loop (FOLDING_DECODE: after the
+    decode's launches, or decoding the token itself).
     """
-    if every_row_folds and q.shape[0] > SMALL_BATCH:
+    if every_row_folds and q.shape[0] > SMALL_BATCH and FOLDING_DECODE != "decode-then-fold":
+        if FOLDING_DECODE not in FOLDING_DECODES:
+            raise ValueError(f"FOLDING_DECODE must be one of {FOLDING_DECODES}, got {FOLDING_DECODE!r}")
         B, H, HV, K, V, L = check_decode(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                                          req_slots, flush_length)
         o = torch.zeros(B, HV, V, dtype=torch.float32, device=q.device)
         # (the token's inputs in the fold's entry arguments: k; v as u, g as gcum, beta as accepted)
         gdn_fold_fwd(k, v, g, beta, buf_len, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
                      flush_length, entries=ENTRIES_DECODE, append=False, T=1, A=1, H=H, HV=HV, K=K, V=V, L=L, q=q,
-                     out=o)
+                     out=o, reads_s0=FOLDING_DECODE == "in-fold-s0-reads")
     else:
         o, _, _ = gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
-                                 req_slots, flush_length)
+                                 req_slots, flush_length, every_row_folds)
     return o, (buf_len[req_slots] + 1 >= flush_length) if flushed else None
