@@ -94,7 +94,7 @@ def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list
         pools.buf_len.fill_((flush_length - 2) // 2)  # the mean fill of the non-flushing steps
         step_s = time_calls(ours(gdn_decode_commit, flush_length))
         # every call folds its buffer into the state: the rows in lockstep, as plain decoding's engine launches
-        # that step (every_row_folds: the fold kernel decodes the token, in the flush's pipelined row loop)
+        # that step (every_row_folds: its fold in the flush's pipelined row loop, decode.FOLDING_DECODE)
         pools.buf_len.fill_(flush_length - 1)
         flush_s = time_calls([partial(call, every_row_folds=True) for call in ours(gdn_decode_commit, flush_length)])
         amortised = ((flush_length - 1) * step_s + flush_s) / flush_length

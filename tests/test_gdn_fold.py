@@ -99,15 +99,14 @@ def test_fold_launch_pipelines_flushes_of_short_buffers_only():
 
 @pytest.mark.parametrize(("form", "stages", "tma"),
                          [("in-fold", 3, False), ("in-fold", 3, True), ("in-fold", 1, False),
-                          ("in-fold-s0-reads", 3, True), ("in-fold-s0-reads", 1, False),
-                          ("decode-then-fold", 3, True)],
+                          ("decode-then-fold", 3, False), ("decode-then-fold", 3, True)],
                          ids=["in-fold-pipelined-pointers", "in-fold-pipelined-tma", "in-fold-looped",
-                              "s0-reads-pipelined-tma", "s0-reads-looped", "decode-then-fold-pipelined-tma"])
+                              "decode-then-fold-pipelined-pointers", "decode-then-fold-pipelined-tma"])
 def test_a_decode_step_in_which_every_row_folds_folds_in_the_pipelined_loop(monkeypatch, form, stages, tma):
     """gdn_decode_commit(every_row_folds=True), plain decoding's step in which every row's buffer fills (the engine
     knows it on the host), in each of its launches (decode.FOLDING_DECODE): the fold kernel decodes the token from
-    each tile it folds (fold.ENTRIES_DECODE: the token's reads from the folded tile, or from the tile as loaded plus
-    the buffer's share; u and o, then u folded as a rank-one update), or the decode's launches then the token folded
+    each tile it folds (fold.ENTRIES_DECODE: the token's reads from the folded tile, u and o, then u folded as a
+    rank-one update), or the decode's launches then the token folded
     (fold.ENTRIES_TOKEN) in the flush's pipelined row loop; in that loop or the looped row, against the reference;
     rows with 0 to 7 buffered entries."""
     f = fold_module

@@ -57,13 +57,13 @@ SPLIT_FINISH_WARPS = 4
 # FOLDING_DECODE: the launch of plain decoding's step in which every row folds (gdn_decode_commit(every_row_folds=
 # True): rows in lockstep), above SMALL_BATCH rows. "decode-then-fold": the decode's launches, then the token folded
 # in the flush's pipelined row loop (fold.ENTRIES_TOKEN); "in-fold": the fold kernel decodes the token itself
-# (fold.ENTRIES_DECODE: S0 read once, no decode launch), its reads S^T k, S^T q summed over the folded tile;
-# "in-fold-s0-reads": the same, its reads from the tile as loaded plus the buffer's share (fold.decode_fold_row).
-# The H200 (benchmarks.probe_gdn_decode_fold, Qwen3.5-9B's heads, batch 128 / 256 / 512): "decode-then-fold"
-# 276 / 538 / 1066 us (sixteenth session, 2026-12-04), "in-fold" 292 / 581 / 1180 (seventeenth, another machine;
-# a flush of the same buffers 180 / 352 / 696 there): two launches beat one whose tiles also sum the token's reads.
+# (fold.ENTRIES_DECODE: S0 read once, no decode launch), its reads S^T k, S^T q summed over the folded tile. The H200
+# (2026-12-04, seventeenth session, benchmarks.probe_gdn_decode_fold in one process, Qwen3.5-9B's heads, batch
+# 128 / 256 / 512): "decode-then-fold" 279 / 545 / 1073 us, "in-fold" 307 / 612 / 1214, the looped row 372 / 738 /
+# 1478 and a flush of the same buffers 181 / 356 / 703: the one launch that also sums the token's reads over its
+# tiles loses to two (its reads from the tile as loaded plus the buffer's share instead: 428 / 869 / 1748).
 FOLDING_DECODE = "decode-then-fold"
-FOLDING_DECODES = ("decode-then-fold", "in-fold", "in-fold-s0-reads")
+FOLDING_DECODES = ("decode-then-fold", "in-fold")
 
 MAX_BUFFER = 64
 HEAD_DIMS = (16, 32, 64, 128)
@@ -464,7 +464,7 @@ def gdn_decode_commit(
         # (the token's inputs in the fold's entry arguments: k; v as u, g as gcum, beta as accepted)
         gdn_fold_fwd(k, v, g, beta, buf_len, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots,
                      flush_length, entries=ENTRIES_DECODE, append=False, T=1, A=1, H=H, HV=HV, K=K, V=V, L=L, q=q,
-                     out=o, reads_s0=FOLDING_DECODE == "in-fold-s0-reads")
+                     out=o)
     else:
         o, _, _ = gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len,
                                  req_slots, flush_length, every_row_folds)
