@@ -4,11 +4,12 @@ every_row_folds (plain decoding's rows in lockstep: StepGraphs captures a decode
 of its launches (verify_kernels.gdn.decode.FOLDING_DECODE): the decode's launches then the token folded in the
 flush's pipelined row loop; the fold kernel decoding the token itself from each tile it folds (S0 read once, no
 decode launch), its reads summed over the folded tile. Issue 15's GDN decode target (amortised over a 16-token
-flush, >= 1.9x fla's fused_recurrent at batch >= 128) turns on this step. In one process, at Qwen3.5-9B shapes (CUDA graphs, states rotated over >= 2 GiB, fp32 keys as the
-engine's decode): the decode + commit at the mean fill, its fold step each way, the flush alone, the amortised
-decode each way, and each launch's largest difference from the looped one (S0 and the output, from the same pools).
-The H200, 2026-12-04, seventeenth session: the fold step at batch 128 / 256 / 512 372 / 738 / 1478 us looped, 279 /
-545 / 1073 decode-then-fold, 307 / 612 / 1214 in-fold, a flush 181 / 356 / 703 (verify_kernels/gdn/decode.py).
+flush, >= 1.9x fla's fused_recurrent at batch >= 128) turns on this step. In one process, at Qwen3.5-9B shapes
+(CUDA graphs, states rotated over >= 2 GiB, fp32 keys as the engine's decode): the decode + commit at the mean
+fill, its fold step each way, the flush alone, the amortised decode each way, and each launch's largest
+difference from the looped one (S0 and the output, from the same pools). The H200, 2026-12-04, seventeenth
+session: the fold step at batch 128 / 256 / 512 372 / 738 / 1478 us looped, 279 / 545 / 1073 decode-then-fold,
+307 / 612 / 1214 in-fold, a flush 181 / 356 / 703 (verify_kernels/gdn/decode.py).
 
     python -m benchmarks.probe_gdn_decode_fold --batches 64 128 256 512
 """
