@@ -9,7 +9,9 @@ benchmarks/kernels.py), and prints one table and the best setting per op, as lin
 
 Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), commit (the same
 with one row in 8 folding: a speculative step's commit at large batches), decode (decode +
-commit amortised over 16 steps, the flush included), verify (a 4-chain and a 16-node tree, buffers holding 8
+commit amortised over 16 steps, the flush included), foldstep (plain decoding's step in which every row folds, as
+its own launch: decode.FOLDING_DECODE, the decode's launches then the pipelined fold, or the fold kernel decoding
+the token; its bound a flush's bytes), verify (a 4-chain and a 16-node tree, buffers holding 8
 entries), verify1 (the same at batch 1: the one-launch kernel), chains (the 4-chain alone: its state pass's settings),
 conv (the tree conv and the conv commit at Qwen3.5-9B's 8192 channels, bf16: plain decoding and 4-chains), small
 (batch 1-16: the one-launch kernels against the large-batch ones, for the thresholds). Each row: the time, its
@@ -151,6 +153,14 @@ class Workloads:
         flush = self.time_us(calls, CAPACITY - 1)
         return ((CAPACITY - 1) * step + flush) / CAPACITY, self.batch * gdn.decode_bytes(CAPACITY)
 
+    def foldstep(self) -> tuple[float, float]:
+        """Plain decoding's step in which every row folds (rows in lockstep): gdn_decode_commit(every_row_folds=True)
+        on buffers one entry short of a flush; bound: a flush's bytes (S0 read and written once, the entries read)."""
+        x = self.x[1]
+        calls = [partial(gdn_decode_commit, x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0],
+                         *self._pools(r), CAPACITY, every_row_folds=True) for r in range(self.rotations)]
+        return self.time_us(calls, CAPACITY - 1), self.batch * gdn.fold_bytes(CAPACITY)
+
     def verify(self, tree: str) -> tuple[float, float]:
         nodes = len(tree_parents(tree))
         parents = torch.tensor(tree_parents(tree), device="cuda").expand(self.batch, nodes).contiguous()
@@ -194,6 +204,8 @@ def check(op: str) -> float:
         return checks.check_gdn_commit(24)
     if op == "decode":
         return checks.check_gdn_decode_commit(24)
+    if op == "foldstep":
+        return checks.check_gdn_decode_commit(24, every_row_folds=True)
     if op == "verify":
         return max(checks.check_gdn_verify(24, "chain4"), checks.check_gdn_verify(24, "tree16"))
     if op == "chains":
@@ -230,7 +242,8 @@ def ok(error: float) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="fold,append,decode,verify,small",
-                        help="comma-separated, of fold, append, commit, decode, verify, verify1, chains, conv, small")
+                        help="comma-separated, of fold, append, commit, decode, foldstep, verify, verify1, chains, "
+                             "conv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()

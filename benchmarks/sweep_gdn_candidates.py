@@ -71,6 +71,19 @@ def candidates(ops: set[str]) -> list[Candidate]:
                              {"decode.SPLIT_BUFFER_BEFORE_LEN": True}))
         out.append(Candidate("decode", "split roles, buffer programs over BLOCK_V (the defaults before 2026-12-04c)",
                              {"decode.SPLIT_BUFFER_BLOCK_V": None}))
+    if "foldstep" in ops:
+        out.append(Candidate("foldstep", "defaults"))
+        # the fold kernel decoding the token itself (one launch, S0 read once; the H200 of 2026-12-04, seventeenth
+        # session: 612 against 545 us at batch 256 at the flush's tile, [128, 64] on 8 warps in 3 stages), over the
+        # tiles, warps and stages that its sums over a tile's K rows may prefer; the decode's launches then the
+        # pipelined fold at other tiles too
+        for form in ("in-fold", "decode-then-fold"):
+            for bv, warps, stages in ((64, 8, 3), (32, 4, 3), (64, 4, 3), (32, 8, 3), (64, 8, 2), (128, 8, 2)):
+                out.append(Candidate("foldstep", f"{form}, BV {bv}, {warps} warps, {stages} stages",
+                                     {"decode.FOLDING_DECODE": form, "fold.TMA_FOLD_BLOCK_V": bv,
+                                      "fold.TMA_FOLD_WARPS": warps, "fold.FOLD_STAGES": stages}))
+        out.append(Candidate("foldstep", "in-fold, pointer loads (no TMA)",
+                             {"decode.FOLDING_DECODE": "in-fold", "fold.FOLD_TMA": False}))
     if "verify" in ops:
         out.append(Candidate("verify", "defaults"))
         # around the defaults (the H200 sweep of 2026-12-03, eighth sitting: the tree pass's and the 16-node state

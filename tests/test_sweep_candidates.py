@@ -4,7 +4,7 @@ one would set a new attribute that no kernel reads, and a GPU sweep would time t
 
 from benchmarks import sweep_gdn_candidates
 
-OPS = {"fold", "append", "commit", "decode", "verify", "verify1", "conv", "small"}
+OPS = {"fold", "append", "commit", "decode", "foldstep", "verify", "verify1", "conv", "small"}
 
 
 def test_every_candidate_changes_an_existing_setting():
@@ -14,6 +14,8 @@ def test_every_candidate_changes_an_existing_setting():
         for name in candidate.changes:
             module, _, attribute = name.partition(".")
             assert hasattr(sweep_gdn_candidates.MODULES[module], attribute), f"{candidate.label}: no setting {name}"
+    folding = {c.changes["decode.FOLDING_DECODE"] for c in candidates if "decode.FOLDING_DECODE" in c.changes}
+    assert folding == set(sweep_gdn_candidates.MODULES["decode"].FOLDING_DECODES)  # each launch, none misspelt
 
 
 def test_candidate_labels_are_unique_per_op():
