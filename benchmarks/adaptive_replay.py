@@ -26,7 +26,11 @@ measured ratio at most points, optimistic by a few percent; it missed the worst 
 batch 1: 0.88x replayed, 0.62x measured; Qwen3.5-9B at 16 and 256: 0.99x and 0.95x replayed, 0.87x and 0.88x
 measured), where a run's luck and the host's time weigh more than the step times.
 
-    python -m benchmarks.adaptive_replay --model qwen3.5-9b --accepted-length 2.72 [--fold-us 52]
+With --shadow-drafts the policy is told each plain step's shadow drafts (AdaptivePolicy.observe_shadows: whether a
+row's first draft would have been kept, the draw at its position), as the engine tells them for a drafter that
+drafts for nothing (n-gram, the study's synthetic one).
+
+    python -m benchmarks.adaptive_replay --model qwen3.5-9b --accepted-length 2.72 [--fold-us 52] [--shadow-drafts]
 """
 
 from __future__ import annotations
@@ -126,12 +130,14 @@ def graph_rows(max_batch: int) -> Callable[[int], int]:
 def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws: Draws,
               policy: AdaptivePolicy | None = None, chain: int = 0, first_id: int = 0,
               refill: float = REFILL, rows: Callable[[int], int] = lambda rows: rows,
-              fold_seconds: float = 0.0) -> tuple[int, float]:
+              fold_seconds: float = 0.0, shadows: bool = False) -> tuple[int, float]:
     """B requests of `tokens` new tokens each to the end (request first_id + i on text i), every step planned by
     `policy` (else `chain` drafts per row, 0 for plain decoding), each costing the rows it runs (`rows`: the graph
     batch it pads up to) and fold_seconds for each row whose buffer folds in it: a row's buffer (empty after its
     prompt) takes the entries its steps commit, one a plain step, the kept drafts and the root a drafting step, and
-    folds when it would reach FLUSH_LENGTH, as the KVBuffer's does. -> (tokens emitted, seconds)."""
+    folds when it would reach FLUSH_LENGTH, as the KVBuffer's does. shadows: each plain step's rows told the policy
+    whether their first draft would have been kept (AdaptivePolicy.observe_shadows: a drafter whose drafts cost
+    nothing). -> (tokens emitted, seconds)."""
     left = {first_id + i: tokens for i in range(batch)}
     buffered = dict.fromkeys(left, 0)
     emitted, seconds, plain_run, pending = 0, 0.0, 0, None
@@ -163,6 +169,9 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
                 pending = (*outcome, policy.take_planned())
             else:
                 policy.observe(*outcome)
+                if shadows and policy.wants_shadows:
+                    policy.observe_shadows(ids, [draws(rid - first_id, context) < alpha
+                                                 for rid, context in zip(ids, contexts, strict=True)])
         finished = [rid for rid in ids if left[rid] == 0]
         if finished and pending is not None:  # (before the policy forgets its requests)
             policy.observe(*pending)
@@ -175,12 +184,13 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
 
 
 def replay(step_time: StepTime, batches: list[int], accepted_length: float, prior: Callable | None = None,
-           seed: int = 0, new_tokens: int = NEW_TOKENS, fold_seconds: float = 0.0) -> list[dict]:
+           seed: int = 0, new_tokens: int = NEW_TOKENS, fold_seconds: float = 0.0,
+           shadows: bool = False) -> list[dict]:
     """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes;
-    fold_seconds: each row's fold (run_batch)."""
+    fold_seconds: each row's fold, shadows: the plain steps' shadow drafts told (run_batch)."""
     alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
     draws = text_draws(seed)
-    padded = partial(run_batch, rows=graph_rows(max(batches)), fold_seconds=fold_seconds)
+    padded = partial(run_batch, rows=graph_rows(max(batches)), fold_seconds=fold_seconds, shadows=shadows)
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}),
                             step_rows=graph_rows(max(batches)))
     rows, next_id = [], 0
@@ -213,12 +223,15 @@ def main() -> None:
     parser.add_argument("--fold-us", type=float, default=0.0,
                         help="what a row's fold adds to a step, all layers (0: folds not simulated; Qwen3.5-9B at "
                              "batch 256 on the H200: ~52, the lockstep plain steps' excess, adaptive_h200_2026-12-04g)")
+    parser.add_argument("--shadow-drafts", action="store_true",
+                        help="the plain steps' rows tell the policy whether their first draft would have been kept "
+                             "(a drafter that drafts for nothing: n-gram, synthetic)")
     args = parser.parse_args()
     paths = args.traces or sorted(TRACES.glob(f"trace_{args.model}*.jsonl*"))
     steps = MeasuredSteps.from_traces(paths, args.fold_us * 1e-3)
     prior = roofline_step_cost(SHAPES[args.model][0](), H200, FLUSH_LENGTH)
     runs = [replay(steps, args.batches, args.accepted_length, prior, seed, args.new_tokens,
-                   fold_seconds=args.fold_us * 1e-6) for seed in range(args.seeds)]
+                   fold_seconds=args.fold_us * 1e-6, shadows=args.shadow_drafts) for seed in range(args.seeds)]
     print(f"{args.model}, accepted {args.accepted_length}, step times from {', '.join(p.name for p in paths)}; "
           f"mean of {args.seeds} replays of {args.new_tokens} tokens a request (simulated: no host time, no noise)")
     print("| batch | plain tok/s | fixed tok/s | adaptive tok/s | adaptive / best | worst replay | shapes (seed 0) |")

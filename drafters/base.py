@@ -70,6 +70,13 @@ class Drafter(ABC):
         [B, F] the roots' features (target_features). A drafter whose cache follows the request takes the roots
         as pending tokens, scored with its next proposal."""
 
+    def shadow_drafts(self, requests: list[DraftRequest]) -> list[int | None] | None:
+        """Each request's first draft from its tokens so far, made while it decodes without drafting (adaptive
+        speculation's plain steps: the engine checks it against the token the step emits, Acceptance.shadow_kept,
+        so the policy sees a collapsed request recover without a drafting step), None for a request with none; or
+        None: this drafter's drafts cost a forward (a model, a head), so it drafts no shadows."""
+        return None
+
     def backlog(self, request_ids: list[int]) -> int:
         """Tokens this drafter must read for these requests before its next proposal, in a forward of their own
         (its catch-up: adaptive speculation prices a drafting step with it; one call a step, not one a request). 0

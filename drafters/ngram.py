@@ -56,15 +56,20 @@ class NgramDrafter(Drafter):
         self._indexes: dict[int, NgramIndex] = {}
 
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
-        trees = []
-        for request in requests:
-            index = self._indexes.setdefault(request.request_id, NgramIndex(self.min_ngram, self.max_ngram))
-            if index.length > len(request.tokens):  # not the sequence it indexed: start over
-                index = self._indexes[request.request_id] = NgramIndex(self.min_ngram, self.max_ngram)
-            drafts = index.extend(request.tokens).lookup(request.tokens, shape.budget if shape.topk == 1
-                                                         else shape.steps)
-            trees.append(DraftTree.chain(request.tokens[-1], drafts))
-        return trees
+        count = shape.budget if shape.topk == 1 else shape.steps
+        return [DraftTree.chain(request.tokens[-1], self._index(request).lookup(request.tokens, count))
+                for request in requests]
+
+    def shadow_drafts(self, requests: list[DraftRequest]) -> list[int | None]:
+        """A lookup of one token in each request's index: drafting costs no forward (Drafter.shadow_drafts)."""
+        return [(drafts or [None])[0] for drafts in (self._index(r).lookup(r.tokens, 1) for r in requests)]
+
+    def _index(self, request: DraftRequest) -> NgramIndex:
+        """The request's index, extended to its tokens."""
+        index = self._indexes.setdefault(request.request_id, NgramIndex(self.min_ngram, self.max_ngram))
+        if index.length > len(request.tokens):  # not the sequence it indexed: start over
+            index = self._indexes[request.request_id] = NgramIndex(self.min_ngram, self.max_ngram)
+        return index.extend(request.tokens)
 
     def finish(self, request_id: int) -> None:
         self._indexes.pop(request_id, None)

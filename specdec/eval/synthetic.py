@@ -45,8 +45,12 @@ class TextCoins:
         self.marks: dict[int, tuple[int, int]] = {}  # id(tree) -> (text key, position of its first draft)
 
     def mark(self, trees: list[DraftTree], requests: list[DraftRequest]) -> None:
-        self.marks = {id(tree): (hash(tuple(request.tokens[:self.KEY_TOKENS])), len(request.tokens))
+        self.marks = {id(tree): (self.key(request.tokens), len(request.tokens))
                       for tree, request in zip(trees, requests, strict=True)}
+
+    def key(self, tokens: list[int]) -> int:
+        """The text of a request whose tokens so far are `tokens`."""
+        return hash(tuple(tokens[:self.KEY_TOKENS]))
 
     def draws_for(self, tree: DraftTree, count: int) -> list[float] | None:
         """The draws of the tree's first `count` drafts; None for a tree this step's drafter did not mark."""
@@ -102,6 +106,13 @@ class SyntheticDrafter(Drafter):
             self.text_coins.mark(trees, requests)
         return trees
 
+    def shadow_drafts(self, requests: list[DraftRequest]) -> list[int | None]:
+        """Drafting costs nothing here: a token from the pool per request (SyntheticAcceptance.shadow_kept decides,
+        as it decides the drafts of a chain)."""
+        if not self.pool:
+            self.pool = self.picks.choices(requests[0].tokens, k=self.POOL)
+        return [self.pool[(self.cursor + i) % self.POOL] for i in range(len(requests))]
+
 
 class SyntheticAcceptance:
     """Keeps the first k drafts of each chain, k with mean `mean_accepted_length` - 1; the bonus token is the target's
@@ -132,6 +143,16 @@ class SyntheticAcceptance:
         the bonus (the argmax after the last kept node) left on the device, as the target's greedy chains are."""
         kept = to_device(host_longs([len(self.forced_path(tree)) - 1 for tree in trees]), logits.device)
         return AcceptedOnDevice(kept, logits.argmax(-1).gather(1, kept[:, None])[:, 0])
+
+    def shadow_kept(self, contexts: list[list[int]], drafts: list[int | None], tokens: list[int]) -> list[bool]:
+        """A first draft at the position after contexts[i] kept as a chain's first draft there would be (the text's
+        draw there below the per-draft alpha): what a plain step's row would have gained by drafting one token."""
+        alpha = self.alpha(self.depth or 1)
+        if self.text_coins is None:
+            return [draft is not None and self.coins.random() < alpha for draft in drafts]
+        coins = self.text_coins
+        return [draft is not None and coins.at(coins.key(context), len(context), 1)[0] < alpha
+                for context, draft in zip(contexts, drafts, strict=True)]
 
     def forced_path(self, tree: DraftTree) -> list[int]:
         depth = len(tree) - 1

@@ -99,9 +99,20 @@ class Acceptance(Protocol):
         """trees: one per row; logits [B, T, V] (T >= every tree's size) of every node -> per row, its path and
         bonus token."""
 
+    def shadow_kept(self, contexts: list[list[int]], drafts: list[int | None], tokens: list[int]) -> list[bool]:
+        """Shadow drafts (drafters.base.Drafter.shadow_drafts): whether each request's first draft, made from its
+        tokens so far (contexts[i]), would have been kept, given tokens[i], what its plain step emitted there (a
+        draft None: none made, not kept)."""
+
 
 class TargetAcceptance:
     """The target decides: lossless for greedy and sampled requests alike."""
+
+    def shadow_kept(self, contexts: list[list[int]], drafts: list[int | None], tokens: list[int]) -> list[bool]:
+        """A first draft is kept iff it is the emitted token: exact for greedy rows; for a sampled row, whose token
+        was drawn from p, it holds with probability p(draft), which is what a point-mass draft is accepted with
+        (min(1, p / q) at q = 1), so the policy's estimate is unbiased either way."""
+        return [draft is not None and draft == token for draft, token in zip(drafts, tokens, strict=True)]
 
     def accept_on_device(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                          generators: list[torch.Generator | None] | None = None) -> AcceptedOnDevice | None:

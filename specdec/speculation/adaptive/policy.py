@@ -10,8 +10,11 @@ each step still paying the widest row's width: 0.65x the fixed chains' tokens/s.
 rarely accepted (p[0] < collapse) counts as emitting one token in the rates, its drafts not worth a wider step;
 once a batch holding such requests has run `probe_every` steps without drafting, a probe step drafts again, so that
 requests that recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF
-times). A request's acceptance is learnt from its drafting steps, and while it does not draft it relaxes toward the
-pooled acceptance (RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain
+times). Where drafting costs nothing (n-gram, synthetic drafts), plain steps check each collapsed row's first draft
+against the token they emit (shadow drafts, observe_shadows), and such a batch is probed only when its shadows say
+it may have recovered, nor does it explore or refresh a drafting shape meanwhile. A request's acceptance is learnt
+from its drafting steps, and while it does not draft it relaxes toward the pooled acceptance
+(RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain
 decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch
 of one on plain steps for the rest of its run after three), and a batch that decodes plainly because drafting costs
 more than it brings is not probed. A new request's acceptance starts from the acceptance pooled over the requests
@@ -36,6 +39,10 @@ from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_buc
 # nothing, up to PROBE_BACKOFF times probe_every (a probe's drafts cost a wider step for nothing, ~6% of the steps
 # at every 16: the H200 study's adaptive rows at acceptance 1.2 ran at 0.85-0.94x plain decoding)
 PROBE_BACKOFF = 4
+# shadow drafts (observe_shadows): a request's first-draft acceptance over a window of ~1 / (1 - SHADOW_DECAY) plain
+# steps; a batch's collapsed rows call a probe when theirs, pooled, lies above the collapse by SHADOW_SURE deviations
+SHADOW_DECAY = 0.95
+SHADOW_SURE = 1.0
 # steps a batch bucket runs before its unmeasured shapes are explored (a shrinking batch's tail passes through small
 # buckets in a few steps each: not worth measuring every shape there)
 EXPLORE_AFTER = 4
@@ -167,6 +174,11 @@ class AdaptivePolicy:
         self._best_at_refresh: int | None = None  # the best shape when the last refresh ran, until it is judged
         self._probed = False  # the last plan was a probe
         self._planned: PlannedStep | None = None  # the last plan, awaiting its outcome
+        # request -> its shadow drafts' (seen, kept), decayed by SHADOW_DECAY (observe_shadows)
+        self.shadows: dict[int, tuple[float, float]] = {}
+        # whether the last plan's batch held a collapsed row, whose shadows could call a probe: the engine checks
+        # them only then (~0.15 ms of Python a plain step at batch 256 on a 2-core CPU: benchmarks.host_step)
+        self.wants_shadows = False
 
     def prepare(self, rows: int, shortest: int, longest: int) -> None:
         """Price now every step this policy may plan for batches of up to `rows` requests whose mean context lies in
@@ -197,6 +209,7 @@ class AdaptivePolicy:
         shortfalls = zip(*(f[1] for f in kept), strict=True)
         emitted = [sum(t) + sum(v) ** 0.5 for t, v in zip(tokens, shortfalls, strict=True)]
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
+        self.wants_shadows = collapsed > 0
         catch_up = self.catch_up.seconds(backlog)
         seconds = {s: self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
         rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up / CATCH_UP_STEPS if s else 0.0))
@@ -218,12 +231,16 @@ class AdaptivePolicy:
                                      if confirmed else self.config.refresh_every)
             self._best_at_refresh = None
         if steps is None:
-            steps = self._explore(batch, trial_rates, best)
+            # (a batch whose every row collapsed, each watched by its shadow drafts, explores and refreshes no drafting
+            # shape: such a step doubled as a probe, which the shadows now call when one is worth it)
+            watched = not any(worth) and bool(self.shadows)
+            steps = self._explore(batch, trial_rates, best, drafting=not watched)
             if steps is not None:
                 self._measuring, self._measure_steps = (self._bucket(batch), steps), 1
         if steps is None:
             steps = best
-        probing = steps == 0 and not all(worth) and self.since_drafting >= self.probe_interval
+        probing = (steps == 0 and not all(worth) and self.since_drafting >= self.probe_interval
+                   and self._shadows_call_a_probe(request_ids, worth))
         if probing:  # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
             steps = max(self.config.chain_lengths, key=lambda s: (rates[s], -s))
         elif self._probed and best == 0:  # the last probe changed nothing: wait twice as long for the next
@@ -295,8 +312,35 @@ class AdaptivePolicy:
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
                 self._stats(rid).relax(pooled, 1 - self.config.decay)
 
+    def observe_shadows(self, request_ids: Sequence[int], kept: Sequence[bool]) -> None:
+        """Shadow drafts: each row's first draft, made for free while it decoded plainly (a drafter that drafts for
+        nothing: Drafter.shadow), checked against the token its plain step emitted. They tell whether a collapsed
+        row may have recovered, so a probe (a drafting step, the only other way to see it) comes only when one looks
+        so (_shadows_call_a_probe); they do not enter the acceptance the shapes are priced at, which holds every
+        position (a first position observed alone and deeper ones left at the drafter's figures overprized chains
+        in the replay of the H200 traces: Nemotron-3-Nano at batch 1 and 1.2 accepted, 0.96x -> 0.91x of plain)."""
+        for rid, hit in zip(request_ids, kept, strict=True):
+            seen, hits = self.shadows.get(rid, (0.0, 0.0))
+            self.shadows[rid] = (SHADOW_DECAY * seen + 1.0, SHADOW_DECAY * hits + float(hit))
+
+    def _shadows_call_a_probe(self, request_ids: Sequence[int], worth: Sequence[bool]) -> bool:
+        """Whether a probe is due by the shadow drafts (observe_shadows): where the batch's collapsed rows have none
+        (a drafter without them), as before; else where their first drafts, pooled, were kept more often than the
+        collapse by SHADOW_SURE deviations (a drafting step is the batch's: one row in 64 that recovered would not
+        make it pay, and a test per row called a probe every time at batch 64, some row above by chance)."""
+        seen = hits = 0.0
+        for rid, row_worth in zip(request_ids, worth, strict=True):
+            if not row_worth and rid in self.shadows:
+                row_seen, row_hits = self.shadows[rid]
+                seen, hits = seen + row_seen, hits + row_hits
+        if not seen:
+            return True
+        p = hits / seen
+        return p - SHADOW_SURE * (p * (1.0 - p) / seen) ** 0.5 >= self.config.collapse
+
     def finish(self, request_id: int) -> None:
         self.acceptance.pop(request_id, None)
+        self.shadows.pop(request_id, None)
 
     def _stats(self, request_id: int) -> RunningAcceptance:
         if request_id not in self.acceptance:
@@ -321,7 +365,7 @@ class AdaptivePolicy:
         self._measure_steps += 1
         return self._measuring[1]
 
-    def _explore(self, batch: int, rates: dict[int, float], best_shape: int) -> int | None:
+    def _explore(self, batch: int, rates: dict[int, float], best_shape: int, drafting: bool = True) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
         has run EXPLORE_AFTER steps, a shape not yet measured in this bucket whose rate is within BORROWED_CONTENDER of
         the best (its cost borrowed can be far off, and only a shape that runs corrects its cost: the H200 study of
@@ -329,19 +373,21 @@ class AdaptivePolicy:
         and borrowed at 1.6x its cost); else every
         refresh_every steps (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF
         times), of the contenders (_contender), the one measured least recently in this bucket (so that a cost
-        measured while the machine was busy is not trusted for ever)."""
+        measured while the machine was busy is not trusted for ever). drafting False: no drafting shape is explored
+        or refreshed (a batch whose rows collapsed, watched by their shadow drafts)."""
         for steps in self.config.shapes:
             if self._kept(steps) < 1:
                 return steps
         bucket, best = self._bucket(batch), max(rates.values())
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
-            for steps in self.config.shapes:
+            for steps in self.config.shapes if drafting else (0,):
                 if self._kept(steps, bucket) < 1 and rates[steps] >= BORROWED_CONTENDER * best:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
             self._best_at_refresh = best_shape
-            contenders = [s for s in self.config.shapes if rates[s] >= self._contender(bucket, s) * best]
+            contenders = [s for s in (self.config.shapes if drafting else (0,))
+                          if rates[s] >= self._contender(bucket, s) * best]
             return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None
 
