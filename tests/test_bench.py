@@ -206,6 +206,9 @@ def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen(tmp_path):
     assert {shapes[d["steps"]] for d in timed} == set(row.shapes)
     assert all(d["batch_size"] == 2 and set(d["estimated_ms"]) == {"0", "1", "2", "4"} for d in decisions)
     assert all(d["measured_ms"] is None or d["measured_ms"] > 0 for d in decisions)
+    # whether each step was a probe, and its rows' shadow drafts kept (the synthetic drafter makes them)
+    assert all(isinstance(d["probe"], bool) and (d["shadow_kept"] is None or 0 <= d["shadow_kept"] <= 1)
+               for d in decisions)
     assert set(row.shapes) <= {"plain", "chain-1", "chain-2", "chain-4"}
     table = markdown_table([row], 40.0)
     assert "shapes chosen" in table and "| kvbuffer | adaptive | 2 |" in table

@@ -252,9 +252,13 @@ class AdaptivePolicy:
         plan = StepPlan(steps, (steps > 0,) * batch)
         decision = None
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
+            shadowed = [self.shadows[rid] for rid in request_ids if rid in self.shadows]
             decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
                         "estimated_ms": {s: 1e3 * self.cost.seconds(batch, s + 1, context) for s in rates},
-                        "tokens_per_second": rates}
+                        "tokens_per_second": rates, "probe": probing,
+                        # the rows' shadow drafts kept, pooled (None: no row has any)
+                        "shadow_kept": (sum(h for _, h in shadowed) / sum(n for n, _ in shadowed)
+                                        if shadowed else None)}
         self._planned = PlannedStep(batch, context, plan, backlog, decision)
         return plan
 
