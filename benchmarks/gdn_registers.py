@@ -120,13 +120,22 @@ def variants() -> list[tuple[str, object, dict, int]]:
                          BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA,
                          SPLIT=fold.FOLD_SPLIT_TF32),
                     warps))
+    # plain decoding's step in which every row folds, at its default launch (decode.FOLDING_DECODE
+    # "decode-then-fold"): the decode's fold in the pipelined row loop
+    stages, warps, block_v = fold.fold_launch(CAPACITY, False, fold.ENTRIES_TOKEN, fold.FOLD_TMA,
+                                              every_row_folds=True)
+    out.append(("fold: decode's fold where every row folds", fold.gdn_fold_kernel,
+                dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
+                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_TOKEN, APPEND=False, STAGES=stages, TMA=fold.FOLD_TMA,
+                     SPLIT=fold.FOLD_SPLIT_TF32),
+                warps))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     # the flush's software-pipelined row loop at 2 stages on FOLD_BLOCK_V columns and FOLD_WARPS (a sweep candidate)
     out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
                 dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                      BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2, TMA=fold.FOLD_TMA,
-                         SPLIT=fold.FOLD_SPLIT_TF32),
+                     SPLIT=fold.FOLD_SPLIT_TF32),
                 fold.FOLD_WARPS))
     # S0's tiles through a tensor descriptor (fold.FOLD_TMA) where it is off: the flush, the commit's looped row
     if not fold.FOLD_TMA:

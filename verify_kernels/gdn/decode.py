@@ -61,7 +61,10 @@ SPLIT_FINISH_WARPS = 4
 # (2026-12-04, seventeenth session, benchmarks.probe_gdn_decode_fold in one process, Qwen3.5-9B's heads, batch
 # 128 / 256 / 512): "decode-then-fold" 279 / 545 / 1073 us, "in-fold" 307 / 612 / 1214, the looped row 372 / 738 /
 # 1478 and a flush of the same buffers 181 / 356 / 703: the one launch that also sums the token's reads over its
-# tiles loses to two (its reads from the tile as loaded plus the buffer's share instead: 428 / 869 / 1748).
+# tiles loses to two (its reads from the tile as loaded plus the buffer's share instead: 428 / 869 / 1748). Its
+# reads as one tensor-core product instead of the sums ([k; q; 0] [16, K] . S, tf32x3) compiled for sm_90 at 255
+# registers with 32 bytes spilled and 192 KB of shared memory, against 207, none and 136 KB for the sums
+# (benchmarks.gdn_registers, Triton 3.9, 2026-12-04): not pursued.
 FOLDING_DECODE = "decode-then-fold"
 FOLDING_DECODES = ("decode-then-fold", "in-fold")
 
