@@ -79,6 +79,9 @@ def candidates(ops: set[str]) -> list[Candidate]:
         # pipelined fold at other tiles too
         for form in ("in-fold", "decode-then-fold"):
             for bv, warps, stages in ((64, 8, 3), (32, 4, 3), (64, 4, 3), (32, 8, 3), (64, 8, 2), (128, 8, 2)):
+                if form == decode.FOLDING_DECODE and (bv, warps, stages) == (fold.TMA_FOLD_BLOCK_V,
+                                                                             fold.TMA_FOLD_WARPS, fold.FOLD_STAGES):
+                    continue  # (the defaults)
                 out.append(Candidate("foldstep", f"{form}, BV {bv}, {warps} warps, {stages} stages",
                                      {"decode.FOLDING_DECODE": form, "fold.TMA_FOLD_BLOCK_V": bv,
                                       "fold.TMA_FOLD_WARPS": warps, "fold.FOLD_STAGES": stages}))

@@ -383,7 +383,7 @@ class Engine:
         (Drafter.shadow_drafts: n-gram, synthetic), checked against the token the step emitted
         (Acceptance.shadow_kept) and told to the policy (AdaptivePolicy.observe_shadows), which then probes a
         collapsed batch only when its shadows say it may have recovered (replayed on the H200 traces at 1.2 accepted:
-        0.96-0.98x of plain decoding -> 0.99-1.00x, benchmarks.adaptive_replay --shadow-drafts)."""
+        0.96-0.99x of plain decoding -> 0.98-1.00x, benchmarks/results/adaptive_shadow_replay_cpu_2026-12-04.md)."""
         live = [row for row, request in enumerate(requests) if not request.finished]
         if not live:
             return

@@ -318,10 +318,10 @@ class AdaptivePolicy:
 
     def observe_shadows(self, request_ids: Sequence[int], kept: Sequence[bool]) -> None:
         """Shadow drafts: each row's first draft, made for free while it decoded plainly (a drafter that drafts for
-        nothing: Drafter.shadow), checked against the token its plain step emitted. They tell whether a collapsed
+        nothing: Drafter.shadow_drafts), checked against the token its plain step emitted. They tell whether a collapsed
         row may have recovered, so a probe (a drafting step, the only other way to see it) comes only when one looks
         so (_shadows_call_a_probe); they do not enter the acceptance the shapes are priced at, which holds every
-        position (a first position observed alone and deeper ones left at the drafter's figures overprized chains
+        position (a first position observed alone and deeper ones left at the drafter's figures overpriced chains
         in the replay of the H200 traces: Nemotron-3-Nano at batch 1 and 1.2 accepted, 0.96x -> 0.91x of plain)."""
         for rid, hit in zip(request_ids, kept, strict=True):
             seen, hits = self.shadows.get(rid, (0.0, 0.0))
