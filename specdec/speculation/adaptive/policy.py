@@ -177,7 +177,8 @@ class AdaptivePolicy:
         # request -> its shadow drafts' (seen, kept), decayed by SHADOW_DECAY (observe_shadows)
         self.shadows: dict[int, tuple[float, float]] = {}
         # whether the last plan's batch held a collapsed row, whose shadows could call a probe: the engine checks
-        # them only then (~0.15 ms of Python a plain step at batch 256 on a 2-core CPU: benchmarks.host_step)
+        # them only then (0.13-0.26 ms of Python a plain step at batch 256 on a 2-core CPU: benchmarks.host_step,
+        # benchmarks/results/adaptive_shadow_replay_cpu_2026-12-04.md)
         self.wants_shadows = False
 
     def prepare(self, rows: int, shortest: int, longest: int) -> None:
