@@ -6,9 +6,9 @@ Compiles each kernel at the launch settings in verify_kernels/gdn, and candidate
 flush's row loop at 2 stages, the switches that are off; Qwen3.5-9B shapes, the engine's 16-entry buffer, fp32
 inputs), with the installed Triton, specialised as a launch would be (16-byte aligned pointers), and reads the
 cubin's resource use with the cuobjdump shipped in Triton's wheel (and the PTX's cp.async count, shared memory from
-the compiler). Registers bound how many programs an SM holds, so the bytes in flight of a memory-bound kernel;
-spilled bytes (STACK) are local-memory traffic. Figures in the kernels' comments come from here (Triton 3.6 or 3.9,
-as each says).
+the compiler, the SASS's instructions and loop bodies: an issue-bound kernel's time is what its warps issue).
+Registers bound how many programs an SM holds, so the bytes in flight of a memory-bound kernel; spilled bytes
+(STACK) are local-memory traffic. Figures in the kernels' comments come from here (Triton 3.6 or 3.9, as each says).
 """
 
 from __future__ import annotations
@@ -33,10 +33,29 @@ INDEX = ("state_slots", "buf_len", "req_slots", "num_nodes", "accepted", "num_ac
 SCALARS = ("T", "A", "B", "flush_length")
 
 
-def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, int]:
+def sass_shape(sass: str) -> tuple[int, list[int]]:
+    """(instructions, each loop body's instructions) of a kernel's SASS listing (cuobjdump -sass): a loop body is the
+    span from a backward branch's target to the branch. What a warp issues is the straight code plus each body
+    times its trip count, which the listing does not know (the kernels' comments work it out where they quote it)."""
+    address = {}
+    instructions = []
+    for line in sass.splitlines():
+        found = re.match(r"\s+/\*([0-9a-f]{4,6})\*/\s+(.*?);", line)
+        if found:
+            address[int(found.group(1), 16)] = len(instructions)
+            instructions.append(found.group(2))
+    bodies = []
+    for i, text in enumerate(instructions):
+        branch = re.search(r"\bBRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", text)
+        if branch and branch.group(1) and address.get(int(branch.group(1), 16), i) < i:
+            bodies.append(i - address[int(branch.group(1), 16)] + 1)
+    return len(instructions), bodies
+
+
+def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, int, int, list[int]]:
     """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90, its shared memory
-    bytes per program, and its asynchronous copies into shared memory (cp.async in the PTX: loads that a pipelined
-    loop issues ahead)."""
+    bytes per program, its asynchronous copies into shared memory (cp.async in the PTX: loads that a pipelined
+    loop issues ahead), and its SASS instructions and loop bodies (sass_shape)."""
     params = list(inspect.signature(kernel.fn).parameters)
     signature = {}
     for name in params:
@@ -58,9 +77,10 @@ def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, 
         cubin = os.path.join(folder, "kernel.cubin")
         Path(cubin).write_bytes(compiled.asm["cubin"])
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
+        sass = subprocess.run([str(cuobjdump), "-sass", cubin], capture_output=True, text=True).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
     copies = len(re.findall(r"cp\.async\.c[ag]", compiled.asm["ptx"]))
-    return int(found.group(1)), int(found.group(2)), compiled.metadata.shared, copies
+    return (int(found.group(1)), int(found.group(2)), compiled.metadata.shared, copies, *sass_shape(sass))
 
 
 def variants() -> list[tuple[str, object, dict, int]]:
@@ -158,6 +178,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
                         warps))
+    # the small trees' FMA tree pass (verify.SMALL_TREE_PASS), a 4-chain, on or as the candidate it is while off
+    heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
+    block_v, warps = verify.SMALL_TREE_CONFIG
+    out.append((f"{'' if verify.SMALL_TREE_PASS else 'candidate: '}verify small trees' FMA tree pass (4-chain)",
+                verify.gdn_verify_small_tree_kernel,
+                dict(shapes, L=CAPACITY, BN=4, BL=16, BK=verify.SMALL_TREE_BLOCK_K, BV=block_v, GP=heads,
+                     NG=triton.next_power_of_2(heads)), warps))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
@@ -185,11 +212,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
 
 def main() -> None:
     print(f"triton {triton.__version__}, sm_90, H={H} HV={HV} K={K} V={V}, buffer {CAPACITY}")
-    print("| kernel | warps | registers | spilled bytes | shared memory bytes | cp.async in PTX |")
-    print("|---|---|---|---|---|---|")
+    print("| kernel | warps | registers | spilled bytes | shared memory bytes | cp.async in PTX | SASS instructions | "
+          "loop bodies |")
+    print("|---|---|---|---|---|---|---|---|")
     for label, kernel, constexprs, warps in variants():
-        registers, spilled, shared, copies = resources(kernel, constexprs, warps)
-        print(f"| {label} | {warps} | {registers} | {spilled} | {shared} | {copies} |", flush=True)
+        registers, spilled, shared, copies, instructions, bodies = resources(kernel, constexprs, warps)
+        print(f"| {label} | {warps} | {registers} | {spilled} | {shared} | {copies} | {instructions} | "
+              f"{', '.join(map(str, bodies)) or '-'} |", flush=True)
 
 
 if __name__ == "__main__":

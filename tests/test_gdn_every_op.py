@@ -44,7 +44,7 @@ def test_outputs_are_nan_poisoned():
 def test_small_blocks(monkeypatch):
     """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block; the
     decode's buffer loaded before and after buf_len), two K blocks in verify's products and S0 reads, verify's S0
-    reads as dots and one node at a time (per value head), fused and in two passes."""
+    reads as dots and one node at a time (per value head), fused and in two passes; the small trees' FMA tree pass."""
     monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
@@ -68,6 +68,12 @@ def test_small_blocks(monkeypatch):
         monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
         monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
         check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
+    # the FMA tree pass of small trees over two V blocks and two K steps, a key head's value heads a program
+    monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+    monkeypatch.setattr(verify_module, "SMALL_TREE_CONFIG", (16, 2))
+    monkeypatch.setattr(verify_module, "SMALL_TREE_BLOCK_K", 16)
+    monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", None)
+    check_verify(make_batch(d, ROWS, seed=6, T=4, num_nodes=[4, 3, 1, 0, 4], shape="chain"))
     check_commit(make_batch(d, ROWS, seed=6, T=len(TREE), shape="tree"), *COMMITS["fold-and-append"][::-1])
     check_flush(make_batch(d, ROWS, seed=6))
 
@@ -178,12 +184,17 @@ def test_gpu_full_size(d, shape, paths, monkeypatch):
 @pytest.mark.parametrize("T", [4, 16], ids=["chain4", "tree16"])
 def test_gpu_engine_shapes(T, monkeypatch):
     """Qwen3.5-9B's heads at the engine's buffer (capacity = flush_length = 16) and a batch of 40 rows: verify of
-    4-chains / 16-node trees, decode + commit and commits that fold some rows, with the default launch settings."""
+    4-chains (through both tree passes) / 16-node trees, decode + commit and commits that fold some rows, with the
+    default launch settings."""
     d = GPU_DIMS["k128"]
     rows = [(n % 16, n % 5 != 0) for n in range(40)]
     num_nodes = [T - (n % 3) for n in range(40)]
     b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T == 4 else "random", capacity=16)
     check_verify(b, "cuda", GPU_TOL)
+    if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS)
+        with monkeypatch.context() as patch:
+            patch.setattr(verify_module, "SMALL_TREE_PASS", not verify_module.SMALL_TREE_PASS)
+            check_verify(b, "cuda", GPU_TOL)
     assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
     # plain decoding's step in which every row folds, each of its launches (the fold's pipelined row loop)
     for form in decode_module.FOLDING_DECODES:

@@ -16,13 +16,18 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
-                        "stacked-reads-swapped"])
+                        "stacked-reads-swapped", "small-tree-pass-swapped"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass's products over
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
-    (STACKED_READS)."""
+    (STACKED_READS); or with trees up to SMALL_TREE_MAX_NODES nodes through the FMA tree pass or not, whichever the
+    default is not (SMALL_TREE_PASS), its programs per value head where the default is a key head's."""
+    if request.param == "small-tree-pass-swapped":
+        monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", not verify_module.SMALL_TREE_PASS)
+        monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM",
+                            1 if verify_module.SMALL_TREE_HEADS_PER_PROGRAM is None else None)
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":
@@ -39,6 +44,7 @@ VERIFIES = {
     "T1-chain": ("k16-hv1", 1, "chain", [1, 1, 0, 1, 1]),
     "T3-flat": ("k16-hv1", 3, "flat", [3, 2, 3, 0, 1]),
     "T17-random": ("k16-hv1", 17, "random", [17, 9, 16, 1, 0]),
+    "T4-chain-k32-hv2": ("k32-hv2", 4, "chain", [4, 3, 0, 4, 2]),
     "T5-chain-k32-hv2": ("k32-hv2", 5, "chain", [5, 4, 0, 5, 2]),
     "T33-chain": ("k16-hv1", 33, "chain", [33, 32, 5, 0, 17]),
     "T64-random": ("k16-hv1", 64, "random", [64, 63, 0, 40, 1]),
@@ -124,3 +130,22 @@ def test_products_with_exact_q_and_k(tf32_products, monkeypatch, T, shape, num_n
     b = make_batch(DIMS["k32-hv2"], ROWS, seed=41 + T, T=T, num_nodes=num_nodes, shape=shape)
     b.x[0], b.x[1] = b.x[0].to(dtype), b.x[1].to(dtype)
     check_verify(b)
+
+
+@settings(max_examples=12, deadline=None)
+@given(batch=tree_batches(max_rows=3, max_nodes=verify_module.SMALL_TREE_MAX_NODES, max_capacity=8),
+       ratio=st.sampled_from([1, 2]), heads_per_program=st.sampled_from([None, 1]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_small_tree_pass_random_trees(batch: TreeBatch, ratio: int, heads_per_program, dtype):
+    """The FMA tree pass (SMALL_TREE_PASS) on random trees of up to SMALL_TREE_MAX_NODES nodes, ragged rows with and
+    without a state or buffer entries, a key head's value heads a program or one, q and k in fp32 or bf16."""
+    rows = [(r.buffered, r.has_state) for r in batch.rows]
+    b = make_batch(Dims(1, ratio, 16, 16), rows, batch.seed, T=batch.num_tokens,
+                   num_nodes=[r.num_nodes for r in batch.rows], shape=[r.parents for r in batch.rows],
+                   capacity=batch.capacity)
+    b.x[0], b.x[1] = b.x[0].to(dtype), b.x[1].to(dtype)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verify_module, "SMALL_TREE_PASS", True)
+        patch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", heads_per_program)
+        patch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
+        check_verify(b)

@@ -4,7 +4,7 @@ one would set a new attribute that no kernel reads, and a GPU sweep would time t
 
 from benchmarks import sweep_gdn_candidates
 
-OPS = {"fold", "append", "commit", "decode", "foldstep", "verify", "verify1", "conv", "small"}
+OPS = {"fold", "append", "commit", "decode", "foldstep", "verify", "chains", "verify1", "conv", "small"}
 
 
 def test_every_candidate_changes_an_existing_setting():

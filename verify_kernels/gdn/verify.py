@@ -51,6 +51,7 @@ from verify_kernels.gdn.tree_math import (
     stacked_node_products,
     stacked_rows,
 )
+from verify_kernels.gdn.verify_small import gdn_verify_small_tree_kernel
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
 from verify_kernels.precision import exact_in_tf32
 from verify_kernels.tree import ancestor_mask
@@ -145,6 +146,21 @@ TREE_SPLIT_TF32 = True
 PRODUCTS_BLOCK_K = 32
 FUSED_PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
+# SMALL_TREE_PASS: trees up to SMALL_TREE_MAX_NODES nodes (4-chains, the engine's usual draft) take the tree pass on
+# the FMA units in fp32 (verify_small.py), nodes padded to BN, their next power of two, instead of tl.dot's 16, at
+# SMALL_TREE_CONFIG (V columns, warps) with SMALL_TREE_HEADS_PER_PROGRAM value heads a program (None: a key head's).
+# Static sm_90 code (python -m benchmarks.gdn_registers, Triton 3.9 on the CPU, 4-chain, Qwen3.5-9B heads, 16 buffer
+# entries): 1832 instructions, its V loop 351 a block of 64 columns and its K loop 232 a step of 32, 252 registers;
+# the tensor-core pass at its defaults 3320, V loop 836-867, K loop 184, 255 registers and 24 bytes spilled. By the
+# loops' trip counts (K 4 steps, V 2 blocks for each of 2 value heads, the solve 3 steps) ~3.5 k instructions a warp
+# against ~5.8 k, on 2 warps both; the tensor-core pass is issue-bound (ncu, H200, 2026-12-03), so instructions are
+# its time. At 8 nodes the FMA pass spills (each thread holds the [16, 8] buffer products whole: 1040 bytes), hence
+# 4. Off until the H200 times it (python -m benchmarks.sweep_gdn --ops chains).
+SMALL_TREE_PASS = False
+SMALL_TREE_MAX_NODES = 4
+SMALL_TREE_CONFIG = (64, 2)
+SMALL_TREE_HEADS_PER_PROGRAM = None
+SMALL_TREE_BLOCK_K = 32
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
 DOT_PRECISION = "tf32x3"
@@ -398,6 +414,19 @@ def gdn_verify(
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
         PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), EXACT=exact, num_warps=warps, num_stages=1,
     )
+    if SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
+        per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
+        if (HV // H) % per_program:
+            raise ValueError(f"the small tree pass's value heads per program ({per_program}) must divide the value "
+                             f"heads per key head ({HV // H})")
+        block_v, warps = SMALL_TREE_CONFIG
+        gdn_verify_small_tree_kernel[(HV // per_program, B)](
+            q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
+            gcum, **shapes, L=L, BN=triton.next_power_of_2(T), BL=BL, BK=min(K, SMALL_TREE_BLOCK_K),
+            BV=min(V, block_v), GP=per_program, NG=triton.next_power_of_2(per_program), num_warps=warps,
+            num_stages=1,
+        )
+        return o, u, gcum
     block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG
     gdn_verify_tree_kernel[(HV // per_program, B)](
         q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
