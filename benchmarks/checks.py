@@ -171,6 +171,7 @@ def run_all() -> dict[str, float]:
         "gdn_decode_commit_every_row_folds_b24": check_gdn_decode_commit(24, every_row_folds=True),
         "gdn_verify_chain4_b4": check_gdn_verify(4, "chain4"),
         "gdn_verify_chain4_b24": check_gdn_verify(24, "chain4"),
+        "gdn_verify_chain5_b24": check_gdn_verify(24, "chain5"),  # (the engine's chain of 4 drafted tokens)
         "gdn_verify_tree16_b4": check_gdn_verify(4, "tree16"),
         "gdn_verify_tree16_b24": check_gdn_verify(24, "tree16"),
         "gdn_commit_flush_b4": check_gdn_commit(4),

@@ -178,13 +178,15 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
                              BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
                         warps))
-    # the small trees' FMA tree pass (verify.SMALL_TREE_PASS), a 4-chain, on or as the candidate it is while off
+    # the small trees' tree pass (verify.SMALL_TREE_PASS), node by node, a 5-node chain (the engine's 4-token
+    # chain), on or as the candidate it is while off
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
     block_v, warps = verify.SMALL_TREE_CONFIG
-    out.append((f"{'' if verify.SMALL_TREE_PASS else 'candidate: '}verify small trees' FMA tree pass (4-chain)",
+    out.append((f"{'' if verify.SMALL_TREE_PASS else 'candidate: '}verify small trees' tree pass (5-chain)",
                 verify.gdn_verify_small_tree_kernel,
-                dict(shapes, L=CAPACITY, BN=4, BL=16, BK=verify.SMALL_TREE_BLOCK_K, BV=block_v, GP=heads,
-                     NG=triton.next_power_of_2(heads)), warps))
+                dict(shapes, L=CAPACITY, BN=8, BL=16, BK=verify.SMALL_TREE_BLOCK_K, BV=block_v, GP=heads,
+                     NG=triton.next_power_of_2(heads), PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
+                     EXACT=False), warps))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H

@@ -47,9 +47,11 @@ def rotation_slots(rotation: int, batch: int) -> torch.Tensor:
 
 
 def tree_parents(name: str) -> list[int]:
-    """The draft shapes of the verify benchmark: a 4-token chain and two single-root trees."""
+    """The draft shapes of the verify benchmark: chains of 4 and 5 nodes (the engine's chain of 4 drafted tokens
+    verifies 5: its root and the drafts) and two single-root trees."""
     shapes = {
         "chain4": [-1, 0, 1, 2],
+        "chain5": [-1, 0, 1, 2, 3],
         "tree8": [-1, 0, 0, 1, 1, 2, 2, 3],
         "tree16": [-1, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 7, 8, 9],
     }

@@ -30,7 +30,7 @@ from benchmarks.timing import copy_bandwidth
 DECODE_BATCHES = (1, 16, 64, 128, 256, 512)
 VERIFY_BATCHES = (1, 16, 64, 128, 256)
 FLUSH_LENGTHS = (8, 16, 32)
-TREES = ("chain4", "tree8", "tree16")
+TREES = ("chain4", "chain5", "tree8", "tree16")
 
 
 def main() -> None:

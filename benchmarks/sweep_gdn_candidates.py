@@ -122,15 +122,16 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((32, 1), (16, 1), (32, 2), (128, 4)):
             out.append(Candidate("chains", f"state pass BV {bv}, {warps} warps",
                                  {"verify.STATE_FMA_CONFIG": (bv, warps)}))
-        # the small trees' FMA tree pass (verify.SMALL_TREE_PASS, written on the CPU on 2026-12-04, eighteenth
-        # session: ~40% fewer instructions a warp than the tensor-core pass by its sm_90 code) over tiles, warps and
-        # value heads a program (its products over K recomputed per value head where 1)
-        for bv, warps, heads in ((64, 2, None), (32, 1, None), (128, 4, None), (64, 2, 1), (128, 4, 1), (32, 1, 1)):
-            out.append(Candidate("chains", f"FMA tree pass BV {bv}, {warps} warps"
+        # the small trees' tree pass, node by node (verify.SMALL_TREE_PASS, written on the CPU on 2026-12-04,
+        # eighteenth session: ~40% fewer instructions a program than the tensor-core pass by its sm_90 code) over
+        # tiles, warps and value heads a program (its products over K recomputed per value head where 1)
+        for bv, warps, heads in ((128, 1, None), (64, 1, None), (128, 2, None), (128, 4, None), (128, 1, 1),
+                                 (64, 2, None)):
+            out.append(Candidate("chains", f"small trees' tree pass BV {bv}, {warps} warps"
                                            f"{', a value head a program' if heads else ''}",
                                  {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_CONFIG": (bv, warps),
                                   "verify.SMALL_TREE_HEADS_PER_PROGRAM": heads}))
-        out.append(Candidate("chains", "FMA tree pass, K in steps of 16",
+        out.append(Candidate("chains", "small trees' tree pass, K in steps of 16",
                              {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BLOCK_K": 16}))
         for bv, warps in ((128, 4), (64, 4), (64, 2)):
             out.append(Candidate("chains", f"state dots BV {bv}, {warps} warps",

@@ -44,7 +44,8 @@ def test_outputs_are_nan_poisoned():
 def test_small_blocks(monkeypatch):
     """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block; the
     decode's buffer loaded before and after buf_len), two K blocks in verify's products and S0 reads, verify's S0
-    reads as dots and one node at a time (per value head), fused and in two passes; the small trees' FMA tree pass."""
+    reads as dots and one node at a time (per value head), fused and in two passes; the small trees' node-by-node
+    tree pass."""
     monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
@@ -68,7 +69,7 @@ def test_small_blocks(monkeypatch):
         monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
         monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
         check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
-    # the FMA tree pass of small trees over two V blocks and two K steps, a key head's value heads a program
+    # the small trees' node-by-node tree pass over two V blocks and two K steps, a key head's value heads a program
     monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
     monkeypatch.setattr(verify_module, "SMALL_TREE_CONFIG", (16, 2))
     monkeypatch.setattr(verify_module, "SMALL_TREE_BLOCK_K", 16)

@@ -22,8 +22,8 @@ def verify_path(request, monkeypatch):
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass's products over
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
-    (STACKED_READS); or with trees up to SMALL_TREE_MAX_NODES nodes through the FMA tree pass or not, whichever the
-    default is not (SMALL_TREE_PASS), its programs per value head where the default is a key head's."""
+    (STACKED_READS); or with trees up to SMALL_TREE_MAX_NODES nodes through the node-by-node tree pass or not,
+    whichever the default is not (SMALL_TREE_PASS), its programs per value head where the default is a key head's."""
     if request.param == "small-tree-pass-swapped":
         monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", not verify_module.SMALL_TREE_PASS)
         monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM",
@@ -137,8 +137,9 @@ def test_products_with_exact_q_and_k(tf32_products, monkeypatch, T, shape, num_n
        ratio=st.sampled_from([1, 2]), heads_per_program=st.sampled_from([None, 1]),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]))
 def test_small_tree_pass_random_trees(batch: TreeBatch, ratio: int, heads_per_program, dtype):
-    """The FMA tree pass (SMALL_TREE_PASS) on random trees of up to SMALL_TREE_MAX_NODES nodes, ragged rows with and
-    without a state or buffer entries, a key head's value heads a program or one, q and k in fp32 or bf16."""
+    """The small trees' node-by-node tree pass (SMALL_TREE_PASS) on random trees of up to SMALL_TREE_MAX_NODES
+    nodes, ragged rows with and without a state or buffer entries, a key head's value heads a program or one, q and
+    k in fp32 or bf16."""
     rows = [(r.buffered, r.has_state) for r in batch.rows]
     b = make_batch(Dims(1, ratio, 16, 16), rows, batch.seed, T=batch.num_tokens,
                    num_nodes=[r.num_nodes for r in batch.rows], shape=[r.parents for r in batch.rows],

@@ -97,9 +97,12 @@ def stacked_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr
 
 
 @triton.jit
-def head_weights(b_g, b_beta, b_anc, b_bg, b_kk, b_qk, n, nn, BT: tl.constexpr, BL: tl.constexpr):
+def head_weights(b_g, b_beta, b_anc, b_bg, b_kk, b_qk, n, nn, BT: tl.constexpr, BL: tl.constexpr,
+                 SOLVE: tl.constexpr = True):
     """b. and c. for one value head from its nodes' g, beta [BT] and ancestors [BT, BT] (zero / False at padding) and
-    its buffer entries' G [BL]: the nodes' G [BT], the buffer decays e^{G_t - G_i} [BT, BL], M and P [BT, BT]."""
+    its buffer entries' G [BL]: the nodes' G [BT], the buffer decays e^{G_t - G_i} [BT, BL], M and P [BT, BT].
+    SOLVE=False: diag(beta) A in M's place (strictly lower triangular), for a caller that substitutes forward
+    itself, u_t = x_t - sum_i (beta A)[t, i] u_i, node by node."""
     o_t = tl.arange(0, BT)
     o_l = tl.arange(0, BL)
     m_l = o_l < n
@@ -109,11 +112,14 @@ def head_weights(b_g, b_beta, b_anc, b_bg, b_kk, b_qk, n, nn, BT: tl.constexpr, 
     b_dB = tl.exp(tl.where(m_l[None, :], b_G[:, None] - b_bg[None, :], float("-inf")))   # [BT, BL]
     # M = (I + diag(beta) A)^-1: once row t of M is final, subtract its share from the later rows
     b_A = tl.where(o_t[:, None] != o_t[None, :], b_beta[:, None] * b_kk * b_dT, 0.)
-    b_M = tl.where(o_t[:, None] == o_t[None, :], 1., 0.)
-    for t in range(0, nn - 1):
-        b_mt = tl.sum(tl.where(o_t[:, None] == t, b_M, 0.), 0)                            # [BT], row t, final
-        b_at = tl.sum(tl.where(o_t[None, :] == t, b_A, 0.), 1)                            # [BT], rows > t
-        b_M -= b_at[:, None] * b_mt[None, :]
+    if SOLVE:
+        b_M = tl.where(o_t[:, None] == o_t[None, :], 1., 0.)
+        for t in range(0, nn - 1):
+            b_mt = tl.sum(tl.where(o_t[:, None] == t, b_M, 0.), 0)                        # [BT], row t, final
+            b_at = tl.sum(tl.where(o_t[None, :] == t, b_A, 0.), 1)                        # [BT], rows > t
+            b_M -= b_at[:, None] * b_mt[None, :]
+    else:
+        b_M = b_A
     return b_G, b_dB, b_M, b_qk * b_dT
 
 

@@ -52,6 +52,7 @@ from verify_kernels.gdn.tree_math import (
     stacked_rows,
 )
 from verify_kernels.gdn.verify_small import gdn_verify_small_tree_kernel
+from verify_kernels.gdn.verify_small import scratch_floats as small_scratch_floats
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
 from verify_kernels.precision import exact_in_tf32
 from verify_kernels.tree import ancestor_mask
@@ -146,19 +147,21 @@ TREE_SPLIT_TF32 = True
 PRODUCTS_BLOCK_K = 32
 FUSED_PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
-# SMALL_TREE_PASS: trees up to SMALL_TREE_MAX_NODES nodes (4-chains, the engine's usual draft) take the tree pass on
-# the FMA units in fp32 (verify_small.py), nodes padded to BN, their next power of two, instead of tl.dot's 16, at
+# SMALL_TREE_PASS: trees up to SMALL_TREE_MAX_NODES nodes (the engine's chains: a 4-token chain verifies 5 nodes)
+# take the tree pass node by node on the FMA units (verify_small.py), its products over K on the tensor cores, at
 # SMALL_TREE_CONFIG (V columns, warps) with SMALL_TREE_HEADS_PER_PROGRAM value heads a program (None: a key head's).
-# Static sm_90 code (python -m benchmarks.gdn_registers, Triton 3.9 on the CPU, 4-chain, Qwen3.5-9B heads, 16 buffer
-# entries): 1832 instructions, its V loop 351 a block of 64 columns and its K loop 232 a step of 32, 252 registers;
-# the tensor-core pass at its defaults 3320, V loop 836-867, K loop 184, 255 registers and 24 bytes spilled. By the
-# loops' trip counts (K 4 steps, V 2 blocks for each of 2 value heads, the solve 3 steps) ~3.5 k instructions a warp
-# against ~5.8 k, on 2 warps both; the tensor-core pass is issue-bound (ncu, H200, 2026-12-03), so instructions are
-# its time. At 8 nodes the FMA pass spills (each thread holds the [16, 8] buffer products whole: 1040 bytes), hence
-# 4. Off until the H200 times it (python -m benchmarks.sweep_gdn --ops chains).
+# Its sm_90 code (python -m benchmarks.gdn_registers, Triton 3.9 on the CPU, Qwen3.5-9B heads, 16 buffer entries,
+# 128 columns on one warp): for 5 nodes (BN 8) the node's body ~440 instructions, the K loop ~275 a step of 32, 221
+# registers; by the loops' trip counts (K 4 steps, 5 nodes for each of 2 value heads) ~6.9 k instructions a program
+# (one warp) against ~11.6 k for the tensor-core pass (2 warps of ~5.8 k: its V loop 836-867 a block of 64 columns,
+# two blocks a head; 255 registers and 24 bytes spilled). That pass is issue-bound (ncu, H200, 2026-12-03), so
+# instructions are its time. Tried first on the CPU the same day and dropped: the whole tree pass on the FMA units
+# with the nodes padded to 4 or 8 as [BL, BN, BV] broadcasts, ~3.5 k instructions a warp on 2 warps at 4 nodes but
+# spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). Off until the H200 times it
+# (python -m benchmarks.sweep_gdn --ops chains).
 SMALL_TREE_PASS = False
-SMALL_TREE_MAX_NODES = 4
-SMALL_TREE_CONFIG = (64, 2)
+SMALL_TREE_MAX_NODES = 8
+SMALL_TREE_CONFIG = (128, 1)
 SMALL_TREE_HEADS_PER_PROGRAM = None
 SMALL_TREE_BLOCK_K = 32
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -324,11 +327,16 @@ def verify_blocks(T: int) -> int:
     return max(16, triton.next_power_of_2(T))
 
 
-def verify_scratch_bytes(T: int, HV: int, V: int) -> int:
-    """Bytes one request's verify of T nodes writes in one layer besides o: the nodes' buffer entries u and G, and
-    (batches over FUSED_MAX_BATCH, rows with a state) S0^T k and S0^T q between the passes. None of it is a state: a
-    state is [HV, K, V]."""
-    return 4 * (T * HV * V + T * HV + 2 * T * HV * V)
+def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int) -> int:
+    """Bytes one request's verify of T nodes writes in one layer besides o, on an L-entry buffer: the nodes' buffer
+    entries u and G, and (batches over FUSED_MAX_BATCH, rows with a state) S0^T k and S0^T q between the passes, and
+    the small trees' tree pass's own scratch where it runs (SMALL_TREE_PASS). None of it is a state: a state is [HV,
+    K, V]."""
+    small = 0
+    if SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
+        per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
+        small = HV // per_program * small_scratch_floats(triton.next_power_of_2(T), verify_blocks(L), per_program)
+    return 4 * (T * HV * V + T * HV + 2 * T * HV * V + small)
 
 
 def gdn_verify(
@@ -417,14 +425,16 @@ def gdn_verify(
     if SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
         per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
         if (HV // H) % per_program:
-            raise ValueError(f"the small tree pass's value heads per program ({per_program}) must divide the value "
-                             f"heads per key head ({HV // H})")
+            raise ValueError(f"the small trees' tree pass's value heads per program ({per_program}) must divide the "
+                             f"value heads per key head ({HV // H})")
         block_v, warps = SMALL_TREE_CONFIG
+        BN = triton.next_power_of_2(T)
+        scratch = new(B * HV // per_program, small_scratch_floats(BN, BL, per_program))
         gdn_verify_small_tree_kernel[(HV // per_program, B)](
             q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
-            gcum, **shapes, L=L, BN=triton.next_power_of_2(T), BL=BL, BK=min(K, SMALL_TREE_BLOCK_K),
-            BV=min(V, block_v), GP=per_program, NG=triton.next_power_of_2(per_program), num_warps=warps,
-            num_stages=1,
+            gcum, scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, SMALL_TREE_BLOCK_K), BV=min(V, block_v),
+            GP=per_program, NG=triton.next_power_of_2(per_program), PRECISION=products_precision(TREE_SPLIT_TF32),
+            EXACT=exact, num_warps=warps, num_stages=1,
         )
         return o, u, gcum
     block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG

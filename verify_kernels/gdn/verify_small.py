@@ -1,49 +1,40 @@
-"""The tree pass of the Gated DeltaNet verify for small trees (up to verify.SMALL_TREE_MAX_NODES nodes: the 4-chains
-speculative decoding runs most), on the FMA units in fp32, nodes padded to BN, the next power of two, instead of
-tl.dot's 16. The math and the passes: verify.py's docstring; this kernel takes the tree pass's place
-(gdn_verify_tree_kernel) after the same state pass and writes the same u, o and G.
+"""The tree pass of the Gated DeltaNet verify for small trees (up to verify.SMALL_TREE_MAX_NODES nodes: the chains and
+small trees speculative decoding runs), node by node on the FMA units. The math and the passes: verify.py's
+docstring; this kernel takes the tree pass's place (gdn_verify_tree_kernel) after the same state pass and writes the
+same u, o and G.
 
-Why a second tree pass: the tensor-core one pads a 4-chain to 16 nodes (tl.dot's smallest side), so three quarters
-of its products are padding, and each fp32 product is three TF32 ones plus the operands' splits and layout
-conversions. The pass is issue-bound (ncu on the H200, 2026-12-03): instructions are its time. Here every product is
-a broadcast and a sum over its first axis, which a thread holds whole (Triton spreads a tensor's last axes over the
-lanes and warps: V columns here), so the sums are a thread's own FMAs with no shuffles: [BL, BN, BV] at most, the
-buffer's decayed products [BL, BN] in every thread's registers (why BN stops at 4: verify.SMALL_TREE_PASS has the
-instruction and register counts). Tiles are [BN, BV], nodes first, V contiguous.
+Why a second tree pass: the tensor-core one pads a 5-node chain to 16 nodes (tl.dot's smallest side), so two thirds
+of its V loop's products are padding, and each fp32 product is three TF32 ones plus the operands' splits and layout
+conversions. That pass is issue-bound (ncu on the H200, 2026-12-03): instructions are its time. Here:
+  a. the products over K stay on the tensor cores, [k; q] of the nodes (16 rows: up to 8 nodes) against the nodes'
+     and the buffer's keys, once per program;
+  b.-c. per value head, the decays and beta A (no solve: u is substituted forward below), as in the other pass;
+  the program writes those weights to its own scratch and reads them back a node's row at a time (a barrier between:
+  the CUDA memory model makes a block's global writes visible to the block after it): Triton has no indexing of a
+  register tile by a loop variable, and a row's load from the L1 costs less than selecting it out of a tile;
+  d.-e. node by node, t = 0 .. num_nodes - 1 (parents first), over the value head's V columns [BV] (on one warp a
+     thread holds 4 columns, so the buffer's [BL, BV] tile keeps its entries in the thread and the sums over them
+     are the thread's own): kr_t, qr_t from the buffer, x_t = beta_t (v_t - kr_t - e^G_t S0^T k_t),
+     u_t = x_t - sum_i (beta A)[t, i] u_i, o_t = qr_t + e^G_t S0^T q_t + sum_i P[t, i] u_i; u and o stored a node at
+     a time, padding nodes zeros. The work scales with the nodes there are, not with 16.
 """
 
 import triton
 import triton.language as tl
 
-from verify_kernels.gdn.tree_math import head_weights, node_inputs
+from verify_kernels.gdn.tree_math import exact_products, head_weights, node_inputs
+
+ROWS = 16  # the products' [k; q] rows: 2 BN <= 16 (tl.dot's smallest side), so BN <= 8
 
 
-@triton.jit
-def small_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H: tl.constexpr, K: tl.constexpr,
-                        L: tl.constexpr, BN: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr):
-    """a. in fp32 on the FMA units: k_t . k_i, q_t . k_i among row i_b's nodes ([BN, BN]) and k_t . kB_i, q_t . kB_i
-    against its n buffer keys ([BN, BL]), key head i_hk; zero at padding nodes and stale entries. Operands [BK, ...]:
-    the summed axis first, so that a thread holds it whole (Triton spreads a tensor's last axes over the lanes)."""
-    o_t = tl.arange(0, BN)
-    o_l = tl.arange(0, BL)
-    m_t = o_t < nn
-    m_l = o_l < n
-    b_kk = tl.zeros([BN, BN], dtype=tl.float32)
-    b_qk = tl.zeros([BN, BN], dtype=tl.float32)
-    b_kB = tl.zeros([BN, BL], dtype=tl.float32)
-    b_qB = tl.zeros([BN, BL], dtype=tl.float32)
-    for i_k in range(0, K, BK):
-        o_k = i_k + tl.arange(0, BK)
-        p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
-        b_kc = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)                  # [BK, BN]
-        b_qc = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
-        b_bkc = tl.load(buf_k + ((i_r * L + o_l[None, :]) * H + i_hk) * K + o_k[:, None], mask=m_l[None, :],
-                        other=0.)                                                              # [BK, BL]
-        b_kk += tl.sum(b_kc[:, :, None] * b_kc[:, None, :], 0)
-        b_qk += tl.sum(b_qc[:, :, None] * b_kc[:, None, :], 0)
-        b_kB += tl.sum(b_kc[:, :, None] * b_bkc[:, None, :], 0)
-        b_qB += tl.sum(b_qc[:, :, None] * b_bkc[:, None, :], 0)
-    return b_kk, b_qk, b_kB, b_qB
+def scratch_floats(BN: int, BL: int, GP: int) -> int:
+    """fp32 scratch of one program: the products [ROWS, 16 + BL], then per value head beta A and P [BN, BN], the
+    decayed buffer products of the keys and queries [BN, BL] each, e^G and beta [BN]."""
+    return ROWS * (16 + BL) + GP * head_floats(BN, BL)
+
+
+def head_floats(BN: int, BL: int) -> int:
+    return 2 * BN * BL + 2 * BN * BN + 2 * BN
 
 
 @triton.jit
@@ -60,19 +51,25 @@ def gdn_verify_small_tree_kernel(
     req_slots,          # [B]
     o, u,               # [B, T, HV, V] fp32 out
     gcum,               # [B, T, HV] fp32 out
+    scratch,            # [B * HV / GP, scratch_floats(BN, BL, GP)] fp32: the program's own, written then read
     T,                  # not constexpr: tree sizes change every step; only BN picks a compiled kernel
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
     L: tl.constexpr,
-    BN: tl.constexpr,   # T padded to a power of two (T <= verify.SMALL_TREE_MAX_NODES)
+    BN: tl.constexpr,   # T padded to a power of two, <= 8
     BL: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
     GP: tl.constexpr,   # value heads per program, of one key head
     NG: tl.constexpr,   # GP padded to a power of two
+    PRECISION: tl.constexpr,
+    EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): their products skip the remainders' (precision.py)
 ):
+    XR: tl.constexpr = 16                        # ROWS: [k_t; q_t], BN rows each
+    YC: tl.constexpr = 16 + BL                   # the nodes' keys (padded to 16), then the buffer's
+    HEAD: tl.constexpr = 2 * BN * BL + 2 * BN * BN + 2 * BN
     i_hp, i_b = tl.program_id(0), tl.program_id(1)
     i_h0 = i_hp * GP
     i_hk = i_h0 // (HV // H)
@@ -80,41 +77,79 @@ def gdn_verify_small_tree_kernel(
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
+    p_scr = scratch + (i_b * (HV // GP) + i_hp) * (XR * YC + GP * HEAD)
     o_t = tl.arange(0, BN)
     o_l = tl.arange(0, BL)
     m_T = o_t < T
-    m_n = (o_t < nn)[:, None]
+    # a. products over K: [k_t; q_t] (rows 0..BN-1, BN..2BN-1) against [the nodes' keys; the buffer's keys]
+    o_x = tl.arange(0, XR)
+    node_x = o_x % BN
+    m_x = (o_x < 2 * BN) & (node_x < nn)
+    o_y = tl.arange(0, 16)
+    b_xn = tl.zeros([XR, 16], dtype=tl.float32)
+    b_xb = tl.zeros([XR, BL], dtype=tl.float32)
+    for i_k in range(0, K, BK):
+        o_k = i_k + tl.arange(0, BK)
+        p_x = ((i_b * T + node_x[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_x = tl.load(tl.where((o_x < BN)[:, None], k + p_x, q + p_x), mask=m_x[:, None], other=0.).to(tl.float32)
+        p_y = ((i_b * T + o_y[:, None]) * H + i_hk) * K + o_k[None, :]
+        b_kn = tl.load(k + p_y, mask=(o_y < nn)[:, None], other=0.).to(tl.float32)
+        b_bk = tl.load(buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :], mask=(o_l < n)[:, None],
+                       other=0.)
+        b_xn += exact_products(b_x, b_kn, PRECISION, EXACT, EXACT)
+        b_xb += exact_products(b_x, b_bk, PRECISION, EXACT, False)
+    tl.store(p_scr + o_x[:, None] * YC + o_y[None, :], b_xn)
+    tl.store(p_scr + o_x[:, None] * YC + 16 + o_l[None, :], b_xb)
+    tl.debug_barrier()
+    b_kk = tl.load(p_scr + o_t[:, None] * YC + o_t[None, :])                                  # [BN, BN]
+    b_qk = tl.load(p_scr + (BN + o_t[:, None]) * YC + o_t[None, :])
+    b_kB = tl.load(p_scr + o_t[:, None] * YC + 16 + o_l[None, :])                             # [BN, BL]
+    b_qB = tl.load(p_scr + (BN + o_t[:, None]) * YC + 16 + o_l[None, :])
     b_g2, b_beta2, b_anc, b_bg2 = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h0, n, nn, T, HV, L, BN, BL,
                                               GP, NG)
-    b_kk, b_qk, b_kB, b_qB = small_node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BN, BL, BK)
     o_g = tl.arange(0, NG)
+    m_state = (tl.zeros([BV], dtype=tl.int32) + i_s.to(tl.int32)) >= 0                      # the row has a state
     for i_g in tl.static_range(GP):
         i_h = i_h0 + i_g
+        # b.-c. the head's weights into its scratch: beta A, P, the decayed buffer products, e^G, beta
+        p_w = p_scr + XR * YC + i_g * HEAD
+        p_A = p_w + 2 * BN * BL
+        p_P = p_A + BN * BN
+        p_eG = p_P + BN * BN
         b_beta = tl.sum(tl.where(o_g[None, :] == i_g, b_beta2, 0.), 1)
-        b_G, b_dB, b_M, b_P = head_weights(tl.sum(tl.where(o_g[None, :] == i_g, b_g2, 0.), 1), b_beta, b_anc,
+        b_G, b_dB, b_A, b_P = head_weights(tl.sum(tl.where(o_g[None, :] == i_g, b_g2, 0.), 1), b_beta, b_anc,
                                            tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BN,
-                                           BL)
+                                           BL, False)
         tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
-        b_kBd = b_kB * b_dB                                                                    # [BN, BL]
-        b_qBd = b_qB * b_dB
-        b_eG = tl.exp(b_G)
+        tl.store(p_w + o_t[:, None] * BL + o_l[None, :], b_kB * b_dB)
+        tl.store(p_w + BN * BL + o_t[:, None] * BL + o_l[None, :], b_qB * b_dB)
+        tl.store(p_A + o_t[:, None] * BN + o_t[None, :], b_A)
+        tl.store(p_P + o_t[:, None] * BN + o_t[None, :], b_P)
+        tl.store(p_eG + o_t, tl.exp(b_G))
+        tl.store(p_eG + BN + o_t, b_beta)
+        tl.debug_barrier()
+        # d.-e. node by node over V blocks
         for i_v in range(0, V, BV):
             o_v = i_v + tl.arange(0, BV)
-            p_n = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]                    # [BN, BV]
-            b_kS = tl.zeros([BN, BV], dtype=tl.float32)
-            b_qS = tl.zeros([BN, BV], dtype=tl.float32)
-            if i_s >= 0:
-                b_kS = tl.load(kS + p_n, mask=m_n, other=0.)
-                b_qS = tl.load(qS + p_n, mask=m_n, other=0.)
-            b_v = tl.load(v + p_n, mask=m_n, other=0.).to(tl.float32)
             b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :],
                            mask=(o_l < n)[:, None], other=0.)                                 # [BL, BV]
-            # d. the buffer's share of the reads: kr, qr [BN, BV] (sums over the first axis: a thread's own)
-            b_kr = tl.sum(tl.trans(b_kBd)[:, :, None] * b_bu[:, None, :], 0)
-            b_qr = tl.sum(tl.trans(b_qBd)[:, :, None] * b_bu[:, None, :], 0)
-            # e. u = M (w - beta e^G S0^T k), o = qr + e^G S0^T q + P u
-            b_x = b_beta[:, None] * (b_v - b_kr - b_eG[:, None] * b_kS)
-            b_u = tl.sum(tl.trans(b_M)[:, :, None] * b_x[:, None, :], 0)
-            b_o = b_qr + b_eG[:, None] * b_qS + tl.sum(tl.trans(b_P)[:, :, None] * b_u[:, None, :], 0)
-            tl.store(u + p_n, b_u, mask=m_T[:, None])
-            tl.store(o + p_n, b_o, mask=m_T[:, None])
+            b_u = tl.zeros([BN, BV], dtype=tl.float32)                                       # the nodes' u so far
+            for t in range(0, nn):
+                p_t = ((i_b * T + t) * HV + i_h) * V + o_v
+                b_vt = tl.load(v + p_t).to(tl.float32)
+                b_kSt = tl.load(kS + p_t, mask=m_state, other=0.)
+                b_qSt = tl.load(qS + p_t, mask=m_state, other=0.)
+                b_krt = tl.sum(tl.load(p_w + t * BL + o_l)[:, None] * b_bu, 0)                # [BV]
+                b_qrt = tl.sum(tl.load(p_w + BN * BL + t * BL + o_l)[:, None] * b_bu, 0)
+                b_eGt = tl.load(p_eG + t)
+                b_ut = tl.load(p_eG + BN + t) * (b_vt - b_krt - b_eGt * b_kSt)
+                b_ut -= tl.sum(tl.load(p_A + t * BN + o_t)[:, None] * b_u, 0)
+                b_u = tl.where(o_t[:, None] == t, b_ut[None, :], b_u)
+                b_ot = b_qrt + b_eGt * b_qSt + tl.sum(tl.load(p_P + t * BN + o_t)[:, None] * b_u, 0)
+                tl.store(u + p_t, b_ut)
+                tl.store(o + p_t, b_ot)
+            # padding nodes come out as zeros
+            p_n = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]
+            m_pad = ((o_t >= nn) & m_T)[:, None]
+            tl.store(u + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
+            tl.store(o + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
