@@ -155,10 +155,13 @@ PRODUCTS_STAGES = 3
 # registers; by the loops' trip counts (K 4 steps, 5 nodes for each of 2 value heads) ~6.9 k instructions a program
 # (one warp) against ~11.6 k for the tensor-core pass (2 warps of ~5.8 k: its V loop 836-867 a block of 64 columns,
 # two blocks a head; 255 registers and 24 bytes spilled). That pass is issue-bound (ncu, H200, 2026-12-03), so
-# instructions are its time. Tried first on the CPU the same day and dropped: the whole tree pass on the FMA units
-# with the nodes padded to 4 or 8 as [BL, BN, BV] broadcasts, ~3.5 k instructions a warp on 2 warps at 4 nodes but
-# spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). Off until the H200 times it
-# (python -m benchmarks.sweep_gdn --ops chains).
+# instructions are its time. Unlike TREE_FMA (docs/design.md section 6: products on the FMA units as [M, N, C]
+# broadcasts summed over their last axis, which Triton spreads over the lanes, so every sum ended in shuffles; it
+# lost on the H200), its node body holds no shuffle: the sums run over a thread's own registers (the SASS has none in
+# its loops). Tried first on the CPU the same day and dropped: the whole pass on the FMA units with the nodes padded
+# to 4 or 8 as [BL, BN, BV] broadcasts summed over their first axis, ~3.5 k instructions a warp on 2 warps at 4
+# nodes but spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). Off until the H200 times
+# it (python -m benchmarks.sweep_gdn --ops chains).
 SMALL_TREE_PASS = False
 SMALL_TREE_MAX_NODES = 8
 SMALL_TREE_CONFIG = (128, 1)
