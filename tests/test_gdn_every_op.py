@@ -182,15 +182,15 @@ def test_gpu_full_size(d, shape, paths, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("T", [4, 16], ids=["chain4", "tree16"])
+@pytest.mark.parametrize("T", [4, 5, 16], ids=["chain4", "chain5", "tree16"])
 def test_gpu_engine_shapes(T, monkeypatch):
     """Qwen3.5-9B's heads at the engine's buffer (capacity = flush_length = 16) and a batch of 40 rows: verify of
-    4-chains (through both tree passes) / 16-node trees, decode + commit and commits that fold some rows, with the
-    default launch settings."""
+    4- and 5-node chains (through both tree passes) / 16-node trees, decode + commit and commits that fold some rows,
+    with the default launch settings."""
     d = GPU_DIMS["k128"]
     rows = [(n % 16, n % 5 != 0) for n in range(40)]
     num_nodes = [T - (n % 3) for n in range(40)]
-    b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T == 4 else "random", capacity=16)
+    b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T < 16 else "random", capacity=16)
     check_verify(b, "cuda", GPU_TOL)
     if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS)
         with monkeypatch.context() as patch:
