@@ -133,13 +133,13 @@ def test_products_with_exact_q_and_k(tf32_products, monkeypatch, T, shape, num_n
 
 
 @settings(max_examples=12, deadline=None)
-@given(batch=tree_batches(max_rows=3, max_nodes=verify_module.SMALL_TREE_MAX_NODES, max_capacity=8),
+@given(batch=tree_batches(max_rows=3, max_nodes=verify_module.SMALL_TREE_MAX_NODES, max_capacity=16),
        ratio=st.sampled_from([1, 2]), heads_per_program=st.sampled_from([None, 1]),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]))
 def test_small_tree_pass_random_trees(batch: TreeBatch, ratio: int, heads_per_program, dtype):
     """The small trees' node-by-node tree pass (SMALL_TREE_PASS) on random trees of up to SMALL_TREE_MAX_NODES
-    nodes, ragged rows with and without a state or buffer entries, a key head's value heads a program or one, q and
-    k in fp32 or bf16."""
+    nodes, ragged rows with and without a state, buffers of up to 16 entries, a key head's value heads a program or
+    one, q and k in fp32 or bf16."""
     rows = [(r.buffered, r.has_state) for r in batch.rows]
     b = make_batch(Dims(1, ratio, 16, 16), rows, batch.seed, T=batch.num_tokens,
                    num_nodes=[r.num_nodes for r in batch.rows], shape=[r.parents for r in batch.rows],
@@ -150,3 +150,15 @@ def test_small_tree_pass_random_trees(batch: TreeBatch, ratio: int, heads_per_pr
         patch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", heads_per_program)
         patch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
         check_verify(b)
+
+
+@pytest.mark.parametrize("heads_per_program", [None, 1], ids=["key-head", "value-head"])
+def test_small_tree_pass_buffers_more_than_half_full(monkeypatch, heads_per_program):
+    """The small trees' tree pass sums over half a 16-entry buffer's entries when it is at most half full: rows more
+    than half full (9-15 entries) beside rows at most half full, 5-node chains."""
+    monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+    monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", heads_per_program)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
+    rows = [(15, True), (9, True), (12, False), (8, True), (0, True)]
+    check_verify(make_batch(DIMS["k32-hv2"], rows, seed=23, T=5, num_nodes=[5, 4, 5, 2, 5], shape="chain",
+                            capacity=16))

@@ -151,10 +151,11 @@ PRODUCTS_STAGES = 3
 # take the tree pass node by node on the FMA units (verify_small.py), its products over K on the tensor cores, at
 # SMALL_TREE_CONFIG (V columns, warps) with SMALL_TREE_HEADS_PER_PROGRAM value heads a program (None: a key head's).
 # Its sm_90 code (python -m benchmarks.gdn_registers, Triton 3.9 on the CPU, Qwen3.5-9B heads, 16 buffer entries,
-# 128 columns on one warp): for 5 nodes (BN 8) the node's body ~440 instructions, the K loop ~275 a step of 32, 221
-# registers; by the loops' trip counts (K 4 steps, 5 nodes for each of 2 value heads) ~6.9 k instructions a program
-# (one warp) against ~11.6 k for the tensor-core pass (2 warps of ~5.8 k: its V loop 836-867 a block of 64 columns,
-# two blocks a head; 255 registers and 24 bytes spilled). That pass is issue-bound (ncu, H200, 2026-12-03), so
+# 128 columns on one warp): for 5 nodes (BN 8) a node's body 402 instructions (300 where the buffer is at most half
+# full), the K loop 275 a step of 32, 168 registers; by the loops' trip counts (K 4 steps, 5 nodes for each of 2
+# value heads) ~6.1 k instructions a program (one warp; ~5.1 k at most half full) against ~11.6 k for the
+# tensor-core pass (2 warps of ~5.8 k: its V loop 836-867 a block of 64 columns, two blocks a head; 255 registers and
+# 24 bytes spilled). That pass is issue-bound (ncu, H200, 2026-12-03), so
 # instructions are its time. Unlike TREE_FMA (docs/design.md section 6: products on the FMA units as [M, N, C]
 # broadcasts summed over their last axis, which Triton spreads over the lanes, so every sum ended in shuffles; it
 # lost on the H200), its node body holds no shuffle: the sums run over a thread's own registers (the SASS has none in

@@ -38,6 +38,40 @@ def head_floats(BN: int, BL: int) -> int:
 
 
 @triton.jit
+def node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, m_state, i_b, i_r, i_h, i_v, n, nn, T, HV: tl.constexpr,
+              V: tl.constexpr, L: tl.constexpr, BN: tl.constexpr, BL: tl.constexpr, BLR: tl.constexpr,
+              BV: tl.constexpr):
+    """d.-e. for value head i_h's columns i_v .. i_v + BV, node by node, from the head's weights in the scratch at
+    p_w (rows of BL), p_A, p_P, p_eG, over the buffer's first BLR entries (n <= BLR: the rest are empty)."""
+    o_t = tl.arange(0, BN)
+    o_l = tl.arange(0, BLR)
+    m_T = o_t < T
+    o_v = i_v + tl.arange(0, BV)
+    b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :],
+                   mask=(o_l < n)[:, None], other=0.)                                 # [BLR, BV]
+    b_u = tl.zeros([BN, BV], dtype=tl.float32)
+    for t in range(0, nn):
+        p_t = ((i_b * T + t) * HV + i_h) * V + o_v
+        b_vt = tl.load(v + p_t).to(tl.float32)
+        b_kSt = tl.load(kS + p_t, mask=m_state, other=0.)
+        b_qSt = tl.load(qS + p_t, mask=m_state, other=0.)
+        b_krt = tl.sum(tl.load(p_w + t * BL + o_l)[:, None] * b_bu, 0)                        # [BV]
+        b_qrt = tl.sum(tl.load(p_w + BN * BL + t * BL + o_l)[:, None] * b_bu, 0)
+        b_eGt = tl.load(p_eG + t)
+        b_ut = tl.load(p_eG + BN + t) * (b_vt - b_krt - b_eGt * b_kSt)
+        b_ut -= tl.sum(tl.load(p_A + t * BN + o_t)[:, None] * b_u, 0)
+        b_u = tl.where(o_t[:, None] == t, b_ut[None, :], b_u)
+        b_ot = b_qrt + b_eGt * b_qSt + tl.sum(tl.load(p_P + t * BN + o_t)[:, None] * b_u, 0)
+        tl.store(u + p_t, b_ut)
+        tl.store(o + p_t, b_ot)
+    # padding nodes come out as zeros
+    p_n = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]
+    m_pad = ((o_t >= nn) & m_T)[:, None]
+    tl.store(u + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
+    tl.store(o + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
+
+
+@triton.jit
 def gdn_verify_small_tree_kernel(
     q, k, v, g, beta,   # [B, T, H, K], [B, T, H, K], [B, T, HV, V], [B, T, HV], [B, T, HV]
     ancestors,          # [B, T, T] uint8: [b, t, i] = 1 iff i is t or an ancestor of t
@@ -128,28 +162,12 @@ def gdn_verify_small_tree_kernel(
         tl.store(p_eG + o_t, tl.exp(b_G))
         tl.store(p_eG + BN + o_t, b_beta)
         tl.debug_barrier()
-        # d.-e. node by node over V blocks
+        # d.-e. node by node over V blocks; a buffer at most half full sums over half the entries (the sums over
+        # the buffer are most of a node's instructions: 300 against 402 for 5 nodes, sm_90)
         for i_v in range(0, V, BV):
-            o_v = i_v + tl.arange(0, BV)
-            b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :],
-                           mask=(o_l < n)[:, None], other=0.)                                 # [BL, BV]
-            b_u = tl.zeros([BN, BV], dtype=tl.float32)                                       # the nodes' u so far
-            for t in range(0, nn):
-                p_t = ((i_b * T + t) * HV + i_h) * V + o_v
-                b_vt = tl.load(v + p_t).to(tl.float32)
-                b_kSt = tl.load(kS + p_t, mask=m_state, other=0.)
-                b_qSt = tl.load(qS + p_t, mask=m_state, other=0.)
-                b_krt = tl.sum(tl.load(p_w + t * BL + o_l)[:, None] * b_bu, 0)                # [BV]
-                b_qrt = tl.sum(tl.load(p_w + BN * BL + t * BL + o_l)[:, None] * b_bu, 0)
-                b_eGt = tl.load(p_eG + t)
-                b_ut = tl.load(p_eG + BN + t) * (b_vt - b_krt - b_eGt * b_kSt)
-                b_ut -= tl.sum(tl.load(p_A + t * BN + o_t)[:, None] * b_u, 0)
-                b_u = tl.where(o_t[:, None] == t, b_ut[None, :], b_u)
-                b_ot = b_qrt + b_eGt * b_qSt + tl.sum(tl.load(p_P + t * BN + o_t)[:, None] * b_u, 0)
-                tl.store(u + p_t, b_ut)
-                tl.store(o + p_t, b_ot)
-            # padding nodes come out as zeros
-            p_n = ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :]
-            m_pad = ((o_t >= nn) & m_T)[:, None]
-            tl.store(u + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
-            tl.store(o + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
+            if n <= BL // 2:
+                node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, m_state, i_b, i_r, i_h, i_v, n, nn, T, HV, V,
+                          L, BN, BL, BL // 2, BV)
+            else:
+                node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, m_state, i_b, i_r, i_h, i_v, n, nn, T, HV, V,
+                          L, BN, BL, BL, BV)
