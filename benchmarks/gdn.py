@@ -138,21 +138,34 @@ def _sglang_decode_seconds(sglang_gdn, x: TokenInputs, slots, rotations: int, ba
     ])
 
 
-def verify_rows(batches, trees, sglang_gdn, fill: int = 8) -> list[dict]:
+def spread_fills(rows: int, capacity: int = ENGINE_FLUSH_LENGTH) -> torch.Tensor:
+    """Buffer fills 0 .. capacity - 1 in turn over the rows (mean (capacity - 1) / 2): the engine's rows sit at every
+    point of their flush cycle, and a kernel whose work depends on the fill (the small trees' tree pass sums over half
+    the buffer where it is at most half full) is timed over all of them. [rows] int64 on the GPU."""
+    return torch.arange(rows, device="cuda") % capacity
+
+
+SPREAD_MEAN_FILL = (ENGINE_FLUSH_LENGTH - 1) / 2
+
+
+def verify_rows(batches, trees, sglang_gdn) -> list[dict]:
+    """The verify's rows of the kernel table: each tree at each batch, buffers at spread_fills, beside SGLang's
+    intermediate-state verify."""
     rows = []
     for tree in trees:
         for batch in batches:
-            rows.append(_verify_batch(tree, batch, sglang_gdn, fill))
+            rows.append(_verify_batch(tree, batch, sglang_gdn))
             torch.cuda.empty_cache()
     return rows
 
 
-def _verify_batch(tree: str, batch: int, sglang_gdn, fill: int) -> dict:
+def _verify_batch(tree: str, batch: int, sglang_gdn) -> dict:
     parents_list = tree_parents(tree)
     nodes = len(parents_list)
     rotations = rotations_for(batch * STATE_BYTES)
     pools = Pools.make(rotations * batch, ENGINE_FLUSH_LENGTH, (HV, K, V), (H, K), (HV, V), HV)
-    pools.buf_len.fill_(fill)
+    pools.buf_len.copy_(spread_fills(rotations * batch))
+    fill = SPREAD_MEAN_FILL
     x = TokenInputs(rotations, batch, nodes)
     slots = [rotation_slots(r, batch) for r in range(rotations)]
     parents = torch.tensor(parents_list, device="cuda").expand(batch, nodes).contiguous()

@@ -215,7 +215,8 @@ def markdown_section(result: dict) -> str:
         "Method: every op captured in a CUDA graph, replays timed with CUDA events (median of 10), inputs rotated "
         f"over >= 2 GiB of distinct states per graph so the L2 cannot hold them; device copy in the same run: "
         f"{result['copy_tbps']:.2f} TB/s (read + write). Decode is amortised over L steps: (L-1) steps at the "
-        "mean buffer fill plus one step that folds the buffer into the state. Checks against the torch "
+        "mean buffer fill plus one step that folds the buffer into the state; GDN verify over buffers at every fill "
+        "from 0 to 15 over the rows (the engine's rows at every point of their flush cycle). Checks against the torch "
         "references at these shapes before timing (max relative error): "
         + ", ".join(f"{name} {error:.1e}" for name, error in result["checks"].items()) + ".",
         "",

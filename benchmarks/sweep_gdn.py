@@ -6,15 +6,18 @@ benchmarks/kernels.py), and prints one table and the best setting per op, as lin
     python -m benchmarks.sweep_gdn                     # fold, append, decode, verify, small at batch 64 and 256
     python -m benchmarks.sweep_gdn --ops verify1,conv  # batch-1 verify; the conv kernels at batch 64 and 256
     python -m benchmarks.sweep_gdn --ops verify --batches 256
+    python -m benchmarks.sweep_gdn --ops smalltree --batches 64 128 256
 
 Ops: fold (a flush of 16 entries per row), append (a commit of 3 accepted nodes that folds no row), commit (the same
 with one row in 8 folding: a speculative step's commit at large batches), decode (decode +
 commit amortised over 16 steps, the flush included), foldstep (plain decoding's step in which every row folds, as
 its own launch: decode.FOLDING_DECODE, the decode's launches then the pipelined fold, or the fold kernel decoding
-the token; its bound a flush's bytes), verify (a 4-chain and a 16-node tree, buffers holding 8
-entries), verify1 (the same at batch 1: the one-launch kernel), chains (the 4-chain alone: its state pass's settings),
-conv (the tree conv and the conv commit at Qwen3.5-9B's 8192 channels, bf16: plain decoding and 4-chains), small
-(batch 1-16: the one-launch kernels against the large-batch ones, for the thresholds). Each row: the time, its
+the token; its bound a flush's bytes), verify (a 4-chain and a 16-node tree, buffers at every fill from 0 to 15 over
+the rows), verify1 (the same at batch 1: the one-launch kernel), chains (the 4-chain alone: its state pass's
+settings), smalltree (4- and 5-node chains and the 8-node tree: the tensor-core tree pass against the small trees'
+tree pass, verify.SMALL_TREE_PASS), conv (the tree conv and the conv commit at Qwen3.5-9B's 8192 channels, bf16:
+plain decoding and 4-chains), small (batch 1-16: the one-launch kernels against the large-batch ones, for the
+thresholds). Each row: the time, its
 share of the bound (the bytes the op must move at the device copy bandwidth of the run), the registers and spills
 of the kernels it compiled, the check's relative error (a failed check disqualifies the setting).
 """
@@ -45,8 +48,8 @@ from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_comm
 from verify_kernels.tree import ancestor_mask, chain_parents
 
 CAPACITY = 16  # the engine's buffer: flush_length entries
+SMALL_TREES = ("chain4", "chain5", "tree8")  # the smalltree op's trees: up to verify.SMALL_TREE_MAX_NODES nodes
 COMMIT_FOLD_EVERY = 8  # the commit op: every 8th row folds
-VERIFY_FILL = 8
 CONV_D, CONV_W = 2 * gdn.H * gdn.K + gdn.HV * gdn.V, 4  # Qwen3.5-9B's conv channels (q, k, v) and width
 
 
@@ -83,7 +86,7 @@ class Workloads:
         self.pools = Pools.make(self.rotations * batch, CAPACITY, (HV, K, V), (H, K), (HV, V), HV)
         self.slots = [rotation_slots(r, batch) for r in range(self.rotations)]
         # contiguous inputs per token count: one token (decode), a 4-chain, a 16-node tree
-        self.x = {nodes: gdn.TokenInputs(self.rotations, batch, nodes) for nodes in (1, 4, 16)}
+        self.x = {nodes: gdn.TokenInputs(self.rotations, batch, nodes) for nodes in (1, 4, 5, 8, 16)}
         self.u = torch.randn(self.rotations, batch, 4, HV, V, device="cuda") * 0.1
         self.gcum = log_decay(self.rotations, batch, 4, HV).cumsum(2) - CAPACITY
         self.accepted = torch.arange(3, device="cuda").expand(batch, 3).contiguous()
@@ -119,8 +122,12 @@ class Workloads:
     def _pools(self, r: int):
         return (self.pools.state, self.slots[r], *self.pools.args()[1:], self.slots[r])
 
-    def time_us(self, calls: list[Callable], fill: int) -> float:
-        self.pools.buf_len.fill_(fill)
+    def time_us(self, calls: list[Callable], fill: int | None) -> float:
+        """Median us of the calls with every buffer at `fill` entries, or at gdn.spread_fills where None."""
+        if fill is None:
+            self.pools.buf_len.copy_(gdn.spread_fills(len(self.pools.buf_len)))
+        else:
+            self.pools.buf_len.fill_(fill)
         return time_calls(calls) * 1e6
 
     def fold(self) -> tuple[float, float]:
@@ -169,7 +176,7 @@ class Workloads:
         x = self.x[nodes]
         calls = [partial(gdn_verify, x.q[r], x.k[r], x.v[r], x.g[r], x.beta[r], parents, num_nodes, *self._pools(r),
                          ancestors=ancestors) for r in range(self.rotations)]
-        return self.time_us(calls, VERIFY_FILL), self.batch * gdn.verify_bytes(nodes, VERIFY_FILL)
+        return self.time_us(calls, None), self.batch * gdn.verify_bytes(nodes, gdn.SPREAD_MEAN_FILL)
 
 
 def check_conv(batch: int = 24, nodes: int = 4) -> float:
@@ -209,7 +216,9 @@ def check(op: str) -> float:
     if op == "verify":
         return max(checks.check_gdn_verify(24, "chain4"), checks.check_gdn_verify(24, "tree16"))
     if op == "chains":
-        return max(checks.check_gdn_verify(24, "chain4"), checks.check_gdn_verify(24, "chain5"))
+        return checks.check_gdn_verify(24, "chain4")
+    if op == "smalltree":
+        return max(checks.check_gdn_verify(24, tree) for tree in SMALL_TREES)
     return max(checks.check_gdn_decode_commit(4), checks.check_gdn_verify(1, "chain4"),
                checks.check_gdn_verify(1, "tree16"), checks.check_gdn_verify(4, "chain4"), checks.check_gdn_commit(4))
 
@@ -226,7 +235,9 @@ def measurements(op: str, work: dict[int, Workloads], batches, small_batches) ->
     if op == "verify":
         return [(f"verify {tree}", b, *work[b].verify(tree)) for tree in ("chain4", "tree16") for b in batches]
     if op == "chains":
-        return [(f"verify {chain}", b, *work[b].verify(chain)) for chain in ("chain4", "chain5") for b in batches]
+        return [("verify chain4", b, *work[b].verify("chain4")) for b in batches]
+    if op == "smalltree":
+        return [(f"verify {tree}", b, *work[b].verify(tree)) for tree in SMALL_TREES for b in batches]
     if op == "verify1":
         return [(f"verify {tree}", 1, *work[1].verify(tree)) for tree in ("chain4", "tree16")]
     if op == "conv":
@@ -243,7 +254,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="fold,append,decode,verify,small",
                         help="comma-separated, of fold, append, commit, decode, foldstep, verify, verify1, chains, "
-                             "conv, small")
+                             "smalltree, conv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()

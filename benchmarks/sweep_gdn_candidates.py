@@ -122,22 +122,25 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((32, 1), (16, 1), (32, 2), (128, 4)):
             out.append(Candidate("chains", f"state pass BV {bv}, {warps} warps",
                                  {"verify.STATE_FMA_CONFIG": (bv, warps)}))
-        # the small trees' tree pass, node by node (verify.SMALL_TREE_PASS, written on the CPU on 2026-12-04,
-        # eighteenth session: ~40% fewer instructions a program than the tensor-core pass by its sm_90 code) over
-        # tiles, warps and value heads a program (its products over K recomputed per value head where 1)
-        for bv, warps, heads in ((128, 1, None), (64, 1, None), (128, 2, None), (128, 4, None), (128, 1, 1),
-                                 (64, 2, None)):
-            out.append(Candidate("chains", f"small trees' tree pass BV {bv}, {warps} warps"
-                                           f"{', a value head a program' if heads else ''}",
-                                 {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_CONFIG": (bv, warps),
-                                  "verify.SMALL_TREE_HEADS_PER_PROGRAM": heads}))
-        out.append(Candidate("chains", "small trees' tree pass, K in steps of 16",
-                             {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BLOCK_K": 16}))
         for bv, warps in ((128, 4), (64, 4), (64, 2)):
             out.append(Candidate("chains", f"state dots BV {bv}, {warps} warps",
                                  {"verify.FMA_MAX_NODES": 0, "verify.TREE_CONFIG": verify.TREE_SMALL_CONFIG,
                                   "verify.TREE_DOT_HEADS_PER_PROGRAM": verify.TREE_HEADS_PER_PROGRAM,
                                   "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
+    if "smalltree" in ops:
+        # trees up to 8 nodes (4- and 5-node chains, the 8-node tree) through the tensor-core tree pass (the defaults)
+        # or the small trees' tree pass, node by node (verify.SMALL_TREE_PASS, written on the CPU on 2026-12-04,
+        # eighteenth session: ~40-50% fewer instructions a program than the tensor-core pass by its sm_90 code) over
+        # tiles, warps and value heads a program (its products over K recomputed per value head where 1)
+        out.append(Candidate("smalltree", "defaults"))
+        for bv, warps, heads in ((128, 1, None), (64, 1, None), (128, 2, None), (128, 4, None), (128, 1, 1),
+                                 (64, 2, None)):
+            out.append(Candidate("smalltree", f"small trees' tree pass BV {bv}, {warps} warps"
+                                           f"{', a value head a program' if heads else ''}",
+                                 {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_CONFIG": (bv, warps),
+                                  "verify.SMALL_TREE_HEADS_PER_PROGRAM": heads}))
+        out.append(Candidate("smalltree", "small trees' tree pass, K in steps of 16",
+                             {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BLOCK_K": 16}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))
