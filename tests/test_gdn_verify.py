@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.gdn_checks import DIMS, ROWS, Dims, check_verify, make_batch
+from tests.gdn_checks import DIMS, ROWS, TOL, Dims, check_verify, make_batch
 from tests.reference_checks import TreeBatch, tree_batches
 from verify_kernels.gdn import verify as verify_module
 
@@ -162,3 +162,14 @@ def test_small_tree_pass_buffers_more_than_half_full(monkeypatch, heads_per_prog
     rows = [(15, True), (9, True), (12, False), (8, True), (0, True)]
     check_verify(make_batch(DIMS["k32-hv2"], rows, seed=23, T=5, num_nodes=[5, 4, 5, 2, 5], shape="chain",
                             capacity=16))
+
+
+def test_small_tree_pass_strong_decay(monkeypatch):
+    """Log decays of -50 per token on full 16-entry buffers under 5-node chains through the small trees' tree pass:
+    finite, and the reference's results to the fp32 resolution of G (tests/test_gdn_every_op.py's strong-decay
+    tolerance)."""
+    monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
+    rows = [(15, True), (15, False), (0, True)]
+    b = make_batch(Dims(1, 2, 16, 16), rows, seed=8, T=5, capacity=16, max_decay=50.0)
+    check_verify(b, tol=max(TOL, 4 * 50 * (15 + 5) * 2**-24))
