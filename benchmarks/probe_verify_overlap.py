@@ -1,10 +1,12 @@
 """Probe: would the GDN verify's two passes gain from running side by side? The state pass streams S0 (memory-bound)
 and the tree pass is latency / issue-bound, and today the tree pass waits for the state pass. This times, at Qwen3.5-9B
-shapes and the sweep's workloads (CUDA graphs, inputs rotated over >= 2 GiB of states): each pass alone, both in
-order (today's verify), and both at once on two streams forked and joined inside the graph (the tree pass reads a
-scratch the state pass is writing: a race that changes no timing, so the outputs are not checked here).
+shapes and the sweep's workloads (CUDA graphs, inputs rotated over >= 2 GiB of states, buffers at every fill 0-15
+over the rows): each pass alone, both in order (today's verify), and both at once on two streams forked and joined
+inside the graph (the tree pass reads a scratch the state pass is writing: a race that changes no timing, so the
+outputs are not checked here); and for trees up to verify.SMALL_TREE_MAX_NODES nodes the small trees' tree pass
+alone (verify_small.py), the pass it would replace.
 
-    python -m benchmarks.probe_verify_overlap --batches 64 128 256
+    python -m benchmarks.probe_verify_overlap --batches 64 128 256 --trees chain4 chain5 tree16
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import triton
 
 from benchmarks import gdn
 from benchmarks.inputs import tree_parents
-from benchmarks.sweep_gdn import VERIFY_FILL, Workloads
+from benchmarks.sweep_gdn import Workloads
 from benchmarks.timing import copy_bandwidth, time_calls
 from verify_kernels.gdn import verify
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel
@@ -26,7 +28,8 @@ from verify_kernels.tree import ancestor_mask
 
 
 def passes(work: Workloads, r: int, tree: str):
-    """The state pass and the tree pass of gdn_verify's large-batch path for rotation r, as two calls."""
+    """The state pass and the tree pass of gdn_verify's large-batch path for rotation r, as two calls, and the small
+    trees' tree pass (None past SMALL_TREE_MAX_NODES nodes)."""
     nodes = len(tree_parents(tree))
     B = work.batch
     parents = torch.tensor(tree_parents(tree), device="cuda").expand(B, nodes).contiguous()
@@ -64,7 +67,19 @@ def passes(work: Workloads, r: int, tree: str):
             STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS,
             EXACT=exact, num_warps=tree_warps, num_stages=1)
 
-    return state_pass, tree_pass
+    heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
+    small_v, small_warps = verify.SMALL_TREE_CONFIG
+    BN = triton.next_power_of_2(T)
+    scratch = new(B * HV // heads, verify.small_scratch_floats(BN, BL, heads))
+
+    def small_tree_pass():
+        verify.gdn_verify_small_tree_kernel[(HV // heads, B)](
+            q, k, v, g, beta, anc, num_nodes, slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
+            scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, verify.SMALL_TREE_BLOCK_K), BV=min(V, small_v), GP=heads,
+            NG=triton.next_power_of_2(heads), PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
+            EXACT=exact, num_warps=small_warps, num_stages=1)
+
+    return state_pass, tree_pass, small_tree_pass if T <= verify.SMALL_TREE_MAX_NODES else None
 
 
 def forked(first, second, side: torch.cuda.Stream):
@@ -88,16 +103,18 @@ def main() -> None:
     rows = []
     for batch in args.batches:
         work = Workloads(batch)
-        work.pools.buf_len.fill_(VERIFY_FILL)
+        work.pools.buf_len.copy_(gdn.spread_fills(len(work.pools.buf_len)))
         for tree in args.trees:
-            pairs = [passes(work, r, tree) for r in range(work.rotations)]
+            triples = [passes(work, r, tree) for r in range(work.rotations)]
             variants = {
-                "state pass": [s for s, _ in pairs],
-                "tree pass": [t for _, t in pairs],
-                "in order (today)": [c for s, t in pairs for c in (s, t)],
-                "side by side, tree on a high-priority stream": [partial(forked, t, s, high) for s, t in pairs],
-                "side by side, state on a side stream": [partial(forked, s, t, low) for s, t in pairs],
+                "state pass": [s for s, _, _ in triples],
+                "tree pass": [t for _, t, _ in triples],
+                "in order (today)": [c for s, t, _ in triples for c in (s, t)],
+                "side by side, tree on a high-priority stream": [partial(forked, t, s, high) for s, t, _ in triples],
+                "side by side, state on a side stream": [partial(forked, s, t, low) for s, t, _ in triples],
             }
+            if triples[0][2] is not None:
+                variants["small trees' tree pass"] = [small for _, _, small in triples]
             s0_us = batch * gdn.STATE_BYTES / bandwidth * 1e6
             for name, calls in variants.items():
                 per_verify = len(calls) / work.rotations  # (in order: two calls a verify)
