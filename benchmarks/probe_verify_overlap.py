@@ -69,7 +69,7 @@ def passes(work: Workloads, r: int, tree: str):
 
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
     small_v, small_warps = verify.SMALL_TREE_CONFIG
-    BN = triton.next_power_of_2(T)
+    BN = verify.small_node_block(T)
     scratch = new(B * HV // heads, verify.small_scratch_floats(BN, BL, heads))
 
     def small_tree_pass():

@@ -52,6 +52,7 @@ from verify_kernels.gdn.tree_math import (
     stacked_rows,
 )
 from verify_kernels.gdn.verify_small import gdn_verify_small_tree_kernel
+from verify_kernels.gdn.verify_small import node_block as small_node_block
 from verify_kernels.gdn.verify_small import scratch_floats as small_scratch_floats
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
 from verify_kernels.precision import exact_in_tf32
@@ -339,7 +340,7 @@ def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int) -> int:
     small = 0
     if SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
         per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
-        small = HV // per_program * small_scratch_floats(triton.next_power_of_2(T), verify_blocks(L), per_program)
+        small = HV // per_program * small_scratch_floats(small_node_block(T), verify_blocks(L), per_program)
     return 4 * (T * HV * V + T * HV + 2 * T * HV * V + small)
 
 
@@ -432,7 +433,7 @@ def gdn_verify(
             raise ValueError(f"the small trees' tree pass's value heads per program ({per_program}) must divide the "
                              f"value heads per key head ({HV // H})")
         block_v, warps = SMALL_TREE_CONFIG
-        BN = triton.next_power_of_2(T)
+        BN = small_node_block(T)
         scratch = new(B * HV // per_program, small_scratch_floats(BN, BL, per_program))
         gdn_verify_small_tree_kernel[(HV // per_program, B)](
             q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,

@@ -27,6 +27,11 @@ from verify_kernels.gdn.tree_math import exact_products, head_weights, node_inpu
 ROWS = 16  # the products' [k; q] rows: 2 BN <= 16 (tl.dot's smallest side), so BN <= 8
 
 
+def node_block(T: int) -> int:
+    """The pass's BN for T nodes: their next power of two, at least 2 (no size-1 tiles)."""
+    return max(2, triton.next_power_of_2(T))
+
+
 def scratch_floats(BN: int, BL: int, GP: int) -> int:
     """fp32 scratch of one program: the products [ROWS, 16 + BL], then per value head beta A and P [BN, BN], the
     decayed buffer products of the keys and queries [BN, BL] each, e^G and beta [BN]."""
@@ -92,7 +97,7 @@ def gdn_verify_small_tree_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     L: tl.constexpr,
-    BN: tl.constexpr,   # T padded to a power of two, <= 8
+    BN: tl.constexpr,   # node_block(T) <= 8
     BL: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
