@@ -181,12 +181,13 @@ def variants() -> list[tuple[str, object, dict, int]]:
     # the small trees' tree pass (verify.SMALL_TREE_PASS), node by node, a 5-node chain (the engine's 4-token
     # chain), on or as the candidate it is while off
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
-    block_v, warps = verify.SMALL_TREE_CONFIG
-    out.append((f"{'' if verify.SMALL_TREE_PASS else 'candidate: '}verify small trees' tree pass (5-chain)",
-                verify.gdn_verify_small_tree_kernel,
-                dict(shapes, L=CAPACITY, BN=8, BL=16, BK=verify.SMALL_TREE_BLOCK_K, BV=block_v, GP=heads,
-                     NG=triton.next_power_of_2(heads), PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
-                     EXACT=False), warps))
+    for config, rows in ((verify.SMALL_TREE_CONFIG, ""), (verify.SMALL_TREE_FEW_ROWS_CONFIG, ", few rows")):
+        block_v, warps, v_programs = config
+        out.append((f"{'' if verify.SMALL_TREE_PASS else 'candidate: '}verify small trees' tree pass (5-chain{rows})",
+                    verify.gdn_verify_small_tree_kernel,
+                    dict(shapes, L=CAPACITY, BN=8, BL=16, BK=verify.SMALL_TREE_BLOCK_K,
+                         BV=min(V // v_programs, block_v), GP=heads, NG=triton.next_power_of_2(heads), VP=v_programs,
+                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=False), warps))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H

@@ -68,16 +68,18 @@ def passes(work: Workloads, r: int, tree: str):
             EXACT=exact, num_warps=tree_warps, num_stages=1)
 
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
-    small_v, small_warps = verify.SMALL_TREE_CONFIG
+    few = B < verify.SMALL_TREE_FEW_ROWS
+    small_v, small_warps, v_programs = verify.SMALL_TREE_FEW_ROWS_CONFIG if few else verify.SMALL_TREE_CONFIG
     BN = verify.small_node_block(T)
-    scratch = new(B * HV // heads, verify.small_scratch_floats(BN, BL, heads))
+    scratch = new(B * HV // heads * v_programs, verify.small_scratch_floats(BN, BL, heads))
 
     def small_tree_pass():
-        verify.gdn_verify_small_tree_kernel[(HV // heads, B)](
+        verify.gdn_verify_small_tree_kernel[(HV // heads, B, v_programs)](
             q, k, v, g, beta, anc, num_nodes, slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
-            scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, verify.SMALL_TREE_BLOCK_K), BV=min(V, small_v), GP=heads,
-            NG=triton.next_power_of_2(heads), PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
-            EXACT=exact, num_warps=small_warps, num_stages=1)
+            scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, verify.SMALL_TREE_BLOCK_K),
+            BV=min(V // v_programs, small_v), GP=heads, NG=triton.next_power_of_2(heads), VP=v_programs,
+            PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=exact, num_warps=small_warps,
+            num_stages=1)
 
     return state_pass, tree_pass, small_tree_pass if T <= verify.SMALL_TREE_MAX_NODES else None
 

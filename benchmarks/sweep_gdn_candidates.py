@@ -131,16 +131,19 @@ def candidates(ops: set[str]) -> list[Candidate]:
         # trees up to 8 nodes (4- and 5-node chains, the 8-node tree) through the tensor-core tree pass (the defaults)
         # or the small trees' tree pass, node by node (verify.SMALL_TREE_PASS, written on the CPU on 2026-12-04,
         # eighteenth session: ~40-50% fewer instructions a program than the tensor-core pass by its sm_90 code) over
-        # tiles, warps and value heads a program (its products over K recomputed per value head where 1)
+        # tiles, warps, programs along V (SMALL_TREE_CONFIG, SMALL_TREE_FEW_ROWS_CONFIG below SMALL_TREE_FEW_ROWS
+        # rows) and value heads a program (its products over K recomputed per value head where 1)
         out.append(Candidate("smalltree", "defaults"))
-        for bv, warps, heads in ((128, 1, None), (64, 1, None), (128, 2, None), (128, 4, None), (128, 1, 1),
-                                 (64, 2, None)):
-            out.append(Candidate("smalltree", f"small trees' tree pass BV {bv}, {warps} warps"
-                                           f"{', a value head a program' if heads else ''}",
-                                 {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_CONFIG": (bv, warps),
-                                  "verify.SMALL_TREE_HEADS_PER_PROGRAM": heads}))
+        for config, heads in (((128, 1, 1), None), ((64, 1, 1), None), ((128, 2, 1), None), ((128, 4, 1), None),
+                              ((128, 1, 1), 1), ((64, 1, 2), None), ((32, 1, 4), None), ((32, 1, 4), 1)):
+            block_v, warps, v_programs = config
+            out.append(Candidate("smalltree", f"small trees' tree pass BV {block_v}, {warps} warps, {v_programs} "
+                                              f"programs along V{', a value head a program' if heads else ''}",
+                                 {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_CONFIG": config,
+                                  "verify.SMALL_TREE_FEW_ROWS": 0, "verify.SMALL_TREE_HEADS_PER_PROGRAM": heads}))
         out.append(Candidate("smalltree", "small trees' tree pass, K in steps of 16",
-                             {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BLOCK_K": 16}))
+                             {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BLOCK_K": 16,
+                              "verify.SMALL_TREE_FEW_ROWS": 0}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))

@@ -69,9 +69,11 @@ def test_small_blocks(monkeypatch):
         monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
         monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
         check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
-    # the small trees' node-by-node tree pass over two V blocks and two K steps, a key head's value heads a program
+    # the small trees' node-by-node tree pass over two V blocks in one program and two K steps, a key head's value
+    # heads a program
     monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
-    monkeypatch.setattr(verify_module, "SMALL_TREE_CONFIG", (16, 2))
+    monkeypatch.setattr(verify_module, "SMALL_TREE_CONFIG", (16, 2, 1))
+    monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)
     monkeypatch.setattr(verify_module, "SMALL_TREE_BLOCK_K", 16)
     monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", None)
     check_verify(make_batch(d, ROWS, seed=6, T=4, num_nodes=[4, 3, 1, 0, 4], shape="chain"))

@@ -135,11 +135,13 @@ def test_products_with_exact_q_and_k(tf32_products, monkeypatch, T, shape, num_n
 @settings(max_examples=12, deadline=None)
 @given(batch=tree_batches(max_rows=3, max_nodes=verify_module.SMALL_TREE_MAX_NODES, max_capacity=16),
        ratio=st.sampled_from([1, 2]), heads_per_program=st.sampled_from([None, 1]),
+       config=st.sampled_from([(16, 1, 1), (8, 1, 1), (4, 1, 4), (8, 2, 2)]),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]))
-def test_small_tree_pass_random_trees(batch: TreeBatch, ratio: int, heads_per_program, dtype):
+def test_small_tree_pass_random_trees(batch: TreeBatch, ratio: int, heads_per_program, config, dtype):
     """The small trees' node-by-node tree pass (SMALL_TREE_PASS) on random trees of up to SMALL_TREE_MAX_NODES
     nodes, ragged rows with and without a state, buffers of up to 16 entries, a key head's value heads a program or
-    one, q and k in fp32 or bf16."""
+    one, V (16) in one program or split over programs along V (SMALL_TREE_CONFIG: columns a block, warps, programs
+    along V), q and k in fp32 or bf16."""
     rows = [(r.buffered, r.has_state) for r in batch.rows]
     b = make_batch(Dims(1, ratio, 16, 16), rows, batch.seed, T=batch.num_tokens,
                    num_nodes=[r.num_nodes for r in batch.rows], shape=[r.parents for r in batch.rows],
@@ -148,15 +150,20 @@ def test_small_tree_pass_random_trees(batch: TreeBatch, ratio: int, heads_per_pr
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(verify_module, "SMALL_TREE_PASS", True)
         patch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", heads_per_program)
+        patch.setattr(verify_module, "SMALL_TREE_CONFIG", config)
+        patch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)
         patch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
         check_verify(b)
 
 
 @pytest.mark.parametrize("heads_per_program", [None, 1], ids=["key-head", "value-head"])
-def test_small_tree_pass_buffers_more_than_half_full(monkeypatch, heads_per_program):
+@pytest.mark.parametrize("few_rows", [0, 64], ids=["one-program-along-V", "programs-along-V"])
+def test_small_tree_pass_buffers_more_than_half_full(monkeypatch, heads_per_program, few_rows):
     """The small trees' tree pass sums over half a 16-entry buffer's entries when it is at most half full: rows more
-    than half full (9-15 entries) beside rows at most half full, 5-node chains."""
+    than half full (9-15 entries) beside rows at most half full, 5-node chains; a batch below SMALL_TREE_FEW_ROWS
+    (programs along V) or not."""
     monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+    monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", few_rows)
     monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", heads_per_program)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     rows = [(15, True), (9, True), (12, False), (8, True), (0, True)]

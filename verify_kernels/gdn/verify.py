@@ -164,9 +164,14 @@ PRODUCTS_STAGES = 3
 # to 4 or 8 as [BL, BN, BV] broadcasts summed over their first axis, ~3.5 k instructions a warp on 2 warps at 4
 # nodes but spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). Off until the H200 times
 # it (python -m benchmarks.sweep_gdn --ops chains).
+# SMALL_TREE_CONFIG: V columns a block, warps, programs along V (each takes V // programs columns, a block at a time,
+# and computes its own products over K and weights); below SMALL_TREE_FEW_ROWS rows SMALL_TREE_FEW_ROWS_CONFIG, whose
+# programs along V give a small batch more programs than rows x key heads (one warp each).
 SMALL_TREE_PASS = False
 SMALL_TREE_MAX_NODES = 8
-SMALL_TREE_CONFIG = (128, 1)
+SMALL_TREE_CONFIG = (128, 1, 1)
+SMALL_TREE_FEW_ROWS = 64
+SMALL_TREE_FEW_ROWS_CONFIG = (32, 1, 4)
 SMALL_TREE_HEADS_PER_PROGRAM = None
 SMALL_TREE_BLOCK_K = 32
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -340,7 +345,8 @@ def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int) -> int:
     small = 0
     if SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
         per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
-        small = HV // per_program * small_scratch_floats(small_node_block(T), verify_blocks(L), per_program)
+        small = (HV // per_program * SMALL_TREE_CONFIG[2]
+                 * small_scratch_floats(small_node_block(T), verify_blocks(L), per_program))
     return 4 * (T * HV * V + T * HV + 2 * T * HV * V + small)
 
 
@@ -432,13 +438,17 @@ def gdn_verify(
         if (HV // H) % per_program:
             raise ValueError(f"the small trees' tree pass's value heads per program ({per_program}) must divide the "
                              f"value heads per key head ({HV // H})")
-        block_v, warps = SMALL_TREE_CONFIG
+        block_v, warps, v_programs = SMALL_TREE_FEW_ROWS_CONFIG if B < SMALL_TREE_FEW_ROWS else SMALL_TREE_CONFIG
+        BV = min(V // v_programs, block_v)
+        if V % (v_programs * BV):
+            raise ValueError(f"the small trees' tree pass's {v_programs} programs along V of {BV} columns a block must "
+                             f"divide V ({V})")
         BN = small_node_block(T)
-        scratch = new(B * HV // per_program, small_scratch_floats(BN, BL, per_program))
-        gdn_verify_small_tree_kernel[(HV // per_program, B)](
+        scratch = new(B * HV // per_program * v_programs, small_scratch_floats(BN, BL, per_program))
+        gdn_verify_small_tree_kernel[(HV // per_program, B, v_programs)](
             q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
-            gcum, scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, SMALL_TREE_BLOCK_K), BV=min(V, block_v),
-            GP=per_program, NG=triton.next_power_of_2(per_program), PRECISION=products_precision(TREE_SPLIT_TF32),
+            gcum, scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, SMALL_TREE_BLOCK_K), BV=BV, GP=per_program,
+            NG=triton.next_power_of_2(per_program), VP=v_programs, PRECISION=products_precision(TREE_SPLIT_TF32),
             EXACT=exact, num_warps=warps, num_stages=1,
         )
         return o, u, gcum

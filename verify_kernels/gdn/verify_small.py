@@ -90,7 +90,7 @@ def gdn_verify_small_tree_kernel(
     req_slots,          # [B]
     o, u,               # [B, T, HV, V] fp32 out
     gcum,               # [B, T, HV] fp32 out
-    scratch,            # [B * HV / GP, scratch_floats(BN, BL, GP)] fp32: the program's own, written then read
+    scratch,            # [B * HV / GP * VP, scratch_floats(BN, BL, GP)] fp32: the program's own, written then read
     T,                  # not constexpr: tree sizes change every step; only BN picks a compiled kernel
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -102,6 +102,7 @@ def gdn_verify_small_tree_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
     GP: tl.constexpr,   # value heads per program, of one key head
+    VP: tl.constexpr,   # programs along V: each takes V // VP columns, BV at a time
     NG: tl.constexpr,   # GP padded to a power of two
     PRECISION: tl.constexpr,
     EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): their products skip the remainders' (precision.py)
@@ -109,14 +110,14 @@ def gdn_verify_small_tree_kernel(
     XR: tl.constexpr = 16                        # ROWS: [k_t; q_t], BN rows each
     YC: tl.constexpr = 16 + BL                   # the nodes' keys (padded to 16), then the buffer's
     HEAD: tl.constexpr = 2 * BN * BL + 2 * BN * BN + 2 * BN
-    i_hp, i_b = tl.program_id(0), tl.program_id(1)
+    i_hp, i_b, i_vp = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_h0 = i_hp * GP
     i_hk = i_h0 // (HV // H)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-    p_scr = scratch + (i_b * (HV // GP) + i_hp) * (XR * YC + GP * HEAD)
+    p_scr = scratch + ((i_b * (HV // GP) + i_hp) * VP + i_vp) * (XR * YC + GP * HEAD)
     o_t = tl.arange(0, BN)
     o_l = tl.arange(0, BL)
     m_T = o_t < T
@@ -159,7 +160,8 @@ def gdn_verify_small_tree_kernel(
         b_G, b_dB, b_A, b_P = head_weights(tl.sum(tl.where(o_g[None, :] == i_g, b_g2, 0.), 1), b_beta, b_anc,
                                            tl.sum(tl.where(o_g[None, :] == i_g, b_bg2, 0.), 1), b_kk, b_qk, n, nn, BN,
                                            BL, False)
-        tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
+        if i_vp == 0:
+            tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
         tl.store(p_w + o_t[:, None] * BL + o_l[None, :], b_kB * b_dB)
         tl.store(p_w + BN * BL + o_t[:, None] * BL + o_l[None, :], b_qB * b_dB)
         tl.store(p_A + o_t[:, None] * BN + o_t[None, :], b_A)
@@ -169,7 +171,8 @@ def gdn_verify_small_tree_kernel(
         tl.debug_barrier()
         # d.-e. node by node over V blocks; a buffer at most half full sums over half the entries (the sums over
         # the buffer are most of a node's instructions: 300 against 402 for 5 nodes, sm_90)
-        for i_v in range(0, V, BV):
+        for i_v in range(0, V // VP, BV):
+            i_v += i_vp * (V // VP)
             if n <= BL // 2:
                 node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, m_state, i_b, i_r, i_h, i_v, n, nn, T, HV, V,
                           L, BN, BL, BL // 2, BV)
