@@ -150,7 +150,7 @@ FUSED_PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # SMALL_TREE_PASS: trees up to SMALL_TREE_MAX_NODES nodes (the engine's chains: a 4-token chain verifies 5 nodes)
 # take the tree pass node by node on the FMA units (verify_small.py), its products over K on the tensor cores, at
-# SMALL_TREE_CONFIG (V columns, warps) with SMALL_TREE_HEADS_PER_PROGRAM value heads a program (None: a key head's).
+# SMALL_TREE_CONFIG (below) with SMALL_TREE_HEADS_PER_PROGRAM value heads a program (None: a key head's).
 # Its sm_90 code (python -m benchmarks.gdn_registers, Triton 3.9 on the CPU, Qwen3.5-9B heads, 16 buffer entries,
 # 128 columns on one warp): for 5 nodes (BN 8) a node's body 402 instructions (300 where the buffer is at most half
 # full), the K loop 275 a step of 32, 168 registers; by the loops' trip counts (K 4 steps, 5 nodes for each of 2

@@ -17,6 +17,8 @@ conversions. That pass is issue-bound (ncu on the H200, 2026-12-03): instruction
      are the thread's own): kr_t, qr_t from the buffer, x_t = beta_t (v_t - kr_t - e^G_t S0^T k_t),
      u_t = x_t - sum_i (beta A)[t, i] u_i, o_t = qr_t + e^G_t S0^T q_t + sum_i P[t, i] u_i; u and o stored a node at
      a time, padding nodes zeros. The work scales with the nodes there are, not with 16.
+Grid (value-head groups of a key head, rows, programs along V): a small batch splits V over programs (each computing
+its own a.-c.) so that one-warp programs are not too few for the GPU (verify.SMALL_TREE_FEW_ROWS).
 """
 
 import triton
