@@ -60,3 +60,28 @@ def test_head_dims_the_kernels_do_not_take_run_on_the_references(tmp_path, monke
     assert backend_for(torch.device("cpu"), 16, 128) == "triton"
     for ours, expected in zip(run(model, monkeypatch, "triton"), run(model, monkeypatch, "reference"), strict=True):
         torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
+
+
+def test_small_trees_tree_pass_in_the_runtime(tmp_path, monkeypatch):
+    """The GDN verify's small trees' tree pass (verify.SMALL_TREE_PASS, off by default until the H200 times it) in the
+    whole runtime against the references: the tree above (4 nodes) goes through it, as a counted launch shows."""
+    from verify_kernels.gdn import verify as verify_module
+
+    launches = []
+    kernel = verify_module.gdn_verify_small_tree_kernel
+
+    class CountedLaunch:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return kernel[grid]
+
+    monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+    monkeypatch.setattr(verify_module, "gdn_verify_small_tree_kernel", CountedLaunch())
+    save_tiny(qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16), tmp_path, seed=9)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(tmp_path, device=device, dtype=torch.float32)
+    reference = run(model, monkeypatch, "reference")
+    kernels = run(model, monkeypatch, "triton")
+    assert launches, "the tree went through the tensor-core tree pass"
+    for step, (ours, expected) in enumerate(zip(kernels, reference, strict=True)):
+        torch.testing.assert_close(ours, expected, atol=1e-4, rtol=0, msg=lambda m, step=step: f"step {step}: {m}")
