@@ -2,6 +2,7 @@
 verify_kernels/mamba2/verify.py and decode.py), in about two minutes on the H200:
 
     python -m benchmarks.sweep_mamba2 [--out benchmarks/results/sweep_mamba2_h200.json]
+    python -m benchmarks.sweep_mamba2 --ops verify --match finish   # a subset of the verify's candidates
 
 Every candidate is first checked against the torch references at Nemotron-3-Nano's sizes (benchmarks/checks.py, on
 ragged rows with and without a state); one that disagrees is reported and not timed. Then each is timed as
@@ -55,6 +56,13 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
                    for bp, w in ((16, 2), (32, 2), (32, 4))}
     candidates |= {f"split roles bp{bp} w{w}": VerifyConfig(bp, w, state_dot=True, inline_scores=False,
                                                             split_roles=True) for bp, w in ((32, 2), (16, 2))}
+    # the split's second launch on its own P rows and warps (VerifyConfig.finish_*, verify.SPLIT_FINISH_*: written on
+    # the CPU on 2026-12-04, eighteenth session; latency-bound, a third of the verify at batch 128), the state
+    # programs at the defaults' 64 rows on 4 warps
+    candidates |= {f"split roles bp64 w4 finish bp{bp} w{w}": VerifyConfig(64, 4, state_dot=True, inline_scores=False,
+                                                                           split_roles=True, finish_block_p=bp,
+                                                                           finish_warps=w)
+                   for bp, w in ((64, 2), (32, 1), (16, 1), (32, 2), (16, 2))}
     # the products in Triton's tf32x3 (its emulated roundings) rather than the default's operands split by a mask
     # (verify.DOT_PRECISION, verify_kernels/precision.py), for the record
     candidates["dots bp64 w4 triton-tf32x3"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,
@@ -74,10 +82,14 @@ def decode_candidates() -> dict[str, DecodeConfig]:
     return candidates
 
 
-def sweep_verify(tree: str, copy_bw: float) -> list[dict]:
+def sweep_verify(tree: str, copy_bw: float, match: str | None = None) -> list[dict]:
+    """The verify candidates of `tree` (those whose names hold `match`, and "split roles bp64 w4", the defaults',
+    where given), checked then timed at BATCHES."""
     rows = []
     candidates = {}
     for name, config in verify_candidates(tree).items():
+        if match is not None and match not in name and name != "split roles bp64 w4":
+            continue
         error = checks.check_mamba2_verify(tree, config)
         if error <= checks.TOLERANCE:
             candidates[name] = config
@@ -189,6 +201,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sweep_mamba2_h200.json"))
     parser.add_argument("--ops", default="verify,decode", help="comma-separated, of verify and decode")
+    parser.add_argument("--match", help="only the verify candidates whose names hold this text (and the defaults'), "
+                                        "e.g. 'finish'")
     args = parser.parse_args()
     ops = set(args.ops.split(","))
     if not ops or not ops <= {"verify", "decode"}:
@@ -199,7 +213,7 @@ def main() -> None:
     copy_bw = copy_bandwidth()
     rows = []
     for tree in mamba2.VERIFY_TREES if "verify" in ops else ():
-        rows += sweep_verify(tree, copy_bw)
+        rows += sweep_verify(tree, copy_bw, args.match)
         print(f"verify {tree}: done", flush=True)
     if "decode" in ops:
         rows += sweep_decode(copy_bw)

@@ -52,7 +52,11 @@ VERIFY_CONFIGS = {
     for inline in (False, True) for dots in (True, False)
 } | {  # h0's stream beside the products pass, the rest in a second launch
     "split-roles-dots": VerifyConfig(block_p=16, num_warps=4, state_dot=True, inline_scores=False, block_n=16,
-                                     split_roles=True)}
+                                     split_roles=True),
+    # the second launch on its own P rows and warps (VerifyConfig.finish_*): 32 rows on one warp, where the state
+    # programs take 16 on 4
+    "split-roles-finish-bp32-w1": VerifyConfig(block_p=16, num_warps=4, state_dot=True, inline_scores=False,
+                                               block_n=16, split_roles=True, finish_block_p=32, finish_warps=1)}
 SMALL_DECODE = DecodeConfig(block_p=16, block_l=16, num_warps=4, block_n=16)
 
 

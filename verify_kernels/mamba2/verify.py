@@ -90,6 +90,15 @@ SMALL_BATCH_BLOCK_P = 16
 # 2026-12-04e: products with them skip their remainders, add_product_exact): 61.1 / 216.2 against 65.8 / 234.9 with
 # the same values in fp32 (sweeps_h200/sweep_mamba2_2026-12-04e.txt); tree16 at 256 248.5 us.
 SPLIT_ROLES = True
+# SPLIT_FINISH_BLOCK_P, SPLIT_FINISH_WARPS: the split's second launch (mamba2_verify_kernel with HC_IN: the tree and
+# buffer terms and G, from h0 C^T read back), P rows a program and warps; None: the state programs' BLOCK_P and
+# NUM_WARPS, as until now. That launch moves ~7 KiB a (row, head) at 5 nodes and holds no loop: it is latency-bound
+# (Nemotron-3-Nano, batch 128 of 5-chains, H200 2026-12-04e: 30 us a layer against ~14 us of its bytes, a third of
+# the verify), and at 68 registers on 4 warps an SM holds 7 of its programs (~9 waves at batch 128). sm_90 with the
+# H200's Triton 3.6 (compiled on the CPU): 64 rows on 2 warps 128 registers, 32 rows on 1 warp 138, 16 rows on 1
+# warp 109 (up to 18 programs an SM). Not timed yet: `python -m benchmarks.sweep_mamba2 --ops verify --match finish`.
+SPLIT_FINISH_BLOCK_P = None
+SPLIT_FINISH_WARPS = None
 # products pass: N columns per step (91 registers at 32, 148 at 64) and warps
 PRODUCTS_BLOCK_N = 32
 PRODUCTS_WARPS = 4
@@ -115,6 +124,8 @@ class VerifyConfig(NamedTuple):
     num_stages: int = STATE_STAGES  # software-pipeline depth of the N loop
     precision: str | None = None  # the products' (DOT_PRECISION when None)
     split_roles: bool = False  # h0's stream beside the products pass in one launch, the rest after (state_dot only)
+    finish_block_p: int | None = None  # the split's second launch: P rows a program (None: block_p; >= 16)
+    finish_warps: int | None = None    # and its warps (None: num_warps)
 
 
 def verify_config(B: int, T: int, P: int) -> VerifyConfig:
@@ -122,7 +133,8 @@ def verify_config(B: int, T: int, P: int) -> VerifyConfig:
     BT = verify_blocks(T, 1)[0]
     small = B <= FUSED_MAX_BATCH
     return VerifyConfig(block_p=min(P, SMALL_BATCH_BLOCK_P if small else BLOCK_P[BT]), num_warps=NUM_WARPS[BT],
-                        state_dot=T > FMA_MAX_NODES, inline_scores=small, split_roles=SPLIT_ROLES)
+                        state_dot=T > FMA_MAX_NODES, inline_scores=small, split_roles=SPLIT_ROLES,
+                        finish_block_p=SPLIT_FINISH_BLOCK_P, finish_warps=SPLIT_FINISH_WARPS)
 
 
 @triton.jit
@@ -427,13 +439,18 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
             NG=NG, N=N, L=L, BT=BT, BL=BL, BN=min(N, PRODUCTS_BLOCK_N), PRECISION=precision, **exact,
             num_warps=PRODUCTS_WARPS,
         )
-    mamba2_verify_kernel[(P // BP, NH, B)](
+    # (the split's second launch holds no N loop: its own P rows a program and warps, VerifyConfig.finish_*)
+    BPF, warps = (min(P, cfg.finish_block_p or BP), cfg.finish_warps or cfg.num_warps) if split else (BP, cfg.num_warps)
+    if split and (P % BPF or BPF < min(P, 16)):
+        raise ValueError(f"the split verify's second launch's P rows a program ({BPF}) must divide P ({P}) and be at "
+                         f"least 16 (tl.dot's smallest side)")
+    mamba2_verify_kernel[(P // BPF, NH, B)](
         x, dt, A, Bm, C, D, ancestors.view(torch.uint8), num_nodes, state_pool, state_slots, buf_b, buf_xdt,
         buf_gcum, buf_len, req_slots, s_tree, s_buf, hc, y, xdt, gcum, T,
-        NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
+        NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BPF, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
         N_LOOP=(cfg.state_dot or cfg.inline_scores) and not split, HC_IN=split, PRECISION=precision, **exact,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=warps, num_stages=cfg.num_stages,
     )
     return y, xdt, gcum
 
