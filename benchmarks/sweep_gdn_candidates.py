@@ -155,6 +155,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.FUSED_PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
         # two launches instead of one: the state pass then the tree pass, the larger batches' path (for the record)
         out.append(Candidate("verify1", "two passes", {"verify.FUSED_MAX_BATCH": 0}))
+        # ... with the small trees' tree pass (the 4-chain; a value head and 32 columns a one-warp program: 128 of
+        # them at batch 1, each ~2 k instructions by its sm_90 code)
+        out.append(Candidate("verify1", "two passes, small trees' tree pass, a value head a program",
+                             {"verify.FUSED_MAX_BATCH": 0, "verify.SMALL_TREE_PASS": True,
+                              "verify.SMALL_TREE_HEADS_PER_PROGRAM": 1}))
     if "conv" in ops:  # (one node: the decode kernel, decode_conv.py, keeps its own setting)
         out.append(Candidate("conv", "defaults"))
         for block_d, warps in ((256, 2), (512, 4), (2048, 4), (2048, 8)):
