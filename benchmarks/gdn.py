@@ -178,7 +178,7 @@ def _verify_batch(tree: str, batch: int, sglang_gdn) -> dict:
     ])
     row = {"section": "gdn_verify", "tree": tree, "nodes": nodes, "batch": batch, "buffer_fill": fill,
            "ours_us": ours_s * 1e6, "ours_state_bytes_per_request": 0,
-           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, H, HV, V, ENGINE_FLUSH_LENGTH),
+           "ours_scratch_bytes_per_request": verify_scratch_bytes(nodes, H, HV, V, ENGINE_FLUSH_LENGTH, batch),
            "baseline_state_bytes_per_request": nodes * STATE_BYTES,
            "bytes_moved": batch * verify_bytes(nodes, fill),
            "baseline_bytes_moved": batch * (nodes * STATE_BYTES + verify_bytes(nodes, 0) - nodes * NODE_ENTRY_BYTES)}

@@ -339,15 +339,16 @@ def verify_blocks(T: int) -> int:
     return max(16, triton.next_power_of_2(T))
 
 
-def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int) -> int:
-    """Bytes one request's verify of T nodes writes in one layer besides o, on an L-entry buffer: the nodes' buffer
-    entries u and G, and (batches over FUSED_MAX_BATCH, rows with a state) S0^T k and S0^T q between the passes, and
-    the small trees' tree pass's own scratch where it runs (SMALL_TREE_PASS). None of it is a state: a state is [HV,
-    K, V]."""
+def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int, B: int) -> int:
+    """Bytes one request's verify of T nodes writes in one layer besides o, on an L-entry buffer, in a batch of B
+    rows: the nodes' buffer entries u and G, and (batches over FUSED_MAX_BATCH, rows with a state) S0^T k and S0^T q
+    between the passes, and the small trees' tree pass's own scratch where it runs (SMALL_TREE_PASS). None of it is a
+    state: a state is [HV, K, V]."""
     small = 0
-    if SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
+    if B > FUSED_MAX_BATCH and SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
         per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
-        small = (HV // per_program * SMALL_TREE_CONFIG[2]
+        v_programs = (SMALL_TREE_FEW_ROWS_CONFIG if B < SMALL_TREE_FEW_ROWS else SMALL_TREE_CONFIG)[2]
+        small = (HV // per_program * v_programs
                  * small_scratch_floats(small_node_block(T), verify_blocks(L), per_program))
     return 4 * (T * HV * V + T * HV + 2 * T * HV * V + small)
 
