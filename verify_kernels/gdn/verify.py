@@ -165,7 +165,7 @@ PRODUCTS_STAGES = 3
 # its loops). Tried first on the CPU the same day and dropped: the whole pass on the FMA units with the nodes padded
 # to 4 or 8 as [BL, BN, BV] broadcasts summed over their first axis, ~3.5 k instructions a warp on 2 warps at 4
 # nodes but spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). Off until the H200 times
-# it (python -m benchmarks.sweep_gdn --ops chains).
+# it (python -m benchmarks.sweep_gdn --ops smalltree).
 # SMALL_TREE_CONFIG: V columns a block, warps, programs along V (each takes V // programs columns, a block at a time,
 # and computes its own products over K and weights); below SMALL_TREE_FEW_ROWS rows SMALL_TREE_FEW_ROWS_CONFIG, whose
 # programs along V give a small batch more programs than rows x key heads (one warp each).
