@@ -156,10 +156,11 @@ PRODUCTS_STAGES = 3
 # full), the K loop 275 a step of 32, 168 registers; by the loops' trip counts (K 4 steps, 5 nodes for each of 2
 # value heads) ~6.1 k instructions a program (one warp; ~5.1 k at most half full) against ~11.6 k for the
 # tensor-core pass (2 warps of ~5.8 k: its V loop 836-867 a block of 64 columns, two blocks a head; 255 registers and
-# 24 bytes spilled). With the H200's Triton 3.6 (the same compile from a Triton 3.6 install on the CPU, bf16 q and k
-# as the engine's): a node's body 249 / 317, the K loop 197, ~5.5 k a program on 224 registers, against ~11.9 k (2
-# warps, V loop 841-877) on 255 for the tensor-core pass. That pass is issue-bound (ncu, H200, 2026-12-03), so
-# instructions are its time. Unlike TREE_FMA (docs/design.md section 6: products on the FMA units as [M, N, C]
+# 24 bytes spilled). With the H200's Triton 3.6 (python -m benchmarks.gdn_registers from a Triton 3.6 install on the
+# CPU, fp32 q and k): a node's body 249 / 317, the K loop 275 (197 on bf16 q and k, as the engine's), ~5.8 k a program
+# on 224 registers, against ~12.3 k (2 warps, V loop 840-876) on 255 and 32 bytes spilled for the tensor-core pass.
+# That pass is issue-bound (ncu, H200, 2026-12-03), so instructions are its time. Unlike TREE_FMA (docs/design.md
+# section 6: products on the FMA units as [M, N, C]
 # broadcasts summed over their last axis, which Triton spreads over the lanes, so every sum ended in shuffles; it
 # lost on the H200), its node body holds no shuffle: the sums run over a thread's own registers (the SASS has none in
 # its loops). Tried first on the CPU the same day and dropped: the whole pass on the FMA units with the nodes padded
