@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import checks, gdn, mamba2
+from benchmarks import checks, gdn, kernel_settings, mamba2
 from benchmarks.baselines import fla_recurrent_gdn, sglang_kernels
 from benchmarks.timing import copy_bandwidth
 
@@ -68,6 +68,7 @@ def main() -> None:
         "software": {"torch": torch.__version__, "triton": _version("triton"), "fla": fla_note,
                      "sglang": sglang_note, "python": platform.python_version()},
         "copy_tbps": copy_bw / 1e12,
+        "kernel_settings": kernel_settings.applied(),
         "checks": errors,
         "rows": rows,
     }

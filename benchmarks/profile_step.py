@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks import kernel_settings
 from specdec.eval.bench import (
     BenchSettings,
     bench_peaks,
@@ -116,7 +117,8 @@ def main() -> None:
             + (f" --draft {args.draft}" if args.draft else "") + (f" --mode {args.mode}" if args.mode else "")
             + f" --batch {args.batch}"
             + (" --eager" if args.eager else "") + "` "
-            f"({torch.cuda.get_device_name()}, torch {torch.__version__})", ""]
+            f"({torch.cuda.get_device_name()}, torch {torch.__version__})."
+            + kernel_settings.sentence(kernel_settings.applied()), ""]
     for backend in args.backends:
         lines = profile_backend(settings, backend, mode, args.batch, args.top, peaks)
         free_device_memory()  # the engine's pools and graphs (reference cycles) before the next backend's load

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import kernel_settings
 from benchmarks.report import replace_section
 from benchmarks.study_report import STUDY_END, STUDY_START, study_section
 from specdec.eval.bench import BenchSettings, bench_peaks, markdown_table, run_bench
@@ -72,7 +73,7 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
     return {"model": model, "layers": layers, "target": target, "date": datetime.date.today().isoformat(),
             "sitting": os.environ.get(SITTING, ""),
             "device": torch.cuda.get_device_name() if device == "cuda" else "CPU", "torch": torch.__version__,
-            "settings": asdict(settings), "peaks": asdict(peaks),
+            "settings": asdict(settings), "peaks": asdict(peaks), "kernel_settings": kernel_settings.applied(),
             "rows": [r for r in rows if r["backend"] != "transformers"],
             "transformers": [r for r in rows if r["backend"] == "transformers"]}
 
@@ -91,7 +92,9 @@ def merge(results: list[dict]) -> list[dict]:
     merged: dict[tuple[str, int, str], dict] = {}
     for result in results:
         key = (result["model"], result["layers"], result.get("settings", {}).get("draft"))
-        rows = [{**row, "date": run_date(result)} for row in result["rows"]]  # (a row's run: its date and sitting)
+        # (a row's run: its date and sitting, and the kernel settings it ran with where not the defaults)
+        tuned = {"kernel_settings": result["kernel_settings"]} if result.get("kernel_settings") else {}
+        rows = [{**row, "date": run_date(result), **tuned} for row in result["rows"]]
         if key not in merged:
             merged[key] = {**result, "rows": rows, "transformers": list(result["transformers"])}
         else:

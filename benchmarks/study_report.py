@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks import kernel_settings
 from benchmarks.report import _fmt, _table
 
 STUDY_START, STUDY_END = "<!-- study:start -->", "<!-- study:end -->"
@@ -179,7 +180,8 @@ def study_model_lines(result: dict, plot: Path | None) -> list[str]:
              "linear layers as SGLang and vLLM do: in place for plain decoding (\"recurrent\"), one state written "
              "per draft node for speculative decoding (\"intermediate states\"). Roofline: the same steps' bytes at "
              "the copy bandwidth and GEMM FLOPs at the GEMM peak (specdec/eval/roofline.py)"
-             + (f", both measured in the run: {_peaks_text(peaks)}." if peaks else ".") + rerun_note(result), "",
+             + (f", both measured in the run: {_peaks_text(peaks)}." if peaks else ".") + rerun_note(result)
+             + tuned_note(result), "",
              "Plain decoding:", "", *mode_table(result, "plain"), "",
              f"Speculative decoding (4-token chains, accepted at {accepted}):", "",
              *mode_table(result, "speculative"), ""]
@@ -206,6 +208,17 @@ def study_model_lines(result: dict, plot: Path | None) -> list[str]:
 def dates_of(result: dict) -> list[str]:
     """The dates of a joined result's rows (benchmarks.study.merge dates each row by its run), else its own."""
     return sorted({row["date"] for row in result["rows"] if row.get("date")}) or [result["date"]]
+
+
+def tuned_note(result: dict) -> str:
+    """" Kernel settings other than the defaults ...: points" for the rows run with a sweep's winners applied
+    (benchmarks/kernel_settings.py), per set of settings; "" when every row ran at the defaults."""
+    by_settings: dict[str, list[str]] = {}
+    for row in result["rows"]:
+        if row.get("kernel_settings"):
+            text = kernel_settings.sentence(row["kernel_settings"]).rstrip(".")
+            by_settings.setdefault(text, []).append(f"{row['backend']} {row['mode']} batch {row['batch_size']}")
+    return "".join(f"{text}, in {', '.join(points)}." for text, points in by_settings.items())
 
 
 def rerun_note(result: dict) -> str:

@@ -29,10 +29,11 @@ import contextlib
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import torch
 
-from benchmarks import checks, gdn
+from benchmarks import checks, gdn, kernel_settings
 from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents
 from benchmarks.sweep_gdn_candidates import Candidate, applied, candidates
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
@@ -250,6 +251,25 @@ def ok(error: float) -> bool:
     return error <= checks.TOLERANCE
 
 
+def best_settings(rows: list[tuple]) -> list[tuple[str, str, float, float, Candidate]]:
+    """Per op (but the thresholds' "small"): (op, label, total us, the defaults' total us, candidate) of the setting
+    whose time summed over the op's workloads is least, among those that timed every workload the defaults did
+    and passed their check. rows: (candidate, workload, batch, us, share of bound, registers, error)."""
+    out = []
+    for op in sorted({c.op for c, *_ in rows} - {"small"}):
+        totals: dict[str, tuple[float, int, Candidate]] = {}
+        for candidate, _, _, us, _, _, error in rows:
+            if candidate.op == op and ok(error) and us == us:  # (NaN: a candidate with no timings)
+                total, count, _ = totals.get(candidate.label, (0.0, 0, candidate))
+                totals[candidate.label] = (total + us, count + 1, candidate)
+        default, workloads, _ = totals.get("defaults", (float("nan"), 0, None))
+        complete = {label: entry for label, entry in totals.items() if entry[1] >= workloads}
+        if complete:
+            label, (total, _, best) = min(complete.items(), key=lambda item: item[1][0])
+            out.append((op, label, total, default, best))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="fold,append,decode,verify,small",
@@ -257,6 +277,10 @@ def main() -> None:
                              "smalltree, conv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--winners", type=Path,
+                        help="merge each op's best setting into this JSON file where it beats the defaults by "
+                             f"{kernel_settings.WIN_MARGIN:.0%} (SPECDEC_KERNEL_SETTINGS=FILE then applies them to the "
+                             "benchmarks run after: benchmarks/kernel_settings.py)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("the sweep needs a CUDA GPU")
@@ -299,16 +323,15 @@ def main() -> None:
         print(f"| {candidate.op} | {candidate.label} | {workload} | {batch} | {us:.1f} | {100 * share:.0f}% | {regs} "
               f"| {error:.1e} |")
     print("\nbest settings (sum of the times over the workloads; a failed check never wins):")
-    for op in sorted({c.op for c, *_ in rows} - {"small"}):
-        totals: dict[str, tuple[float, Candidate]] = {}
-        for candidate, _, _, us, _, _, error in rows:
-            if candidate.op == op and ok(error):
-                total, _ = totals.get(candidate.label, (0.0, candidate))
-                totals[candidate.label] = (total + us, candidate)
-        if totals:
-            label, (total, best) = min(totals.items(), key=lambda item: item[1][0])
-            default = totals.get("defaults", (float("nan"),))[0]
-            print(f"  {op}: {label} ({total:.1f} us against {default:.1f} us at the defaults): {best.code()}")
+    winners = []  # each op's winning settings, written whole or not at all
+    for op, label, total, default, best in best_settings(rows):
+        print(f"  {op}: {label} ({total:.1f} us against {default:.1f} us at the defaults): {best.code()}")
+        if kernel_settings.beats(total, default):
+            winners.append(best.settings())
+    if args.winners:
+        written = kernel_settings.merge_winners(args.winners, winners)
+        print(f"  winners by {kernel_settings.WIN_MARGIN:.0%} or more: {winners or 'none'}; {args.winners} holds "
+              f"{written or 'nothing'}")
     if "small" in ops:
         print("  small batches, where one launch beats the large-batch kernels (set the thresholds to the largest):")
         us = {(c.label, w, b): t for c, w, b, t, *_ in rows if c.op == "small"}

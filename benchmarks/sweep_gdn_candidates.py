@@ -22,6 +22,14 @@ class Candidate:
     def code(self) -> str:
         return "; ".join(f"{name} = {value!r}" for name, value in self.changes.items()) or "(defaults)"
 
+    def settings(self) -> dict[str, object]:
+        """The changes by the constants' full dotted names (benchmarks/kernel_settings.py)."""
+        out = {}
+        for name, value in self.changes.items():
+            module, attr = name.split(".")
+            out[f"{MODULES[module].__name__}.{attr}"] = value
+        return out
+
 
 def candidates(ops: set[str]) -> list[Candidate]:
     """The settings tried per op: the default first, then one change (or one coupled pair) at a time."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import checks, mamba2
+from benchmarks import checks, kernel_settings, mamba2
 from benchmarks.inputs import Pools, rotation_slots
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
 from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
@@ -29,6 +29,23 @@ from verify_kernels.tree import ancestor_mask
 
 BATCHES = (64, 256)
 FLUSH_LENGTH = 16
+DEFAULTS = "split roles bp64 w4"  # the verify candidate at the module's defaults
+FINISH_TILES = ((64, 2), (32, 1), (16, 1), (32, 2), (16, 2))
+
+
+def finish_name(block_p: int, warps: int) -> str:
+    return f"{DEFAULTS} finish bp{block_p} w{warps}"
+
+
+def module_settings(name: str) -> dict[str, object] | None:
+    """The verify candidate's settings as verify_kernels.mamba2.verify's constants (benchmarks/kernel_settings.py),
+    where it differs from the defaults in those alone: the finishing launch's tile; None for the others (their
+    VerifyConfig fields map onto per-size tables a person sets)."""
+    for block_p, warps in FINISH_TILES:
+        if name == finish_name(block_p, warps):
+            return {"verify_kernels.mamba2.verify.SPLIT_FINISH_BLOCK_P": block_p,
+                    "verify_kernels.mamba2.verify.SPLIT_FINISH_WARPS": warps}
+    return None
 
 
 def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
@@ -59,10 +76,8 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     # the split's second launch on its own P rows and warps (VerifyConfig.finish_*, verify.SPLIT_FINISH_*: written on
     # the CPU on 2026-12-04, eighteenth session; latency-bound, a third of the verify at batch 128), the state
     # programs at the defaults' 64 rows on 4 warps
-    candidates |= {f"split roles bp64 w4 finish bp{bp} w{w}": VerifyConfig(64, 4, state_dot=True, inline_scores=False,
-                                                                           split_roles=True, finish_block_p=bp,
-                                                                           finish_warps=w)
-                   for bp, w in ((64, 2), (32, 1), (16, 1), (32, 2), (16, 2))}
+    candidates |= {finish_name(bp, w): VerifyConfig(64, 4, state_dot=True, inline_scores=False, split_roles=True,
+                                                    finish_block_p=bp, finish_warps=w) for bp, w in FINISH_TILES}
     # the products in Triton's tf32x3 (its emulated roundings) rather than the default's operands split by a mask
     # (verify.DOT_PRECISION, verify_kernels/precision.py), for the record
     candidates["dots bp64 w4 triton-tf32x3"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,
@@ -88,7 +103,7 @@ def sweep_verify(tree: str, copy_bw: float, match: str | None = None) -> list[di
     rows = []
     candidates = {}
     for name, config in verify_candidates(tree).items():
-        if match is not None and match not in name and name != "split roles bp64 w4":
+        if match is not None and match not in name and name != DEFAULTS:
             continue
         error = checks.check_mamba2_verify(tree, config)
         if error <= checks.TOLERANCE:
@@ -176,6 +191,23 @@ def best(rows: list[dict]) -> dict[tuple[str, int], dict]:
     return winners
 
 
+def verify_winner(rows: list[dict]) -> tuple[str, dict[str, object]] | None:
+    """The verify candidate with module settings whose time summed over every tree and batch beats the defaults'
+    by kernel_settings.WIN_MARGIN, and those settings; None where none does."""
+    totals: dict[str, list[float]] = {}
+    for row in rows:
+        if row["op"].startswith("verify") and "us" in row:
+            totals.setdefault(row["config"], []).append(row["us"])
+    if DEFAULTS not in totals:
+        return None
+    timed = [(sum(us), name) for name, us in totals.items()
+             if module_settings(name) is not None and len(us) == len(totals[DEFAULTS])]
+    if not timed:
+        return None
+    total, name = min(timed)
+    return (name, module_settings(name)) if kernel_settings.beats(total, sum(totals[DEFAULTS])) else None
+
+
 def report(rows: list[dict], copy_bw: float) -> list[str]:
     lines = [f"copy bandwidth {copy_bw / 1e12:.2f} TB/s", "",
              "| op | batch | config | us | x bound | step us | fold us |", "|---|---|---|---|---|---|---|"]
@@ -201,6 +233,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sweep_mamba2_h200.json"))
     parser.add_argument("--ops", default="verify,decode", help="comma-separated, of verify and decode")
+    parser.add_argument("--winners", type=Path,
+                        help="merge the verify's winning finish tile into this JSON file where it beats the defaults "
+                             "by " + f"{kernel_settings.WIN_MARGIN:.0%} (SPECDEC_KERNEL_SETTINGS=FILE then applies it: "
+                             "benchmarks/kernel_settings.py)")
     parser.add_argument("--match", help="only the verify candidates whose names hold this text (and the defaults'), "
                                         "e.g. 'finish'")
     args = parser.parse_args()
@@ -219,6 +255,11 @@ def main() -> None:
         rows += sweep_decode(copy_bw)
     lines = report(rows, copy_bw)
     print("\n".join(lines))
+    if args.winners:
+        winner = verify_winner(rows)
+        written = kernel_settings.merge_winners(args.winners, [winner[1]] if winner else [])
+        print(f"winner by {kernel_settings.WIN_MARGIN:.0%} or more: {winner[0] if winner else 'none'}; {args.winners} "
+              f"holds {written or 'nothing'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "copy_tbps": copy_bw / 1e12,
                                     "rows": rows}, indent=1))

@@ -52,3 +52,17 @@ def test_fla_unpacked_from_a_wheel_or_a_trimmed_archive(tmp_path, kind):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "carried" in run.stdout
+
+
+def test_steps_share_a_kernel_settings_file(tmp_path):
+    """KERNEL_WINNERS starts as an empty settings file ({}, valid for SPECDEC_KERNEL_SETTINGS) that a sweep step
+    adds to and a later step reads; it comes back in the archive."""
+    steps = ['5:cat "$KERNEL_WINNERS"; echo \'{"verify_kernels.gdn.fold.FOLD_LANES": 8}\' > "$KERNEL_WINNERS"',
+             '5:cat "$KERNEL_WINNERS"']
+    run = subprocess.run(["bash", str(SCRIPT), *steps], env={"OUT": str(tmp_path), "TOTAL": "20", **PATH},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    with tarfile.open(tmp_path / "call.tar.gz") as archive:
+        assert archive.extractfile("./step01/log.txt").read() == b"{}\n"
+        assert b"FOLD_LANES" in archive.extractfile("./step02/log.txt").read()
+        assert b"FOLD_LANES" in archive.extractfile("./kernel_winners.json").read()
