@@ -83,6 +83,14 @@ def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, 
     return (int(found.group(1)), int(found.group(2)), compiled.metadata.shared, copies, *sass_shape(sass))
 
 
+def fold_args(shapes: dict, block_v: int, entries: int, append: bool, stages: int, tma: bool, split: bool,
+              loads_first: bool = False) -> dict:
+    """The fold kernel's constexprs (as fold.gdn_fold_fwd passes them; a 5-node step's node block)."""
+    return dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY), BB=fold.SCAN_BLOCK,
+                BT=fold.BLOCK_L, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=tma, SPLIT=split,
+                LOADS_FIRST=loads_first)
+
+
 def variants() -> list[tuple[str, object, dict, int]]:
     """(label, kernel, constexprs, warps) of every kernel the launchers pick at the current settings."""
     shapes = dict(H=H, HV=HV, K=K, V=V)
@@ -136,26 +144,20 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                   (fold.ENTRIES_ACCEPTED, True, "commit in one launch (small batches)")):
         stages, warps, block_v = fold.fold_launch(CAPACITY, append, entries, fold.FOLD_TMA)
         out.append((f"fold: {what}", fold.gdn_fold_kernel,
-                    dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                         BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=fold.FOLD_TMA,
-                         SPLIT=fold.FOLD_SPLIT_TF32),
+                    fold_args(shapes, block_v, entries, append, stages, fold.FOLD_TMA, fold.FOLD_SPLIT_TF32),
                     warps))
     # plain decoding's step in which every row folds, at its default launch (decode.FOLDING_DECODE
     # "decode-then-fold"): the decode's fold in the pipelined row loop
     stages, warps, block_v = fold.fold_launch(CAPACITY, False, fold.ENTRIES_TOKEN, fold.FOLD_TMA,
                                               every_row_folds=True)
     out.append(("fold: decode's fold where every row folds", fold.gdn_fold_kernel,
-                dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_TOKEN, APPEND=False, STAGES=stages, TMA=fold.FOLD_TMA,
-                     SPLIT=fold.FOLD_SPLIT_TF32),
+                fold_args(shapes, block_v, fold.ENTRIES_TOKEN, False, stages, fold.FOLD_TMA, fold.FOLD_SPLIT_TF32),
                 warps))
     out.append(("commit's append", commit.gdn_append_kernel, dict(shapes, L=CAPACITY, BC=fold.BLOCK_L),
                 commit.APPEND_WARPS))
     # the flush's software-pipelined row loop at 2 stages on FOLD_BLOCK_V columns and FOLD_WARPS (a sweep candidate)
     out.append(("candidate: fold's flush, row loop in 2 stages", fold.gdn_fold_kernel,
-                dict(shapes, L=CAPACITY, BV=fold.FOLD_BLOCK_V, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                     BB=fold.SCAN_BLOCK, ENTRIES=fold.ENTRIES_NONE, APPEND=False, STAGES=2, TMA=fold.FOLD_TMA,
-                     SPLIT=fold.FOLD_SPLIT_TF32),
+                fold_args(shapes, fold.FOLD_BLOCK_V, fold.ENTRIES_NONE, False, 2, fold.FOLD_TMA, fold.FOLD_SPLIT_TF32),
                 fold.FOLD_WARPS))
     # S0's tiles through a tensor descriptor (fold.FOLD_TMA) where it is off: the flush, the commit's looped row
     if not fold.FOLD_TMA:
@@ -164,9 +166,7 @@ def variants() -> list[tuple[str, object, dict, int]]:
                                      (fold.ENTRIES_ACCEPTED, "commit's fold", 4)):
             stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
             out.append((f"candidate: fold: {what}, TMA tiles", fold.gdn_fold_kernel,
-                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                             BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=True,
-                             SPLIT=fold.FOLD_SPLIT_TF32), warps))
+                        fold_args(shapes, block_v, entries, False, stages, True, fold.FOLD_SPLIT_TF32), warps))
     # the fold's tf32x3 operands split by a mask (fold.FOLD_SPLIT_TF32) where it is off, with and without TMA tiles
     if not fold.FOLD_SPLIT_TF32:
         for entries, what, warps, tma in ((fold.ENTRIES_NONE, "flush", fold.FOLD_WARPS, False),
@@ -175,9 +175,20 @@ def variants() -> list[tuple[str, object, dict, int]]:
             stages, _, block_v = fold.fold_launch(CAPACITY, False, entries)
             out.append((f"candidate: fold: {what}, operands split by mask{', TMA tiles' if tma else ''}",
                         fold.gdn_fold_kernel,
-                        dict(shapes, L=CAPACITY, BV=block_v, BC=fold.BLOCK_L, BL=fold.entry_block(CAPACITY),
-                             BB=fold.SCAN_BLOCK, ENTRIES=entries, APPEND=False, STAGES=stages, TMA=tma, SPLIT=True),
+                        fold_args(shapes, block_v, entries, False, stages, tma, True),
                         warps))
+    # the looped row's loads all issued first (fold.LOOPED_LOADS_FIRST) where it is off: the commit's fold (its
+    # default launch, and on 4 warps), the small batches' one-launch commit, the decode's fold where few rows fold
+    if not fold.LOOPED_LOADS_FIRST:
+        for entries, append, what, warps in ((fold.ENTRIES_ACCEPTED, False, "commit's fold", None),
+                                             (fold.ENTRIES_ACCEPTED, False, "commit's fold", 4),
+                                             (fold.ENTRIES_ACCEPTED, True, "commit in one launch", None),
+                                             (fold.ENTRIES_TOKEN, False, "decode's fold", None)):
+            stages, default_warps, block_v = fold.fold_launch(CAPACITY, append, entries, fold.FOLD_TMA)
+            out.append((f"candidate: fold: {what}, loads first{f', {warps} warps' if warps else ''}",
+                        fold.gdn_fold_kernel,
+                        fold_args(shapes, block_v, entries, append, stages, fold.FOLD_TMA, fold.FOLD_SPLIT_TF32,
+                                  loads_first=True), warps or default_warps))
     # the small trees' tree pass (verify.SMALL_TREE_PASS), node by node, a 5-node chain (the engine's 4-token
     # chain), on or as the candidate it is while off
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H

@@ -60,6 +60,13 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("commit", f"operands split by mask, BV {bv}, {warps} warps, {lanes} lanes",
                                  {"fold.FOLD_SPLIT_TF32": True, "fold.LOOPED_FOLD_BLOCK_V": bv,
                                   "fold.LOOPED_FOLD_WARPS": warps, "fold.FOLD_LANES": lanes}))
+        # the looped row's loads all issued first (fold.LOOPED_LOADS_FIRST, written on the CPU on 2026-12-05: one
+        # memory round trip a row instead of five; sm_90 with Triton 3.6, benchmarks.gdn_registers: 255 registers and
+        # 8 bytes spilled on 2 warps, 165 and none on 4), on 2 and 4 warps, with 8 lanes
+        for warps, lanes in ((2, 4), (4, 4), (2, 8)):
+            out.append(Candidate("commit", f"loads first, {warps} warps, {lanes} lanes",
+                                 {"fold.LOOPED_LOADS_FIRST": True, "fold.LOOPED_FOLD_WARPS": warps,
+                                  "fold.FOLD_LANES": lanes}))
     if "decode" in ops:
         out.append(Candidate("decode", "defaults"))
         out.append(Candidate("decode", "pointer loads in the fold (no TMA)", {"fold.FOLD_TMA": False}))

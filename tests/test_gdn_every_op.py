@@ -187,8 +187,8 @@ def test_gpu_full_size(d, shape, paths, monkeypatch):
 @pytest.mark.parametrize("T", [4, 5, 16], ids=["chain4", "chain5", "tree16"])
 def test_gpu_engine_shapes(T, monkeypatch):
     """Qwen3.5-9B's heads at the engine's buffer (capacity = flush_length = 16) and a batch of 40 rows: verify of
-    4- and 5-node chains (through both tree passes) / 16-node trees, decode + commit and commits that fold some rows,
-    with the default launch settings."""
+    4- and 5-node chains (through both tree passes) / 16-node trees, decode + commit and commits that fold some rows
+    (the looped row both ways: fold.LOOPED_LOADS_FIRST), with the default launch settings."""
     d = GPU_DIMS["k128"]
     rows = [(n % 16, n % 5 != 0) for n in range(40)]
     num_nodes = [T - (n % 3) for n in range(40)]
@@ -203,4 +203,7 @@ def test_gpu_engine_shapes(T, monkeypatch):
     for form in decode_module.FOLDING_DECODES:
         monkeypatch.setattr(decode_module, "FOLDING_DECODE", form)
         assert check_decode_commit(b, 1, "cuda", GPU_TOL, every_row_folds=True).all(), form
-    check_commit(b, [min(3, n) for n in num_nodes], 16, "cuda", GPU_TOL)
+    for loads_first in (False, True):
+        monkeypatch.setattr(fold_module, "LOOPED_LOADS_FIRST", loads_first)
+        check_commit(b, [min(3, n) for n in num_nodes], 16, "cuda", GPU_TOL)
+        assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()

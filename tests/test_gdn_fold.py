@@ -128,3 +128,48 @@ def test_an_unknown_folding_decode_launch_is_named(monkeypatch):
     large_batch_kernels(monkeypatch)
     with pytest.raises(ValueError, match="FOLDING_DECODE must be one of"):
         check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=19), 1, every_row_folds=True)
+
+
+@pytest.mark.parametrize(("one_launch", "tma", "stages"), [(False, True, 3), (True, True, 3), (False, False, 1)],
+                         ids=["tma", "one-launch-commit-tma", "pointers-looped-flush"])
+def test_fold_with_loads_first(monkeypatch, one_launch, tma, stages):
+    """LOOPED_LOADS_FIRST (a sweep candidate): the looped row's loads all issued first, the buffer as one block and
+    every node's entry with the accepted ones picked on chip: the commit (one launch too), the decode's fold where
+    few rows fold, and with the flush in the looped row (FOLD_STAGES 1) its fold of the buffer alone, against their
+    references."""
+    monkeypatch.setattr(fold_module, "LOOPED_LOADS_FIRST", True)
+    monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
+    monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
+    for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 32 columns
+        monkeypatch.setattr(fold_module, setting, 16)
+    if not one_launch:
+        large_batch_kernels(monkeypatch)
+    check_fold_paths(DIMS["k32-hv2"], ROWS[:commit_module.ONE_LAUNCH_MAX_BATCH] if one_launch else ROWS, seed=19)
+
+
+def test_loads_first_reads_nothing_of_the_nodes_not_accepted(monkeypatch):
+    """With LOOPED_LOADS_FIRST every node's entry is loaded and the accepted ones picked: the others' k, u and G
+    (NaN here) must be selected away, not multiplied by a zero weight. Against the commit's reference, which reads
+    the accepted nodes only."""
+    import torch
+
+    from tests.gdn_checks import accept, assert_pools_close, clone, for_kernel, to
+    from verify_kernels.gdn import gdn_commit, gdn_commit_ref, gdn_verify_ref
+
+    monkeypatch.setattr(fold_module, "LOOPED_LOADS_FIRST", True)
+    large_batch_kernels(monkeypatch)
+    b = make_batch(DIMS["k16-hv2-bf16"], ROWS, seed=23, T=len(TREE), shape="tree")
+    flush_length, lengths = COMMITS["fold-and-append"]
+    _, u, gcum = gdn_verify_ref(*b.x, b.parents, b.num_nodes, *b.pools.args())
+    accepted, num_accepted = accept(b, lengths)
+    k = b.x[1].clone()
+    taken = torch.zeros(k.shape[:2], dtype=torch.bool)
+    for row, path in enumerate(accepted.tolist()):
+        taken[row, [node for node in path if node >= 0]] = True
+    k[~taken], u[~taken], gcum[~taken] = float("nan"), float("nan"), float("nan")
+    ref_pools = clone(b.pools)
+    ref_pools.before_commit(num_accepted, flush_length)
+    pools = for_kernel(ref_pools, "cpu")
+    gdn_commit(*to([k, u, gcum, accepted, num_accepted], "cpu"), *pools.args(), flush_length)
+    gdn_commit_ref(k, u, gcum, accepted, num_accepted, *ref_pools.args(), flush_length)
+    assert_pools_close(pools, ref_pools)

@@ -89,6 +89,22 @@ TMA_FOLD_WARPS = 8
 # SM). Written and checked in the interpreter on 2026-12-03 (seventh sitting, no device time left): off until
 # `benchmarks.sweep_gdn --ops fold,commit,decode` checks and times it.
 FOLD_SPLIT_TF32 = False
+# LOOPED_LOADS_FIRST: the looped row (commits, the decode's fold where few rows fold) issues every load of a row
+# before its first wait (fold_row_loads_first): the buffer as one block, every node of the step with the accepted
+# ones picked on chip instead of loaded through the accepted indices, then S0's tile. The looped row as it is waits
+# on five memory round trips a row, one after another (S0's tile, then G_last through the accepted indices, the
+# buffer's block, the accepted indices, the new entries through them); with 4 lanes a program folds its rows one
+# after another and 4 programs fit an SM (registers), so a commit's fold is latency-bound: ~10 us a row a program,
+# 61 us a layer for the ~22 rows of 128 that fold in a speculative step of Qwen3.5-9B (the H200 timeline of
+# 2026-12-04c; 21 us of bytes), and more lanes or fewer registers changed nothing (sweep_gdn_fold_commit_decode_
+# 2026-12-03h*.txt: 4-32 lanes, 111-255 registers, 99-105 us at batch 256). Written on the CPU on 2026-12-05
+# (nineteenth session, no device): off until `benchmarks.sweep_gdn --ops commit` times it. sm_90 with Triton 3.6
+# (benchmarks.gdn_registers): the commit's row ~2.0 k instructions a warp with no inner loop, against ~1.8 k plus
+# two inner loops of ~0.7 k; 255 registers and 8 bytes spilled on 2 warps, 165 and none on 4. Buffers of up to
+# LOADS_FIRST_MAX_ENTRIES entries and steps of up to LOADS_FIRST_MAX_NODES nodes; longer ones keep the looped row.
+LOOPED_LOADS_FIRST = False
+LOADS_FIRST_MAX_ENTRIES = 16
+LOADS_FIRST_MAX_NODES = 16
 SCAN_BLOCK = 128
 BLOCK_L = 16
 
@@ -248,6 +264,52 @@ def fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i
 
 
 @triton.jit
+def fold_row_loads_first(state_pool, state_desc, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_s, i_h,
+                         i_hk, n, na, o_k, o_v, v0, T, A, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                         V: tl.constexpr, L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, ENTRIES: tl.constexpr,
+                         TMA: tl.constexpr, SPLIT: tl.constexpr):
+    """fold_tile then fold_row for buffers of up to BL entries and steps of up to BT nodes (LOOPED_LOADS_FIRST), every
+    load of the row issued before the first wait: the buffer in one block and every node's entry, the accepted ones
+    picked on chip (no load through the accepted indices), then S0's tile. -> the folded tile [K, BV]."""
+    o_l = tl.arange(0, BL)
+    m_l = o_l < n
+    b_bg = tl.load(buf_gcum + (i_r * L + o_l) * HV + i_h, mask=m_l, other=0.)
+    b_bk = tl.load(buf_k + ((i_r * L + o_l[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_l[:, None], other=0.)
+    b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_l[:, None], other=0.)
+    if ENTRIES != 0:
+        # node t's entry at row t of [BT] / [BT, K] / [BT, BV] blocks: the token is node 0 (ENTRIES_TOKEN); of a
+        # step's nodes, the accepted ones (accepted[b, :na], positions a of the same [BT] range since na <= T)
+        o_t = tl.arange(0, BT)
+        m_t = o_t < (T if ENTRIES == 2 else 1)
+        if ENTRIES == 2:
+            b_acc = tl.load(accepted + i_b * A + o_t, mask=o_t < na, other=-1).to(tl.int32)
+        b_ng = tl.load(gcum + (i_b * T + o_t) * HV + i_h, mask=m_t, other=0.).to(tl.float32)
+        b_nk = tl.load(k + ((i_b * T + o_t[:, None]) * H + i_hk) * K + o_k[None, :], mask=m_t[:, None], other=0.)
+        b_nu = tl.load(u + ((i_b * T + o_t[:, None]) * HV + i_h) * V + o_v[None, :], mask=m_t[:, None], other=0.)
+    b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, v0, HV, K, V, TMA)
+    # G_last: of the last new entry, else of the last buffered one (a folding row has one or the other)
+    b_G = tl.sum(tl.where(o_l == n - 1, b_bg, 0.), 0)
+    if ENTRIES == 1:
+        b_new = m_t
+        b_G = tl.sum(tl.where(m_t, b_ng, 0.), 0)
+    elif ENTRIES == 2:
+        last = tl.sum(tl.where(o_t == na - 1, b_acc, 0), 0)
+        b_new = tl.sum((o_t[:, None] == b_acc[None, :]).to(tl.int32), 1) > 0  # [BT]: node t was accepted
+        b_G = tl.where(na > 0, tl.sum(tl.where(o_t == last, b_ng, 0.), 0), b_G)
+    # the products accumulate into the decayed tile itself: no second [K, BV] accumulator
+    b_s = tl.exp(b_G) * b_s
+    b_decay = tl.exp(tl.where(m_l, b_G - b_bg, float("-inf")))
+    b_s = fold_product(b_s, tl.trans(b_bk), b_decay[:, None] * b_bu, SPLIT)
+    if ENTRIES != 0:
+        # the nodes not accepted (and past the step's) selected away, not multiplied by zero: their u may be NaN
+        b_nk = tl.where(b_new[:, None], b_nk.to(tl.float32), 0.)
+        b_nu = tl.where(b_new[:, None], b_nu.to(tl.float32), 0.)
+        b_ndecay = tl.exp(tl.where(b_new, b_G - b_ng, float("-inf")))
+        b_s = fold_product(b_s, tl.trans(b_nk), b_ndecay[:, None] * b_nu, SPLIT)
+    return b_s
+
+
+@triton.jit
 def fold_row_blocks(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na, o_k, o_v, T, A,
                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                     BL: tl.constexpr, ENTRIES: tl.constexpr, SPLIT: tl.constexpr):
@@ -323,11 +385,13 @@ def gdn_fold_kernel(
     BC: tl.constexpr,
     BL: tl.constexpr,      # L padded to a power of two >= 16: the buffer's entries in one block
     BB: tl.constexpr,
+    BT: tl.constexpr,      # LOADS_FIRST: a step's nodes in one block (T <= BT)
     ENTRIES: tl.constexpr,
     APPEND: tl.constexpr,
     STAGES: tl.constexpr,  # the row loop's pipeline depth (FOLD_STAGES)
     TMA: tl.constexpr,     # S0's tiles through state_desc (FOLD_TMA)
     SPLIT: tl.constexpr,   # tf32x3 from operands split by a mask (FOLD_SPLIT_TF32)
+    LOADS_FIRST: tl.constexpr,  # the looped row's loads all issued first (LOOPED_LOADS_FIRST, fold_row_loads_first)
 ):
     i_v, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P = tl.num_programs(2)
@@ -355,11 +419,17 @@ def gdn_fold_kernel(
         if STAGES == 1:
             for j in range(i_p, count, P):
                 i_b, i_r, i_s, n, na = folding_row(b_rank, j, o_b, b_r, b_slot, b_n, b_na)
-                b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
-                if ENTRIES == 3:
+                if LOADS_FIRST:
+                    tl.static_assert(ENTRIES < 3, "the token's decode folds in the pipelined row loop")
+                    b_s = fold_row_loads_first(state_pool, state_desc, k, u, gcum, accepted, buf_k, buf_u, buf_gcum,
+                                               i_b, i_r, i_s, i_h, i_hk, n, na, o_k, o_v, i_v * BV, T, A, H, HV, K,
+                                               V, L, BL, BT, ENTRIES, TMA, SPLIT)
+                elif ENTRIES == 3:
+                    b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
                     b_s = decode_fold_row(b_s, q, k, u, gcum, accepted, out, buf_k, buf_u, buf_gcum, i_b, i_r, i_h,
                                           i_hk, n, o_k, o_v, H, HV, K, V, L, BC, BL, False, SPLIT)
                 else:
+                    b_s = fold_tile(state_pool, state_desc, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
                     b_s = fold_row(b_s, k, u, gcum, accepted, buf_k, buf_u, buf_gcum, i_b, i_r, i_h, i_hk, n, na,
                                    o_k, o_v, T, A, H, HV, K, V, L, BC, ENTRIES, SPLIT)
                 store_fold(state_pool, state_desc, b_s, i_s, i_h, o_k, o_v, i_v * BV, HV, K, V, TMA)
@@ -403,6 +473,8 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     tma = FOLD_TMA and tma_usable(state_pool)
     stages, warps, block_v = fold_launch(L, append, entries, tma, every_row_folds)
     BV = min(V, block_v)
+    loads_first = (LOOPED_LOADS_FIRST and stages == 1 and entries != ENTRIES_DECODE
+                   and entry_block(L) <= LOADS_FIRST_MAX_ENTRIES and max(T, A) <= LOADS_FIRST_MAX_NODES)
     lanes = B if append else min(B, FOLD_LANES)
     state_desc = state_descriptor(state_pool, BV) if tma else None
     gdn_fold_kernel[(V // BV, HV, lanes)](
@@ -410,8 +482,8 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
         state_pool, state_desc, state_slots, buf_k, buf_u, buf_gcum, buf_len,                   # ENTRIES_DECODE)
         req_slots, flush_length, B, T, A,
         H=H, HV=HV, K=K, V=V, L=L, BV=BV, BC=BLOCK_L, BL=entry_block(L),
-        BB=SCAN_BLOCK, ENTRIES=entries, APPEND=append, STAGES=stages, TMA=tma, SPLIT=FOLD_SPLIT_TF32,
-        num_warps=warps, num_stages=1,
+        BB=SCAN_BLOCK, BT=entry_block(max(T, A)) if loads_first else BLOCK_L, ENTRIES=entries, APPEND=append,
+        STAGES=stages, TMA=tma, SPLIT=FOLD_SPLIT_TF32, LOADS_FIRST=loads_first, num_warps=warps, num_stages=1,
     )
 
 
