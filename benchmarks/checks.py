@@ -18,7 +18,14 @@ from verify_kernels.gdn import (
     gdn_verify,
     gdn_verify_ref,
 )
-from verify_kernels.mamba2 import mamba2_commit_ref, mamba2_decode_ref, mamba2_verify_ref
+from verify_kernels.mamba2 import (
+    mamba2_commit,
+    mamba2_commit_ref,
+    mamba2_decode_ref,
+    mamba2_flush,
+    mamba2_flush_ref,
+    mamba2_verify_ref,
+)
 from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
 from verify_kernels.mamba2.verify import VerifyConfig, mamba2_verify_fwd
 
@@ -139,6 +146,35 @@ def check_mamba2_decode_commit(flush_length: int = 16, config: DecodeConfig | No
                relative_error(pools.buf_value, ref_pools.buf_value), relative_error(pools.buf_key, ref_pools.buf_key))
 
 
+def check_mamba2_commit(flush_length: int = 16) -> float:
+    """Our commit at full size and the current settings, 8 rows of a 5-chain: 0-5 accepted nodes, rows folding and
+    appending; then a flush of what is left: the states and buffers."""
+    NH, P, N, NG = mamba2.NH, mamba2.P, mamba2.N, mamba2.NG
+    rows, nodes = 8, 5
+    pools = Pools.make(rows, flush_length, (NH, P, N), (NG, N), (NH, P), NH)
+    pools.buf_len.copy_(torch.tensor([0, 13, 15, 2, 12, 14, 0, 13], device="cuda"))
+    slots = torch.arange(rows, device="cuda")
+    x = mamba2.TokenInputs(1, rows, nodes)
+    xdt = torch.randn(rows, nodes, NH, P, device="cuda") * 0.1
+    gcum = -torch.nn.functional.softplus(torch.randn(rows, nodes, NH, device="cuda")).cumsum(1)
+    num_accepted = torch.tensor([1, 3, 1, 4, 0, 2, 5, 3], device="cuda")
+    chain = torch.arange(nodes, device="cuda")
+    accepted = torch.where(chain < num_accepted[:, None], chain, -1)
+    commit = (x.bm[0], xdt, gcum, accepted, num_accepted, pools.state, slots)
+    ref_pools = _clone(pools)
+    flushed_ref = mamba2_commit_ref(*commit[:5], ref_pools.state, slots, *ref_pools.args()[1:], slots, flush_length)
+    flushed = mamba2_commit(*commit, *pools.args()[1:], slots, flush_length)
+    if not torch.equal(flushed, flushed_ref):
+        return float("inf")
+    errors = [relative_error(a, e) for a, e in zip(pools.args()[:4], ref_pools.args()[:4], strict=True)]
+    # then flush every row that kept entries (the caller's bookkeeping: buf_len 0 where flushed, else + accepted)
+    for p in (pools, ref_pools):
+        p.buf_len.copy_(torch.where(flushed, 0, p.buf_len + num_accepted))
+    mamba2_flush_ref(ref_pools.state, slots, *ref_pools.args()[1:], slots)
+    mamba2_flush(pools.state, slots, *pools.args()[1:], slots)
+    return max(errors + [relative_error(pools.state, ref_pools.state)])
+
+
 def check_mamba2_verify(tree: str, config: VerifyConfig | None = None) -> float:
     """Our verify of the benchmark's trees at full size, the launcher's choice (or `config`) for 8 rows (the
     products pass) and 1 (the one-launch path): rows with and without a state, empty to full buffers, ragged (rows
@@ -177,6 +213,7 @@ def run_all() -> dict[str, float]:
         "gdn_commit_flush_b4": check_gdn_commit(4),
         "gdn_commit_flush_b24": check_gdn_commit(24),
         "mamba2_decode_commit": check_mamba2_decode_commit(),
+        "mamba2_commit_flush": check_mamba2_commit(),
         "mamba2_verify_chain5": check_mamba2_verify("chain5"),
         "mamba2_verify_tree16": check_mamba2_verify("tree16"),
     }

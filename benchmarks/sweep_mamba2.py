@@ -1,14 +1,16 @@
 """Sweep the Mamba2 kernels' launch parameters on the GPU and print the best (the tunables of
-verify_kernels/mamba2/verify.py and decode.py), in about two minutes on the H200:
+verify_kernels/mamba2/verify.py, decode.py and commit.py), in about two minutes on the H200:
 
     python -m benchmarks.sweep_mamba2 [--out benchmarks/results/sweep_mamba2_h200.json]
     python -m benchmarks.sweep_mamba2 --ops verify --match finish   # a subset of the verify's candidates
+    python -m benchmarks.sweep_mamba2 --ops commit --winners FILE    # the commit; winners for later benchmarks
 
 Every candidate is first checked against the torch references at Nemotron-3-Nano's sizes (benchmarks/checks.py, on
 ragged rows with and without a state); one that disagrees is reported and not timed. Then each is timed as
 benchmarks/kernels.py times (CUDA graphs, medians, inputs rotated over >= 2 GiB) at batch 64 and 256: the verify of
-a 5-chain and of a 16-node tree over 8 buffered entries, and decode-commit amortised over L = 16 steps (15 at the
-mean buffer fill, one that folds). "x bound" is the time over bytes_moved / the device copy bandwidth of the run.
+a 5-chain and of a 16-node tree over 8 buffered entries, decode-commit amortised over L = 16 steps (15 at the
+mean buffer fill, one that folds), and the commit of 3 accepted nodes with no row, one in 8 and every row folding.
+"x bound" is the time over bytes_moved / the device copy bandwidth of the run.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from benchmarks import checks, kernel_settings, mamba2
 from benchmarks.inputs import Pools, rotation_slots
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
+from verify_kernels.mamba2 import commit as commit_module
 from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
 from verify_kernels.mamba2.verify import VerifyConfig, mamba2_verify_fwd
 from verify_kernels.tree import ancestor_mask
@@ -181,6 +184,67 @@ def sweep_decode(copy_bw: float) -> list[dict]:
     return rows
 
 
+# the commit's settings (verify_kernels.mamba2.commit constants): the defaults first, then the loads issued first
+# (commit.LOADS_FIRST, written on the CPU on 2026-12-05) alone and with other warps and P rows a program. sm_90 with
+# Triton 3.6 (gdn_registers.resources on the kernel): the defaults 120 registers (32 P rows, 4 warps); loads first
+# 255 and 72 bytes spilled there, 194 and none at 16 P rows, 186 and none on 8 warps (one program an SM); 16 P rows
+# on 2 warps spill 160 bytes (not tried)
+COMMIT_CANDIDATES = {
+    "defaults": {},
+    "loads first": {"LOADS_FIRST": True},
+    "loads first, 16 P rows a program": {"LOADS_FIRST": True, "BLOCK_P_MAX": 16},
+    "loads first, 8 warps": {"LOADS_FIRST": True, "NUM_WARPS": 8},
+    "16 P rows a program": {"BLOCK_P_MAX": 16},
+}
+COMMIT_CASE = "commit, 1 row in 8 folds"  # what a speculative step's commit meets: the winner's measure
+
+
+def commit_settings(name: str) -> dict[str, object]:
+    return {f"{commit_module.__name__}.{constant}": value for constant, value in COMMIT_CANDIDATES[name].items()}
+
+
+def sweep_commit(copy_bw: float) -> list[dict]:
+    """The commit candidates, checked then timed at BATCHES over the kernel table's cases (no row, one in 8 and
+    every row folding; benchmarks/commit_cases.py)."""
+    rows = []
+    for name, changes in COMMIT_CANDIDATES.items():
+        saved = {constant: getattr(commit_module, constant) for constant in changes}
+        try:
+            for constant, value in changes.items():
+                setattr(commit_module, constant, value)
+            try:
+                error = checks.check_mamba2_commit()
+            except Exception as failure:  # (a candidate the installed Triton cannot compile or run loses its row)
+                print(f"commit {name} failed: {type(failure).__name__}: {str(failure).splitlines()[:1]}", flush=True)
+                error = float("inf")
+            if not error <= checks.TOLERANCE:
+                rows.append({"op": "commit", "config": name, "error": error})
+                continue
+            for batch in BATCHES:
+                for case in mamba2.commit_rows([batch]):
+                    us, bound_us = case["ours_us"], case["bytes_moved"] / copy_bw * 1e6
+                    rows.append({"op": case["case"], "batch": batch, "config": name, "us": us,
+                                 "x_bound": us / bound_us})
+                    print(f"{case['case']} batch {batch} {name}: {us:.1f} us ({us / bound_us:.2f}x bound)", flush=True)
+        finally:
+            for constant, value in saved.items():
+                setattr(commit_module, constant, value)
+    return rows
+
+
+def commit_winner(rows: list[dict]) -> tuple[str, dict[str, object]] | None:
+    """The commit candidate whose COMMIT_CASE time summed over the batches beats the defaults' by WIN_MARGIN."""
+    totals: dict[str, list[float]] = {}
+    for row in rows:
+        if row["op"] == COMMIT_CASE and "us" in row:
+            totals.setdefault(row["config"], []).append(row["us"])
+    if "defaults" not in totals:
+        return None
+    timed = [(sum(us), name) for name, us in totals.items() if len(us) == len(totals["defaults"])]
+    total, name = min(timed)
+    return (name, commit_settings(name)) if kernel_settings.beats(total, sum(totals["defaults"])) else None
+
+
 def best(rows: list[dict]) -> dict[tuple[str, int], dict]:
     """The fastest timed row per (op, batch)."""
     winners = {}
@@ -232,17 +296,18 @@ def report(rows: list[dict], copy_bw: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sweep_mamba2_h200.json"))
-    parser.add_argument("--ops", default="verify,decode", help="comma-separated, of verify and decode")
+    parser.add_argument("--ops", default="verify,decode", help="comma-separated, of verify, decode and commit")
     parser.add_argument("--winners", type=Path,
-                        help="merge the verify's winning finish tile into this JSON file where it beats the defaults "
+                        help="merge the verify's winning finish tile and the commit's winning settings into this JSON "
+                             "file where they beat the defaults "
                              "by " + f"{kernel_settings.WIN_MARGIN:.0%} (SPECDEC_KERNEL_SETTINGS=FILE then applies it: "
                              "benchmarks/kernel_settings.py)")
     parser.add_argument("--match", help="only the verify candidates whose names hold this text (and the defaults'), "
                                         "e.g. 'finish'")
     args = parser.parse_args()
     ops = set(args.ops.split(","))
-    if not ops or not ops <= {"verify", "decode"}:
-        raise SystemExit(f"--ops takes verify and / or decode, got {args.ops!r}")
+    if not ops or not ops <= {"verify", "decode", "commit"}:
+        raise SystemExit(f"--ops takes verify, decode and / or commit, got {args.ops!r}")
     if not torch.cuda.is_available():
         raise SystemExit("the sweep needs a CUDA GPU")
     torch.manual_seed(0)
@@ -253,13 +318,15 @@ def main() -> None:
         print(f"verify {tree}: done", flush=True)
     if "decode" in ops:
         rows += sweep_decode(copy_bw)
+    if "commit" in ops:
+        rows += sweep_commit(copy_bw)
     lines = report(rows, copy_bw)
     print("\n".join(lines))
     if args.winners:
-        winner = verify_winner(rows)
-        written = kernel_settings.merge_winners(args.winners, [winner[1]] if winner else [])
-        print(f"winner by {kernel_settings.WIN_MARGIN:.0%} or more: {winner[0] if winner else 'none'}; {args.winners} "
-              f"holds {written or 'nothing'}")
+        winners = [winner for winner in (verify_winner(rows), commit_winner(rows)) if winner]
+        written = kernel_settings.merge_winners(args.winners, [settings for _, settings in winners])
+        print(f"winners by {kernel_settings.WIN_MARGIN:.0%} or more: "
+              f"{', '.join(name for name, _ in winners) or 'none'}; {args.winners} holds {written or 'nothing'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "copy_tbps": copy_bw / 1e12,
                                     "rows": rows}, indent=1))

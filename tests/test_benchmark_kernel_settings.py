@@ -136,3 +136,17 @@ def test_the_mamba2_sweep_writes_only_a_finish_tile_that_wins():
     assert settings == {"verify_kernels.mamba2.verify.SPLIT_FINISH_BLOCK_P": 32,
                         "verify_kernels.mamba2.verify.SPLIT_FINISH_WARPS": 1}
     assert verify_winner([{**row, "us": 99.0} if row["config"] != DEFAULTS else row for row in rows]) is None
+
+
+def test_the_mamba2_sweep_writes_the_commit_settings_that_win_its_speculative_case():
+    from benchmarks.sweep_mamba2 import COMMIT_CASE, commit_winner
+
+    rows = [{"op": case, "batch": batch, "config": config, "us": us}
+            for batch in (64, 256)
+            for case in (COMMIT_CASE, "commit, no row folds")
+            for config, us in (("defaults", 100.0), ("loads first", 90.0 if case == COMMIT_CASE else 200.0),
+                               ("loads first, 2 warps", 95.0))]
+    name, settings = commit_winner(rows)
+    assert name == "loads first" and settings == {"verify_kernels.mamba2.commit.LOADS_FIRST": True}
+    close = [{**row, "us": 98.0} if row["config"] != "defaults" else row for row in rows]
+    assert commit_winner(close) is None

@@ -149,8 +149,8 @@ def test_fold_with_loads_first(monkeypatch, one_launch, tma, stages):
 
 def test_loads_first_reads_nothing_of_the_nodes_not_accepted(monkeypatch):
     """With LOOPED_LOADS_FIRST every node's entry is loaded and the accepted ones picked: the others' k, u and G
-    (NaN here) must be selected away, not multiplied by a zero weight. Against the commit's reference, which reads
-    the accepted nodes only."""
+    (NaN in the kernel's inputs) must be selected away, not multiplied by a zero weight. Against the commit's
+    reference on the clean inputs."""
     import torch
 
     from tests.gdn_checks import accept, assert_pools_close, clone, for_kernel, to
@@ -162,14 +162,18 @@ def test_loads_first_reads_nothing_of_the_nodes_not_accepted(monkeypatch):
     flush_length, lengths = COMMITS["fold-and-append"]
     _, u, gcum = gdn_verify_ref(*b.x, b.parents, b.num_nodes, *b.pools.args())
     accepted, num_accepted = accept(b, lengths)
-    k = b.x[1].clone()
+    k = b.x[1]
     taken = torch.zeros(k.shape[:2], dtype=torch.bool)
     for row, path in enumerate(accepted.tolist()):
         taken[row, [node for node in path if node >= 0]] = True
-    k[~taken], u[~taken], gcum[~taken] = float("nan"), float("nan"), float("nan")
+    poisoned = [t.clone() for t in (k, u, gcum)]
+    for t in poisoned:
+        t[~taken] = float("nan")
     ref_pools = clone(b.pools)
     ref_pools.before_commit(num_accepted, flush_length)
     pools = for_kernel(ref_pools, "cpu")
-    gdn_commit(*to([k, u, gcum, accepted, num_accepted], "cpu"), *pools.args(), flush_length)
-    gdn_commit_ref(k, u, gcum, accepted, num_accepted, *ref_pools.args(), flush_length)
+    gdn_commit(*to([*poisoned, accepted, num_accepted], "cpu"), *pools.args(), flush_length)
+    flushed = gdn_commit_ref(k, u, gcum, accepted, num_accepted, *ref_pools.args(), flush_length)
+    folded = ref_pools.state_slots[flushed]
+    assert flushed.any() and not ref_pools.state_pool[folded].isnan().any()  # (a NaN would match a NaN)
     assert_pools_close(pools, ref_pools)

@@ -164,3 +164,26 @@ def test_nemotron_nano_sizes_match_reference(op):
         mamba2_flush(*ours.args())
         mamba2_flush_ref(*ref.args())
         assert_pools_match(ours, ref, tol)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("loads_first", [False, True], ids=["loops", "loads-first"])
+def test_nemotron_nano_engine_commit(loads_first, monkeypatch):
+    """The engine's commit at Nemotron-3-Nano's heads: a 16-entry buffer, 5-node chains, 40 rows with 0-5 accepted
+    nodes, some folding; both forms of a folding program (commit.LOADS_FIRST), then the flush."""
+    from verify_kernels.mamba2 import commit as commit_module
+
+    monkeypatch.setattr(commit_module, "LOADS_FIRST", loads_first)
+    heads, T = NEMOTRON_NANO, 5
+    gen = torch.Generator().manual_seed(12)
+    pools = kv_pools(gen, heads, [(n % 16, n % 5 != 0) for n in range(40)], capacity=16)
+    paths = [list(range(n % 6)) for n in range(40)]
+    (flushed, ours), (flushed_ref, ref) = commit_after_verify(gen, heads, pools, T, paths, 16)
+    assert flushed.tolist() == flushed_ref.tolist() and any(flushed.tolist())
+    assert_pools_match(ours, ref, 2e-4)
+    allocate_fold_slots(ours, torch.zeros_like(ours.state_slots), 1)
+    ref = clone(ours)
+    mamba2_flush(*ours.args())
+    mamba2_flush_ref(*ref.args())
+    assert_pools_match(ours, ref, 2e-4)
