@@ -92,11 +92,14 @@ def _decode_batch(batch, flush_lengths, fla, sglang_gdn, copy_bw: float) -> list
         del pools
         pools = Pools.make(rotations * batch, flush_length, (HV, K, V), (H, K), (HV, V), HV)
         pools.buf_len.fill_((flush_length - 2) // 2)  # the mean fill of the non-flushing steps
-        step_s = time_calls(ours(gdn_decode_commit, flush_length))
+        # flushed=False: the engine's decode + commit (its cache knows which rows fold), without the three torch ops
+        # that compute the flushed rows for other callers (they ran in these rows' times until 2026-12-05)
+        decode_commit = partial(gdn_decode_commit, flushed=False)
+        step_s = time_calls(ours(decode_commit, flush_length))
         # every call folds its buffer into the state: the rows in lockstep, as plain decoding's engine launches
         # that step (every_row_folds: its fold in the flush's pipelined row loop, decode.FOLDING_DECODE)
         pools.buf_len.fill_(flush_length - 1)
-        flush_s = time_calls([partial(call, every_row_folds=True) for call in ours(gdn_decode_commit, flush_length)])
+        flush_s = time_calls([partial(call, every_row_folds=True) for call in ours(decode_commit, flush_length)])
         amortised = ((flush_length - 1) * step_s + flush_s) / flush_length
         row = dict(base, flush_length=flush_length, ours_step_us=step_s * 1e6, ours_flush_us=flush_s * 1e6,
                    ours_us=amortised * 1e6, bytes_moved=batch * decode_bytes(flush_length),
@@ -245,8 +248,11 @@ def _fold_batch(batch: int) -> list[dict]:
     u = torch.randn(rotations, batch, ACCEPTED + 1, HV, V, device="cuda") * 0.1
     gcum = log_decay(rotations, batch, ACCEPTED + 1, HV).cumsum(2) - FOLD_ENTRIES
     accepted, num_accepted = chain_prefix(batch, ACCEPTED)
+    # flushed=False: the engine's commit (its cache knows which rows fold), without the three torch ops that compute
+    # the flushed rows for other callers (they ran in these rows' times until 2026-12-05)
     commits = time_commit_cases(batch, rotations, pools.buf_len, ACCEPTED, FOLD_ENTRIES, lambda r: partial(
-        gdn_commit, x.k[r], u[r], gcum[r], accepted, num_accepted, pools.state, slots[r], *tail[r], FOLD_ENTRIES))
+        gdn_commit, x.k[r], u[r], gcum[r], accepted, num_accepted, pools.state, slots[r], *tail[r], FOLD_ENTRIES,
+        flushed=False))
     for row in commits:
         folded, entries_read = row["folded_rows"], row.pop("entries_read")
         row.update(section="gdn_fold", bytes_moved=folded * 2 * STATE_BYTES + entries_read * ENTRY_BYTES

@@ -137,14 +137,14 @@ class Workloads:
 
     def append(self) -> tuple[float, float]:
         calls = [partial(gdn_commit, self.x[4].k[r], self.u[r], self.gcum[r], self.accepted, self.num_accepted,
-                         *self._pools(r), CAPACITY) for r in range(self.rotations)]
+                         *self._pools(r), CAPACITY, flushed=False) for r in range(self.rotations)]
         return self.time_us(calls, 4), self.batch * gdn.append_bytes(3)
 
     def commit(self) -> tuple[float, float]:
         """A speculative step's commit as it mostly runs at large batches: 3 accepted nodes per row, and one row in 8
         full enough to fold (at an accepted length of ~2.7 a row folds every ~6 steps)."""
         calls = [partial(gdn_commit, self.x[4].k[r], self.u[r], self.gcum[r], self.accepted, self.num_accepted,
-                         *self._pools(r), CAPACITY) for r in range(self.rotations)]
+                         *self._pools(r), CAPACITY, flushed=False) for r in range(self.rotations)]
         fill = torch.full((self.batch,), 4, device="cuda")
         fill[::COMMIT_FOLD_EVERY] = CAPACITY - 3
         self.pools.buf_len.copy_(fill.repeat(self.rotations))
@@ -156,7 +156,7 @@ class Workloads:
     def decode(self) -> tuple[float, float]:
         x = self.x[1]
         calls = [partial(gdn_decode_commit, x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0],
-                         *self._pools(r), CAPACITY) for r in range(self.rotations)]
+                         *self._pools(r), CAPACITY, flushed=False) for r in range(self.rotations)]
         step = self.time_us(calls, (CAPACITY - 2) // 2)
         flush = self.time_us(calls, CAPACITY - 1)
         return ((CAPACITY - 1) * step + flush) / CAPACITY, self.batch * gdn.decode_bytes(CAPACITY)
@@ -166,7 +166,8 @@ class Workloads:
         on buffers one entry short of a flush; bound: a flush's bytes (S0 read and written once, the entries read)."""
         x = self.x[1]
         calls = [partial(gdn_decode_commit, x.q[r, :, 0], x.k[r, :, 0], x.v[r, :, 0], x.g[r, :, 0], x.beta[r, :, 0],
-                         *self._pools(r), CAPACITY, every_row_folds=True) for r in range(self.rotations)]
+                         *self._pools(r), CAPACITY, flushed=False, every_row_folds=True)
+                 for r in range(self.rotations)]
         return self.time_us(calls, CAPACITY - 1), self.batch * gdn.fold_bytes(CAPACITY)
 
     def verify(self, tree: str) -> tuple[float, float]:
