@@ -178,11 +178,10 @@ def variants() -> list[tuple[str, object, dict, int]]:
                         fold_args(shapes, block_v, entries, False, stages, tma, True),
                         warps))
     # the looped row's loads all issued first (fold.LOOPED_LOADS_FIRST) where it is off: the commit's fold (its
-    # default launch, and on 4 warps), the small batches' one-launch commit, the decode's fold where few rows fold
+    # default launch, and on 4 warps), the decode's fold where few rows fold
     if not fold.LOOPED_LOADS_FIRST:
         for entries, append, what, warps in ((fold.ENTRIES_ACCEPTED, False, "commit's fold", None),
                                              (fold.ENTRIES_ACCEPTED, False, "commit's fold", 4),
-                                             (fold.ENTRIES_ACCEPTED, True, "commit in one launch", None),
                                              (fold.ENTRIES_TOKEN, False, "decode's fold", None)):
             stages, default_warps, block_v = fold.fold_launch(CAPACITY, append, entries, fold.FOLD_TMA)
             out.append((f"candidate: fold: {what}, loads first{f', {warps} warps' if warps else ''}",

@@ -130,21 +130,18 @@ def test_an_unknown_folding_decode_launch_is_named(monkeypatch):
         check_decode_commit(make_batch(DIMS["k32-hv2"], ROWS, seed=19), 1, every_row_folds=True)
 
 
-@pytest.mark.parametrize(("one_launch", "tma", "stages"), [(False, True, 3), (True, True, 3), (False, False, 1)],
-                         ids=["tma", "one-launch-commit-tma", "pointers-looped-flush"])
-def test_fold_with_loads_first(monkeypatch, one_launch, tma, stages):
+@pytest.mark.parametrize(("tma", "stages"), [(True, 3), (False, 1)], ids=["tma", "pointers-looped-flush"])
+def test_fold_with_loads_first(monkeypatch, tma, stages):
     """LOOPED_LOADS_FIRST (a sweep candidate): the looped row's loads all issued first, the buffer as one block and
-    every node's entry with the accepted ones picked on chip: the commit (one launch too), the decode's fold where
-    few rows fold, and with the flush in the looped row (FOLD_STAGES 1) its fold of the buffer alone, against their
-    references."""
+    every node's entry with the accepted ones picked on chip: the commit, the decode's fold where few rows fold, and
+    with the flush in the looped row (FOLD_STAGES 1) its fold of the buffer alone, against their references."""
     monkeypatch.setattr(fold_module, "LOOPED_LOADS_FIRST", True)
     monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 32 columns
         monkeypatch.setattr(fold_module, setting, 16)
-    if not one_launch:
-        large_batch_kernels(monkeypatch)
-    check_fold_paths(DIMS["k32-hv2"], ROWS[:commit_module.ONE_LAUNCH_MAX_BATCH] if one_launch else ROWS, seed=19)
+    large_batch_kernels(monkeypatch)
+    check_fold_paths(DIMS["k32-hv2"], ROWS, seed=19)
 
 
 def test_loads_first_reads_nothing_of_the_nodes_not_accepted(monkeypatch):

@@ -101,7 +101,9 @@ FOLD_SPLIT_TF32 = False
 # (nineteenth session, no device): off until `benchmarks.sweep_gdn --ops commit` times it. sm_90 with Triton 3.6
 # (benchmarks.gdn_registers): the commit's row ~2.0 k instructions a warp with no inner loop, against ~1.8 k plus
 # two inner loops of ~0.7 k; 255 registers and 8 bytes spilled on 2 warps, 165 and none on 4. Buffers of up to
-# LOADS_FIRST_MAX_ENTRIES entries and steps of up to LOADS_FIRST_MAX_NODES nodes; longer ones keep the looped row.
+# LOADS_FIRST_MAX_ENTRIES entries and steps of up to LOADS_FIRST_MAX_NODES nodes; longer ones keep the looped row,
+# and so does the small batches' one-launch commit (APPEND: 255 registers and 88 bytes spilled on its 2 warps, and
+# the sweep times it at batch 1-16 apart: its op "small").
 LOOPED_LOADS_FIRST = False
 LOADS_FIRST_MAX_ENTRIES = 16
 LOADS_FIRST_MAX_NODES = 16
@@ -473,7 +475,7 @@ def gdn_fold_fwd(k, u, gcum, accepted, num_accepted, state_pool, state_slots, bu
     tma = FOLD_TMA and tma_usable(state_pool)
     stages, warps, block_v = fold_launch(L, append, entries, tma, every_row_folds)
     BV = min(V, block_v)
-    loads_first = (LOOPED_LOADS_FIRST and stages == 1 and entries != ENTRIES_DECODE
+    loads_first = (LOOPED_LOADS_FIRST and stages == 1 and entries != ENTRIES_DECODE and not append
                    and entry_block(L) <= LOADS_FIRST_MAX_ENTRIES and max(T, A) <= LOADS_FIRST_MAX_NODES)
     lanes = B if append else min(B, FOLD_LANES)
     state_desc = state_descriptor(state_pool, BV) if tma else None
