@@ -470,3 +470,29 @@ def test_grouped_experts_equal_one_expert_at_a_time(family, dtype, tmp_path):
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(experts._grouped(x, top_index, top_weight), experts._looped(x, top_index, top_weight),
                                atol=tol, rtol=tol)
+
+
+def test_static_steps_check_only_trees_the_host_did_not(checkpoint, monkeypatch):
+    """StepBatch.trees checks a batch of one tree shape on the host (checked_trees) and the static step then skips
+    the torch ops of check_tree; trees of several shapes are still checked before a replay, and a bad one refused
+    (the graph builds its masks without checking)."""
+    model = load_model(checkpoint, device="cpu")
+    runner = ModelRunner.create(model, CacheConfig(max_requests=4, max_seq_len=64, flush_length=4))
+    slots = [runner.cache.allocate_request() for _ in range(2)]
+    runner.prefill(slots, [[5, 6, 7], [3, 4]])
+    runner.enable_graphs(width=6, max_batch=2, capture=False)
+    checked = []
+    monkeypatch.setattr(cuda_graphs, "check_tree", lambda parents, num_nodes: checked.append(parents.shape))
+    chains = StepBatch.trees(slots, [[1, 2, 3], [4, 5, 6]], [[-1, 0, 1], [-1, 0, 1]])
+    trees = StepBatch.trees(slots, [[1, 2, 3], [4, 5]], [[-1, 0, 0], [-1, 0]])
+    assert chains.checked_trees and not trees.checked_trees
+    assert chains.padded_to(6).checked_trees
+    runner.score_logits(chains)
+    assert checked == []
+    runner.score_logits(trees)
+    assert len(checked) == 1
+    monkeypatch.undo()
+    bad = StepBatch.trees(slots, [[1, 2, 3], [4, 5, 6]], [[-1, 2, 0], [-1, 2, 0]])  # node 1's parent is later
+    assert not bad.checked_trees
+    with pytest.raises(ValueError, match=r"parents\[0, 1\] = 2 is not in \[-1, 1\)"):
+        runner.score_logits(bad)

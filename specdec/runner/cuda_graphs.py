@@ -329,8 +329,8 @@ class StepGraphs:
         host = step.host_inputs[step.turn]
         host[:rows, lay.tokens] = batch.tokens
         host[:rows, lay.parents] = batch.parents
-        if lay.width > 1:  # (a one-node tree is always valid) the graph builds the masks without checking
-            check_tree(batch.parents, batch.num_nodes)
+        if lay.width > 1 and not batch.checked_trees:  # the graph builds the masks without checking (a one-node
+            check_tree(batch.parents, batch.num_nodes)  # tree, and a batch checked on the host, are valid)
         host[:rows, lay.num_nodes] = host_longs(num_nodes)
         host[:rows, lay.req_slot] = host_longs(batch.req_slots)
         host[:rows, lay.state_slot] = host_longs(state_slots)
