@@ -15,8 +15,9 @@
 #          --batch 128 --backends kvbuffer --out \$STEP_OUT/qwen3.5-9b_spec_b128.md" \
 #     "300:OUT=\$STEP_OUT bash benchmarks/study_on_device.sh qwen3.5-9b 290 128:speculative 256:plain"
 # Steps also see KERNEL_WINNERS, a kernel settings file of the call's own (benchmarks/kernel_settings.py; packed with
-# the rest), empty at the start: a sweep given --winners \$KERNEL_WINNERS adds the settings that beat its defaults,
-# and a later step run as SPECDEC_KERNEL_SETTINGS=\$KERNEL_WINNERS measures with them, e.g.
+# the rest), empty at the start, or a copy of KERNEL_WINNERS_FROM (an earlier call's, carried): a sweep given
+# --winners \$KERNEL_WINNERS adds the settings that beat its defaults, and a later step run as
+# SPECDEC_KERNEL_SETTINGS=\$KERNEL_WINNERS measures with them, e.g.
 #     "330:python -m benchmarks.sweep_gdn --ops smalltree --winners \$KERNEL_WINNERS" \
 #     "400:SPECDEC_KERNEL_SETTINGS=\$KERNEL_WINNERS python -m benchmarks.kernels --out \$STEP_OUT/kernels_h200.json"
 set -u
@@ -39,7 +40,11 @@ fi
 export PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 export KERNEL_WINNERS=$work/kernel_winners.json
-echo "{}" >"$KERNEL_WINNERS"
+if [ -n "${KERNEL_WINNERS_FROM:-}" ]; then
+  cp "$KERNEL_WINNERS_FROM" "$KERNEL_WINNERS" || exit 1
+else
+  echo "{}" >"$KERNEL_WINNERS"
+fi
 index=0
 for step in "$@"; do
   index=$((index + 1))

@@ -66,3 +66,16 @@ def test_steps_share_a_kernel_settings_file(tmp_path):
         assert archive.extractfile("./step01/log.txt").read() == b"{}\n"
         assert b"FOLD_LANES" in archive.extractfile("./step02/log.txt").read()
         assert b"FOLD_LANES" in archive.extractfile("./kernel_winners.json").read()
+
+
+def test_a_call_starts_from_an_earlier_calls_winners(tmp_path):
+    earlier = tmp_path / "winners.json"
+    earlier.write_text('{"verify_kernels.gdn.fold.FOLD_LANES": 8}')
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.run(["bash", str(SCRIPT), '5:cat "$KERNEL_WINNERS"'],
+                         env={"OUT": str(out), "KERNEL_WINNERS_FROM": str(earlier), **PATH},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    with tarfile.open(out / "call.tar.gz") as archive:
+        assert b"FOLD_LANES" in archive.extractfile("./step01/log.txt").read()
