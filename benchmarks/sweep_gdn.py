@@ -16,7 +16,8 @@ the token; its bound a flush's bytes), verify (a 4-chain and a 16-node tree, buf
 the rows), verify1 (the same at batch 1: the one-launch kernel), chains (the 4-chain alone: its state pass's
 settings), smalltree (4- and 5-node chains and the 8-node tree: the tensor-core tree pass against the small trees'
 tree pass, verify.SMALL_TREE_PASS), conv (the tree conv and the conv commit at Qwen3.5-9B's 8192 channels, bf16:
-plain decoding and 4-chains), small (batch 1-16: the one-launch kernels against the large-batch ones, for the
+plain decoding and 4-chains), convqkv (the conv and the q / k / v split of plain decoding and 5-node chains, fused or
+not: verify_kernels/conv/conv_qkv.py), small (batch 1-16: the one-launch kernels against the large-batch ones, for the
 thresholds). Each row: the time, its
 share of the bound (the bytes the op must move at the device copy bandwidth of the run), the registers and spills
 of the kernels it compiled, the check's relative error (a failed check disqualifies the setting).
@@ -38,11 +39,16 @@ from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents
 from benchmarks.sweep_gdn_candidates import Candidate, applied, candidates
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
 from verify_kernels.conv import (
+    QKVHeads,
     causal_conv1d_tree,
+    causal_conv1d_tree_qkv,
+    causal_conv1d_tree_qkv_ref,
     causal_conv1d_tree_ref,
     conv_commit,
     conv_commit_ref,
     conv_decode,
+    conv_decode_qkv,
+    conv_decode_qkv_ref,
     conv_window_sources,
 )
 from verify_kernels.gdn import commit, decode, fold, gdn_commit, gdn_decode_commit, gdn_flush, gdn_verify, verify
@@ -119,6 +125,36 @@ class Workloads:
 
         calls = [partial(step, r) for r in range(rotations)]
         return self.time_us(calls, 0), B * (2 * window + 2 * nodes * D * 2 + (nodes > 1) * nodes * D * 2)
+
+    def conv_qkv(self, nodes: int) -> tuple[float, float]:
+        """The conv and the q / k / v split of a chain of `nodes` per row as the engine runs them (one op: fused
+        where conv_qkv.FUSED, else the conv then the split), bf16 inputs and windows, keys in bf16 (fp32 storage for
+        one node, as the decode takes them); the chain's commit left out (it is the same either way); bytes: the
+        windows read (and written for one node), the inputs read, q / k / v written."""
+        D, W, B = CONV_D, CONV_W, self.batch
+        heads = QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V)
+        window = D * (W - 1) * 2
+        rotations = rotations_for(B * window)
+        pool = torch.randn(rotations * B, W - 1, D, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(rotations, B, nodes, D, device="cuda", dtype=torch.bfloat16)
+        weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
+        parents = chain_parents(B, nodes, "cuda")
+        num_nodes = torch.full((B,), nodes, device="cuda")
+        slots = [rotation_slots(r, B) for r in range(rotations)]
+        sources = conv_window_sources(parents, num_nodes, W)
+        split = dict(heads=heads, q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
+
+        def step(r: int) -> None:
+            if nodes == 1:
+                conv_decode_qkv(x[r], num_nodes, pool, slots[r], weight, None, "silu", **split,
+                                qk_storage=torch.float32)
+            else:
+                causal_conv1d_tree_qkv(x[r], parents, num_nodes, pool, slots[r], weight, None, "silu", sources,
+                                       **split)
+
+        calls = [partial(step, r) for r in range(rotations)]
+        qkv_bytes = nodes * (2 * gdn.H * gdn.K * (4 if nodes == 1 else 2) + gdn.HV * gdn.V * 4)
+        return self.time_us(calls, 0), B * ((1 + (nodes == 1)) * window + nodes * D * 2 + qkv_bytes)
 
     def _pools(self, r: int):
         return (self.pools.state, self.slots[r], *self.pools.args()[1:], self.slots[r])
@@ -201,10 +237,36 @@ def check_conv(batch: int = 24, nodes: int = 4) -> float:
     return max(error, checks.relative_error(ours, ref))
 
 
+def check_conv_qkv(batch: int = 24, nodes: int = 4) -> float:
+    """The conv and split of random trees, and of one node a row (its window updated), against the references at
+    Qwen3.5-9B's heads, bf16 inputs, keys in bf16."""
+    D, W = CONV_D, CONV_W
+    heads = QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V)
+    pool = torch.randn(batch + 3, W - 1, D, device="cuda", dtype=torch.bfloat16)
+    slots = torch.randperm(batch + 3, device="cuda")[:batch]
+    x = torch.randn(batch, nodes, D, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
+    parents = torch.tensor(tree_parents("tree8")[:nodes], device="cuda").expand(batch, nodes).contiguous()
+    num_nodes = torch.arange(batch, device="cuda") % (nodes + 1)
+    split = dict(heads=heads, q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
+    tree = (x, parents, num_nodes, pool, slots, weight, None, "silu")
+    errors = [checks.relative_error(a, e) for a, e in zip(
+        causal_conv1d_tree_qkv(*tree, conv_window_sources(parents, num_nodes, W), **split),
+        causal_conv1d_tree_qkv_ref(*tree, None, **split), strict=True)]
+    ours, ref = pool.clone(), pool.clone()
+    one = (num_nodes > 0).long()
+    decoded = conv_decode_qkv(x[:, :1], one, ours, slots, weight, None, "silu", **split, qk_storage=torch.float32)
+    expected = conv_decode_qkv_ref(x[:, :1], one, ref, slots, weight, None, "silu", **split, qk_storage=torch.float32)
+    errors += [checks.relative_error(a, e) for a, e in zip(decoded, expected, strict=True)]
+    return max(errors + [checks.relative_error(ours, ref)])
+
+
 def check(op: str) -> float:
     """The op's full-size check (both batch paths where it has two)."""
     if op == "conv":
         return check_conv()
+    if op == "convqkv":
+        return check_conv_qkv()
     if op == "verify1":
         return max(checks.check_gdn_verify(1, "chain4"), checks.check_gdn_verify(1, "tree16"))
     if op == "fold":
@@ -245,6 +307,9 @@ def measurements(op: str, work: dict[int, Workloads], batches, small_batches) ->
     if op == "conv":
         return [(f"conv + commit, {nodes} nodes" if nodes > 1 else "conv decode (one kernel)", b, *work[b].conv(nodes))
                 for nodes in (1, 4) for b in batches]
+    if op == "convqkv":
+        return [(f"conv + q / k / v split, {nodes} node{'s' * (nodes > 1)}", b, *work[b].conv_qkv(nodes))
+                for nodes in (1, 5) for b in batches]
     return [(op, b, *getattr(work[b], op)()) for b in batches]
 
 
@@ -275,7 +340,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="fold,append,decode,verify,small",
                         help="comma-separated, of fold, append, commit, decode, foldstep, verify, verify1, chains, "
-                             "smalltree, conv, small")
+                             "smalltree, conv, convqkv, small")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--winners", type=Path,

@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from verify_kernels.conv import tree_conv
+from verify_kernels.conv import conv_qkv, tree_conv
 from verify_kernels.gdn import commit, decode, fold, verify
 
-MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit, "conv": tree_conv}
+MODULES = {"fold": fold, "decode": decode, "verify": verify, "commit": commit, "conv": tree_conv,
+           "conv_qkv": conv_qkv}
 
 
 @dataclass
@@ -185,6 +186,12 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for block_d, warps in ((64, 2), (128, 2), (128, 4), (256, 2), (256, 8), (512, 4)):
             out.append(Candidate("conv", f"per row, {block_d} channels, {warps} warps",
                                  {"conv.ROWS": True, "conv.ROWS_BLOCK_D": block_d, "conv.ROWS_WARPS": warps}))
+    if "convqkv" in ops:
+        # the conv with its q / k / v split fused in (conv_qkv.FUSED, written on the CPU on 2026-12-05: one launch and
+        # the conv output's write and read less; sm_90 with Triton 3.6: 155 registers against the conv's 151 at 5
+        # nodes, 32 for one node, no spill) against the conv then the split
+        out.append(Candidate("convqkv", "defaults"))
+        out.append(Candidate("convqkv", "fused", {"conv_qkv.FUSED": True}))
     if "small" in ops:
         out += [Candidate("small", "one launch", {"decode.SMALL_BATCH": 16, "verify.FUSED_MAX_BATCH": 16,
                                                   "commit.ONE_LAUNCH_MAX_BATCH": 16}),

@@ -65,6 +65,9 @@ class ConvOps:
     tree: Callable
     commit: Callable
     decode: Callable  # plain decoding: the tree conv of one node and its commit in one op
+    # the Gated DeltaNet's conv, then its q / k / v split (glue gdn_qkv), as one op (verify_kernels/conv/conv_qkv.py)
+    tree_qkv: Callable
+    decode_qkv: Callable
     # whether tree() reads the step's window sources (StepContext.window_sources): the kernel does, the reference
     # walks the parents itself, so a step on the references computes none
     reads_sources: bool = False
@@ -149,8 +152,10 @@ def mamba2_ops(backend: str) -> MixerOps:
 @functools.cache
 def conv_ops(backend: str) -> ConvOps:
     if backend == "reference":
-        return ConvOps(conv.causal_conv1d_tree_ref, conv.conv_commit_ref, conv.conv_decode_ref)
-    return ConvOps(conv.causal_conv1d_tree, conv.conv_commit, conv.conv_decode, reads_sources=True)
+        return ConvOps(conv.causal_conv1d_tree_ref, conv.conv_commit_ref, conv.conv_decode_ref,
+                       conv.causal_conv1d_tree_qkv_ref, conv.conv_decode_qkv_ref)
+    return ConvOps(conv.causal_conv1d_tree, conv.conv_commit, conv.conv_decode, conv.causal_conv1d_tree_qkv,
+                   conv.conv_decode_qkv, reads_sources=True)
 
 
 @functools.cache

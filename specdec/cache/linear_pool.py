@@ -83,6 +83,18 @@ class LinearLayerPool:
         return self.conv_ops.tree(conv_input, ctx.parents, ctx.num_nodes, self.conv, ctx.req_slots, weight, bias,
                                   activation, sources=sources)
 
+    def short_conv_qkv(self, ctx, conv_input: torch.Tensor, weight: torch.Tensor, heads, q_scale: float,
+                       qk_dtype: torch.dtype | None, qk_storage: torch.dtype | None):
+        """The Gated DeltaNet's short_conv (SiLU, no bias) and its q / k / v split in one op (conv.QKVHeads heads;
+        glue gdn_qkv's q_scale, qk_dtype and qk_storage) -> (q [B, T, H, K], k, v [B, T, HV, V])."""
+        split = dict(heads=heads, q_scale=q_scale, qk_dtype=qk_dtype, qk_storage=qk_storage)
+        if ctx.commit_in_forward:
+            return self.conv_ops.decode_qkv(conv_input, ctx.num_nodes, self.conv, ctx.req_slots, weight, None, "silu",
+                                            **split)
+        sources = ctx.window_sources(self.conv.shape[1] + 1) if self.conv_ops.reads_sources else None
+        return self.conv_ops.tree_qkv(conv_input, ctx.parents, ctx.num_nodes, self.conv, ctx.req_slots, weight, None,
+                                      "silu", sources, **split)
+
     def score(self, ctx, inputs: MixerInputs, conv_input: torch.Tensor,
               buf_len: torch.Tensor) -> tuple[torch.Tensor, LinearScratch | None]:
         """Every row of the step -> (outputs [B, T, heads, head_dim] fp32, what commit needs; None when the step

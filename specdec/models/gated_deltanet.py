@@ -8,6 +8,7 @@ from torch import nn
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear, shard_parameters
+from verify_kernels.conv import QKVHeads
 
 from .layers import GatedRMSNorm, glue_for
 from .merged import merge_linears, merged_outputs
@@ -82,18 +83,18 @@ class GatedDeltaNet(nn.Module):
         mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
         # [B, T, value_dim], [B, T, HV] twice: one GEMM once merged (strided rows)
         z, b, a = merged_outputs(hidden, self.in_proj_zba, self.gate_projections())
-        conv_out = pool.short_conv(ctx, mixed, self.conv1d.weight[:, 0], None, "silu")
         glue = glue_for(hidden, self.A_log, self.dt_bias)
-        # contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K], rounded to the model's dtype
-        # or fp32 as the linear state takes them (keys_in_model_dtype), and fp32 v [B, T, HV, V]. Rounded keys are
-        # stored in the model's dtype for a verify (its products skip their remainders) and in fp32 for a decode
-        # (one token a row: the GDN decode ran 10% slower on bf16 keys, H200 2026-12-04, with the same registers and
-        # all but the same SASS: benchmarks/results/sweeps_h200/probe_gdn_decode_keys_2026-12-04f.txt)
-        qk_dtype = conv_out.dtype if pool.linear_state.keys_in_model_dtype else None
+        # the conv (SiLU), then contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K],
+        # rounded to the model's dtype or fp32 as the linear state takes them (keys_in_model_dtype), and fp32 v
+        # [B, T, HV, V], in one op (verify_kernels/conv/conv_qkv.py). Rounded keys are stored in the model's dtype for
+        # a verify (its products skip their remainders) and in fp32 for a decode (one token a row: the GDN decode ran
+        # 10% slower on bf16 keys, H200 2026-12-04, with the same registers and all but the same SASS:
+        # benchmarks/results/sweeps_h200/probe_gdn_decode_keys_2026-12-04f.txt)
+        qk_dtype = mixed.dtype if pool.linear_state.keys_in_model_dtype else None
         qk_storage = torch.float32 if hidden.shape[1] == 1 else None
-        query, key, value = glue.gdn_qkv(conv_out, self.num_k_heads, self.head_k_dim, self.num_v_heads,
-                                         self.head_v_dim, self.head_k_dim**-0.5, qk_dtype=qk_dtype,
-                                         qk_storage=qk_storage)
+        heads = QKVHeads(self.num_k_heads, self.head_k_dim, self.num_v_heads, self.head_v_dim)
+        query, key, value = pool.short_conv_qkv(ctx, mixed, self.conv1d.weight[:, 0], heads, self.head_k_dim**-0.5,
+                                                qk_dtype, qk_storage)
         # g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b): fp32 [B, T, HV]
         g, beta = glue.gdn_gates(a, b, self.A_log, self.dt_bias)
         # the delta rule through the layer's linear state (tree rows) or the chunked prefill (chunk rows);

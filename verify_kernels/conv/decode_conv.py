@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.conv.tree_conv import _check_conv, _check_int
+from verify_kernels.conv.tree_conv import _check_conv, _check_int, _check_weights
 
 # channels per program and warps: as the tree conv's (tree_conv.py, swept on the H200 2026-12-02); not swept alone
 BLOCK_D = 256
@@ -24,6 +24,18 @@ def conv_decode_kernel(
     D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
 ):
     i_b, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    b_y, o_d, b_x, b_c1, b_c2, p_pool, m_n = decode_conv_row(x, num_nodes, conv_pool, req_slots, weight, bias, i_b,
+                                                             i_d, stride_xb, D, W, BLOCK_D, HAS_BIAS, SILU)
+    tl.store(y + i_b * D + o_d, b_y.to(y.dtype.element_ty), mask=o_d < D)
+    shift_window(p_pool, b_x, b_c1, b_c2, m_n, D, W)
+
+
+@triton.jit
+def decode_conv_row(x, num_nodes, conv_pool, req_slots, weight, bias, i_b, i_d, stride_xb, D: tl.constexpr,
+                    W: tl.constexpr, BLOCK_D: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr):
+    """Row i_b's node through channel block i_d: -> (y [BLOCK_D] fp32, zeros at a padding row; the channels o_d, and
+    for shift_window the node's input, the window's columns 1 and 2 as read, the row's column 0 pointer and the
+    mask of a real row's channels)."""
     is_node = tl.load(num_nodes + i_b) > 0
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -35,6 +47,8 @@ def conv_decode_kernel(
     # the W - 1 <= 3 committed columns, oldest first
     b_c0 = tl.load(p_pool, mask=m_n, other=0.0)
     b_y += b_c0.to(tl.float32) * tl.load(weight + o_d * W, mask=m_d, other=0.0).to(tl.float32)
+    b_c1 = b_c0  # (columns past the window: never stored)
+    b_c2 = b_c0
     if W > 2:
         b_c1 = tl.load(p_pool + D, mask=m_n, other=0.0)
         b_y += b_c1.to(tl.float32) * tl.load(weight + o_d * W + 1, mask=m_d, other=0.0).to(tl.float32)
@@ -45,11 +59,14 @@ def conv_decode_kernel(
         b_y += tl.load(bias + o_d, mask=m_d, other=0.0).to(tl.float32)
     if SILU:
         b_y = b_y * tl.sigmoid(b_y)
-    b_y = tl.where(is_node, b_y, 0.0)
-    tl.store(y + i_b * D + o_d, b_y.to(y.dtype.element_ty), mask=m_d)
-    # the window shifted by one, the node newest: every column read above before any is written
+    return tl.where(is_node, b_y, 0.0), o_d, b_x, b_c1, b_c2, p_pool, m_n
+
+
+@triton.jit
+def shift_window(p_pool, b_x, b_c1, b_c2, m_n, D: tl.constexpr, W: tl.constexpr):
+    """The row's window shifted by one, its node the newest column (after every column was read)."""
     tl.debug_barrier()
-    b_new = b_x.to(b_c0.dtype)
+    b_new = b_x.to(b_c1.dtype)
     if W == 2:
         tl.store(p_pool, b_new, mask=m_n)
     if W == 3:
@@ -59,6 +76,16 @@ def conv_decode_kernel(
         tl.store(p_pool, b_c1, mask=m_n)
         tl.store(p_pool + D, b_c2, mask=m_n)
         tl.store(p_pool + 2 * D, b_new, mask=m_n)
+
+
+def check_decode_inputs(x, num_nodes, conv_pool, req_slots, weight, bias, activation) -> tuple[int, int, int]:
+    """The decode conv's checks -> B, D, W."""
+    B, T, D, W = _check_conv(x, conv_pool, req_slots)
+    if T != 1:
+        raise ValueError(f"conv_decode takes one node per row (x [B, 1, D]), got {T}: use causal_conv1d_tree")
+    _check_int("num_nodes", num_nodes, (B,))
+    _check_weights(weight, bias, activation, D, W)
+    return B, D, W
 
 
 def conv_decode(
@@ -76,16 +103,7 @@ def conv_decode(
     the model dtype), updated in place; req_slots: [B]; weight: [D, W]; bias: [D] or None; activation: "silu" or
     None. Returns y [B, 1, D] in x.dtype (computed in fp32), zeros at padding rows.
     """
-    if activation not in ("silu", None):
-        raise ValueError(f"activation must be 'silu' or None, got {activation!r}")
-    B, T, D, W = _check_conv(x, conv_pool, req_slots)
-    if T != 1:
-        raise ValueError(f"conv_decode takes one node per row (x [B, 1, D]), got {T}: use causal_conv1d_tree")
-    _check_int("num_nodes", num_nodes, (B,))
-    if tuple(weight.shape) != (D, W) or not weight.is_contiguous():
-        raise ValueError(f"weight must be contiguous [{D}, {W}], got {tuple(weight.shape)}")
-    if bias is not None and (tuple(bias.shape) != (D,) or not bias.is_contiguous()):
-        raise ValueError(f"bias must be contiguous [{D}] or None, got {tuple(bias.shape)}")
+    B, D, W = check_decode_inputs(x, num_nodes, conv_pool, req_slots, weight, bias, activation)
     y = torch.empty(B, 1, D, dtype=x.dtype, device=x.device)
     if y.numel():
         conv_decode_kernel[(B, triton.cdiv(D, BLOCK_D))](

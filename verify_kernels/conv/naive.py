@@ -11,9 +11,12 @@ one). Trees are `parents` [B, T] and
 `num_nodes` [B] as in verify_kernels.tree; padding nodes give zeros and never reach valid ones.
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
+from verify_kernels.glue.naive import gdn_qkv_ref
 from verify_kernels.tree import check_tree
 
 
@@ -128,3 +131,35 @@ def conv_decode_ref(
     y = causal_conv1d_tree_ref(x, roots, num_nodes, conv_pool, req_slots, weight, bias, activation)
     conv_commit_ref(x, torch.zeros_like(roots), num_nodes, conv_pool, req_slots)
     return y
+
+
+@dataclass(frozen=True)
+class QKVHeads:
+    """The Gated DeltaNet's conv channels split into the delta rule's inputs: H key heads of K channels for q, as
+    many for k, HV value heads of V channels for v (verify_kernels.glue gdn_qkv)."""
+
+    H: int
+    K: int
+    HV: int
+    V: int
+
+    @property
+    def channels(self) -> int:
+        return 2 * self.H * self.K + self.HV * self.V
+
+
+def causal_conv1d_tree_qkv_ref(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources,
+                               heads: QKVHeads, q_scale: float, eps: float = 1e-6,
+                               qk_dtype: torch.dtype | None = None, qk_storage: torch.dtype | None = None):
+    """causal_conv1d_tree_ref, then gdn_qkv_ref of its output: (q [B, T, H, K], k, v [B, T, HV, V]) (the contract of
+    the fused kernel, verify_kernels/conv/conv_qkv.py)."""
+    y = causal_conv1d_tree_ref(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources)
+    return gdn_qkv_ref(y, heads.H, heads.K, heads.HV, heads.V, q_scale, eps, qk_dtype, qk_storage)
+
+
+def conv_decode_qkv_ref(x, num_nodes, conv_pool, req_slots, weight, bias, activation, heads: QKVHeads,
+                        q_scale: float, eps: float = 1e-6, qk_dtype: torch.dtype | None = None,
+                        qk_storage: torch.dtype | None = None):
+    """conv_decode_ref (the window updated in place), then gdn_qkv_ref of its output: (q [B, 1, H, K], k, v)."""
+    y = conv_decode_ref(x, num_nodes, conv_pool, req_slots, weight, bias, activation)
+    return gdn_qkv_ref(y, heads.H, heads.K, heads.HV, heads.V, q_scale, eps, qk_dtype, qk_storage)

@@ -102,6 +102,18 @@ def causal_conv1d_tree_rows_kernel(
     column a gather of node inputs or committed columns, from the sources (one load each, all independent) or
     from the window walk vectorised over the nodes (W - 1 dependent loads before the gathers)."""
     i_b, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    b_y, o_t, o_d = tree_conv_rows(x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, i_b, i_d,
+                                   stride_xb, stride_xt, T, D, W, BT, BLOCK_D, HAS_SOURCES, HAS_BIAS, SILU)
+    tl.store(y + (i_b * T + o_t[:, None]) * D + o_d[None, :], b_y.to(y.dtype.element_ty),
+             mask=(o_t < T)[:, None] & (o_d < D)[None, :])
+
+
+@triton.jit
+def tree_conv_rows(x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, i_b, i_d, stride_xb, stride_xt,
+                   T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
+                   HAS_SOURCES: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr):
+    """Row i_b's nodes through channel block i_d: -> (y [BT, BLOCK_D] fp32, zeros at padding nodes; its nodes o_t
+    [BT] and channels o_d [BLOCK_D])."""
     nn = tl.minimum(tl.load(num_nodes + i_b), T)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     o_t = tl.arange(0, BT)
@@ -132,9 +144,7 @@ def causal_conv1d_tree_rows_kernel(
         b_y += tl.load(bias + o_d, mask=m_d, other=0.0).to(tl.float32)[None, :]
     if SILU:
         b_y = b_y * tl.sigmoid(b_y)
-    b_y = tl.where(m_t[:, None], b_y, 0.0)
-    tl.store(y + (i_b * T + o_t[:, None]) * D + o_d[None, :], b_y.to(y.dtype.element_ty),
-             mask=(o_t < T)[:, None] & m_d[None, :])
+    return tl.where(m_t[:, None], b_y, 0.0), o_t, o_d
 
 
 @triton.jit
@@ -201,19 +211,30 @@ def _check_int(name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
                          f"{tuple(t.shape)} {t.dtype}")
 
 
-def causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources):
-    """Launcher: checks, window sources, allocation, grid."""
+def _check_weights(weight, bias, activation, D: int, W: int) -> None:
+    """The conv's weights and activation, shared by the launchers."""
     if activation not in ("silu", None):
         raise ValueError(f"activation must be 'silu' or None, got {activation!r}")
-    B, T, D, W = _check_conv(x, conv_pool, req_slots)
-    _check_int("parents", parents, (B, T))
-    _check_int("num_nodes", num_nodes, (B,))
     if tuple(weight.shape) != (D, W) or not weight.is_contiguous():
         raise ValueError(f"weight must be contiguous [{D}, {W}], got {tuple(weight.shape)}")
     if bias is not None and (tuple(bias.shape) != (D,) or not bias.is_contiguous()):
         raise ValueError(f"bias must be contiguous [{D}] or None, got {tuple(bias.shape)}")
+
+
+def _check_tree_inputs(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources):
+    """The tree conv's checks -> B, T, D, W."""
+    B, T, D, W = _check_conv(x, conv_pool, req_slots)
+    _check_weights(weight, bias, activation, D, W)
+    _check_int("parents", parents, (B, T))
+    _check_int("num_nodes", num_nodes, (B,))
     if sources is not None:
         _check_int("sources", sources, (B, T, W - 1))
+    return B, T, D, W
+
+
+def causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources):
+    """Launcher: checks, window sources, allocation, grid."""
+    B, T, D, W = _check_tree_inputs(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources)
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
     if y.numel() and ROWS:  # (ROWS' comment)
         causal_conv1d_tree_rows_kernel[(B, triton.cdiv(D, ROWS_BLOCK_D))](
