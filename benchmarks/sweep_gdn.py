@@ -99,11 +99,10 @@ class Workloads:
         self.accepted = torch.arange(3, device="cuda").expand(batch, 3).contiguous()
         self.num_accepted = torch.full((batch,), 3, device="cuda")
 
-    def conv(self, nodes: int) -> tuple[float, float]:
-        """The conv of a chain of `nodes` per row, then the commit of all of them (nodes 1: plain decoding's one
-        kernel, conv_decode, as the engine runs it), bf16 inputs and windows, the window sources computed once as
-        the engine does for all of a step's conv layers; bytes: the windows read and written, the nodes' inputs
-        read and outputs written."""
+    def conv_inputs(self, nodes: int):
+        """A conv layer's chains of `nodes` per row, bf16, over >= 2 GiB of windows: (window bytes a row, rotations,
+        pool, x, weight, parents, num_nodes, slots a rotation, the window sources computed once as the engine does
+        for all of a step's conv layers)."""
         D, W, B = CONV_D, CONV_W, self.batch
         window = D * (W - 1) * 2
         rotations = rotations_for(B * window)
@@ -112,9 +111,18 @@ class Workloads:
         weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
         parents = chain_parents(B, nodes, "cuda")
         num_nodes = torch.full((B,), nodes, device="cuda")
-        accepted = torch.arange(nodes, device="cuda").expand(B, nodes).contiguous()
         slots = [rotation_slots(r, B) for r in range(rotations)]
-        sources = conv_window_sources(parents, num_nodes, W)  # as the engine: once a step, for all its conv layers
+        return (window, rotations, pool, x, weight, parents, num_nodes, slots,
+                conv_window_sources(parents, num_nodes, W))
+
+    def conv(self, nodes: int) -> tuple[float, float]:
+        """The conv of a chain of `nodes` per row, then the commit of all of them (nodes 1: plain decoding's one
+        kernel, conv_decode, as the engine runs it), bf16 inputs and windows, the window sources computed once as
+        the engine does for all of a step's conv layers; bytes: the windows read and written, the nodes' inputs
+        read and outputs written."""
+        D, B = CONV_D, self.batch
+        window, rotations, pool, x, weight, parents, num_nodes, slots, sources = self.conv_inputs(nodes)
+        accepted = torch.arange(nodes, device="cuda").expand(B, nodes).contiguous()
 
         def step(r: int) -> None:
             if nodes == 1:
@@ -131,18 +139,9 @@ class Workloads:
         where conv_qkv.FUSED, else the conv then the split), bf16 inputs and windows, keys in bf16 (fp32 storage for
         one node, as the decode takes them); the chain's commit left out (it is the same either way); bytes: the
         windows read (and written for one node), the inputs read, q / k / v written."""
-        D, W, B = CONV_D, CONV_W, self.batch
-        heads = QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V)
-        window = D * (W - 1) * 2
-        rotations = rotations_for(B * window)
-        pool = torch.randn(rotations * B, W - 1, D, device="cuda", dtype=torch.bfloat16)
-        x = torch.randn(rotations, B, nodes, D, device="cuda", dtype=torch.bfloat16)
-        weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
-        parents = chain_parents(B, nodes, "cuda")
-        num_nodes = torch.full((B,), nodes, device="cuda")
-        slots = [rotation_slots(r, B) for r in range(rotations)]
-        sources = conv_window_sources(parents, num_nodes, W)
-        split = dict(heads=heads, q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
+        D, B = CONV_D, self.batch
+        window, rotations, pool, x, weight, parents, num_nodes, slots, sources = self.conv_inputs(nodes)
+        split = dict(heads=QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V), q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
 
         def step(r: int) -> None:
             if nodes == 1:
