@@ -216,15 +216,22 @@ class Workloads:
         return self.time_us(calls, None), self.batch * gdn.verify_bytes(nodes, gdn.SPREAD_MEAN_FILL)
 
 
-def check_conv(batch: int = 24, nodes: int = 4) -> float:
-    """The conv of random trees and the commit of a root path against their references at full width, bf16."""
+def conv_check_inputs(batch: int, nodes: int):
+    """The conv checks' inputs at full width, bf16: (pool, slots, x, weight, parents, num_nodes) of random trees
+    (rows of 0 to `nodes` nodes)."""
     D, W = CONV_D, CONV_W
     pool = torch.randn(batch + 3, W - 1, D, device="cuda", dtype=torch.bfloat16)
     slots = torch.randperm(batch + 3, device="cuda")[:batch]
     x = torch.randn(batch, nodes, D, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
     parents = torch.tensor(tree_parents("tree8")[:nodes], device="cuda").expand(batch, nodes).contiguous()
-    num_nodes = torch.arange(batch, device="cuda") % (nodes + 1)
+    return pool, slots, x, weight, parents, torch.arange(batch, device="cuda") % (nodes + 1)
+
+
+def check_conv(batch: int = 24, nodes: int = 4) -> float:
+    """The conv of random trees and the commit of a root path against their references at full width, bf16."""
+    pool, slots, x, weight, parents, num_nodes = conv_check_inputs(batch, nodes)
+    W = CONV_W
     reference = causal_conv1d_tree_ref(x, parents, num_nodes, pool, slots, weight, None, "silu")
     error = max(checks.relative_error(causal_conv1d_tree(x, parents, num_nodes, pool, slots, weight, None, "silu",
                                                          sources=sources), reference)
@@ -239,15 +246,9 @@ def check_conv(batch: int = 24, nodes: int = 4) -> float:
 def check_conv_qkv(batch: int = 24, nodes: int = 4) -> float:
     """The conv and split of random trees, and of one node a row (its window updated), against the references at
     Qwen3.5-9B's heads, bf16 inputs, keys in bf16."""
-    D, W = CONV_D, CONV_W
-    heads = QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V)
-    pool = torch.randn(batch + 3, W - 1, D, device="cuda", dtype=torch.bfloat16)
-    slots = torch.randperm(batch + 3, device="cuda")[:batch]
-    x = torch.randn(batch, nodes, D, device="cuda", dtype=torch.bfloat16)
-    weight = torch.randn(D, W, device="cuda", dtype=torch.bfloat16)
-    parents = torch.tensor(tree_parents("tree8")[:nodes], device="cuda").expand(batch, nodes).contiguous()
-    num_nodes = torch.arange(batch, device="cuda") % (nodes + 1)
-    split = dict(heads=heads, q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
+    pool, slots, x, weight, parents, num_nodes = conv_check_inputs(batch, nodes)
+    W = CONV_W
+    split = dict(heads=QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V), q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
     tree = (x, parents, num_nodes, pool, slots, weight, None, "silu")
     errors = [checks.relative_error(a, e) for a, e in zip(
         causal_conv1d_tree_qkv(*tree, conv_window_sources(parents, num_nodes, W), **split),
