@@ -75,10 +75,14 @@ def apply(settings: dict[str, object]) -> None:
 
 
 def apply_from_env() -> dict[str, object]:
-    """Apply the file that SPECDEC_KERNEL_SETTINGS names, if any; -> what was applied."""
+    """Apply the file that SPECDEC_KERNEL_SETTINGS names, if any; -> what was applied. A bad file stops the process
+    with its problem in one line (a benchmark must not run at settings other than those asked for)."""
     path = os.environ.get(ENV)
     if path:
-        settings = read(Path(path))
+        try:
+            settings = read(Path(path))
+        except ValueError as error:
+            raise SystemExit(f"{ENV}: {error}") from None
         apply(settings)
         print(f"[kernel settings] {len(settings)} from {path}: "
               + ", ".join(f"{name.removeprefix(PACKAGE)} = {value!r}" for name, value in settings.items()),

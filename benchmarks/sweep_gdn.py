@@ -345,8 +345,8 @@ def main() -> None:
     parser.add_argument("--small-batches", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--winners", type=Path,
                         help="merge each op's best setting into this JSON file where it beats the defaults by "
-                             f"{kernel_settings.WIN_MARGIN:.0%} (SPECDEC_KERNEL_SETTINGS=FILE then applies them to the "
-                             "benchmarks run after: benchmarks/kernel_settings.py)")
+                             f"{kernel_settings.WIN_MARGIN:.0%}% (SPECDEC_KERNEL_SETTINGS=FILE then applies them to "
+                             "the benchmarks run after: benchmarks/kernel_settings.py)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("the sweep needs a CUDA GPU")

@@ -299,9 +299,8 @@ def main() -> None:
     parser.add_argument("--ops", default="verify,decode", help="comma-separated, of verify, decode and commit")
     parser.add_argument("--winners", type=Path,
                         help="merge the verify's winning finish tile and the commit's winning settings into this JSON "
-                             "file where they beat the defaults "
-                             "by " + f"{kernel_settings.WIN_MARGIN:.0%} (SPECDEC_KERNEL_SETTINGS=FILE then applies it: "
-                             "benchmarks/kernel_settings.py)")
+                             f"file where they beat the defaults by {kernel_settings.WIN_MARGIN:.0%}% "
+                             "(SPECDEC_KERNEL_SETTINGS=FILE then applies them: benchmarks/kernel_settings.py)")
     parser.add_argument("--match", help="only the verify candidates whose names hold this text (and the defaults'), "
                                         "e.g. 'finish'")
     args = parser.parse_args()
