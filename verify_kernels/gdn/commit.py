@@ -21,7 +21,8 @@ from verify_kernels.gdn.decode import (
     check_shape,
     check_tensors,
 )
-from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_ACCEPTED, ENTRIES_NONE, append_head, gdn_fold_fwd
+from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_ACCEPTED, ENTRIES_NONE, gdn_fold_fwd
+from verify_kernels.gdn.fold_rows import append_head
 
 # The append kernel moves [BLOCK_L, V] tiles of entries. The H200 sweep of 2026-12-02: 4 warps over 2; one launch
 # faster than two at batches 1 and 4, not at 16.

@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_DECODE, ENTRIES_TOKEN, fold_buffer, gdn_fold_fwd
+from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_DECODE, ENTRIES_TOKEN, gdn_fold_fwd
+from verify_kernels.gdn.fold_rows import fold_buffer
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),

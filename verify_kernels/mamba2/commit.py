@@ -118,25 +118,19 @@ def mamba2_commit_kernel(
     o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
     o_n = tl.arange(0, N)
     o_e = tl.arange(0, BLOCK_E)
-    if LOADS_FIRST:
-        if fold:
-            if i_s >= 0:
-                p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
+    if fold:
+        if i_s >= 0:
+            p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
+            if LOADS_FIRST:
                 b_h = fold_tile_loads_first(p_h, bm, xdt, gcum, accepted, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_h,
                                             i_g, n_buf, n_acc, o_p, o_n, T, A, NH, NG, P, N, L, BL, BT, HAS_ACCEPTED)
-                # every thread's read of the tile happens before any write to it
-                tl.debug_barrier()
-                tl.store(p_h, b_h)
-    else:
-        if fold:
-            if i_s >= 0:
+            else:
                 # G of the last folded entry: the last accepted one, else the buffer's last
                 g_end = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
                 if HAS_ACCEPTED:
                     if n_acc > 0:
                         last = tl.load(accepted + i_b * A + n_acc - 1)
                         g_end = tl.load(gcum + (i_b * T + last) * NH + i_h).to(tl.float32)
-                p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
                 b_h = tl.exp(g_end) * tl.load(p_h)
                 for e0 in range(0, n_buf, BLOCK_E):
                     o_l = e0 + o_e
@@ -159,9 +153,9 @@ def mamba2_commit_kernel(
                         gcum + (i_b * T + node) * NH + i_h,
                         m_a, g_end,
                     )
-                # every thread's read of the tile happens before any write to it
-                tl.debug_barrier()
-                tl.store(p_h, b_h)
+            # every thread's read of the tile happens before any write to it
+            tl.debug_barrier()
+            tl.store(p_h, b_h)
 
 
 @triton.jit
