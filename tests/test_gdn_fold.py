@@ -131,11 +131,12 @@ def test_an_unknown_folding_decode_launch_is_named(monkeypatch):
 
 
 @pytest.mark.parametrize(("tma", "stages"), [(True, 3), (False, 1)], ids=["tma", "pointers-looped-flush"])
-def test_fold_with_loads_first(monkeypatch, tma, stages):
-    """LOOPED_LOADS_FIRST (a sweep candidate): the looped row's loads all issued first, the buffer as one block and
-    every node's entry with the accepted ones picked on chip: the commit, the decode's fold where few rows fold, and
-    with the flush in the looped row (FOLD_STAGES 1) its fold of the buffer alone, against their references."""
-    monkeypatch.setattr(fold_module, "LOOPED_LOADS_FIRST", True)
+def test_fold_with_the_other_looped_row(monkeypatch, tma, stages):
+    """The looped row in the form the default does not run (LOOPED_LOADS_FIRST: on, every load of a row issued
+    first, the buffer as one block and every node's entry with the accepted ones picked on chip; off, the loads
+    through the accepted indices): the commit, the decode's fold where few rows fold, and with the flush in the
+    looped row (FOLD_STAGES 1) its fold of the buffer alone, against their references."""
+    monkeypatch.setattr(fold_module, "LOOPED_LOADS_FIRST", not fold_module.LOOPED_LOADS_FIRST)
     monkeypatch.setattr(fold_module, "FOLD_TMA", tma)
     monkeypatch.setattr(fold_module, "FOLD_STAGES", stages)
     for setting in ("FOLD_BLOCK_V", "TMA_FOLD_BLOCK_V", "LOOPED_FOLD_BLOCK_V"):  # two V blocks of 32 columns

@@ -63,8 +63,9 @@ def test_head_dims_the_kernels_do_not_take_run_on_the_references(tmp_path, monke
 
 
 def test_small_trees_tree_pass_in_the_runtime(tmp_path, monkeypatch):
-    """The GDN verify's small trees' tree pass (verify.SMALL_TREE_PASS, off by default until the H200 times it) in the
-    whole runtime against the references: the tree above (4 nodes) goes through it, as a counted launch shows."""
+    """The GDN verify's small trees' tree pass (verify.SMALL_TREE_PASS, on by default since the H200 sweep of
+    2026-12-05) in the whole runtime against the references: the tree above (4 nodes) goes through it, as a counted
+    launch shows."""
     from verify_kernels.gdn import verify as verify_module
 
     launches = []
@@ -88,9 +89,9 @@ def test_small_trees_tree_pass_in_the_runtime(tmp_path, monkeypatch):
 
 
 def test_fused_conv_qkv_in_the_runtime(tmp_path, monkeypatch):
-    """The GDN's conv with its q / k / v split fused in (conv_qkv.FUSED, off by default until the H200 times it) in
-    the whole runtime against the references: decode steps and the tree step go through the fused kernels, as
-    counted launches show."""
+    """The GDN's conv with its q / k / v split fused in (conv_qkv.FUSED, on by default since the H200 sweep of
+    2026-12-05) in the whole runtime against the references: decode steps and the tree step go through the fused
+    kernels, as counted launches show."""
     from verify_kernels.conv import conv_qkv
 
     launches = {"tree": 0, "decode": 0}

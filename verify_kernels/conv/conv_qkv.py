@@ -7,8 +7,9 @@ is rounded to x's dtype first, as the conv stores it.
 
 A program's channel block must hold whole key heads and lie within q, k or v: BLOCK_D (the conv's, at most H K) a
 multiple of K that divides H K. Other shapes, and FUSED off, run the two ops. Written on the CPU on 2026-12-05
-(nineteenth session, no device); off until `python -m benchmarks.sweep_gdn --ops convqkv` times it against the two
-ops (benchmarks/kernel_settings.py applies a winner to the benchmarks after the sweep).
+(nineteenth session, no device). On since the H200 sweep of 2026-12-05
+(benchmarks/results/sweeps_h200/sweep_gdn_commit_convqkv_2026-12-05a.txt): plain decoding's conv and split 5.6 /
+15.3 us at batch 64 / 256 against 7.4 / 17.3 for the two ops, 5-node chains 11.7 / 41.4 against 13.9 / 48.9.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from verify_kernels.conv.naive import QKVHeads
 from verify_kernels.conv.tree_conv import _check_tree_inputs, causal_conv1d_tree, tree_conv_rows
 from verify_kernels.glue.gdn_inputs import TRITON_DTYPES, gdn_qkv
 
-FUSED = False
+FUSED = True
 
 
 @triton.jit

@@ -114,8 +114,11 @@ FOLD_SPLIT_TF32 = False
 # two inner loops of ~0.7 k; 255 registers and 8 bytes spilled on 2 warps, 165 and none on 4. Buffers of up to
 # LOADS_FIRST_MAX_ENTRIES entries and steps of up to LOADS_FIRST_MAX_NODES nodes; longer ones keep the looped row,
 # and so does the small batches' one-launch commit (APPEND: 255 registers and 88 bytes spilled on its 2 warps, and
-# the sweep times it at batch 1-16 apart: its op "small").
-LOOPED_LOADS_FIRST = False
+# the sweep times it at batch 1-16 apart: its op "small"). On: the H200 sweep of 2026-12-05
+# (sweeps_h200/sweep_gdn_commit_convqkv_2026-12-05a.txt) timed the commit (a row in 8 folding) at 26.6 / 81.2 us at
+# batch 64 / 256 on 2 warps against 27.7 / 96.6 for the looped row (52% of its bound at 256 against 44%); on 4 warps
+# 32.8 / 108.9. Checked there at 6.4e-8 relative error and by the GPU tests at the engine's shapes.
+LOOPED_LOADS_FIRST = True
 LOADS_FIRST_MAX_ENTRIES = 16
 LOADS_FIRST_MAX_NODES = 16
 SCAN_BLOCK = 128

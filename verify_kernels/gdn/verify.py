@@ -165,17 +165,22 @@ PRODUCTS_STAGES = 3
 # lost on the H200), its node body holds no shuffle: the sums run over a thread's own registers (the SASS has none in
 # its loops). Tried first on the CPU the same day and dropped: the whole pass on the FMA units with the nodes padded
 # to 4 or 8 as [BL, BN, BV] broadcasts summed over their first axis, ~3.5 k instructions a warp on 2 warps at 4
-# nodes but spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). Off until the H200 times
-# it (python -m benchmarks.sweep_gdn --ops smalltree).
+# nodes but spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). On: the H200 sweep of
+# 2026-12-05 (sweeps_h200/sweep_gdn_smalltree_2026-12-05a.txt) timed 4-chains at batch 64 / 128 / 256 at 64.2 /
+# 121.4 / 229.8 us against 81.2 / 152.7 / 294.0 for the tensor-core pass (63% of the bound at 128 against 50%),
+# 5-chains 83.7 / 148.8 / 279.4 against 88.9 / 166.6 / 321.6, 8-node trees 116.1 / 200.9 / 370.0 against 113.0 /
+# 209.2 / 395.2, with a value head a program (134 registers, none spilled; a key head's two: 218) at 128 columns
+# on one warp; checked there at 2.6e-7 relative error. Below SMALL_TREE_FEW_ROWS rows (batch 16) 32.2 against 30.2.
+# 16-node trees keep the tensor-core pass (the products' rows hold 8 nodes).
 # SMALL_TREE_CONFIG: V columns a block, warps, programs along V (each takes V // programs columns, a block at a time,
 # and computes its own products over K and weights); below SMALL_TREE_FEW_ROWS rows SMALL_TREE_FEW_ROWS_CONFIG, whose
 # programs along V give a small batch more programs than rows x key heads (one warp each).
-SMALL_TREE_PASS = False
+SMALL_TREE_PASS = True
 SMALL_TREE_MAX_NODES = 8
 SMALL_TREE_CONFIG = (128, 1, 1)
 SMALL_TREE_FEW_ROWS = 64
 SMALL_TREE_FEW_ROWS_CONFIG = (32, 1, 4)
-SMALL_TREE_HEADS_PER_PROGRAM = None
+SMALL_TREE_HEADS_PER_PROGRAM = 1
 SMALL_TREE_BLOCK_K = 32
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
