@@ -25,6 +25,7 @@ PACKAGE = "verify_kernels."
 WIN_MARGIN = 0.03  # a sweep's setting must beat the defaults' total time by this share to be written as a winner
 
 _applied: dict[str, object] = {}
+_replaced: dict[str, object] = {}  # the module's own value of each constant apply() set (its code's default)
 
 
 def _target(name: str) -> tuple[object, str]:
@@ -70,6 +71,7 @@ def apply(settings: dict[str, object]) -> None:
     """Set each constant (in this process; the kernels read them at launch)."""
     for name, value in settings.items():
         module, attribute = _target(name)
+        _replaced.setdefault(name, getattr(module, attribute))
         setattr(module, attribute, like(getattr(module, attribute), value))
         _applied[name] = value
 
@@ -121,9 +123,31 @@ def beats(total_us: float, default_us: float) -> bool:
     return total_us < default_us * (1 - WIN_MARGIN)
 
 
+def is_default(name: str, value: object) -> bool:
+    """Whether a setting (in a results file's JSON form) is its constant's default in the code as it is now (a
+    winner written into its module since the run): the module's own value, not one apply() set in this process."""
+    module, attribute = _target(name)
+    default = _replaced.get(name, getattr(module, attribute))
+    return json.loads(json.dumps(default)) == json.loads(json.dumps(value))
+
+
 def sentence(settings: dict[str, object] | None) -> str:
-    """" Kernel settings other than the defaults: ..." for a results header; "" at the defaults."""
+    """" Kernel settings other than the defaults: ..." for a results header, the settings since made the defaults
+    named apart (a table regenerated after a winner went into the code must not call it other than the default);
+    "" at the defaults."""
     if not settings:
         return ""
-    return (" Kernel settings other than the defaults (a sweep's winners, benchmarks/kernel_settings.py): "
-            + ", ".join(f"{name.removeprefix(PACKAGE)} = {value!r}" for name, value in settings.items()) + ".")
+    others = {name: value for name, value in settings.items() if not is_default(name, value)}
+    now_default = {name: value for name, value in settings.items() if name not in others}
+    parts = []
+    if others:
+        parts.append("Kernel settings other than the defaults (a sweep's winners, benchmarks/kernel_settings.py): "
+                     + _listed(others))
+    if now_default:
+        parts.append("Run with a sweep's winners applied (benchmarks/kernel_settings.py), since made the defaults: "
+                     + _listed(now_default))
+    return "".join(f" {part}." for part in parts)
+
+
+def _listed(settings: dict[str, object]) -> str:
+    return ", ".join(f"{name.removeprefix(PACKAGE)} = {value!r}" for name, value in settings.items())

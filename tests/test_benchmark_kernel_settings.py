@@ -113,6 +113,24 @@ def test_results_name_the_settings_they_ran_with():
     assert "intermediate" not in note
 
 
+def test_settings_since_made_the_defaults_are_named_apart(monkeypatch):
+    """A results table regenerated after a winner went into its module names it as a default now, not as a setting
+    other than the defaults; the comparison is with the code's value even where this process applied another."""
+    from verify_kernels.gdn import verify
+
+    default, other = verify.SMALL_TREE_CONFIG, [1, 2, 3]
+    text = kernel_settings.sentence({CONFIG: list(default)})
+    assert "since made the defaults: gdn.verify.SMALL_TREE_CONFIG" in text and "other than" not in text
+    text = kernel_settings.sentence({CONFIG: other})
+    assert "other than the defaults" in text and "since made" not in text
+    monkeypatch.setattr(kernel_settings, "_replaced", {})
+    monkeypatch.setattr(kernel_settings, "_applied", {})
+    monkeypatch.setattr(verify, "SMALL_TREE_CONFIG", default)
+    kernel_settings.apply({CONFIG: other})  # (monkeypatch restores the module's value)
+    assert verify.SMALL_TREE_CONFIG == tuple(other)
+    assert "other than the defaults" in kernel_settings.sentence(kernel_settings.applied())
+
+
 def _rows(table: dict[str, list[float]], op: str = "smalltree", errors: dict[str, float] | None = None) -> list:
     """Sweep rows (candidate, workload, batch, us, share, registers, error) of the candidates' times per batch."""
     rows = []
@@ -153,9 +171,9 @@ def test_the_mamba2_sweep_writes_the_commit_settings_that_win_its_speculative_ca
     rows = [{"op": case, "batch": batch, "config": config, "us": us}
             for batch in (64, 256)
             for case in (COMMIT_CASE, "commit, no row folds")
-            for config, us in (("defaults", 100.0), ("loads first", 90.0 if case == COMMIT_CASE else 200.0),
-                               ("loads first, 2 warps", 95.0))]
+            for config, us in (("defaults", 100.0), ("16 P rows a program", 90.0 if case == COMMIT_CASE else 200.0),
+                               ("16 P rows a program, 2 warps", 95.0))]
     name, settings = commit_winner(rows)
-    assert name == "loads first" and settings == {"verify_kernels.mamba2.commit.LOADS_FIRST": True}
+    assert name == "16 P rows a program" and settings == {"verify_kernels.mamba2.commit.BLOCK_P_MAX": 16}
     close = [{**row, "us": 98.0} if row["config"] != "defaults" else row for row in rows]
     assert commit_winner(close) is None
