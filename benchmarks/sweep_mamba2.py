@@ -184,16 +184,12 @@ def sweep_decode(copy_bw: float) -> list[dict]:
     return rows
 
 
-# the commit's settings (verify_kernels.mamba2.commit constants): the defaults first, then the loads issued first
-# (commit.LOADS_FIRST, written on the CPU on 2026-12-05) alone and with other warps and P rows a program. sm_90 with
-# Triton 3.6 (gdn_registers.resources on the kernel): the defaults 120 registers (32 P rows, 4 warps); loads first
-# 255 and 72 bytes spilled there, 194 and none at 16 P rows, 186 and none on 8 warps (one program an SM); 16 P rows
-# on 2 warps spill 160 bytes (not tried)
+# the commit's settings (verify_kernels.mamba2.commit constants): the defaults first (120 registers on sm_90 with
+# Triton 3.6: 32 P rows, 4 warps), then 16 P rows a program (a commit folding 1 row in 8: 36.8 / 122.0 us against
+# 30.9 / 101.0 at batch 64 / 256 on the H200, sweeps_h200/sweep_mamba2_verify_commit_2026-12-05a.txt). A folding
+# program's loads all issued first lost in the same sweep and were removed (docs/design.md section 6)
 COMMIT_CANDIDATES = {
     "defaults": {},
-    "loads first": {"LOADS_FIRST": True},
-    "loads first, 16 P rows a program": {"LOADS_FIRST": True, "BLOCK_P_MAX": 16},
-    "loads first, 8 warps": {"LOADS_FIRST": True, "NUM_WARPS": 8},
     "16 P rows a program": {"BLOCK_P_MAX": 16},
 }
 COMMIT_CASE = "commit, 1 row in 8 folds"  # what a speculative step's commit meets: the winner's measure

@@ -168,13 +168,9 @@ def test_nemotron_nano_sizes_match_reference(op):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("loads_first", [False, True], ids=["loops", "loads-first"])
-def test_nemotron_nano_engine_commit(loads_first, monkeypatch):
+def test_nemotron_nano_engine_commit():
     """The engine's commit at Nemotron-3-Nano's heads: a 16-entry buffer, 5-node chains, 40 rows with 0-5 accepted
-    nodes, some folding; both forms of a folding program (commit.LOADS_FIRST), then the flush."""
-    from verify_kernels.mamba2 import commit as commit_module
-
-    monkeypatch.setattr(commit_module, "LOADS_FIRST", loads_first)
+    nodes, some folding; then the flush."""
     heads, T = NEMOTRON_NANO, 5
     gen = torch.Generator().manual_seed(12)
     pools = kv_pools(gen, heads, [(n % 16, n % 5 != 0) for n in range(40)], capacity=16)

@@ -23,20 +23,8 @@ BLOCK_P_MAX = 32
 BLOCK_E = 16
 NUM_WARPS = 4
 APPEND_WARPS = 2  # the append kernel moves a [BLOCK_E, P] tile of entries per program
-# LOADS_FIRST: a folding program issues every load of its fold before the first wait (fold_tile_loads_first): the
-# buffer as one block, every node of the step with the accepted ones picked on chip instead of loaded through the
-# accepted indices, and its h0 tile. As written, a fold waits on five memory round trips one after another (G_end
-# through the accepted indices, the tile, the buffer's block, the accepted indices, the entries through them):
-# Nemotron-3-Nano's commit at batch 128 with a row in 8 folding takes 53.8 us against 20.4 of bytes (kernel table of
-# 2026-12-04), 0.78 ms of its speculative step at batch 128 (profile 2026-12-04e). Written on the CPU on 2026-12-05
-# (nineteenth session, no device): off until `benchmarks.sweep_mamba2 --ops commit` times it. Holding both blocks
-# at once costs registers (sm_90, Triton 3.6, Nemotron-3-Nano's heads: 255 and 72 bytes spilled at 32 P rows on 4
-# warps against 120 for the loops; 194 and none at 16 P rows), which the sweep weighs against the round trips saved.
-# Buffers of up to LOADS_FIRST_MAX_ENTRIES entries and steps of up to LOADS_FIRST_MAX_NODES nodes; longer ones keep
-# the loops.
-LOADS_FIRST = False
-LOADS_FIRST_MAX_ENTRIES = 16
-LOADS_FIRST_MAX_NODES = 16
+# a folding program's loads all issued first (as the GDN's fold.LOOPED_LOADS_FIRST) lost to these loops on the
+# H200 (docs/design.md section 6)
 
 HEAD_DIMS = (16, 32, 64, 128)           # P and N: powers of two (tl.dot needs >= 16; registers cap at 128)
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
@@ -56,51 +44,11 @@ def fold_entries(b_h, p_key, p_value, p_gcum, m_entry, g_end):
 
 
 @triton.jit
-def fold_tile_loads_first(p_h, bm, xdt, gcum, accepted, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_h, i_g, n_buf, n_acc,
-                          o_p, o_n, T, A, NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
-                          L: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr, HAS_ACCEPTED: tl.constexpr):
-    """The folded tile h0[p-block, :] (p_h), its n_buf buffered and n_acc accepted entries (LOADS_FIRST: L <= BL,
-    T <= BT) loaded all at once: the buffer in one block, every node of the step with the accepted ones picked on
-    chip, then the tile."""
-    o_l = tl.arange(0, BL)
-    m_l = o_l < n_buf
-    b_bk = tl.load(buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_l[:, None], other=0.0)
-    b_bv = tl.load(buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_l[None, :], other=0.0)
-    b_bg = tl.load(buf_gcum + (i_r * L + o_l) * NH + i_h, mask=m_l, other=0.0)
-    if HAS_ACCEPTED:
-        # node t's entry at row / column t of [BT] blocks; the accepted positions a < n_acc <= T in the same range
-        o_t = tl.arange(0, BT)
-        m_t = o_t < T
-        b_acc = tl.load(accepted + i_b * A + o_t, mask=o_t < n_acc, other=-1).to(tl.int32)
-        b_nk = tl.load(bm + ((i_b * T + o_t[:, None]) * NG + i_g) * N + o_n[None, :], mask=m_t[:, None], other=0.0)
-        b_nv = tl.load(xdt + ((i_b * T + o_t[None, :]) * NH + i_h) * P + o_p[:, None], mask=m_t[None, :], other=0.0)
-        b_ng = tl.load(gcum + (i_b * T + o_t) * NH + i_h, mask=m_t, other=0.0).to(tl.float32)
-    b_h = tl.load(p_h)
-    # G of the last folded entry: the last accepted one, else the buffer's last
-    g_end = tl.sum(tl.where(o_l == n_buf - 1, b_bg, 0.0), 0)
-    if HAS_ACCEPTED:
-        last = tl.sum(tl.where(o_t == n_acc - 1, b_acc, 0), 0)
-        b_new = tl.sum((o_t[:, None] == b_acc[None, :]).to(tl.int32), 1) > 0  # [BT]: node t was accepted
-        g_end = tl.where(n_acc > 0, tl.sum(tl.where(o_t == last, b_ng, 0.0), 0), g_end)
-    b_h = tl.exp(g_end) * b_h
-    b_decay = tl.exp(tl.where(m_l, g_end - b_bg, float("-inf")))
-    b_h += tl.dot(b_bv.to(tl.float32) * b_decay[None, :], b_bk.to(tl.float32), input_precision="ieee")
-    if HAS_ACCEPTED:
-        # the nodes not accepted selected away, not multiplied by zero: their entries may be NaN (padding)
-        b_nk = tl.where(b_new[:, None], b_nk.to(tl.float32), 0.0)
-        b_nv = tl.where(b_new[None, :], b_nv.to(tl.float32), 0.0)
-        b_ndecay = tl.exp(tl.where(b_new, g_end - b_ng, float("-inf")))
-        b_h += tl.dot(b_nv * b_ndecay[None, :], b_nk, input_precision="ieee")
-    return b_h
-
-
-@triton.jit
 def mamba2_commit_kernel(
     bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
     flushed, flush_length, T, A,
     NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr, HAS_ACCEPTED: tl.constexpr,
-    LOADS_FIRST: tl.constexpr, BL: tl.constexpr, BT: tl.constexpr,  # (LOADS_FIRST: the buffer's and nodes' blocks)
 ):
     i_b, i_h, i_p = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     i_g = i_h // (NH // NG)
@@ -121,38 +69,34 @@ def mamba2_commit_kernel(
     if fold:
         if i_s >= 0:
             p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
-            if LOADS_FIRST:
-                b_h = fold_tile_loads_first(p_h, bm, xdt, gcum, accepted, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_h,
-                                            i_g, n_buf, n_acc, o_p, o_n, T, A, NH, NG, P, N, L, BL, BT, HAS_ACCEPTED)
-            else:
-                # G of the last folded entry: the last accepted one, else the buffer's last
-                g_end = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
-                if HAS_ACCEPTED:
-                    if n_acc > 0:
-                        last = tl.load(accepted + i_b * A + n_acc - 1)
-                        g_end = tl.load(gcum + (i_b * T + last) * NH + i_h).to(tl.float32)
-                b_h = tl.exp(g_end) * tl.load(p_h)
-                for e0 in range(0, n_buf, BLOCK_E):
-                    o_l = e0 + o_e
-                    m_l = o_l < n_buf
-                    b_h = fold_entries(
-                        b_h,
-                        buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :],
-                        buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None],
-                        buf_gcum + (i_r * L + o_l) * NH + i_h,
-                        m_l, g_end,
-                    )
-                for e0 in range(0, n_acc, BLOCK_E):
-                    o_a = e0 + o_e
-                    m_a = o_a < n_acc
-                    node = tl.load(accepted + i_b * A + o_a, mask=m_a, other=0).to(tl.int64)
-                    b_h = fold_entries(
-                        b_h,
-                        bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :],
-                        xdt + ((i_b * T + node[None, :]) * NH + i_h) * P + o_p[:, None],
-                        gcum + (i_b * T + node) * NH + i_h,
-                        m_a, g_end,
-                    )
+            # G of the last folded entry: the last accepted one, else the buffer's last
+            g_end = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
+            if HAS_ACCEPTED:
+                if n_acc > 0:
+                    last = tl.load(accepted + i_b * A + n_acc - 1)
+                    g_end = tl.load(gcum + (i_b * T + last) * NH + i_h).to(tl.float32)
+            b_h = tl.exp(g_end) * tl.load(p_h)
+            for e0 in range(0, n_buf, BLOCK_E):
+                o_l = e0 + o_e
+                m_l = o_l < n_buf
+                b_h = fold_entries(
+                    b_h,
+                    buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :],
+                    buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None],
+                    buf_gcum + (i_r * L + o_l) * NH + i_h,
+                    m_l, g_end,
+                )
+            for e0 in range(0, n_acc, BLOCK_E):
+                o_a = e0 + o_e
+                m_a = o_a < n_acc
+                node = tl.load(accepted + i_b * A + o_a, mask=m_a, other=0).to(tl.int64)
+                b_h = fold_entries(
+                    b_h,
+                    bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :],
+                    xdt + ((i_b * T + node[None, :]) * NH + i_h) * P + o_p[:, None],
+                    gcum + (i_b * T + node) * NH + i_h,
+                    m_a, g_end,
+                )
             # every thread's read of the tile happens before any write to it
             tl.debug_barrier()
             tl.store(p_h, b_h)
@@ -274,15 +218,11 @@ def mamba2_commit_fwd(bm, xdt, gcum, accepted, num_accepted, state_pool, state_s
     if B == 0:
         return flushed if has_accepted else None
     BLOCK_P = min(P, BLOCK_P_MAX)
-    A = accepted.shape[-1]
-    nodes = max(T, A) if has_accepted else 1
-    loads_first = LOADS_FIRST and L <= LOADS_FIRST_MAX_ENTRIES and nodes <= LOADS_FIRST_MAX_NODES
     mamba2_commit_kernel[(B, NH, P // BLOCK_P)](
         bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-        flushed, flush_length, T, A,
+        flushed, flush_length, T, accepted.shape[-1],
         NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_P=BLOCK_P, BLOCK_E=BLOCK_E, HAS_ACCEPTED=has_accepted,
-        LOADS_FIRST=loads_first, BL=max(16, triton.next_power_of_2(L)) if loads_first else BLOCK_E,
-        BT=max(16, triton.next_power_of_2(nodes)) if loads_first else BLOCK_E, num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS,
     )
     if has_accepted:
         mamba2_append_kernel[(B, NH)](
