@@ -192,6 +192,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
     # chain), on or as the candidate it is while off
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
     for config, rows in ((verify.SMALL_TREE_CONFIG, ""), (verify.SMALL_TREE_FEW_ROWS_CONFIG, ", few rows")):
+        if config is None:  # (few rows through the tensor-core pass)
+            continue
         block_v, warps, v_programs = config
         out.append((f"{'' if verify.SMALL_TREE_PASS else 'candidate: '}verify small trees' tree pass (5-chain{rows})",
                     verify.gdn_verify_small_tree_kernel,

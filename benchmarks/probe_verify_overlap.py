@@ -69,7 +69,8 @@ def passes(work: Workloads, r: int, tree: str):
 
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
     few = B < verify.SMALL_TREE_FEW_ROWS
-    small_v, small_warps, v_programs = verify.SMALL_TREE_FEW_ROWS_CONFIG if few else verify.SMALL_TREE_CONFIG
+    # (few rows without a config of their own run the tensor-core pass in the engine; here the rows' config)
+    small_v, small_warps, v_programs = (verify.SMALL_TREE_FEW_ROWS_CONFIG if few else None) or verify.SMALL_TREE_CONFIG
     BN = verify.small_node_block(T)
     scratch = new(B * HV // heads * v_programs, verify.small_scratch_floats(BN, BL, heads))
 

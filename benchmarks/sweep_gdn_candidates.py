@@ -151,7 +151,10 @@ def candidates(ops: set[str]) -> list[Candidate]:
         # SMALL_TREE_FEW_ROWS_CONFIG, so that a winner written for later benchmarks, kernel_settings.py, changes
         # only what the sweep timed there) and value heads a program (its products over K recomputed per value head
         # where 1); below SMALL_TREE_FEW_ROWS rows (batch 16) every candidate of the pass runs the few rows' config
+        # (None since the sweep of 2026-12-05: the tensor-core pass), and one candidate gives them the pass
         out.append(Candidate("smalltree", "defaults"))
+        out.append(Candidate("smalltree", "few rows too: small trees' tree pass BV 32, 1 warps, 4 programs along V",
+                             {"verify.SMALL_TREE_FEW_ROWS_CONFIG": (32, 1, 4)}))
         for config, heads in (((128, 1, 1), None), ((64, 1, 1), None), ((128, 2, 1), None), ((128, 4, 1), None),
                               ((128, 1, 1), 1), ((64, 1, 2), None), ((32, 1, 4), None), ((32, 1, 4), 1)):
             block_v, warps, v_programs = config

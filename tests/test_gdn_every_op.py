@@ -194,10 +194,12 @@ def test_gpu_engine_shapes(T, monkeypatch):
     num_nodes = [T - (n % 3) for n in range(40)]
     b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T < 16 else "random", capacity=16)
     check_verify(b, "cuda", GPU_TOL)
-    if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS)
-        with monkeypatch.context() as patch:
-            patch.setattr(verify_module, "SMALL_TREE_PASS", not verify_module.SMALL_TREE_PASS)
-            check_verify(b, "cuda", GPU_TOL)
+    if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS), at 40 rows too
+        for small_tree_pass in (False, True):
+            with monkeypatch.context() as patch:
+                patch.setattr(verify_module, "SMALL_TREE_PASS", small_tree_pass)
+                patch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)
+                check_verify(b, "cuda", GPU_TOL)
     assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
     # plain decoding's step in which every row folds, each of its launches (the fold's pipelined row loop)
     for form in decode_module.FOLDING_DECODES:

@@ -164,6 +164,7 @@ def test_small_tree_pass_buffers_more_than_half_full(monkeypatch, heads_per_prog
     (programs along V) or not."""
     monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
     monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", few_rows)
+    monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS_CONFIG", (32, 1, 4))
     monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM", heads_per_program)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     rows = [(15, True), (9, True), (12, False), (8, True), (0, True)]

@@ -77,6 +77,7 @@ def test_small_trees_tree_pass_in_the_runtime(tmp_path, monkeypatch):
             return kernel[grid]
 
     monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+    monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)  # (a batch this small runs the tensor-core pass)
     monkeypatch.setattr(verify_module, "gdn_verify_small_tree_kernel", CountedLaunch())
     save_tiny(qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16), tmp_path, seed=9)
     device = "cuda" if torch.cuda.is_available() else "cpu"

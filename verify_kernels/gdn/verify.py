@@ -170,16 +170,19 @@ PRODUCTS_STAGES = 3
 # 121.4 / 229.8 us against 81.2 / 152.7 / 294.0 for the tensor-core pass (63% of the bound at 128 against 50%),
 # 5-chains 83.7 / 148.8 / 279.4 against 88.9 / 166.6 / 321.6, 8-node trees 116.1 / 200.9 / 370.0 against 113.0 /
 # 209.2 / 395.2, with a value head a program (134 registers, none spilled; a key head's two: 218) at 128 columns
-# on one warp; checked there at 2.6e-7 relative error. Below SMALL_TREE_FEW_ROWS rows (batch 16) 32.2 against 30.2.
-# 16-node trees keep the tensor-core pass (the products' rows hold 8 nodes).
+# on one warp; checked there at 2.6e-7 relative error. Below SMALL_TREE_FEW_ROWS rows the same sweep timed batch 16
+# (its programs split along V, SMALL_TREE_FEW_ROWS_CONFIG (32, 1, 4)) slower than the tensor-core pass: 4-chains
+# 32.2 us against 30.2, 5-chains 36.4 against 33.2, 8-node trees 47.4 against 39.6; so there the tensor-core pass
+# runs (SMALL_TREE_FEW_ROWS_CONFIG None). 16-node trees keep the tensor-core pass (the products' rows hold 8 nodes).
 # SMALL_TREE_CONFIG: V columns a block, warps, programs along V (each takes V // programs columns, a block at a time,
 # and computes its own products over K and weights); below SMALL_TREE_FEW_ROWS rows SMALL_TREE_FEW_ROWS_CONFIG, whose
-# programs along V give a small batch more programs than rows x key heads (one warp each).
+# programs along V give a small batch more programs than rows x key heads (one warp each), or None: the tensor-core
+# pass there.
 SMALL_TREE_PASS = True
 SMALL_TREE_MAX_NODES = 8
 SMALL_TREE_CONFIG = (128, 1, 1)
 SMALL_TREE_FEW_ROWS = 64
-SMALL_TREE_FEW_ROWS_CONFIG = (32, 1, 4)
+SMALL_TREE_FEW_ROWS_CONFIG = None
 SMALL_TREE_HEADS_PER_PROGRAM = 1
 SMALL_TREE_BLOCK_K = 32
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
@@ -345,15 +348,25 @@ def verify_blocks(T: int) -> int:
     return max(16, triton.next_power_of_2(T))
 
 
+def small_tree_config(B: int, T: int) -> tuple[int, int, int] | None:
+    """The small trees' tree pass's (columns a block, warps, programs along V) for B rows of T nodes, or None where
+    the tensor-core tree pass runs (SMALL_TREE_PASS off, trees past SMALL_TREE_MAX_NODES, few rows without a config
+    of their own)."""
+    if not SMALL_TREE_PASS or T > SMALL_TREE_MAX_NODES:
+        return None
+    return SMALL_TREE_FEW_ROWS_CONFIG if B < SMALL_TREE_FEW_ROWS else SMALL_TREE_CONFIG
+
+
 def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int, B: int) -> int:
     """Bytes one request's verify of T nodes writes in one layer besides o, on an L-entry buffer, in a batch of B
     rows: the nodes' buffer entries u and G, and (batches over FUSED_MAX_BATCH, rows with a state) S0^T k and S0^T q
     between the passes, and the small trees' tree pass's own scratch where it runs (SMALL_TREE_PASS). None of it is a
     state: a state is [HV, K, V]."""
     small = 0
-    if B > FUSED_MAX_BATCH and SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
+    config = small_tree_config(B, T)
+    if B > FUSED_MAX_BATCH and config is not None:
         per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
-        v_programs = (SMALL_TREE_FEW_ROWS_CONFIG if B < SMALL_TREE_FEW_ROWS else SMALL_TREE_CONFIG)[2]
+        v_programs = config[2]
         small = (HV // per_program * v_programs
                  * small_scratch_floats(small_node_block(T), verify_blocks(L), per_program))
     return 4 * (T * HV * V + T * HV + 2 * T * HV * V + small)
@@ -442,12 +455,13 @@ def gdn_verify(
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
         PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), EXACT=exact, num_warps=warps, num_stages=1,
     )
-    if SMALL_TREE_PASS and T <= SMALL_TREE_MAX_NODES:
+    config = small_tree_config(B, T)
+    if config is not None:
         per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
         if (HV // H) % per_program:
             raise ValueError(f"the small trees' tree pass's value heads per program ({per_program}) must divide the "
                              f"value heads per key head ({HV // H})")
-        block_v, warps, v_programs = SMALL_TREE_FEW_ROWS_CONFIG if B < SMALL_TREE_FEW_ROWS else SMALL_TREE_CONFIG
+        block_v, warps, v_programs = config
         BV = min(V // v_programs, block_v)
         if V % (v_programs * BV):
             raise ValueError(f"the small trees' tree pass's {v_programs} programs along V of {BV} columns a block must "
