@@ -191,9 +191,6 @@ def sweep_decode(copy_bw: float) -> list[dict]:
 COMMIT_CANDIDATES = {
     "defaults": {},
     "16 P rows a program": {"BLOCK_P_MAX": 16},
-    # lanes that share the rows (commit.COMMIT_LANES, written on the CPU on 2026-12-05): one wave of programs at any
-    # batch instead of a program per row, head and P block
-    **{f"{lanes} lanes": {"COMMIT_LANES": lanes} for lanes in (2, 4, 8, 16)},
 }
 COMMIT_CASE = "commit, 1 row in 8 folds"  # what a speculative step's commit meets: the winner's measure
 

@@ -34,36 +34,6 @@ def test_commit_matches_reference(heads, case):
     assert_pools_match(ours, ref)
 
 
-@pytest.mark.parametrize("lanes", [1, 2])
-@pytest.mark.parametrize("case", COMMITS.values(), ids=COMMITS.keys())
-def test_commit_over_lanes_matches_reference(monkeypatch, case, lanes):
-    """COMMIT_LANES (a sweep candidate): lanes that share the rows, each folding every lanes-th of the rows that
-    fold, found by a scan of the rows' flags two rows at a time (SCAN_BLOCK 2: the ranks restart each block); the
-    flags written by one program. Its grid shows the lanes."""
-    from verify_kernels.mamba2 import commit as commit_module
-
-    grids = []
-    kernel = commit_module.mamba2_commit_kernel
-
-    class CountedLaunch:
-        def __getitem__(self, grid):
-            grids.append(grid)
-            return kernel[grid]
-
-    monkeypatch.setattr(commit_module, "COMMIT_LANES", lanes)
-    monkeypatch.setattr(commit_module, "SCAN_BLOCK", 2)
-    monkeypatch.setattr(commit_module, "mamba2_commit_kernel", CountedLaunch())
-    flush_length, rows = case
-    heads = HEADS["hpg2-P64-N16"]  # (two P blocks a head)
-    gen = torch.Generator().manual_seed(4)
-    pools = kv_pools(gen, heads, [(n, has_state) for n, has_state, _ in rows])
-    (flushed, ours), (flushed_ref, ref) = commit_after_verify(gen, heads, pools, 8, [p for *_, p in rows],
-                                                              flush_length)
-    assert [grid[0] for grid in grids] == [lanes]
-    assert flushed.tolist() == flushed_ref.tolist()
-    assert_pools_match(ours, ref)
-
-
 def test_commit_of_long_paths_matches_reference():
     """Accepted paths and buffers longer than one BLOCK_E step: a 20-node append and a fold of 30 + 20 entries."""
     heads = HEADS["hpg1-P16-N32"]

@@ -25,20 +25,6 @@ NUM_WARPS = 4
 APPEND_WARPS = 2  # the append kernel moves a [BLOCK_E, P] tile of entries per program
 # a folding program's loads all issued first (as the GDN's fold.LOOPED_LOADS_FIRST) lost to these loops on the
 # H200 (docs/design.md section 6)
-# COMMIT_LANES: a commit's grid as lanes x heads x P blocks instead of rows x heads x P blocks, each lane folding
-# every lanes-th of the rows that fold, found by a scan of all rows' flags (SCAN_BLOCK rows at a time), as the GDN's
-# fold (verify_kernels/gdn/fold.py). Why: a speculative step's commit folds about one row in six, yet a program per
-# row, head and P block is launched for all rows, and the fold's registers (120 a thread on 4 warps: four programs
-# an SM) hold the programs that only read their row's flags and leave to waves of ~530 at a time: Nemotron-3-Nano's
-# commit at batch 128 takes 23.1 us where no row folds (15 MiB of appends: 3.8 us) and 54.0 with a row in 8, 74.9 /
-# 192.0 at 512 (the H200 kernel table of 2026-12-05), growing with the rows whatever folds. With lanes, the grid is
-# one wave at any batch and the folding rows' tiles are spread over it. None: a program per row. Flushes (every row
-# with entries folds) keep a program per row. sm_90 with Triton 3.6 (benchmarks.gdn_registers' resources,
-# Nemotron-3-Nano's heads, 32 P rows on 4 warps): 124 registers, none spilled, against 120 for a program per row.
-# Written on the CPU on 2026-12-05 (twentieth session); off until `python -m benchmarks.sweep_mamba2 --ops commit`
-# times it.
-COMMIT_LANES = None
-SCAN_BLOCK = 128
 
 HEAD_DIMS = (16, 32, 64, 128)           # P and N: powers of two (tl.dot needs >= 16; registers cap at 128)
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
@@ -58,106 +44,62 @@ def fold_entries(b_h, p_key, p_value, p_gcum, m_entry, g_end):
 
 
 @triton.jit
-def fold_row_tile(bm, xdt, gcum, accepted, state_pool, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_s, i_h, i_g, n_buf, n_acc,
-                  o_p, o_n, T, A, NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
-                  L: tl.constexpr, BLOCK_E: tl.constexpr, HAS_ACCEPTED: tl.constexpr):
-    """Fold row i_b's n_buf buffered, then its n_acc accepted entries into its state tile h0[p-block, :] of head
-    i_h (state slot i_s >= 0), in place."""
-    o_e = tl.arange(0, BLOCK_E)
-    p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
-    # G of the last folded entry: the last accepted one, else the buffer's last
-    g_end = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
-    if HAS_ACCEPTED:
-        if n_acc > 0:
-            last = tl.load(accepted + i_b * A + n_acc - 1)
-            g_end = tl.load(gcum + (i_b * T + last) * NH + i_h).to(tl.float32)
-    b_h = tl.exp(g_end) * tl.load(p_h)
-    for e0 in range(0, n_buf, BLOCK_E):
-        o_l = e0 + o_e
-        m_l = o_l < n_buf
-        b_h = fold_entries(
-            b_h,
-            buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :],
-            buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None],
-            buf_gcum + (i_r * L + o_l) * NH + i_h,
-            m_l, g_end,
-        )
-    for e0 in range(0, n_acc, BLOCK_E):
-        o_a = e0 + o_e
-        m_a = o_a < n_acc
-        node = tl.load(accepted + i_b * A + o_a, mask=m_a, other=0).to(tl.int64)
-        b_h = fold_entries(
-            b_h,
-            bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :],
-            xdt + ((i_b * T + node[None, :]) * NH + i_h) * P + o_p[:, None],
-            gcum + (i_b * T + node) * NH + i_h,
-            m_a, g_end,
-        )
-    # every thread's read of the tile happens before any write to it
-    tl.debug_barrier()
-    tl.store(p_h, b_h)
-
-
-@triton.jit
 def mamba2_commit_kernel(
     bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-    flushed, flush_length, B, T, A,
+    flushed, flush_length, T, A,
     NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr, HAS_ACCEPTED: tl.constexpr,
-    LOOPED: tl.constexpr,  # programs along axis 0 are lanes that share the rows (COMMIT_LANES), not one per row
-    BB: tl.constexpr,      # LOOPED: rows scanned a block at a time
 ):
-    i_h, i_p = tl.program_id(1), tl.program_id(2)
+    i_b, i_h, i_p = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     i_g = i_h // (NH // NG)
-    if LOOPED:
-        i_0 = tl.program_id(0)
-        o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-        o_n = tl.arange(0, N)
-        # every row's flags a block at a time; the lane folds every lanes-th of the rows that fold (their rank: any
-        # order works as long as every program of a (head, P block) agrees on it)
-        lanes = tl.num_programs(0)
-        for i_first in range(0, B, BB):
-            o_b = i_first + tl.arange(0, BB)
-            m_b = o_b < B
-            b_r = tl.load(req_slots + o_b, mask=m_b, other=0).to(tl.int32)
-            b_slot = tl.load(state_slots + o_b, mask=m_b, other=-1).to(tl.int32)
-            b_n = tl.load(buf_len + b_r, mask=m_b, other=0).to(tl.int32)
-            b_na = tl.zeros([BB], tl.int32)
+    i_r = tl.load(req_slots + i_b).to(tl.int64)
+    i_s = tl.load(state_slots + i_b).to(tl.int64)
+    n_buf = tl.load(buf_len + i_r).to(tl.int32)
+    n_acc = 0
+    if HAS_ACCEPTED:
+        n_acc = tl.load(num_accepted + i_b).to(tl.int32)
+    fold = n_buf + n_acc >= flush_length
+    if HAS_ACCEPTED:
+        if (i_h == 0) & (i_p == 0):
+            tl.store(flushed + i_b, fold)
+
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, N)
+    o_e = tl.arange(0, BLOCK_E)
+    if fold:
+        if i_s >= 0:
+            p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
+            # G of the last folded entry: the last accepted one, else the buffer's last
+            g_end = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
             if HAS_ACCEPTED:
-                b_na = tl.load(num_accepted + o_b, mask=m_b, other=0).to(tl.int32)
-            b_due = m_b & (b_n + b_na >= flush_length)
-            if HAS_ACCEPTED:
-                if (i_0 == 0) & (i_h == 0) & (i_p == 0):
-                    tl.store(flushed + o_b, b_due, mask=m_b)
-            b_fold = b_due & (b_slot >= 0)
-            b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
-            for j in range(i_0, tl.sum(b_fold.to(tl.int32), 0), lanes):
-                b_sel = b_rank == j
-                i_b = tl.sum(tl.where(b_sel, o_b, 0), 0).to(tl.int64)
-                i_r = tl.sum(tl.where(b_sel, b_r, 0), 0).to(tl.int64)
-                i_s = tl.sum(tl.where(b_sel, b_slot, 0), 0).to(tl.int64)
-                n_buf = tl.sum(tl.where(b_sel, b_n, 0), 0)
-                n_acc = tl.sum(tl.where(b_sel, b_na, 0), 0)
-                fold_row_tile(bm, xdt, gcum, accepted, state_pool, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_s, i_h, i_g,
-                              n_buf, n_acc, o_p, o_n, T, A, NH, NG, P, N, L, BLOCK_E, HAS_ACCEPTED)
-    else:
-        i_b = tl.program_id(0).to(tl.int64)
-        i_r = tl.load(req_slots + i_b).to(tl.int64)
-        i_s = tl.load(state_slots + i_b).to(tl.int64)
-        n_buf = tl.load(buf_len + i_r).to(tl.int32)
-        n_acc = 0
-        if HAS_ACCEPTED:
-            n_acc = tl.load(num_accepted + i_b).to(tl.int32)
-        fold = n_buf + n_acc >= flush_length
-        if HAS_ACCEPTED:
-            if (i_h == 0) & (i_p == 0):
-                tl.store(flushed + i_b, fold)
-        o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-        o_n = tl.arange(0, N)
-        if fold:
-            if i_s >= 0:
-                fold_row_tile(bm, xdt, gcum, accepted, state_pool, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_s, i_h, i_g,
-                              n_buf, n_acc, o_p, o_n, T, A, NH, NG, P, N, L, BLOCK_E, HAS_ACCEPTED)
+                if n_acc > 0:
+                    last = tl.load(accepted + i_b * A + n_acc - 1)
+                    g_end = tl.load(gcum + (i_b * T + last) * NH + i_h).to(tl.float32)
+            b_h = tl.exp(g_end) * tl.load(p_h)
+            for e0 in range(0, n_buf, BLOCK_E):
+                o_l = e0 + o_e
+                m_l = o_l < n_buf
+                b_h = fold_entries(
+                    b_h,
+                    buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :],
+                    buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None],
+                    buf_gcum + (i_r * L + o_l) * NH + i_h,
+                    m_l, g_end,
+                )
+            for e0 in range(0, n_acc, BLOCK_E):
+                o_a = e0 + o_e
+                m_a = o_a < n_acc
+                node = tl.load(accepted + i_b * A + o_a, mask=m_a, other=0).to(tl.int64)
+                b_h = fold_entries(
+                    b_h,
+                    bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :],
+                    xdt + ((i_b * T + node[None, :]) * NH + i_h) * P + o_p[:, None],
+                    gcum + (i_b * T + node) * NH + i_h,
+                    m_a, g_end,
+                )
+            # every thread's read of the tile happens before any write to it
+            tl.debug_barrier()
+            tl.store(p_h, b_h)
 
 
 @triton.jit
@@ -276,12 +218,11 @@ def mamba2_commit_fwd(bm, xdt, gcum, accepted, num_accepted, state_pool, state_s
     if B == 0:
         return flushed if has_accepted else None
     BLOCK_P = min(P, BLOCK_P_MAX)
-    looped = has_accepted and COMMIT_LANES is not None and B > COMMIT_LANES
-    mamba2_commit_kernel[(COMMIT_LANES if looped else B, NH, P // BLOCK_P)](
+    mamba2_commit_kernel[(B, NH, P // BLOCK_P)](
         bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-        flushed, flush_length, B, T, accepted.shape[-1],
-        NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_P=BLOCK_P, BLOCK_E=BLOCK_E, HAS_ACCEPTED=has_accepted, LOOPED=looped,
-        BB=min(SCAN_BLOCK, triton.next_power_of_2(B)), num_warps=NUM_WARPS,
+        flushed, flush_length, T, accepted.shape[-1],
+        NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_P=BLOCK_P, BLOCK_E=BLOCK_E, HAS_ACCEPTED=has_accepted,
+        num_warps=NUM_WARPS,
     )
     if has_accepted:
         mamba2_append_kernel[(B, NH)](
