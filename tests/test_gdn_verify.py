@@ -16,16 +16,18 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
-                        "stacked-reads-swapped", "small-tree-pass-swapped"])
+                        "stacked-reads-swapped", "small-tree-pass"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass's products over
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
-    (STACKED_READS); or with trees up to SMALL_TREE_MAX_NODES nodes through the node-by-node tree pass or not,
-    whichever the default is not (SMALL_TREE_PASS), its programs per value head where the default is a key head's."""
-    if request.param == "small-tree-pass-swapped":
-        monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", not verify_module.SMALL_TREE_PASS)
+    (STACKED_READS); or with trees up to SMALL_TREE_MAX_NODES nodes through the node-by-node tree pass
+    (SMALL_TREE_PASS) at these few rows too (which by default take the tensor-core pass: SMALL_TREE_FEW_ROWS), its
+    programs per value head where the default is a key head's and the other way round."""
+    if request.param == "small-tree-pass":
+        monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+        monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)
         monkeypatch.setattr(verify_module, "SMALL_TREE_HEADS_PER_PROGRAM",
                             1 if verify_module.SMALL_TREE_HEADS_PER_PROGRAM is None else None)
     if request.param == "stacked-products-swapped":
@@ -177,6 +179,7 @@ def test_small_tree_pass_strong_decay(monkeypatch):
     finite, and the reference's results to the fp32 resolution of G (tests/test_gdn_every_op.py's strong-decay
     tolerance)."""
     monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
+    monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)  # (three rows: else the tensor-core pass)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)
     rows = [(15, True), (15, False), (0, True)]
     b = make_batch(Dims(1, 2, 16, 16), rows, seed=8, T=5, capacity=16, max_decay=50.0)
