@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from specdec.eval.bench import (
     BenchSettings,
     bench_peaks,
     bench_prompts,
+    experts_vs_uniform,
     free_device_memory,
     load_llm,
     step_workloads,
@@ -29,13 +31,16 @@ from specdec.eval.bench import (
 )
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import roofline
+from specdec.models.expert_traffic import ExpertTraffic
 
 
 def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int, top: int,
                     peaks: Peaks) -> list[str]:
     llm = load_llm(settings, backend, mode)
     with_roofline_prior(llm, settings, backend, peaks)  # (adaptive: the policy's prior, as the study's)
+    traffic = ExpertTraffic(llm.model)  # before any graph is captured, as the study's: the counts are captured too
     requests = warm_up_and_prefill(llm, bench_prompts(llm, settings, batch), batch, settings)
+    traffic.reset()
     graphs = llm.engine.runner.graphs
     captured_before = len(graphs._steps) if graphs is not None else 0
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
@@ -53,10 +58,13 @@ def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int
             kernels[event.name][1] += 1
     busy = sum(total for total, _ in kernels.values())
     wall = 1e3 * seconds / steps
-    ops = roofline_by_op(llm, requests, settings, backend, settings.prompt_tokens, peaks, steps)
+    ops, factor = roofline_by_op(llm, requests, settings, backend, settings.prompt_tokens, peaks, steps,
+                                 traffic if traffic.any else None)
+    experts = f" (MoE expert reads x{factor:.2f}: the experts the steps touched / uniform routing's)" \
+        if factor is not None else ""
     lines = [f"## {backend} {mode}, batch {batch}: {wall:.2f} ms/step wall, {busy / steps:.2f} ms/step on the GPU "
-             f"(host gap {wall - busy / steps:.2f}), roofline {sum(ops.values()):.2f} ms/step, {steps} steps; "
-             f"CUDA graphs: {llm.engine.runner.graph_note or 'on'}, {captured} captured while timed", "",
+             f"(host gap {wall - busy / steps:.2f}), roofline {sum(ops.values()):.2f} ms/step{experts}, {steps} "
+             f"steps; CUDA graphs: {llm.engine.runner.graph_note or 'on'}, {captured} captured while timed", "",
              "| kernel | ms/step | calls/step |", "|---|---|---|"]
     for name, (total, calls) in sorted(kernels.items(), key=lambda item: -item[1][0])[:top]:
         lines.append(f"| {name[:90]} | {total / steps:.3f} | {calls / steps:.1f} |")
@@ -81,13 +89,19 @@ def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int
 
 
 def roofline_by_op(llm, requests, settings: BenchSettings, backend: str, prompt_tokens: int, peaks: Peaks,
-                   steps: int) -> dict[str, float]:
-    """ms per step of each roofline op (all its layers), over the steps the round ran."""
+                   steps: int, traffic: ExpertTraffic | None = None) -> tuple[dict[str, float], float | None]:
+    """ms per step of each roofline op (all its layers), over the steps the round ran, and for a MoE model the
+    factor its expert reads were scaled by: the distinct experts the steps touched / uniform routing's, as the
+    study's roofline (specdec/eval/bench.py time_batch; random weights crowd tokens onto fewer experts)."""
+    work = step_workloads(requests, llm, settings, backend, prompt_tokens)
+    factor = experts_vs_uniform(traffic, llm.model.hf_config, work) if traffic is not None else None
+    if factor is not None:
+        work = [replace(w, expert_factor=factor) for w in work]
     total: dict[str, float] = defaultdict(float)
-    for work in step_workloads(requests, llm, settings, backend, prompt_tokens):
-        for name, ms in roofline(llm.model.hf_config, work, peaks).ms_by_op().items():
+    for one in work:
+        for name, ms in roofline(llm.model.hf_config, one, peaks).ms_by_op().items():
             total[name] += ms / steps
-    return dict(total)
+    return dict(total), factor
 
 
 def main() -> None:

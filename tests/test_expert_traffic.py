@@ -116,3 +116,40 @@ def test_bench_frees_each_engine_before_it_builds_the_next(tmp_path, monkeypatch
                                    prompt_tokens=8, device="cpu"), PEAKS)
     assert len(rows) == 2 and rows[0].experts_vs_uniform is not None
     assert alive == [[], [False]]  # the second engine was built with the first one's experts freed
+
+
+def test_the_step_profile_scales_its_expert_reads_as_the_bench_does(tmp_path):
+    """benchmarks/profile_step's roofline by op: a MoE model's expert reads scaled by the counted experts / uniform
+    routing's, the rest unchanged (it had read uniform routing's: Nemotron-3-Nano speculative batch 128 on the H200,
+    17.5 ms against the study's 13.9 for the same steps)."""
+    from benchmarks.profile_step import roofline_by_op
+    from specdec.eval.bench import bench_prompts, experts_vs_uniform, load_llm, step_workloads, warm_up_and_prefill
+
+    random_target(nemotron_h_config(), tmp_path, seed=5)
+    settings = BenchSettings(target=str(tmp_path), batch_sizes=(3,), max_new_tokens=6, prompt_tokens=8,
+                             device="cpu", dtype="fp32")
+    llm = load_llm(settings, "kvbuffer", "plain")
+    traffic = ExpertTraffic(llm.model)
+    requests = warm_up_and_prefill(llm, bench_prompts(llm, settings, 3), 3, settings)
+    traffic.reset()
+    llm.engine.run()
+    steps = max(r.stats.steps for r in requests)
+    peaks = Peaks(20e9, 1e18, "given")  # the expert ops bound by their bytes alone: their FLOPs do not scale
+    counted = roofline_by_op(llm, requests, settings, "kvbuffer", 8, peaks, steps, traffic)
+    work = step_workloads(requests, llm, settings, "kvbuffer", 8)
+    assert counted[1] == experts_vs_uniform(traffic, llm.model.hf_config, work)
+    uniform, no_factor = roofline_by_op(llm, requests, settings, "kvbuffer", 8, peaks, steps)
+    assert no_factor is None
+    distinct, calls = traffic.read()
+    scaled = []  # the roofline at the counted factor / 2 and / 4 (each call's distinct experts halved, then again)
+    for divide in (2, 4):
+        traffic.counts.copy_(torch.tensor([distinct, divide * calls]))
+        ops, factor = roofline_by_op(llm, requests, settings, "kvbuffer", 8, peaks, steps, traffic)
+        assert factor == pytest.approx(counted[1] / divide)
+        scaled.append(ops)
+    half, quarter = scaled
+    moe = [name for name in uniform if name.startswith("MoE experts")]
+    assert moe and all(half[name] == uniform[name] for name in uniform if name not in moe)
+    for name in moe:  # weight bytes linear in the factor (plus the tokens' activations, which are not)
+        assert quarter[name] < half[name] < counted[0][name]
+        assert counted[0][name] - half[name] == pytest.approx(2 * (half[name] - quarter[name]))
