@@ -95,12 +95,15 @@ def merge(results: list[dict]) -> list[dict]:
         # (a row's run: its date and sitting, and the kernel settings it ran with where not the defaults)
         tuned = {"kernel_settings": result["kernel_settings"]} if result.get("kernel_settings") else {}
         rows = [{**row, "date": run_date(result), **tuned} for row in result["rows"]]
+        reference = [{**row, "date": run_date(result)} for row in result["transformers"]]
         if key not in merged:
-            merged[key] = {**result, "rows": rows, "transformers": list(result["transformers"])}
+            merged[key] = {**result, "rows": rows, "transformers": reference}
         else:
             merged[key]["rows"] += rows
-            merged[key]["transformers"] += result["transformers"]
-    return [{**result, "rows": median_rows(result["rows"])} for result in merged.values()]
+            merged[key]["transformers"] += reference
+    # (transformers' reference too: a batch re-run keeps its latest run, not both beside each other)
+    return [{**result, "rows": median_rows(result["rows"]), "transformers": median_rows(result["transformers"])}
+            for result in merged.values()]
 
 
 def median_rows(rows: list[dict]) -> list[dict]:

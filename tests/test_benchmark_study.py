@@ -155,3 +155,16 @@ def test_a_later_sitting_of_the_same_day_replaces_the_earlier_runs():
     assert kept[128]["tokens_per_second"] == 10700.0 and kept[128]["runs"] == [10700.0, 10896.0]
     assert kept[1]["tokens_per_second"] == 500.0
     assert "Re-run on 2026-12-04, 10:12 UTC" in rerun_note(joined)
+
+
+def test_transformers_reference_re_run_keeps_its_latest_run():
+    """The outside reference re-run at a batch (the KVBuffer's plain engine's run brings it) replaces its earlier run
+    in the section's line instead of standing beside it ("19 tok/s at batch 1, 8 tok/s at batch 1")."""
+    def part(date, speed, batch=1):
+        reference = {"backend": "transformers", "mode": "plain", "batch_size": batch, "tokens_per_second": speed}
+        return {"model": "m", "layers": 4, "settings": {"draft": "synthetic:2.72"}, "date": date, "rows": [],
+                "transformers": [reference]}
+
+    (joined,) = merge([part("2026-12-05", 19.0), part("2026-12-02", 8.0), part("2026-12-02", 113.0, batch=16)])
+    kept = {r["batch_size"]: r["tokens_per_second"] for r in joined["transformers"]}
+    assert kept == {1: 19.0, 16: 113.0}
