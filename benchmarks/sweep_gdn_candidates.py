@@ -164,6 +164,13 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                   "verify.SMALL_TREE_HEADS_PER_PROGRAM": heads}))
         out.append(Candidate("smalltree", "small trees' tree pass, K in steps of 16",
                              {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BLOCK_K": 16}))
+        # registers capped so that an SM holds 16 of the one-warp programs, not 15 (verify.SMALL_TREE_MAX_REGISTERS:
+        # fewer waves at batch 64 / 128 / 256), alone and with the few rows' programs along V (batch 16: 2048 of them)
+        for registers in (128, 120):
+            out.append(Candidate("smalltree", f"small trees' tree pass, registers capped at {registers}",
+                                 {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_MAX_REGISTERS": registers}))
+        out.append(Candidate("smalltree", "few rows too, registers capped at 128",
+                             {"verify.SMALL_TREE_FEW_ROWS_CONFIG": (32, 1, 4), "verify.SMALL_TREE_MAX_REGISTERS": 128}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))

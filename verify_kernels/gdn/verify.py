@@ -185,6 +185,14 @@ SMALL_TREE_FEW_ROWS = 64
 SMALL_TREE_FEW_ROWS_CONFIG = None
 SMALL_TREE_HEADS_PER_PROGRAM = 1
 SMALL_TREE_BLOCK_K = 32
+# SMALL_TREE_MAX_REGISTERS: a cap on the pass's registers a thread (Triton's maxnreg), or None. The pass is latency-
+# bound one-warp programs, so the GPU runs it in waves of as many as its SMs hold, and registers set that count: at
+# 134 (sm_90, Triton 3.6: python -m benchmarks.gdn_registers) an SM holds 15 (65536 / (136 x 32)), 1980 on the H200's
+# 132 SMs; batch 128 of Qwen3.5-9B's 32 value heads is 4096 programs, 3 waves, the third of 136 programs; batch 64,
+# 2048 programs, 2 waves, the second of 68. At 128 an SM holds 16 (2112): 2 waves and 1. Capped at 128 the same
+# build spills nothing and its full-buffer node body grows from 315 to 344 instructions (the half-full one stays at
+# 247); at 120 it spills 8 bytes. A candidate of benchmarks/sweep_gdn.py until the H200 times it.
+SMALL_TREE_MAX_REGISTERS = None
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
 DOT_PRECISION = "tf32x3"
@@ -357,6 +365,11 @@ def small_tree_config(B: int, T: int) -> tuple[int, int, int] | None:
     return SMALL_TREE_FEW_ROWS_CONFIG if B < SMALL_TREE_FEW_ROWS else SMALL_TREE_CONFIG
 
 
+def register_cap(registers: int | None) -> dict:
+    """A launch's register cap a thread (Triton's maxnreg option), where one is set."""
+    return {} if registers is None else {"maxnreg": registers}
+
+
 def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int, B: int) -> int:
     """Bytes one request's verify of T nodes writes in one layer besides o, on an L-entry buffer, in a batch of B
     rows: the nodes' buffer entries u and G, and (batches over FUSED_MAX_BATCH, rows with a state) S0^T k and S0^T q
@@ -472,7 +485,7 @@ def gdn_verify(
             q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
             gcum, scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, SMALL_TREE_BLOCK_K), BV=BV, GP=per_program,
             NG=triton.next_power_of_2(per_program), VP=v_programs, PRECISION=products_precision(TREE_SPLIT_TF32),
-            EXACT=exact, num_warps=warps, num_stages=1,
+            EXACT=exact, num_warps=warps, num_stages=1, **register_cap(SMALL_TREE_MAX_REGISTERS),
         )
         return o, u, gcum
     block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG
