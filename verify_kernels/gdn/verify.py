@@ -191,8 +191,11 @@ SMALL_TREE_BLOCK_K = 32
 # 132 SMs; batch 128 of Qwen3.5-9B's 32 value heads is 4096 programs, 3 waves, the third of 136 programs; batch 64,
 # 2048 programs, 2 waves, the second of 68. At 128 an SM holds 16 (2112): 2 waves and 1. Capped at 128 the same
 # build spills nothing and its full-buffer node body grows from 315 to 344 instructions (the half-full one stays at
-# 247); at 120 it spills 8 bytes. A candidate of benchmarks/sweep_gdn.py until the H200 times it.
-SMALL_TREE_MAX_REGISTERS = None
+# 247); at 120 it spills 8 bytes. On: the H200 sweep of 2026-12-05, twenty-first session (sweeps_h200/
+# sweep_gdn_smalltree_cap_2026-12-05d.txt): 5-node chains (the engine's 4-token drafts) at batch 64 / 128 / 256 75.1 /
+# 141.4 / 270.4 us against 84.5 / 149.4 / 281.9, 8-node trees 103.4 / 191.4 against 116.6 / 202.7 at 64 / 128, 4-node
+# chains (fewer registers uncapped) the same; at 120 no better (75.5 / 142.3 / 270.9).
+SMALL_TREE_MAX_REGISTERS = 128
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
 DOT_PRECISION = "tf32x3"
