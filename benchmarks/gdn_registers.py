@@ -26,8 +26,10 @@ from triton.compiler import ASTSource
 
 from benchmarks.gdn import HV, H, K, V
 from verify_kernels.gdn import commit, decode, fold, verify
+from verify_kernels.registers import programs_per_sm, register_cap
 
 TARGET = GPUTarget("cuda", 90, 32)
+SHARED_MEMORY = 228 * 1024  # an sm_90 SM's
 CAPACITY = 16
 INDEX = ("state_slots", "buf_len", "req_slots", "num_nodes", "accepted", "num_accepted")
 SCALARS = ("T", "A", "B", "flush_length")
@@ -52,10 +54,12 @@ def sass_shape(sass: str) -> tuple[int, list[int]]:
     return len(instructions), bodies
 
 
-def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, int, int, list[int]]:
+def resources(kernel, constexprs: dict, num_warps: int,
+              max_registers: int | None = None) -> tuple[int, int, int, int, int, list[int]]:
     """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90, its shared memory
     bytes per program, its asynchronous copies into shared memory (cp.async in the PTX: loads that a pipelined
-    loop issues ahead), and its SASS instructions and loop bodies (sass_shape)."""
+    loop issues ahead), and its SASS instructions and loop bodies (sass_shape); max_registers: the launch's cap
+    (Triton's maxnreg: verify_kernels/registers.py), where it sets one."""
     params = list(inspect.signature(kernel.fn).parameters)
     signature = {}
     for name in params:
@@ -71,7 +75,7 @@ def resources(kernel, constexprs: dict, num_warps: int) -> tuple[int, int, int, 
             signature[name] = "*u8" if name == "ancestors" else "*fp32"
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(params) if signature[name].startswith("*")}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, aligned), target=TARGET,
-                              options={"num_warps": num_warps, "num_stages": 1})
+                              options={"num_warps": num_warps, "num_stages": 1, **register_cap(max_registers)})
     cuobjdump = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
     with tempfile.TemporaryDirectory() as folder:
         cubin = os.path.join(folder, "kernel.cubin")
@@ -91,8 +95,9 @@ def fold_args(shapes: dict, block_v: int, entries: int, append: bool, stages: in
                 LOADS_FIRST=loads_first)
 
 
-def variants() -> list[tuple[str, object, dict, int]]:
-    """(label, kernel, constexprs, warps) of every kernel the launchers pick at the current settings."""
+def variants() -> list[tuple[str, object, dict, int] | tuple[str, object, dict, int, int | None]]:
+    """(label, kernel, constexprs, warps[, register cap]) of every kernel the launchers pick at the current
+    settings."""
     shapes = dict(H=H, HV=HV, K=K, V=V)
     out = []
     G = HV // H if verify.STATE_SHARE_KEY_HEAD else 1
@@ -199,7 +204,8 @@ def variants() -> list[tuple[str, object, dict, int]]:
                     verify.gdn_verify_small_tree_kernel,
                     dict(shapes, L=CAPACITY, BN=8, BL=16, BK=verify.SMALL_TREE_BLOCK_K,
                          BV=min(V // v_programs, block_v), GP=heads, NG=triton.next_power_of_2(heads), VP=v_programs,
-                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=False), warps))
+                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=False), warps,
+                    verify.SMALL_TREE_MAX_REGISTERS))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H
@@ -227,13 +233,20 @@ def variants() -> list[tuple[str, object, dict, int]]:
 
 def main() -> None:
     print(f"triton {triton.__version__}, sm_90, H={H} HV={HV} K={K} V={V}, buffer {CAPACITY}")
-    print("| kernel | warps | registers | spilled bytes | shared memory bytes | cp.async in PTX | SASS instructions | "
-          "loop bodies |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, kernel, constexprs, warps in variants():
-        registers, spilled, shared, copies, instructions, bodies = resources(kernel, constexprs, warps)
-        print(f"| {label} | {warps} | {registers} | {spilled} | {shared} | {copies} | {instructions} | "
-              f"{', '.join(map(str, bodies)) or '-'} |", flush=True)
+    print("| kernel | warps | registers | spilled bytes | shared memory bytes | programs an SM | cp.async in PTX | "
+          "SASS instructions | loop bodies |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, kernel, constexprs, warps, *cap in variants():
+        registers, spilled, shared, copies, instructions, bodies = resources(kernel, constexprs, warps, *cap)
+        print(f"| {label} | {warps} | {registers} | {spilled} | {shared} | {programs_an_sm(registers, warps, shared)} "
+              f"| {copies} | {instructions} | {', '.join(map(str, bodies)) or '-'} |", flush=True)
+
+
+def programs_an_sm(registers: int, warps: int, shared: int) -> int:
+    """Programs an sm_90 SM holds at once: by its registers (verify_kernels/registers.py), its 228 KiB of shared
+    memory (1 KiB of it reserved a program), 32 programs and 64 warps."""
+    by_shared = SHARED_MEMORY // (shared + 1024)
+    return min(programs_per_sm(registers, warps), by_shared, 32, 64 // warps)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,18 @@ DEFAULTS = "split roles bp64 w4"  # the verify candidate at the module's default
 FINISH_TILES = ((64, 2), (32, 1), (16, 1), (32, 2), (16, 2))
 
 
+# the split's launches' register caps (state programs, second launch): a program more an SM for each
+# (verify.SPLIT_ROLES_MAX_REGISTERS, SPLIT_FINISH_MAX_REGISTERS)
+REGISTER_CAPS = ((72, None), (None, 64), (72, 64))
+
+
 def finish_name(block_p: int, warps: int) -> str:
     return f"{DEFAULTS} finish bp{block_p} w{warps}"
+
+
+def caps_name(roles: int | None, finish: int | None) -> str:
+    caps = [f"{what} regs {cap}" for what, cap in (("roles", roles), ("finish", finish)) if cap is not None]
+    return f"{DEFAULTS} {', '.join(caps)}"
 
 
 def module_settings(name: str) -> dict[str, object] | None:
@@ -48,6 +58,10 @@ def module_settings(name: str) -> dict[str, object] | None:
         if name == finish_name(block_p, warps):
             return {"verify_kernels.mamba2.verify.SPLIT_FINISH_BLOCK_P": block_p,
                     "verify_kernels.mamba2.verify.SPLIT_FINISH_WARPS": warps}
+    for roles, finish in REGISTER_CAPS:
+        if name == caps_name(roles, finish):
+            return {"verify_kernels.mamba2.verify.SPLIT_ROLES_MAX_REGISTERS": roles,
+                    "verify_kernels.mamba2.verify.SPLIT_FINISH_MAX_REGISTERS": finish}
     return None
 
 
@@ -81,6 +95,12 @@ def verify_candidates(tree: str) -> dict[str, VerifyConfig]:
     # programs at the defaults' 64 rows on 4 warps
     candidates |= {finish_name(bp, w): VerifyConfig(64, 4, state_dot=True, inline_scores=False, split_roles=True,
                                                     finish_block_p=bp, finish_warps=w) for bp, w in FINISH_TILES}
+    # the split's launches with their registers capped: one program more an SM each (written on the CPU on
+    # 2026-12-05, twenty-first session, after the GDN small trees' pass gained 4-11% from such a cap)
+    candidates |= {caps_name(roles, finish): VerifyConfig(64, 4, state_dot=True, inline_scores=False,
+                                                          split_roles=True, roles_max_registers=roles,
+                                                          finish_max_registers=finish)
+                   for roles, finish in REGISTER_CAPS}
     # the products in Triton's tf32x3 (its emulated roundings) rather than the default's operands split by a mask
     # (verify.DOT_PRECISION, verify_kernels/precision.py), for the record
     candidates["dots bp64 w4 triton-tf32x3"] = VerifyConfig(64, 4, state_dot=True, inline_scores=False,

@@ -56,7 +56,12 @@ VERIFY_CONFIGS = {
     # the second launch on its own P rows and warps (VerifyConfig.finish_*): 32 rows on one warp, where the state
     # programs take 16 on 4
     "split-roles-finish-bp32-w1": VerifyConfig(block_p=16, num_warps=4, state_dot=True, inline_scores=False,
-                                               block_n=16, split_roles=True, finish_block_p=32, finish_warps=1)}
+                                               block_n=16, split_roles=True, finish_block_p=32, finish_warps=1),
+    # both launches with their registers capped (VerifyConfig.*_max_registers: Triton's maxnreg, which the
+    # interpreter takes and ignores; on a GPU a build that may spill)
+    "split-roles-registers-capped": VerifyConfig(block_p=16, num_warps=4, state_dot=True, inline_scores=False,
+                                                 block_n=16, split_roles=True, roles_max_registers=72,
+                                                 finish_max_registers=64)}
 SMALL_DECODE = DecodeConfig(block_p=16, block_l=16, num_warps=4, block_n=16)
 
 

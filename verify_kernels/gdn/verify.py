@@ -56,6 +56,7 @@ from verify_kernels.gdn.verify_small import node_block as small_node_block
 from verify_kernels.gdn.verify_small import scratch_floats as small_scratch_floats
 from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
 from verify_kernels.precision import exact_in_tf32
+from verify_kernels.registers import register_cap
 from verify_kernels.tree import ancestor_mask
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). State pass up to FMA_MAX_NODES
@@ -366,11 +367,6 @@ def small_tree_config(B: int, T: int) -> tuple[int, int, int] | None:
     if not SMALL_TREE_PASS or T > SMALL_TREE_MAX_NODES:
         return None
     return SMALL_TREE_FEW_ROWS_CONFIG if B < SMALL_TREE_FEW_ROWS else SMALL_TREE_CONFIG
-
-
-def register_cap(registers: int | None) -> dict:
-    """A launch's register cap a thread (Triton's maxnreg option), where one is set."""
-    return {} if registers is None else {"maxnreg": registers}
 
 
 def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int, B: int) -> int:

@@ -53,6 +53,7 @@ import triton.language as tl
 
 from verify_kernels.mamba2.commit import check_indices, check_pools, check_tokens
 from verify_kernels.precision import add_product, add_product_exact, exact_in_tf32
+from verify_kernels.registers import register_cap
 from verify_kernels.tree import ancestor_mask
 
 # Tunables, none timed yet at these settings: benchmarks/sweep_mamba2.py times the candidates on the GPU (5-node
@@ -99,6 +100,14 @@ SPLIT_ROLES = True
 # warp 109 (up to 18 programs an SM). Not timed yet: `python -m benchmarks.sweep_mamba2 --ops verify --match finish`.
 SPLIT_FINISH_BLOCK_P = None
 SPLIT_FINISH_WARPS = None
+# SPLIT_ROLES_MAX_REGISTERS, SPLIT_FINISH_MAX_REGISTERS: caps on the split's two launches' registers a thread
+# (verify_kernels/registers.py), or None. sm_90 with the H200's Triton 3.6 (compiled on the CPU, Nemotron-3-Nano
+# shapes, bf16 B and C, 5-node chains): the state programs of the first launch 80 registers on 4 warps, six programs
+# an SM (at batch 128, 9216 programs: 12 waves), capped at 72 seven (10 waves) with 8 bytes spilled; the second
+# launch 72 registers, seven an SM (8192 programs: 9 waves), capped at 64 eight (8 waves) with 8 bytes spilled.
+# Sweep candidates (benchmarks/sweep_mamba2.py) until the H200 times them.
+SPLIT_ROLES_MAX_REGISTERS = None
+SPLIT_FINISH_MAX_REGISTERS = None
 # products pass: N columns per step (91 registers at 32, 148 at 64) and warps
 PRODUCTS_BLOCK_N = 32
 PRODUCTS_WARPS = 4
@@ -126,6 +135,8 @@ class VerifyConfig(NamedTuple):
     split_roles: bool = False  # h0's stream beside the products pass in one launch, the rest after (state_dot only)
     finish_block_p: int | None = None  # the split's second launch: P rows a program (None: block_p; >= 16)
     finish_warps: int | None = None    # and its warps (None: num_warps)
+    roles_max_registers: int | None = None   # the split's launches' register caps a thread (None: none)
+    finish_max_registers: int | None = None
 
 
 def verify_config(B: int, T: int, P: int) -> VerifyConfig:
@@ -134,7 +145,9 @@ def verify_config(B: int, T: int, P: int) -> VerifyConfig:
     small = B <= FUSED_MAX_BATCH
     return VerifyConfig(block_p=min(P, SMALL_BATCH_BLOCK_P if small else BLOCK_P[BT]), num_warps=NUM_WARPS[BT],
                         state_dot=T > FMA_MAX_NODES, inline_scores=small, split_roles=SPLIT_ROLES,
-                        finish_block_p=SPLIT_FINISH_BLOCK_P, finish_warps=SPLIT_FINISH_WARPS)
+                        finish_block_p=SPLIT_FINISH_BLOCK_P, finish_warps=SPLIT_FINISH_WARPS,
+                        roles_max_registers=SPLIT_ROLES_MAX_REGISTERS,
+                        finish_max_registers=SPLIT_FINISH_MAX_REGISTERS)
 
 
 @triton.jit
@@ -430,7 +443,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
             Bm, C, num_nodes, buf_b, buf_len, req_slots, state_pool, state_slots, s_tree, s_buf, hc, T,
             NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BP, BN=min(N, cfg.block_n),
             BNS=min(N, PRODUCTS_BLOCK_N), PRECISION=precision, **exact, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
+            num_stages=cfg.num_stages, **register_cap(cfg.roles_max_registers),
         )
     else:
         s_tree, s_buf = new(B, NG, BT, BT), new(B, NG, BT, BL)
@@ -450,7 +463,7 @@ def mamba2_verify_fwd(x, dt, A, Bm, C, D, parents, num_nodes, state_pool, state_
         NH=NH, NG=NG, P=P, N=N, L=L, BT=BT, BL=BL, BP=BPF, BN=min(N, cfg.block_n),
         FMA_NODES=0 if cfg.state_dot else T, INLINE_SCORES=cfg.inline_scores,
         N_LOOP=(cfg.state_dot or cfg.inline_scores) and not split, HC_IN=split, PRECISION=precision, **exact,
-        num_warps=warps, num_stages=cfg.num_stages,
+        num_warps=warps, num_stages=cfg.num_stages, **register_cap(cfg.finish_max_registers if split else None),
     )
     return y, xdt, gcum
 
