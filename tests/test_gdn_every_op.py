@@ -194,6 +194,11 @@ def test_gpu_engine_shapes(T, monkeypatch):
     num_nodes = [T - (n % 3) for n in range(40)]
     b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T < 16 else "random", capacity=16)
     check_verify(b, "cuda", GPU_TOL)
+    if T > verify_module.FMA_MAX_NODES:  # the trees' state dots with their registers capped and not
+        with monkeypatch.context() as patch:
+            patch.setattr(verify_module, "STATE_DOT_MAX_REGISTERS",
+                          128 if verify_module.STATE_DOT_MAX_REGISTERS is None else None)
+            check_verify(b, "cuda", GPU_TOL)
     if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS), at 40 rows too,
         # the small trees' pass with its registers capped and not (SMALL_TREE_MAX_REGISTERS: a build that may spill)
         for small_tree_pass, registers in ((False, None), (True, None), (True, 128)):
