@@ -211,6 +211,7 @@ def sweep_decode(copy_bw: float) -> list[dict]:
 COMMIT_CANDIDATES = {
     "defaults": {},
     "16 P rows a program": {"BLOCK_P_MAX": 16},
+    "registers capped at 96": {"MAX_REGISTERS": 96},  # 95 registers, 5 programs an SM, not 4 (commit.MAX_REGISTERS)
 }
 COMMIT_CASE = "commit, 1 row in 8 folds"  # what a speculative step's commit meets: the winner's measure
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.mamba2_checks import HEADS, L, allocate_fold_slots, assert_pools_match, clone, commit_after_verify, kv_pools
+from verify_kernels.mamba2 import commit as commit_module
 from verify_kernels.mamba2 import mamba2_flush, mamba2_flush_ref
 
 # every output a kernel allocates starts as NaN: an element it forgets to write fails (tests/conftest.py)
@@ -24,7 +25,11 @@ COMMITS = {
 
 @pytest.mark.parametrize("case", COMMITS.values(), ids=COMMITS.keys())
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
-def test_commit_matches_reference(heads, case):
+@pytest.mark.parametrize("registers", [None, 96], ids=["uncapped", "capped"])
+def test_commit_matches_reference(heads, case, registers, monkeypatch):
+    """Every case with the kernel's register cap (commit.MAX_REGISTERS: Triton's maxnreg, which the interpreter takes
+    and ignores) off and on."""
+    monkeypatch.setattr(commit_module, "MAX_REGISTERS", registers)
     flush_length, rows = case
     gen = torch.Generator().manual_seed(4)
     pools = kv_pools(gen, heads, [(n, has_state) for n, has_state, _ in rows])

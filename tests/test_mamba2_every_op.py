@@ -27,6 +27,7 @@ from tests.mamba2_checks import (
     trees,
 )
 from tests.reference_checks import NAN, pad_nodes
+from verify_kernels.mamba2 import commit as commit_module
 from verify_kernels.mamba2 import (
     mamba2_decode,
     mamba2_decode_commit,
@@ -168,9 +169,11 @@ def test_nemotron_nano_sizes_match_reference(op):
 
 @pytest.mark.gpu
 @needs_cuda
-def test_nemotron_nano_engine_commit():
+@pytest.mark.parametrize("registers", [None, 96], ids=["uncapped", "capped"])
+def test_nemotron_nano_engine_commit(registers, monkeypatch):
     """The engine's commit at Nemotron-3-Nano's heads: a 16-entry buffer, 5-node chains, 40 rows with 0-5 accepted
-    nodes, some folding; then the flush."""
+    nodes, some folding; then the flush; the kernel's registers capped (commit.MAX_REGISTERS) and not."""
+    monkeypatch.setattr(commit_module, "MAX_REGISTERS", registers)
     heads, T = NEMOTRON_NANO, 5
     gen = torch.Generator().manual_seed(12)
     pools = kv_pools(gen, heads, [(n % 16, n % 5 != 0) for n in range(40)], capacity=16)

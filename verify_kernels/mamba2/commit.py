@@ -18,11 +18,19 @@ import torch
 import triton
 import triton.language as tl
 
+from verify_kernels.registers import register_cap
+
 # tunables: the P block of a program and the number of entries folded per tl.dot (>= 16)
 BLOCK_P_MAX = 32
 BLOCK_E = 16
 NUM_WARPS = 4
 APPEND_WARPS = 2  # the append kernel moves a [BLOCK_E, P] tile of entries per program
+# MAX_REGISTERS: a cap on the commit kernel's registers a thread (verify_kernels/registers.py), or None. Its grid is a
+# program per (row, head, P block), most of which exit (the rows that do not fold), and the folding programs'
+# registers set how many an SM holds: sm_90 with Triton 3.6 (compiled on the CPU, Nemotron-3-Nano heads) 122 on 4
+# warps, 4 an SM; given a cap of 96 (or 128) ptxas builds it in 95 with no spill, 5 an SM. A sweep candidate
+# (benchmarks/sweep_mamba2.py --ops commit) until the H200 times it.
+MAX_REGISTERS = None
 # a folding program's loads all issued first (as the GDN's fold.LOOPED_LOADS_FIRST) lost to these loops on the
 # H200 (docs/design.md section 6)
 
@@ -222,7 +230,7 @@ def mamba2_commit_fwd(bm, xdt, gcum, accepted, num_accepted, state_pool, state_s
         bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
         flushed, flush_length, T, accepted.shape[-1],
         NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_P=BLOCK_P, BLOCK_E=BLOCK_E, HAS_ACCEPTED=has_accepted,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS, **register_cap(MAX_REGISTERS),
     )
     if has_accepted:
         mamba2_append_kernel[(B, NH)](
