@@ -108,7 +108,7 @@ def variants() -> list[tuple[str, object, dict, int] | tuple[str, object, dict, 
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
                          NG=triton.next_power_of_2(heads), USE_DOT=use_dot,
                          PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot), EXACT=False),
-                    warps, verify.STATE_DOT_MAX_REGISTERS if use_dot else None))
+                    warps, verify.STATE_DOT_MAX_REGISTERS[BT] if use_dot else None))
         if use_dot and not verify.STATE_SPLIT_TF32:  # its dots from operands split by a mask (a candidate)
             out.append(("candidate: verify state pass (16-node tree), dots split by mask",
                         verify.gdn_verify_state_kernel,

@@ -125,7 +125,8 @@ def candidates(ops: set[str]) -> list[Candidate]:
             out.append(Candidate("verify", f"16-node state dots BV {bv}, {warps} warps",
                                  {"verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
         # ... their registers capped at 128 (verify.STATE_DOT_MAX_REGISTERS: 4 programs an SM, not 3)
-        out.append(Candidate("verify", "state dots capped at 128 registers", {"verify.STATE_DOT_MAX_REGISTERS": 128}))
+        out.append(Candidate("verify", "16-node state dots capped at 128 registers",
+                             {"verify.STATE_DOT_MAX_REGISTERS": {**verify.STATE_DOT_MAX_REGISTERS, 16: 128}}))
         # the previous defaults (Triton's tf32x3, 32 columns for chains too), for the record
         out.append(Candidate("verify", "Triton's tf32x3 (the defaults before the eighth sitting)",
                              {"verify.TREE_SPLIT_TF32": False, "verify.STATE_SPLIT_TF32": False,

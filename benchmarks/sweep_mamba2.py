@@ -26,6 +26,7 @@ from benchmarks import checks, kernel_settings, mamba2
 from benchmarks.inputs import Pools, rotation_slots
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
 from verify_kernels.mamba2 import commit as commit_module
+from verify_kernels.mamba2 import verify as verify_module
 from verify_kernels.mamba2.decode import DecodeConfig, mamba2_decode_fwd
 from verify_kernels.mamba2.verify import VerifyConfig, mamba2_verify_fwd
 from verify_kernels.tree import ancestor_mask
@@ -58,10 +59,11 @@ def module_settings(name: str) -> dict[str, object] | None:
         if name == finish_name(block_p, warps):
             return {"verify_kernels.mamba2.verify.SPLIT_FINISH_BLOCK_P": block_p,
                     "verify_kernels.mamba2.verify.SPLIT_FINISH_WARPS": warps}
-    for roles, finish in REGISTER_CAPS:
+    for roles, finish in REGISTER_CAPS:  # (the sweep's trees are all of BT 16: the caps of that block)
         if name == caps_name(roles, finish):
-            return {"verify_kernels.mamba2.verify.SPLIT_ROLES_MAX_REGISTERS": roles,
-                    "verify_kernels.mamba2.verify.SPLIT_FINISH_MAX_REGISTERS": finish}
+            module = verify_module.__name__
+            return {f"{module}.SPLIT_ROLES_MAX_REGISTERS": {**verify_module.SPLIT_ROLES_MAX_REGISTERS, 16: roles},
+                    f"{module}.SPLIT_FINISH_MAX_REGISTERS": {**verify_module.SPLIT_FINISH_MAX_REGISTERS, 16: finish}}
     return None
 
 

@@ -243,3 +243,9 @@ GPU_DIMS = {
 }
 GPU_ROWS = [(0, True), (63, True), (30, False), (0, False), (17, True), (62, True), (5, True), (40, False)]
 GPU_TOL = 2e-4
+
+
+def swapped_caps(caps: dict[int, int | None]) -> dict[int, int | None]:
+    """A per-block register-cap setting (e.g. verify.STATE_DOT_MAX_REGISTERS) turned around: 128 where a block has
+    none, none where it has one, so that a test runs the form the defaults do not."""
+    return {block: 128 if cap is None else None for block, cap in caps.items()}

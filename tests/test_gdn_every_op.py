@@ -23,6 +23,7 @@ from tests.gdn_checks import (
     check_flush,
     check_verify,
     make_batch,
+    swapped_caps,
 )
 from tests.reference_checks import NAN, TREE
 from verify_kernels.gdn import commit as commit_module
@@ -197,7 +198,7 @@ def test_gpu_engine_shapes(T, monkeypatch):
     if T > verify_module.FMA_MAX_NODES:  # the trees' state dots with their registers capped and not
         with monkeypatch.context() as patch:
             patch.setattr(verify_module, "STATE_DOT_MAX_REGISTERS",
-                          128 if verify_module.STATE_DOT_MAX_REGISTERS is None else None)
+                          swapped_caps(verify_module.STATE_DOT_MAX_REGISTERS))
             check_verify(b, "cuda", GPU_TOL)
     if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS), at 40 rows too,
         # the small trees' pass with its registers capped and not (SMALL_TREE_MAX_REGISTERS: a build that may spill)

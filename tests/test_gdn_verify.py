@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.gdn_checks import DIMS, ROWS, TOL, Dims, check_verify, make_batch
+from tests.gdn_checks import DIMS, ROWS, TOL, Dims, check_verify, make_batch, swapped_caps
 from tests.reference_checks import TreeBatch, tree_batches
 from verify_kernels.gdn import verify as verify_module
 
@@ -35,7 +35,7 @@ def verify_path(request, monkeypatch):
         monkeypatch.setattr(verify_module, "SMALL_TREE_MAX_REGISTERS",
                             128 if verify_module.SMALL_TREE_MAX_REGISTERS is None else None)
         monkeypatch.setattr(verify_module, "STATE_DOT_MAX_REGISTERS",
-                            128 if verify_module.STATE_DOT_MAX_REGISTERS is None else None)
+                            swapped_caps(verify_module.STATE_DOT_MAX_REGISTERS))
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":

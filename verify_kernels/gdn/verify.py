@@ -96,13 +96,13 @@ STATE_FMA_CONFIG = (64, 2)
 STATE_SPLIT_TF32 = True
 STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
-# STATE_DOT_MAX_REGISTERS: a cap on the state pass's registers a thread where it runs tl.dots (trees past
-# FMA_MAX_NODES nodes: the 16-node tree's), or None (verify_kernels/registers.py). sm_90, Triton 3.6 (compiled on the
-# CPU, Qwen3.5-9B heads): [K, 128] tiles on 4 warps hold 136 registers, 3 programs an SM, so S0's stream at batch 128
-# (4096 programs) takes 11 waves with 3 programs' loads in flight an SM; capped at 128, no spill, the same
-# instructions, 4 programs an SM (8 waves). A sweep candidate (benchmarks/sweep_gdn.py --ops verify) until the H200
-# times it.
-STATE_DOT_MAX_REGISTERS = None
+# STATE_DOT_MAX_REGISTERS: by BT as STATE_DOT_CONFIGS, a cap on the state pass's registers a thread where it runs
+# tl.dots (trees past FMA_MAX_NODES nodes), or None (verify_kernels/registers.py). sm_90, Triton 3.6 (compiled on the
+# CPU, Qwen3.5-9B heads): at BT 16 [K, 128] tiles on 4 warps hold 136 registers, 3 programs an SM, so S0's stream at
+# batch 128 (4096 programs) takes 11 waves with 3 programs' loads in flight an SM; capped at 128, no spill, the same
+# instructions, 4 programs an SM (8 waves). A sweep candidate (benchmarks/sweep_gdn.py --ops verify, 16-node trees)
+# until the H200 times it; the other blocks' tiles hold other counts, so a cap is a block's own.
+STATE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 # The tree pass's V columns and warps: TREE_SMALL_CONFIG up to FMA_MAX_NODES nodes (the chains), TREE_CONFIG past
 # them. With the operands split by a mask (TREE_SPLIT_TF32) the chains' pass holds 221 registers at 64 columns on 2
@@ -473,7 +473,7 @@ def gdn_verify(
         q, k, num_nodes, state_pool, state_slots, kS, qS,
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
         PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), EXACT=exact, num_warps=warps, num_stages=1,
-        **register_cap(STATE_DOT_MAX_REGISTERS if use_dot else None),
+        **register_cap(STATE_DOT_MAX_REGISTERS[BT] if use_dot else None),
     )
     config = small_tree_config(B, T)
     if config is not None:

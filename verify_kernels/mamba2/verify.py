@@ -105,9 +105,10 @@ SPLIT_FINISH_WARPS = None
 # shapes, bf16 B and C, 5-node chains): the state programs of the first launch 80 registers on 4 warps, six programs
 # an SM (at batch 128, 9216 programs: 12 waves), capped at 72 seven (10 waves) with 8 bytes spilled; the second
 # launch 72 registers, seven an SM (8192 programs: 9 waves), capped at 64 eight (8 waves) with 8 bytes spilled.
-# Sweep candidates (benchmarks/sweep_mamba2.py) until the H200 times them.
-SPLIT_ROLES_MAX_REGISTERS = None
-SPLIT_FINISH_MAX_REGISTERS = None
+# Sweep candidates (benchmarks/sweep_mamba2.py) until the H200 times them. By BT, as BLOCK_P: larger trees' tiles hold
+# other counts (BT 32: 167, BT 64: 217 in the state pass), so a cap is a block's own.
+SPLIT_ROLES_MAX_REGISTERS = {16: None, 32: None, 64: None}
+SPLIT_FINISH_MAX_REGISTERS = {16: None, 32: None, 64: None}
 # products pass: N columns per step (91 registers at 32, 148 at 64) and warps
 PRODUCTS_BLOCK_N = 32
 PRODUCTS_WARPS = 4
@@ -146,8 +147,8 @@ def verify_config(B: int, T: int, P: int) -> VerifyConfig:
     return VerifyConfig(block_p=min(P, SMALL_BATCH_BLOCK_P if small else BLOCK_P[BT]), num_warps=NUM_WARPS[BT],
                         state_dot=T > FMA_MAX_NODES, inline_scores=small, split_roles=SPLIT_ROLES,
                         finish_block_p=SPLIT_FINISH_BLOCK_P, finish_warps=SPLIT_FINISH_WARPS,
-                        roles_max_registers=SPLIT_ROLES_MAX_REGISTERS,
-                        finish_max_registers=SPLIT_FINISH_MAX_REGISTERS)
+                        roles_max_registers=SPLIT_ROLES_MAX_REGISTERS[BT],
+                        finish_max_registers=SPLIT_FINISH_MAX_REGISTERS[BT])
 
 
 @triton.jit
