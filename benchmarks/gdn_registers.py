@@ -133,7 +133,8 @@ def variants() -> list[tuple[str, object, dict, int] | tuple[str, object, dict, 
     # the decode above SMALL_BATCH: state and buffer programs in one launch, then the finish (decode.DECODE_SPLIT_ROLES)
     out.append(("decode: state / buffer programs", decode.gdn_decode_roles_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BVB=min(V, decode.SPLIT_BUFFER_BLOCK_V or decode.BLOCK_V),
-                     BC=fold.BLOCK_L, BEFORE_LEN=decode.SPLIT_BUFFER_BEFORE_LEN), decode.NUM_WARPS))
+                     BC=fold.BLOCK_L, BEFORE_LEN=decode.SPLIT_BUFFER_BEFORE_LEN), decode.NUM_WARPS,
+                decode.SPLIT_ROLES_MAX_REGISTERS))
     out.append(("decode + commit: finish", decode.gdn_decode_finish_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.SPLIT_FINISH_BLOCK_V, COMMIT=True), decode.SPLIT_FINISH_WARPS))
     for commit_, here, what in ((False, False, "decode, per row"), (True, True, "decode + commit, per row, folding "

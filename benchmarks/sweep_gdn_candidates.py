@@ -87,6 +87,9 @@ def candidates(ops: set[str]) -> list[Candidate]:
                              {"decode.SPLIT_BUFFER_BEFORE_LEN": True}))
         out.append(Candidate("decode", "split roles, buffer programs over BLOCK_V (the defaults before 2026-12-04c)",
                              {"decode.SPLIT_BUFFER_BLOCK_V": None}))
+        # ... their registers capped: 7 programs an SM, not 6 (decode.SPLIT_ROLES_MAX_REGISTERS; 8 bytes spilled)
+        out.append(Candidate("decode", "split roles capped at 144 registers",
+                             {"decode.SPLIT_ROLES_MAX_REGISTERS": 144}))
     if "foldstep" in ops:
         out.append(Candidate("foldstep", "defaults"))
         # the fold kernel decoding the token itself (one launch, S0 read once; the H200 of 2026-12-04, seventeenth

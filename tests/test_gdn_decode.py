@@ -11,12 +11,14 @@ from verify_kernels.gdn import decode as decode_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["fold-kernel", "fold-in-place", "split-roles", "split-roles-buffer-per-head"])
+@pytest.fixture(params=["fold-kernel", "fold-in-place", "split-roles", "split-roles-buffer-per-head",
+                        "split-roles-capped"])
 def decode_path(request, monkeypatch):
     """Decode + commit folds in the fold kernel, or for batches up to SMALL_BATCH in the decode kernel's own programs;
     or state and buffer programs side by side and a finishing launch (DECODE_SPLIT_ROLES, at 16 columns a program and 8
     in the finish: several blocks per head; its buffer programs over 16 columns as the state programs, or over 32, a
-    whole head at V = 32, the grid's other buffer slots idle: SPLIT_BUFFER_BLOCK_V). All are tested on the same rows
+    whole head at V = 32, the grid's other buffer slots idle: SPLIT_BUFFER_BLOCK_V; and with the register cap where
+    the default has none, or none where it has one). All are tested on the same rows
     (the fold's S0 tiles through tensor descriptors or pointers: tests/test_gdn_fold.py)."""
     monkeypatch.setattr(decode_module, "SMALL_BATCH", len(ROWS) if request.param == "fold-in-place" else 0)
     monkeypatch.setattr(decode_module, "DECODE_SPLIT_ROLES", request.param.startswith("split-roles"))
@@ -24,6 +26,10 @@ def decode_path(request, monkeypatch):
         monkeypatch.setattr(decode_module, "BLOCK_V", 16)
         monkeypatch.setattr(decode_module, "SPLIT_FINISH_BLOCK_V", 8)
         monkeypatch.setattr(decode_module, "SPLIT_BUFFER_BLOCK_V", 32 if request.param.endswith("per-head") else None)
+        # the state and buffer programs' register cap (SPLIT_ROLES_MAX_REGISTERS: Triton's maxnreg, which the
+        # interpreter takes and ignores) on where it is off and off where on
+        capped = request.param.endswith("capped") == (decode_module.SPLIT_ROLES_MAX_REGISTERS is None)
+        monkeypatch.setattr(decode_module, "SPLIT_ROLES_MAX_REGISTERS", 144 if capped else None)
     return request.param
 
 

@@ -209,6 +209,10 @@ def test_gpu_engine_shapes(T, monkeypatch):
                 patch.setattr(verify_module, "SMALL_TREE_MAX_REGISTERS", registers)
                 check_verify(b, "cuda", GPU_TOL)
     assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
+    with monkeypatch.context() as patch:  # the decode's state and buffer programs with their register cap swapped
+        patch.setattr(decode_module, "SPLIT_ROLES_MAX_REGISTERS",
+                      144 if decode_module.SPLIT_ROLES_MAX_REGISTERS is None else None)
+        assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
     # plain decoding's step in which every row folds, each of its launches (the fold's pipelined row loop)
     for form in decode_module.FOLDING_DECODES:
         monkeypatch.setattr(decode_module, "FOLDING_DECODE", form)

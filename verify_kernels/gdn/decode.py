@@ -19,6 +19,7 @@ import triton.language as tl
 
 from verify_kernels.gdn.fold import BLOCK_L, ENTRIES_DECODE, ENTRIES_TOKEN, gdn_fold_fwd
 from verify_kernels.gdn.fold_rows import fold_buffer
+from verify_kernels.registers import register_cap
 
 # Launch parameters (benchmarks/sweep_gdn.py times the candidates on the GPU). The earlier state pass, S0 alone,
 # read it at 3.9-4.0 TB/s on the H200 with [K, 64] tiles at 4 warps (32 columns: 3.4, 128 columns at 8 warps: 2.1),
@@ -55,6 +56,13 @@ SPLIT_BUFFER_BEFORE_LEN = False
 SPLIT_BUFFER_BLOCK_V = 128
 SPLIT_FINISH_BLOCK_V = 128
 SPLIT_FINISH_WARPS = 4
+# SPLIT_ROLES_MAX_REGISTERS: a cap on the state and buffer programs' registers a thread (verify_kernels/registers.py),
+# or None. sm_90 with the H200's Triton 3.6 (compiled on the CPU, Qwen3.5-9B heads): 160 registers on 2 warps, 6
+# programs an SM, for a launch of 2 x 32 x 2B programs (32768 at batch 256) that streams S0 at 86% of its bytes
+# (Qwen3.5-9B plain batch 256 on the H200, 2026-12-05: 3.56 ms a step against 3.08); capped at 144, 8 bytes spilled,
+# 7 programs an SM (more of S0 in flight); at 128, 120 bytes. A sweep candidate (benchmarks/sweep_gdn.py --ops decode)
+# until the H200 times it.
+SPLIT_ROLES_MAX_REGISTERS = None
 # FOLDING_DECODE: the launch of plain decoding's step in which every row folds (gdn_decode_commit(every_row_folds=
 # True): rows in lockstep), above SMALL_BATCH rows. "decode-then-fold": the decode's launches, then the token folded
 # in the flush's pipelined row loop (fold.ENTRIES_TOKEN); "in-fold": the fold kernel decodes the token itself
@@ -376,6 +384,7 @@ def gdn_decode_fwd(q, k, v, g, beta, state_pool, state_slots, buf_k, buf_u, buf_
             q, k, g, state_pool, state_slots, buf_k, buf_u, buf_gcum, buf_len, req_slots, kS, qS, kr, qr, G,
             **shapes, BV=BV, BVB=min(V, max(BV, SPLIT_BUFFER_BLOCK_V or BV)), BC=BLOCK_L,
             BEFORE_LEN=SPLIT_BUFFER_BEFORE_LEN, num_warps=NUM_WARPS, num_stages=1,
+            **register_cap(SPLIT_ROLES_MAX_REGISTERS),
         )
         BVF = min(V, SPLIT_FINISH_BLOCK_V)
         gdn_decode_finish_kernel[(V // BVF, HV, B)](
