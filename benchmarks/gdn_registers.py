@@ -54,17 +54,20 @@ def sass_shape(sass: str) -> tuple[int, list[int]]:
     return len(instructions), bodies
 
 
-def resources(kernel, constexprs: dict, num_warps: int,
-              max_registers: int | None = None) -> tuple[int, int, int, int, int, list[int]]:
+def resources(kernel, constexprs: dict, num_warps: int, max_registers: int | None = None,
+              types: dict[str, str] | None = None, num_stages: int = 1) -> tuple[int, int, int, int, int, list[int]]:
     """(registers, spilled bytes) per thread of `kernel` compiled with these constexprs for sm_90, its shared memory
     bytes per program, its asynchronous copies into shared memory (cp.async in the PTX: loads that a pipelined
     loop issues ahead), and its SASS instructions and loop bodies (sass_shape); max_registers: the launch's cap
-    (Triton's maxnreg: verify_kernels/registers.py), where it sets one."""
+    (Triton's maxnreg: verify_kernels/registers.py), where it sets one; types: arguments' types where not the GDN
+    kernels' (e.g. "*bf16"); num_stages: the launch's (software pipelining of its loops)."""
     params = list(inspect.signature(kernel.fn).parameters)
     signature = {}
     for name in params:
         if name in constexprs:
             signature[name] = "constexpr"
+        elif types and name in types:
+            signature[name] = types[name]
         elif name in SCALARS:
             signature[name] = "i32"
         elif name in INDEX and not (name == "accepted" and constexprs.get("ENTRIES") == fold.ENTRIES_DECODE):
@@ -75,7 +78,8 @@ def resources(kernel, constexprs: dict, num_warps: int,
             signature[name] = "*u8" if name == "ancestors" else "*fp32"
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(params) if signature[name].startswith("*")}
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, aligned), target=TARGET,
-                              options={"num_warps": num_warps, "num_stages": 1, **register_cap(max_registers)})
+                              options={"num_warps": num_warps, "num_stages": num_stages,
+                                       **register_cap(max_registers)})
     cuobjdump = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
     with tempfile.TemporaryDirectory() as folder:
         cubin = os.path.join(folder, "kernel.cubin")

@@ -27,9 +27,9 @@ NUM_WARPS = 4
 APPEND_WARPS = 2  # the append kernel moves a [BLOCK_E, P] tile of entries per program
 # MAX_REGISTERS: a cap on the commit kernel's registers a thread (verify_kernels/registers.py), or None. Its grid is a
 # program per (row, head, P block), most of which exit (the rows that do not fold), and the folding programs'
-# registers set how many an SM holds: sm_90 with Triton 3.6 (compiled on the CPU, Nemotron-3-Nano heads) 122 on 4
-# warps, 4 an SM; given a cap of 96 (or 128) ptxas builds it in 95 with no spill, 5 an SM. A sweep candidate
-# (benchmarks/sweep_mamba2.py --ops commit) until the H200 times it.
+# registers set how many an SM holds: sm_90 with Triton 3.6 (python -m benchmarks.mamba2_registers on the CPU,
+# Nemotron-3-Nano heads) 122 on 4 warps, 4 an SM; given a cap of 96 (or 128) ptxas builds it in 95 with no spill, 5
+# an SM. A sweep candidate (benchmarks/sweep_mamba2.py --ops commit) until the H200 times it.
 MAX_REGISTERS = None
 # a folding program's loads all issued first (as the GDN's fold.LOOPED_LOADS_FIRST) lost to these loops on the
 # H200 (docs/design.md section 6)

@@ -101,12 +101,12 @@ SPLIT_ROLES = True
 SPLIT_FINISH_BLOCK_P = None
 SPLIT_FINISH_WARPS = None
 # SPLIT_ROLES_MAX_REGISTERS, SPLIT_FINISH_MAX_REGISTERS: caps on the split's two launches' registers a thread
-# (verify_kernels/registers.py), or None. sm_90 with the H200's Triton 3.6 (compiled on the CPU, Nemotron-3-Nano
-# shapes, bf16 B and C, 5-node chains): the state programs of the first launch 80 registers on 4 warps, six programs
-# an SM (at batch 128, 9216 programs: 12 waves), capped at 72 seven (10 waves) with 8 bytes spilled; the second
-# launch 72 registers, seven an SM (8192 programs: 9 waves), capped at 64 eight (8 waves) with 8 bytes spilled.
-# Sweep candidates (benchmarks/sweep_mamba2.py) until the H200 times them. By BT, as BLOCK_P: larger trees' tiles hold
-# other counts (BT 32: 167, BT 64: 217 in the state pass), so a cap is a block's own.
+# (verify_kernels/registers.py), or None. sm_90 with the H200's Triton 3.6 (python -m benchmarks.mamba2_registers on
+# the CPU: Nemotron-3-Nano shapes, bf16 B and C, 5-node chains): the state programs of the first launch 80 registers
+# on 4 warps, six programs an SM (at batch 128, 9216 programs: 12 waves), capped at 72 seven (10 waves) with 8 bytes
+# spilled; the second launch 72 registers, seven an SM (8192 programs: 9 waves), capped at 64 eight (8 waves) with 8
+# bytes spilled. Sweep candidates (benchmarks/sweep_mamba2.py) until the H200 times them. By BT, as BLOCK_P: larger
+# trees' tiles hold other counts (BT 32: 167, BT 64: 217 in the state pass), so a cap is a block's own.
 SPLIT_ROLES_MAX_REGISTERS = {16: None, 32: None, 64: None}
 SPLIT_FINISH_MAX_REGISTERS = {16: None, 32: None, 64: None}
 # products pass: N columns per step (91 registers at 32, 148 at 64) and warps
