@@ -96,12 +96,9 @@ STATE_FMA_CONFIG = (64, 2)
 STATE_SPLIT_TF32 = True
 STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
-# STATE_DOT_MAX_REGISTERS: by BT as STATE_DOT_CONFIGS, a cap on the state pass's registers a thread where it runs
-# tl.dots (trees past FMA_MAX_NODES nodes), or None (verify_kernels/registers.py). sm_90, Triton 3.6 (compiled on the
-# CPU, Qwen3.5-9B heads): at BT 16 [K, 128] tiles on 4 warps hold 136 registers, 3 programs an SM, so S0's stream at
-# batch 128 (4096 programs) takes 11 waves with 3 programs' loads in flight an SM; capped at 128, no spill, the same
-# instructions, 4 programs an SM (8 waves). A sweep candidate (benchmarks/sweep_gdn.py --ops verify, 16-node trees)
-# until the H200 times it; the other blocks' tiles hold other counts, so a cap is a block's own.
+# STATE_DOT_MAX_REGISTERS: by BT, a cap on the state pass's registers a thread where it runs tl.dots, or None
+# (docs/design.md 5.6). At BT 16 (Triton 3.6, sm_90) 136 registers on 4 warps, 3 programs an SM; capped at 128 no
+# spill and 4: a sweep candidate (sweep_gdn --ops verify) until the H200 times it. Per block: other tiles, other counts.
 STATE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 # The tree pass's V columns and warps: TREE_SMALL_CONFIG up to FMA_MAX_NODES nodes (the chains), TREE_CONFIG past
@@ -193,16 +190,10 @@ SMALL_TREE_FEW_ROWS = 64
 SMALL_TREE_FEW_ROWS_CONFIG = None
 SMALL_TREE_HEADS_PER_PROGRAM = 1
 SMALL_TREE_BLOCK_K = 32
-# SMALL_TREE_MAX_REGISTERS: a cap on the pass's registers a thread (Triton's maxnreg), or None. The pass is latency-
-# bound one-warp programs, so the GPU runs it in waves of as many as its SMs hold, and registers set that count: at
-# 134 (sm_90, Triton 3.6: python -m benchmarks.gdn_registers) an SM holds 15 (65536 / (136 x 32)), 1980 on the H200's
-# 132 SMs; batch 128 of Qwen3.5-9B's 32 value heads is 4096 programs, 3 waves, the third of 136 programs; batch 64,
-# 2048 programs, 2 waves, the second of 68. At 128 an SM holds 16 (2112): 2 waves and 1. Capped at 128 the same
-# build spills nothing and its full-buffer node body grows from 315 to 344 instructions (the half-full one stays at
-# 247); at 120 it spills 8 bytes. On: the H200 sweep of 2026-12-05, twenty-first session (sweeps_h200/
-# sweep_gdn_smalltree_cap_2026-12-05d.txt): 5-node chains (the engine's 4-token drafts) at batch 64 / 128 / 256 75.1 /
-# 141.4 / 270.4 us against 84.5 / 149.4 / 281.9, 8-node trees 103.4 / 191.4 against 116.6 / 202.7 at 64 / 128, 4-node
-# chains (fewer registers uncapped) the same; at 120 no better (75.5 / 142.3 / 270.9).
+# SMALL_TREE_MAX_REGISTERS: a cap on the pass's registers a thread (Triton's maxnreg), or None: its one-warp
+# programs are latency-bound and run in waves, 15 an SM at 134 registers, 16 at 128 (no spill; docs/design.md 5.3,
+# 5.6). The H200 sweep of 2026-12-05 (sweeps_h200/sweep_gdn_smalltree_cap_2026-12-05d.txt): 5-node chains at batch
+# 64 / 128 / 256 75.1 / 141.4 / 270.4 us capped against 84.5 / 149.4 / 281.9; 120 registers no better.
 SMALL_TREE_MAX_REGISTERS = 128
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
