@@ -119,10 +119,14 @@ def variants() -> list[tuple[str, object, dict, int] | tuple[str, object, dict, 
                         dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=True,
                              PRECISION="tf32x3-split", EXACT=False), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
-        out.append((f"verify fused (small batches), {what}", verify.gdn_verify_fused_kernel,
-                    dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.FUSED_PRODUCTS_BLOCK_K, BKS=verify.STATE_BLOCK_K,
-                         BV=block_v, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
-                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, EXACT=False), warps))
+        for loads_first in sorted({verify.FUSED_LOADS_FIRST, True}):  # (and every load first, where it is off)
+            candidate = "candidate: " if loads_first and not verify.FUSED_LOADS_FIRST else ""
+            out.append((f"{candidate}verify fused (small batches){', loads first' if loads_first else ''}, {what}",
+                        verify.gdn_verify_fused_kernel,
+                        dict(shapes, L=CAPACITY, BT=BT, BL=16, BK=verify.FUSED_PRODUCTS_BLOCK_K,
+                             BKS=verify.STATE_BLOCK_K, BV=block_v, USE_DOT=use_dot,
+                             PRECISION=verify.products_precision(verify.FUSED_SPLIT_TF32),
+                             PRODUCTS_STAGES=verify.PRODUCTS_STAGES, EXACT=False, LOADS_FIRST=loads_first), warps))
     for per_program, what in ((verify.TREE_HEADS_PER_PROGRAM, "4-chain"), (verify.TREE_DOT_HEADS_PER_PROGRAM,
                                                                           "16-node tree")):
         heads = per_program or HV // H

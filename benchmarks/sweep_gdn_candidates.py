@@ -186,6 +186,13 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bk, stages in ((32, 2), (16, 2)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
                                  {"verify.FUSED_PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
+        # every load issued once the slots are in (verify.FUSED_LOADS_FIRST, written on the CPU on 2026-12-05: two
+        # round trips to memory before the products where there were five; sm_90 with Triton 3.6 on bf16 q and k:
+        # 163 registers against 158 at 32 columns on 4 warps, no spill), at the default tile and at 16 on 2 warps
+        for bv, warps in ((32, 4), (16, 2)):
+            out.append(Candidate("verify1", f"loads first, fused BV {bv}, {warps} warps",
+                                 {"verify.FUSED_LOADS_FIRST": True,
+                                  "verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
         # two launches instead of one: the state pass then the tree pass, the larger batches' path (for the record)
         out.append(Candidate("verify1", "two passes", {"verify.FUSED_MAX_BATCH": 0}))
         # ... with the small trees' tree pass (the 4-chain; a value head and 32 columns a one-warp program: 128 of

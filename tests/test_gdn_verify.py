@@ -15,10 +15,11 @@ from verify_kernels.gdn import verify as verify_module
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=["two-passes", "fused", "tree-pass-heads-swapped", "stacked-products-swapped",
-                        "stacked-reads-swapped", "small-tree-pass"])
+@pytest.fixture(params=["two-passes", "fused", "fused-loads-first-swapped", "tree-pass-heads-swapped",
+                        "stacked-products-swapped", "stacked-reads-swapped", "small-tree-pass"])
 def verify_path(request, monkeypatch):
-    """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel; or with
+    """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel (with its
+    loads first where FUSED_LOADS_FIRST is off and the other way round: verify_fused.py); or with
     the tree pass's programs swapped: per value head up to FMA_MAX_NODES nodes (each recomputing its key head's
     products), per key head past them (the defaults are the other way round); or with the tree pass's products over
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
@@ -40,7 +41,9 @@ def verify_path(request, monkeypatch):
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":
         monkeypatch.setattr(verify_module, "STACKED_READS", not verify_module.STACKED_READS)
-    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param == "fused" else 0)
+    monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if request.param.startswith("fused") else 0)
+    if request.param == "fused-loads-first-swapped":
+        monkeypatch.setattr(verify_module, "FUSED_LOADS_FIRST", not verify_module.FUSED_LOADS_FIRST)
     if request.param == "tree-pass-heads-swapped":
         monkeypatch.setattr(verify_module, "TREE_HEADS_PER_PROGRAM", 1)
         monkeypatch.setattr(verify_module, "TREE_DOT_HEADS_PER_PROGRAM", None)
@@ -114,10 +117,12 @@ def test_state_pass_dots_products_precision(tf32_products, monkeypatch, split):
                          [(5, "chain", [5, 4, 0, 1, 5]), (17, "random", [17, 9, 16, 1, 0])],
                          ids=["T5-chain", "T17-random"])
 @pytest.mark.parametrize("split", [True, False], ids=["split-by-mask", "triton-tf32x3"])
-def test_fused_kernel_products_precision(tf32_products, monkeypatch, T, shape, num_nodes, split):
+@pytest.mark.parametrize("loads_first", [False, True], ids=["fused", "loads-first"])
+def test_fused_kernel_products_precision(tf32_products, monkeypatch, T, shape, num_nodes, split, loads_first):
     """FUSED_SPLIT_TF32 (the default): the one-launch kernel (every row here) with its products from operands split by
-    a mask, and with Triton's tf32x3, the state's reads by node and as dots; TF32 products truncating, as the tree
-    pass's test."""
+    a mask, and with Triton's tf32x3, the state's reads by node and as dots; each with every load first and not
+    (FUSED_LOADS_FIRST); TF32 products truncating, as the tree pass's test."""
+    monkeypatch.setattr(verify_module, "FUSED_LOADS_FIRST", loads_first)
     monkeypatch.setattr(verify_module, "FUSED_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS))
     check_verify(make_batch(DIMS["k32-hv2"], ROWS, seed=T, T=T, num_nodes=num_nodes, shape=shape))
@@ -126,7 +131,7 @@ def test_fused_kernel_products_precision(tf32_products, monkeypatch, T, shape, n
 @pytest.mark.parametrize(("T", "shape", "num_nodes"),
                          [(5, "chain", [5, 4, 0, 1, 5]), (17, "random", [17, 9, 16, 1, 0])],
                          ids=["T5-chain", "T17-random"])
-@pytest.mark.parametrize("fused", [False, True], ids=["two-passes", "fused"])
+@pytest.mark.parametrize("fused", [False, True, "loads-first"], ids=["two-passes", "fused", "fused-loads-first"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_products_with_exact_q_and_k(tf32_products, monkeypatch, T, shape, num_nodes, fused, dtype):
     """q and k in a bf16 / fp16 model's dtype (the glue leaves them so for the KVBuffer), the rest fp32: the tree
@@ -135,6 +140,7 @@ def test_products_with_exact_q_and_k(tf32_products, monkeypatch, T, shape, num_n
     products truncate as on the GPU (tf32_products): an fp32 operand taken for exact would lose its remainder and
     fail."""
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", len(ROWS) if fused else 0)
+    monkeypatch.setattr(verify_module, "FUSED_LOADS_FIRST", fused == "loads-first")
     b = make_batch(DIMS["k32-hv2"], ROWS, seed=41 + T, T=T, num_nodes=num_nodes, shape=shape)
     b.x[0], b.x[1] = b.x[0].to(dtype), b.x[1].to(dtype)
     check_verify(b)

@@ -161,6 +161,12 @@ def buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, 
                  V: tl.constexpr, L: tl.constexpr, BT: tl.constexpr, BL: tl.constexpr, PRECISION: tl.constexpr):
     """d. over columns o_v [BV]: w = beta (v - kr) and qr, [BV, BT] each."""
     b_v, b_bu = value_inputs(v, buf_u, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT, BL)
+    return value_reads(b_v, b_bu, b_kB, b_qB, b_dB, b_beta, PRECISION)
+
+
+@triton.jit
+def value_reads(b_v, b_bu, b_kB, b_qB, b_dB, b_beta, PRECISION: tl.constexpr):
+    """d. from the nodes' v [BV, BT] and the buffer's u [BV, BL] (value_inputs): w = beta (v - kr), qr."""
     b_kr = products(b_bu, b_kB * b_dB, PRECISION)                                    # [BV, BT]
     b_qr = products(b_bu, b_qB * b_dB, PRECISION)
     return b_beta[None, :] * (b_v - b_kr), b_qr

@@ -25,7 +25,7 @@ from a [T, T] M and P per value head, with tl.dot layouts and the nodes' tiles b
 (3.7 ms per step in the engine at batch 128 against 1.0 ms for S0); the three-pass verify before it (410 us) read S0
 like this state pass, per value head, and spent the rest in a products pass and a tree pass per value head.
 Up to FUSED_MAX_BATCH rows, where launches cost more than bytes, one kernel does it all per (row, value head,
-V block) in one launch.
+V block) in one launch (verify_fused.py).
 Tiles are [BV, BT], V columns first: with the nodes first, tl.dot's layout for 16-row operands put a copy of every
 tile in each warp. Products over K go BK columns at a time: a whole [BT, K] operand sits in every warp.
 Decays are exponentiated only as G differences <= 0 (or a single G), masked pairs set to -inf first. Padding nodes
@@ -51,10 +51,11 @@ from verify_kernels.gdn.tree_math import (
     stacked_node_products,
     stacked_rows,
 )
+from verify_kernels.gdn.verify_fused import gdn_verify_fused_kernel
 from verify_kernels.gdn.verify_small import gdn_verify_small_tree_kernel
 from verify_kernels.gdn.verify_small import node_block as small_node_block
 from verify_kernels.gdn.verify_small import scratch_floats as small_scratch_floats
-from verify_kernels.gdn.verify_state import gdn_verify_state_kernel, state_reads, state_tile
+from verify_kernels.gdn.verify_state import gdn_verify_state_kernel
 from verify_kernels.precision import exact_in_tf32
 from verify_kernels.registers import register_cap
 from verify_kernels.tree import ancestor_mask
@@ -101,6 +102,10 @@ STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
 # spill and 4: a sweep candidate (sweep_gdn --ops verify) until the H200 times it. Per block: other tiles, other counts.
 STATE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
+# FUSED_LOADS_FIRST: the one-launch kernel (verify_fused.py) issues every load once the slots are in, two round trips
+# to memory before its products where there were five (its docstring). Written on the CPU on 2026-12-05 (twenty-second
+# session): a sweep candidate (sweep_gdn --ops verify1) until the H200 times it.
+FUSED_LOADS_FIRST = False
 # The tree pass's V columns and warps: TREE_SMALL_CONFIG up to FMA_MAX_NODES nodes (the chains), TREE_CONFIG past
 # them. With the operands split by a mask (TREE_SPLIT_TF32) the chains' pass holds 221 registers at 64 columns on 2
 # warps and the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), timed
@@ -155,34 +160,21 @@ FUSED_PRODUCTS_BLOCK_K = 16
 PRODUCTS_STAGES = 3
 # SMALL_TREE_PASS: trees up to SMALL_TREE_MAX_NODES nodes (the engine's chains: a 4-token chain verifies 5 nodes)
 # take the tree pass node by node on the FMA units (verify_small.py), its products over K on the tensor cores, at
-# SMALL_TREE_CONFIG (below) with SMALL_TREE_HEADS_PER_PROGRAM value heads a program (None: a key head's).
-# Its sm_90 code (python -m benchmarks.gdn_registers, Triton 3.9 on the CPU, Qwen3.5-9B heads, 16 buffer entries,
-# 128 columns on one warp): for 5 nodes (BN 8) a node's body 402 instructions (300 where the buffer is at most half
-# full), the K loop 275 a step of 32, 168 registers; by the loops' trip counts (K 4 steps, 5 nodes for each of 2
-# value heads) ~6.1 k instructions a program (one warp; ~5.1 k at most half full) against ~11.6 k for the
-# tensor-core pass (2 warps of ~5.8 k: its V loop 836-867 a block of 64 columns, two blocks a head; 255 registers and
-# 24 bytes spilled). With the H200's Triton 3.6 (python -m benchmarks.gdn_registers from a Triton 3.6 install on the
-# CPU, fp32 q and k): a node's body 249 / 317, the K loop 275 (197 on bf16 q and k, as the engine's), ~5.8 k a program
-# on 224 registers, against ~12.3 k (2 warps, V loop 840-876) on 255 and 32 bytes spilled for the tensor-core pass.
-# That pass is issue-bound (ncu, H200, 2026-12-03), so instructions are its time. Unlike TREE_FMA (docs/design.md
-# section 6: products on the FMA units as [M, N, C]
-# broadcasts summed over their last axis, which Triton spreads over the lanes, so every sum ended in shuffles; it
-# lost on the H200), its node body holds no shuffle: the sums run over a thread's own registers (the SASS has none in
-# its loops). Tried first on the CPU the same day and dropped: the whole pass on the FMA units with the nodes padded
-# to 4 or 8 as [BL, BN, BV] broadcasts summed over their first axis, ~3.5 k instructions a warp on 2 warps at 4
-# nodes but spilling 1040 bytes at 8 (every thread held the [16, 8] buffer products whole). On: the H200 sweep of
-# 2026-12-05 (sweeps_h200/sweep_gdn_smalltree_2026-12-05a.txt) timed 4-chains at batch 64 / 128 / 256 at 64.2 /
-# 121.4 / 229.8 us against 81.2 / 152.7 / 294.0 for the tensor-core pass (63% of the bound at 128 against 50%),
-# 5-chains 83.7 / 148.8 / 279.4 against 88.9 / 166.6 / 321.6, 8-node trees 116.1 / 200.9 / 370.0 against 113.0 /
-# 209.2 / 395.2, with a value head a program (134 registers, none spilled; a key head's two: 218) at 128 columns
-# on one warp; checked there at 2.6e-7 relative error. Below SMALL_TREE_FEW_ROWS rows the same sweep timed batch 16
-# (its programs split along V, SMALL_TREE_FEW_ROWS_CONFIG (32, 1, 4)) slower than the tensor-core pass: 4-chains
-# 32.2 us against 30.2, 5-chains 36.4 against 33.2, 8-node trees 47.4 against 39.6; so there the tensor-core pass
-# runs (SMALL_TREE_FEW_ROWS_CONFIG None). 16-node trees keep the tensor-core pass (the products' rows hold 8 nodes).
+# SMALL_TREE_CONFIG (below) with SMALL_TREE_HEADS_PER_PROGRAM value heads a program (None: a key head's). By its sm_90
+# code (benchmarks.gdn_registers, the H200's Triton 3.6 on the CPU, Qwen3.5-9B heads, 16 buffer entries, 128
+# columns on one warp, 5 nodes) ~5.8 k instructions a program against ~12.3 k for the tensor-core pass (2 warps,
+# issue-bound by ncu on the H200, 2026-12-03); its node body holds no shuffle (the sums run over a thread's own
+# registers), unlike TREE_FMA (docs/design.md 5.3 and 6). On: the H200 sweep of 2026-12-05
+# (sweeps_h200/sweep_gdn_smalltree_2026-12-05a.txt) timed 4-chains at batch 64 / 128 / 256 at 64.2 / 121.4 / 229.8
+# us against 81.2 / 152.7 / 294.0 for the tensor-core pass, 5-chains 83.7 / 148.8 / 279.4 against 88.9 / 166.6 /
+# 321.6, 8-node trees 116.1 / 200.9 / 370.0 against 113.0 / 209.2 / 395.2, a value head a program (134 registers;
+# a key head's two: 218) at 128 columns on one warp. Below SMALL_TREE_FEW_ROWS rows the same sweep timed batch 16
+# (programs split along V, SMALL_TREE_FEW_ROWS_CONFIG (32, 1, 4)) slower than the tensor-core pass (4-chains 32.2 us
+# against 30.2, 8-node trees 47.4 against 39.6), so there the tensor-core pass runs (None). 16-node trees keep the
+# tensor-core pass: node by node (products of 32 rows) a 16-node block issues ~1.8x its instructions (sm_90, 12-05).
 # SMALL_TREE_CONFIG: V columns a block, warps, programs along V (each takes V // programs columns, a block at a time,
-# and computes its own products over K and weights); below SMALL_TREE_FEW_ROWS rows SMALL_TREE_FEW_ROWS_CONFIG, whose
-# programs along V give a small batch more programs than rows x key heads (one warp each), or None: the tensor-core
-# pass there.
+# and computes its own products over K and weights); SMALL_TREE_FEW_ROWS_CONFIG the same below SMALL_TREE_FEW_ROWS
+# rows, or None: the tensor-core pass there.
 SMALL_TREE_PASS = True
 SMALL_TREE_MAX_NODES = 8
 SMALL_TREE_CONFIG = (128, 1, 1)
@@ -291,68 +283,6 @@ def gdn_verify_tree_kernel(
             tl.store(o + p_n, b_o, mask=m_T[None, :])
 
 
-@triton.jit
-def gdn_verify_fused_kernel(
-    q, k, v, g, beta,   # [B, T, H, K], [B, T, H, K], [B, T, HV, V], [B, T, HV], [B, T, HV]
-    ancestors,          # [B, T, T] uint8
-    num_nodes,          # [B]
-    state_pool,         # [S, HV, K, V] fp32
-    state_slots,        # [B]
-    buf_k, buf_u, buf_gcum,   # [R, L, H, K], [R, L, HV, V], [R, L, HV] fp32
-    buf_len,            # [R]
-    req_slots,          # [B]
-    o, u, gcum,         # [B, T, HV, V], [B, T, HV, V], [B, T, HV] fp32 out
-    T,
-    H: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    L: tl.constexpr,
-    BT: tl.constexpr,
-    BL: tl.constexpr,
-    BK: tl.constexpr,
-    BKS: tl.constexpr,
-    BV: tl.constexpr,
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
-    PRODUCTS_STAGES: tl.constexpr,
-    EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): their products skip the remainders' (precision.py)
-):
-    """The two passes in one program per (row, value head, V block), for small batches."""
-    i_v, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_hk = i_h // (HV // H)
-    i_r = tl.load(req_slots + i_b).to(tl.int64)
-    i_s = tl.load(state_slots + i_b).to(tl.int64)
-    nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
-    o_t = tl.arange(0, BT)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_T = o_t < T
-    # S0 first (its tile when read a node at a time), so that its load is in flight during the tree math
-    p_s = state_pool + tl.maximum(i_s, 0) * HV * (K * V) + i_h * (K * V) + i_v * BV
-    b_s = tl.zeros([K, BV], dtype=tl.float32)
-    if i_s >= 0:
-        b_s = state_tile(p_s, K, V, BV, USE_DOT, "")
-    n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-    b_kk, b_qk, b_kB, b_qB = node_products(q, k, buf_k, i_b, i_r, i_hk, n, nn, T, H, K, L, BT, BL, BK, PRECISION,
-                                             PRODUCTS_STAGES, EXACT)
-    b_g, b_beta, b_anc, b_bg = node_inputs(g, beta, ancestors, buf_gcum, i_b, i_r, i_h, n, nn, T, HV, L, BT, BL, 1, 1)
-    b_beta = tl.sum(b_beta, 1)
-    b_G, b_dB, b_M, b_P = head_weights(tl.sum(b_g, 1), b_beta, b_anc, tl.sum(b_bg, 1), b_kk, b_qk, n, nn, BT, BL)
-    b_w, b_qr = buffer_reads(v, buf_u, b_kB, b_qB, b_dB, b_beta, i_b, i_r, i_h, n, nn, o_v, T, HV, V, L, BT, BL,
-                             PRECISION)
-    b_kS = tl.zeros([BV, BT], dtype=tl.float32)
-    b_qS = tl.zeros([BV, BT], dtype=tl.float32)
-    if i_s >= 0:
-        b_kS, b_qS = state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H, K, V, BT, BV, BKS, USE_DOT, PRECISION, "",
-                                 EXACT)
-    b_u, b_o = finish(b_w, b_qr, b_kS, b_qS, b_G, b_beta, b_M, b_P, PRECISION)
-    p_n = ((i_b * T + o_t[None, :]) * HV + i_h) * V + o_v[:, None]
-    tl.store(u + p_n, b_u, mask=m_T[None, :])
-    tl.store(o + p_n, b_o, mask=m_T[None, :])
-    if i_v == 0:
-        tl.store(gcum + (i_b * T + o_t) * HV + i_h, tl.where(o_t < nn, b_G, 0.), mask=m_T)
-
-
 def verify_blocks(T: int) -> int:
     """A node or buffer-entry count padded to a power of two >= 16 (tl.dot's smallest)."""
     return max(16, triton.next_power_of_2(T))
@@ -444,7 +374,7 @@ def gdn_verify(
             o, u, gcum, **shapes, L=L, BT=BT, BL=BL, BK=min(K, FUSED_PRODUCTS_BLOCK_K), BKS=min(K, STATE_BLOCK_K),
             BV=BV,
             USE_DOT=use_dot, PRODUCTS_STAGES=PRODUCTS_STAGES, num_warps=warps, num_stages=1,
-            PRECISION=products_precision(FUSED_SPLIT_TF32), EXACT=exact,
+            PRECISION=products_precision(FUSED_SPLIT_TF32), EXACT=exact, LOADS_FIRST=FUSED_LOADS_FIRST,
         )
         return o, u, gcum
     # the state pass, then the tree pass (verify_scratch_bytes: S0^T k and S0^T q between them)

@@ -12,12 +12,13 @@ from verify_kernels.precision import add_product_exact
 @triton.jit
 def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                 BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
-                EVICT: tl.constexpr, EXACT: tl.constexpr = False):
+                EVICT: tl.constexpr, EXACT: tl.constexpr = False, PREFETCH: tl.constexpr = False):
     """e.'s reads of S0, whose [K, BV] tile starts at p_s (rows of V): S0^T k_t and S0^T q_t, [BV, BT] each. Up to a
     few nodes one at a time in fp32 on the FMA units, from the whole tile b_s (loaded by the caller, as early as it
     can); else as tensor-core dots (tf32x3) over BK rows of the tile at a time, loaded here, V columns on the dot's
     long side (a whole-K operand, or one with the nodes on it, sits in every warp); EXACT: q and k hold values exact in
-    TF32 (a bf16 / fp16 model's), whose remainders' products the dots skip."""
+    TF32 (a bf16 / fp16 model's), whose remainders' products the dots skip. PREFETCH: one node at a time, the next
+    node's k and q in flight during this node's sums (the one-launch kernel's loads first, verify_fused.py)."""
     o_t = tl.arange(0, BT)
     o_v = tl.arange(0, BV)
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
@@ -34,12 +35,25 @@ def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constex
             b_qS = add_product_exact(b_qS, tl.trans(b_sc), b_qx, PRECISION, False, EXACT)
     else:
         o_k = tl.arange(0, K)
+        p_x = (i_b * T * H + i_hk) * K + o_k
+        if PREFETCH:
+            b_k = tl.load(k + p_x).to(tl.float32)
+            b_q = tl.load(q + p_x).to(tl.float32)
         for t in range(0, nn):
-            p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
-            b_kt = tl.sum(b_s * tl.load(k + p_xt).to(tl.float32)[:, None], 0)             # [BV]
-            b_qt = tl.sum(b_s * tl.load(q + p_xt).to(tl.float32)[:, None], 0)
+            if PREFETCH:  # (the last node reloads itself)
+                p_xn = p_x + tl.minimum(t + 1, nn - 1) * (H * K)
+                b_kn = tl.load(k + p_xn).to(tl.float32)
+                b_qn = tl.load(q + p_xn).to(tl.float32)
+            else:
+                p_xt = ((i_b * T + t) * H + i_hk) * K + o_k
+                b_k = tl.load(k + p_xt).to(tl.float32)
+                b_q = tl.load(q + p_xt).to(tl.float32)
+            b_kt = tl.sum(b_s * b_k[:, None], 0)                                               # [BV]
+            b_qt = tl.sum(b_s * b_q[:, None], 0)
             b_kS = tl.where(o_t[None, :] == t, b_kt[:, None], b_kS)
             b_qS = tl.where(o_t[None, :] == t, b_qt[:, None], b_qS)
+            if PREFETCH:
+                b_k, b_q = b_kn, b_qn
     return b_kS, b_qS
 
 
