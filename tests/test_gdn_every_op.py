@@ -45,8 +45,8 @@ def test_outputs_are_nan_poisoned():
 def test_small_blocks(monkeypatch):
     """V = K = 32 in blocks of 16: two V blocks per head (a key head's entries written once, gcum by one block; the
     decode's buffer loaded before and after buf_len), two K blocks in verify's products and S0 reads, verify's S0
-    reads as dots and one node at a time (per value head), fused and in two passes; the small trees' node-by-node
-    tree pass."""
+    reads as dots and one node at a time (per value head), fused (its loads first and not) and in two passes; the
+    small trees' node-by-node tree pass."""
     monkeypatch.setattr(fold_module, "FOLD_BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "BLOCK_V", 16)
     monkeypatch.setattr(decode_module, "SMALL_BLOCK_V", 16)
@@ -66,9 +66,11 @@ def test_small_blocks(monkeypatch):
     # verify's S0 reads as dots over two K blocks in two passes, one node at a time in the fused kernel, then one
     # node at a time in the state pass, per value head
     monkeypatch.setattr(verify_module, "STATE_SHARE_KEY_HEAD", False)
-    for fma_max_nodes, fused_max_batch in ((0, 0), (64, len(ROWS)), (64, 0)):
+    for fma_max_nodes, fused_max_batch, loads_first in ((0, 0, False), (64, len(ROWS), False), (64, len(ROWS), True),
+                                                        (0, len(ROWS), True), (64, 0, False)):
         monkeypatch.setattr(verify_module, "FMA_MAX_NODES", fma_max_nodes)
         monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", fused_max_batch)
+        monkeypatch.setattr(verify_module, "FUSED_LOADS_FIRST", loads_first)
         check_verify(make_batch(d, ROWS, seed=6, T=12, num_nodes=[12, 5, 9, 0, 12], shape="random"))
     # the small trees' node-by-node tree pass over two V blocks in one program and two K steps, a key head's value
     # heads a program
@@ -208,6 +210,11 @@ def test_gpu_engine_shapes(T, monkeypatch):
                 patch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)
                 patch.setattr(verify_module, "SMALL_TREE_MAX_REGISTERS", registers)
                 check_verify(b, "cuda", GPU_TOL)
+    for loads_first in (False, True):  # the one-launch kernel (batch 1's) on these rows, its loads first and not
+        with monkeypatch.context() as patch:
+            patch.setattr(verify_module, "FUSED_MAX_BATCH", len(rows))
+            patch.setattr(verify_module, "FUSED_LOADS_FIRST", loads_first)
+            check_verify(b, "cuda", GPU_TOL)
     assert check_decode_commit(b, 16, "cuda", GPU_TOL).any()
     with monkeypatch.context() as patch:  # the decode's state and buffer programs with their register cap swapped
         patch.setattr(decode_module, "SPLIT_ROLES_MAX_REGISTERS",
