@@ -171,7 +171,7 @@ PRODUCTS_STAGES = 3
 # a key head's two: 218) at 128 columns on one warp. Below SMALL_TREE_FEW_ROWS rows the same sweep timed batch 16
 # (programs split along V, SMALL_TREE_FEW_ROWS_CONFIG (32, 1, 4)) slower than the tensor-core pass (4-chains 32.2 us
 # against 30.2, 8-node trees 47.4 against 39.6), so there the tensor-core pass runs (None). 16-node trees keep the
-# tensor-core pass: node by node (products of 32 rows) a 16-node block issues ~1.8x its instructions (sm_90, 12-05).
+# tensor-core pass: node by node a 16-node tree issues ~1.4x its instructions (docs/design.md 5.3).
 # SMALL_TREE_CONFIG: V columns a block, warps, programs along V (each takes V // programs columns, a block at a time,
 # and computes its own products over K and weights); SMALL_TREE_FEW_ROWS_CONFIG the same below SMALL_TREE_FEW_ROWS
 # rows, or None: the tensor-core pass there.
