@@ -27,6 +27,7 @@ nearly every step is plain (Engine.plain_step: the decode steps' host code):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import tempfile
@@ -42,6 +43,7 @@ from specdec.eval.synthetic import SyntheticAcceptance, SyntheticDrafter
 from specdec.models.loading import load_model
 from specdec.models.random_checkpoint import random_target
 from specdec.speculation import SamplingParams
+from specdec.speculation.acceptance import AcceptedOnDevice
 from specdec.speculation.adaptive import AdaptiveConfig
 
 VOCAB = 32  # tensor ops run on this CPU: a tiny vocabulary keeps their compute (device work on a GPU) small
@@ -70,6 +72,8 @@ class StubForward:
         self.seconds = {True: 0.0, False: 0.0}
         self.kept = torch.tensor(kept)
         self.turn = 0
+        self.read_at: float | None = None  # when the last acceptance read returned (CriticalPath)
+        self.critical: list[float] = []  # per verify step: host seconds from the read before it to its launch
 
     def attach(self, graphs) -> None:
         graphs._forward = lambda step, shared_logits=False, every_row_folds=False: self.forward(step, graphs.decodes)
@@ -77,6 +81,9 @@ class StubForward:
 
     def forward(self, step, decodes: bool) -> None:
         start = time.thread_time()
+        if not decodes and self.read_at is not None:  # (the device idles from the read to this launch)
+            self.critical.append(start - self.read_at)
+            self.read_at = None
         lay = step.layout  # the bucket's width (graphs per adaptive width)
         rows, width = step.inputs.shape[0], lay.width
         if decodes:
@@ -94,6 +101,24 @@ class StubForward:
 
     def commit(self, step) -> None:
         pass
+
+
+@contextlib.contextmanager
+def critical_path(stub: StubForward):
+    """Time the host's critical path of speculative steps: from each acceptance read's return (AcceptedOnDevice.read,
+    the step's wait for the device) to the next verify's launch (the stub forward), the span in which the device has
+    only the commit queued (issue 14: the GPU idles once that is done)."""
+    read = AcceptedOnDevice.read
+
+    def timed_read(accepted):
+        out = read(accepted)
+        stub.read_at = time.thread_time()
+        return out
+    AcceptedOnDevice.read = timed_read
+    try:
+        yield
+    finally:
+        AcceptedOnDevice.read = read
 
 
 PHASES = ("plan", "propose", "score", "commit", "emit", "hold_outcome", "observe_pending", "decode_step", "prefill")
@@ -188,10 +213,14 @@ def measure(engine: Engine, stub: StubForward, steps: int, repeats: int) -> tupl
         totals: dict[str, float] = defaultdict(float)
         instrument(engine, totals)
         stub.seconds = {True: 0.0, False: 0.0}
+        stub.read_at, stub.critical = None, []
         start = time.thread_time()
-        for _ in range(steps):
-            engine.step()
+        with critical_path(stub):
+            for _ in range(steps):
+                engine.step()
         wall = time.thread_time() - start - sum(stub.seconds.values())
+        if stub.critical:
+            totals["critical path"] = sum(stub.critical) * steps / len(stub.critical)  # (not a phase: a span)
         totals["score"] -= stub.seconds[False]
         totals["decode_step"] -= stub.seconds[True]
         for name in PHASES:  # unwrap
@@ -201,7 +230,10 @@ def measure(engine: Engine, stub: StubForward, steps: int, repeats: int) -> tupl
         runs.append((wall, totals))
     wall, totals = min(runs, key=lambda run: run[0])  # the least disturbed run: this machine is shared
     phases = {name: 1e3 * seconds / steps for name, seconds in totals.items() if seconds > 0}
+    critical = phases.pop("critical path", None)
     phases["other"] = 1e3 * wall / steps - sum(phases.values())
+    if critical is not None:
+        phases["critical path"] = critical
     return 1e3 * wall / steps, phases
 
 
@@ -230,8 +262,11 @@ def main() -> None:
     wall, phases = measure(engine, stub, args.steps, args.repeats)
     print(f"host work, B={args.batch}, {mode}, temperature {args.temperature}: {wall:.3f} ms/step "
           f"(stub forward excluded)")
+    critical = phases.pop("critical path", None)
     for name, ms in sorted(phases.items(), key=lambda item: -item[1]):
         print(f"  {name:12} {ms:7.3f} ms")
+    if critical is not None:
+        print(f"critical path (from an acceptance read's return to the next verify's launch): {critical:.3f} ms/step")
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
