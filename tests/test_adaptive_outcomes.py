@@ -53,10 +53,12 @@ def test_a_steps_outcome_is_told_after_the_next_verify_is_launched(checkpoint, c
     assert drafting and len(overlapped) >= len(drafting) - len(adaptive) - 1
 
 
-def plans(defer: bool, accepted: int, steps: int = 40, config: AdaptiveConfig | None = None) -> list[int]:
+def plans(defer: bool, accepted: int, steps: int = 40, config: AdaptiveConfig | None = None,
+          warm: bool = False) -> list[int]:
     """Drafts per row of each plan of a policy over a batch of 4 whose shapes cost 10 / 12 / 14 ms (0 / 1 / 2 drafts)
     and whose rows keep `accepted` drafts; defer: drafting steps' outcomes told after the next plan, as the engine
-    tells them (take_planned, then observe(..., planned=))."""
+    tells them (take_planned, then observe(..., planned=)); warm: the next plan's rows worked out after each step's
+    outcome is told, as the engine does while the device verifies (AdaptivePolicy.warm)."""
     policy = AdaptivePolicy(config or AdaptiveConfig(max_steps=2, refresh_every=16))
     ids, pending, chosen = list(range(4)), None, []
     for _ in range(steps):
@@ -66,6 +68,8 @@ def plans(defer: bool, accepted: int, steps: int = 40, config: AdaptiveConfig | 
         if pending is not None:
             policy.observe(*pending[0], planned=pending[1])
             pending = None
+        if warm:
+            policy.warm(ids)
         if defer and plan.steps > 0:
             pending = (outcome, policy.take_planned())
         else:
@@ -92,6 +96,33 @@ def test_a_probe_told_a_step_late_is_one_step():
     probes = [i for i, steps in enumerate(late) if steps and i > 6]  # (past the first measurements)
     assert probes and all(late[i + 1] == 0 for i in probes if i + 1 < len(late))
     assert sum(map(bool, late)) == sum(map(bool, now))
+
+
+@pytest.mark.parametrize("defer", [False, True], ids=["told-at-once", "told-a-step-late"])
+@pytest.mark.parametrize("accepted", [0, 1, 2])
+def test_rows_worked_out_ahead_plan_as_rows_worked_out_at_the_plan(defer, accepted):
+    """AdaptivePolicy.warm works out the next plan's rows while the device verifies: every plan the same as without
+    it, whether the outcome it may miss is told before the plan (a stale memo would price the rows' old figures) or
+    after it."""
+    assert plans(defer, accepted, warm=True) == plans(defer, accepted)
+    collapsed = AdaptiveConfig(max_steps=2, collapse=0.5, probe_every=4, refresh_every=0)
+    assert plans(defer, 0, 60, collapsed, warm=True) == plans(defer, 0, 60, collapsed)
+
+
+def test_rows_worked_out_ahead_follow_an_outcome_told_since():
+    """The figures worked out ahead are the rows' of that moment: an outcome told after warm (every draft rejected,
+    rows worth drafting for before) changes what the next plan prices; a request finished since leaves it too."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, prior_acceptance=(0.9,), collapse=0.5, refresh_every=0))
+    ids = [0, 1]
+    policy.warm(ids)
+    assert policy._batch_tokens(ids)[1] == [True, True]
+    for _ in range(20):
+        policy.plan(ids, [100, 100])
+        policy.observe(ids, [2, 2], [0, 0], None, policy.take_planned())
+    assert policy._batch_tokens(ids)[1] == [False, False]  # collapsed: the memo of warm was not reused
+    policy.warm(ids)
+    policy.finish(1)
+    assert 1 not in policy.acceptance and policy._batch_memo[0][1] != policy._figures_version
 
 
 def test_an_aborted_request_is_forgotten_by_the_policy(checkpoint):  # noqa: F811
