@@ -1,6 +1,6 @@
 """benchmarks/host_step.py on a small batch: the stubbed static-step engine runs plain, speculative and adaptive
-(plain-heavy) steps, its stub's logits make the target's acceptance keep the planned drafts, and the phases add up to
-the step's host time."""
+(plain-heavy) steps, its stub's logits make the target's acceptance keep the planned drafts, the phases add up to
+the step's host time, and a speculative step's critical path is a part of it."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ def test_host_step_measures_every_phase(mode):
     engine, stub = build(batch=4, speculative=speculative, acceptance="target", temperature=0.0, steps=4,
                          accepted=2.7, adaptive=mode == "adaptive")
     before = engine.policy.counts.copy() if engine.policy else None
-    host_ms, phases = measure(engine, stub, steps=3, repeats=2)
+    host_ms, phases, critical = measure(engine, stub, steps=3, repeats=2)
     assert host_ms > 0 and stub.seconds[not speculative] > 0  # the stub ran (the device's work) and was left out
     assert sum(phases.values()) == pytest.approx(host_ms)  # "other" closes the sum
+    # the critical path (an acceptance read to the next verify launch): a part of a speculative step's host time
+    assert (0 < critical < host_ms) if speculative else critical is None
     named = {name for name, ms in phases.items() if ms > 0}
     assert ({"propose", "score", "accept", "commit", "emit"} if speculative else {"decode_step"}) <= named
     if mode == "adaptive":  # the timed steps (past the policy's first measurements): plain, on the decode path
