@@ -99,9 +99,9 @@ def fold_args(shapes: dict, block_v: int, entries: int, append: bool, stages: in
                 LOADS_FIRST=loads_first)
 
 
-def variants() -> list[tuple[str, object, dict, int] | tuple[str, object, dict, int, int | None]]:
-    """(label, kernel, constexprs, warps[, register cap]) of every kernel the launchers pick at the current
-    settings."""
+def variants() -> list[tuple]:
+    """(label, kernel, constexprs, warps[, register cap[, argument types]]) of every kernel the launchers pick at the
+    current settings, and of candidates (resources' arguments)."""
     shapes = dict(H=H, HV=HV, K=K, V=V)
     out = []
     G = HV // H if verify.STATE_SHARE_KEY_HEAD else 1
@@ -137,7 +137,18 @@ def variants() -> list[tuple[str, object, dict, int] | tuple[str, object, dict, 
                          PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=heads,
                          STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS,
                          EXACT=False),
-                    tree_config[1]))
+                    tree_config[1], verify.TREE_DOT_MAX_REGISTERS[16] if what == "16-node tree" else None))
+    # the 16-node tree pass as the engine runs it (bf16 q and k, exact in TF32), uncapped and at the cap candidates
+    # (verify.TREE_DOT_MAX_REGISTERS)
+    for cap in (None, 96, 88):
+        out.append((f"{'candidate: ' if cap else ''}verify tree pass, 16-node tree, bf16 q and k"
+                    f"{f', capped at {cap}' if cap else ''}", verify.gdn_verify_tree_kernel,
+                    dict(shapes, L=CAPACITY, BT=16, BL=16, BK=verify.PRODUCTS_BLOCK_K, BV=verify.TREE_CONFIG[0],
+                         NG=1, PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32),
+                         PRODUCTS_STAGES=verify.PRODUCTS_STAGES, GP=verify.TREE_DOT_HEADS_PER_PROGRAM or HV // H,
+                         STACKED=verify.STACKED_PRODUCTS or verify.STACKED_READS, STACKED_READS=verify.STACKED_READS,
+                         EXACT=True),
+                    verify.TREE_CONFIG[1], cap, {"q": "*bf16", "k": "*bf16"}))
     # the decode above SMALL_BATCH: state and buffer programs in one launch, then the finish (decode.DECODE_SPLIT_ROLES)
     out.append(("decode: state / buffer programs", decode.gdn_decode_roles_kernel,
                 dict(shapes, L=CAPACITY, BV=decode.BLOCK_V, BVB=min(V, decode.SPLIT_BUFFER_BLOCK_V or decode.BLOCK_V),

@@ -130,6 +130,11 @@ def candidates(ops: set[str]) -> list[Candidate]:
         # ... their registers capped at 128 (verify.STATE_DOT_MAX_REGISTERS: 4 programs an SM, not 3)
         out.append(Candidate("verify", "16-node state dots capped at 128 registers",
                              {"verify.STATE_DOT_MAX_REGISTERS": {**verify.STATE_DOT_MAX_REGISTERS, 16: 128}}))
+        # ... and the trees' tree pass capped (verify.TREE_DOT_MAX_REGISTERS, latency-bound: 9 programs an SM at its
+        # 106 registers, 10 at 96, 11 at 88, 16 bytes spilled at either cap)
+        for registers in (96, 88):
+            out.append(Candidate("verify", f"trees' tree pass capped at {registers} registers",
+                                 {"verify.TREE_DOT_MAX_REGISTERS": {**verify.TREE_DOT_MAX_REGISTERS, 16: registers}}))
         # the previous defaults (Triton's tf32x3, 32 columns for chains too), for the record
         out.append(Candidate("verify", "Triton's tf32x3 (the defaults before the eighth sitting)",
                              {"verify.TREE_SPLIT_TF32": False, "verify.STATE_SPLIT_TF32": False,

@@ -197,10 +197,13 @@ def test_gpu_engine_shapes(T, monkeypatch):
     num_nodes = [T - (n % 3) for n in range(40)]
     b = make_batch(d, rows, seed=11, T=T, num_nodes=num_nodes, shape="chain" if T < 16 else "random", capacity=16)
     check_verify(b, "cuda", GPU_TOL)
-    if T > verify_module.FMA_MAX_NODES:  # the trees' state dots with their registers capped and not
+    if T > verify_module.FMA_MAX_NODES:  # the trees' state dots and tree pass with their registers capped and not
         with monkeypatch.context() as patch:
             patch.setattr(verify_module, "STATE_DOT_MAX_REGISTERS",
                           swapped_caps(verify_module.STATE_DOT_MAX_REGISTERS))
+            patch.setattr(verify_module, "TREE_DOT_MAX_REGISTERS",
+                          {**verify_module.TREE_DOT_MAX_REGISTERS, 16: 88 if verify_module.TREE_DOT_MAX_REGISTERS[16]
+                           is None else None})  # (88: the lowest sweep candidate, a build that spills)
             check_verify(b, "cuda", GPU_TOL)
     if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS), at 40 rows too,
         # the small trees' pass with its registers capped and not (SMALL_TREE_MAX_REGISTERS: a build that may spill)

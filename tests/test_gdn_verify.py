@@ -25,9 +25,9 @@ def verify_path(request, monkeypatch):
     K stacked or not, whichever the default is not (STACKED_PRODUCTS), and its buffer reads with them
     (STACKED_READS); or with trees up to SMALL_TREE_MAX_NODES nodes through the node-by-node tree pass
     (SMALL_TREE_PASS) at these few rows too (which by default take the tensor-core pass: SMALL_TREE_FEW_ROWS), its
-    programs per value head where the default is a key head's and the other way round, and its register cap and the
-    state dots' (SMALL_TREE_MAX_REGISTERS, STATE_DOT_MAX_REGISTERS: the launch option Triton's interpreter takes too)
-    on where they are off and off where on."""
+    programs per value head where the default is a key head's and the other way round, and its register cap, the
+    state dots' and the trees' tree pass's (SMALL_TREE_MAX_REGISTERS, STATE_DOT_MAX_REGISTERS, TREE_DOT_MAX_REGISTERS:
+    the launch option Triton's interpreter takes too) on where they are off and off where on."""
     if request.param == "small-tree-pass":
         monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
         monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)
@@ -37,6 +37,8 @@ def verify_path(request, monkeypatch):
                             128 if verify_module.SMALL_TREE_MAX_REGISTERS is None else None)
         monkeypatch.setattr(verify_module, "STATE_DOT_MAX_REGISTERS",
                             swapped_caps(verify_module.STATE_DOT_MAX_REGISTERS))
+        monkeypatch.setattr(verify_module, "TREE_DOT_MAX_REGISTERS",
+                            swapped_caps(verify_module.TREE_DOT_MAX_REGISTERS))
     if request.param == "stacked-products-swapped":
         monkeypatch.setattr(verify_module, "STACKED_PRODUCTS", not verify_module.STACKED_PRODUCTS)
     if request.param == "stacked-reads-swapped":

@@ -101,6 +101,10 @@ STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
 # (docs/design.md 5.6). At BT 16 (Triton 3.6, sm_90) 136 registers on 4 warps, 3 programs an SM; capped at 128 no
 # spill and 4: a sweep candidate (sweep_gdn --ops verify) until the H200 times it. Per block: other tiles, other counts.
 STATE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
+# TREE_DOT_MAX_REGISTERS: by BT, the same for the tree pass of trees past FMA_MAX_NODES (TREE_CONFIG). Latency-bound,
+# at BT 16 on bf16 q and k (Triton 3.6, sm_90) 106 registers, 9 programs an SM; capped at 96 ten, at 88 eleven (its
+# 18 KiB of shared memory allows 11), 16 bytes spilled either way: sweep candidates (sweep_gdn --ops verify).
+TREE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
 FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
 # FUSED_LOADS_FIRST: the one-launch kernel (verify_fused.py) issues every load once the slots are in, two round trips
 # to memory before its products where there were five (its docstring). Written on the CPU on 2026-12-05 (twenty-second
@@ -423,5 +427,6 @@ def gdn_verify(
         PRECISION=products_precision(TREE_SPLIT_TF32), NG=triton.next_power_of_2(per_program),
         PRODUCTS_STAGES=PRODUCTS_STAGES, GP=per_program, STACKED=STACKED_PRODUCTS or STACKED_READS,
         STACKED_READS=STACKED_READS, EXACT=exact, num_warps=warps, num_stages=1,
+        **register_cap(TREE_DOT_MAX_REGISTERS[BT] if use_dot else None),
     )
     return o, u, gcum
