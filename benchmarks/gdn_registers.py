@@ -111,13 +111,24 @@ def variants() -> list[tuple]:
         out.append((f"verify state pass, {what}", verify.gdn_verify_state_kernel,
                     dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=heads,
                          NG=triton.next_power_of_2(heads), USE_DOT=use_dot,
-                         PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot), EXACT=False),
+                         PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot), EXACT=False,
+                         STAGES=verify.STATE_DOT_STAGES[BT] if use_dot else 0),
                     warps, verify.STATE_DOT_MAX_REGISTERS[BT] if use_dot else None))
+        if use_dot:  # the engine's build (bf16 q and k) unrolled and pipelined (verify.STATE_DOT_STAGES candidates)
+            for stages, bv in ((0, block_v), (3, block_v), (3, 64)):
+                candidate = "candidate: " if stages != verify.STATE_DOT_STAGES[BT] else ""
+                out.append((f"{candidate}verify state pass, {what}, bf16 q and k, "
+                            f"{f'pipelined in {stages} stages' if stages else 'unrolled'}, {bv} columns",
+                            verify.gdn_verify_state_kernel,
+                            dict(shapes, BT=BT, BV=bv, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=True,
+                                 PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32), EXACT=True,
+                                 STAGES=stages),
+                            warps, verify.STATE_DOT_MAX_REGISTERS[BT], {"q": "*bf16", "k": "*bf16"}))
         if use_dot and not verify.STATE_SPLIT_TF32:  # its dots from operands split by a mask (a candidate)
             out.append(("candidate: verify state pass (16-node tree), dots split by mask",
                         verify.gdn_verify_state_kernel,
                         dict(shapes, BT=BT, BV=block_v, BK=verify.STATE_BLOCK_K, G=1, NG=1, USE_DOT=True,
-                             PRECISION="tf32x3-split", EXACT=False), warps))
+                             PRECISION="tf32x3-split", EXACT=False, STAGES=verify.STATE_DOT_STAGES[BT]), warps))
         block_v, warps = verify.FUSED_CONFIGS[BT]
         for loads_first in sorted({verify.FUSED_LOADS_FIRST, True}):  # (and every load first, where it is off)
             candidate = "candidate: " if loads_first and not verify.FUSED_LOADS_FIRST else ""

@@ -53,7 +53,7 @@ def passes(work: Workloads, r: int, tree: str):
         gdn_verify_state_kernel[(V // BV, HV, B)](
             q, k, num_nodes, state, slots, kS, qS, **shapes, BT=BT, BV=BV, BK=min(K, verify.STATE_BLOCK_K), G=1,
             NG=1, USE_DOT=use_dot, PRECISION=verify.products_precision(verify.STATE_SPLIT_TF32 and use_dot),
-            EXACT=exact, num_warps=warps, num_stages=1)
+            EXACT=exact, STAGES=verify.STATE_DOT_STAGES[BT] if use_dot else 0, num_warps=warps, num_stages=1)
 
     per_program = (verify.TREE_DOT_HEADS_PER_PROGRAM if use_dot else verify.TREE_HEADS_PER_PROGRAM) or HV // H
     tree_v, tree_warps = verify.TREE_CONFIG if use_dot else verify.TREE_SMALL_CONFIG

@@ -127,6 +127,13 @@ def candidates(ops: set[str]) -> list[Candidate]:
         for bv, warps in ((128, 8), (64, 4), (256, 8)):
             out.append(Candidate("verify", f"16-node state dots BV {bv}, {warps} warps",
                                  {"verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
+        # ... their loop over K software-pipelined (verify.STATE_DOT_STAGES, written on the CPU on 2026-12-05: S0's
+        # slices by cp.async into shared memory, 2 of 16 KiB ahead a program at 3 stages against 1 unrolled; sm_90 with
+        # Triton 3.6 on bf16 q and k: 124 registers and 4 programs an SM at 128 columns, 78 and 6 at 64)
+        for stages, bv in ((2, 128), (3, 128), (4, 128), (3, 64), (4, 64)):
+            out.append(Candidate("verify", f"16-node state dots pipelined in {stages} stages, BV {bv}",
+                                 {"verify.STATE_DOT_STAGES": {**verify.STATE_DOT_STAGES, 16: stages},
+                                  "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, 4)}}))
         # ... their registers capped at 128 (verify.STATE_DOT_MAX_REGISTERS: 4 programs an SM, not 3)
         out.append(Candidate("verify", "16-node state dots capped at 128 registers",
                              {"verify.STATE_DOT_MAX_REGISTERS": {**verify.STATE_DOT_MAX_REGISTERS, 16: 128}}))

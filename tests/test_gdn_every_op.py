@@ -205,6 +205,9 @@ def test_gpu_engine_shapes(T, monkeypatch):
                           {**verify_module.TREE_DOT_MAX_REGISTERS, 16: 88 if verify_module.TREE_DOT_MAX_REGISTERS[16]
                            is None else None})  # (88: the lowest sweep candidate, a build that spills)
             check_verify(b, "cuda", GPU_TOL)
+            for stages in (2, 3, 4):  # the state dots' loop over K software-pipelined (STATE_DOT_STAGES)
+                patch.setattr(verify_module, "STATE_DOT_STAGES", {**verify_module.STATE_DOT_STAGES, 16: stages})
+                check_verify(b, "cuda", GPU_TOL)
     if T <= verify_module.SMALL_TREE_MAX_NODES:  # the chains' tree pass both ways (SMALL_TREE_PASS), at 40 rows too,
         # the small trees' pass with its registers capped and not (SMALL_TREE_MAX_REGISTERS: a build that may spill)
         for small_tree_pass, registers in ((False, None), (True, None), (True, 128)):

@@ -105,10 +105,13 @@ def test_tree_pass_products_precision(tf32_products, monkeypatch, dims, T, shape
 
 
 @pytest.mark.parametrize("split", [True, False], ids=["split-by-mask", "triton-tf32x3"])
-def test_state_pass_dots_products_precision(tf32_products, monkeypatch, split):
+@pytest.mark.parametrize("stages", [0, 3], ids=["unrolled", "pipelined"])
+def test_state_pass_dots_products_precision(tf32_products, monkeypatch, split, stages):
     """STATE_SPLIT_TF32 (the default): the state pass's dots (trees past FMA_MAX_NODES) in tf32x3 from operands split
-    by a mask, and with Triton's tf32x3, 16 columns a program (two V blocks at V = 32); TF32 products truncating, as
-    the tree pass's test."""
+    by a mask, and with Triton's tf32x3, 16 columns a program (two V blocks at V = 32); their loop over K unrolled and
+    software-pipelined (STATE_DOT_STAGES, two steps of 16 rows); TF32 products truncating, as the tree pass's test."""
+    monkeypatch.setattr(verify_module, "STATE_DOT_STAGES", {16: stages, 32: stages, 64: stages})
+    monkeypatch.setattr(verify_module, "STATE_BLOCK_K", 16)
     monkeypatch.setattr(verify_module, "STATE_SPLIT_TF32", split)
     monkeypatch.setattr(verify_module, "STATE_DOT_CONFIGS", {16: (16, 4), 32: (16, 4), 64: (16, 4)})
     monkeypatch.setattr(verify_module, "FUSED_MAX_BATCH", 0)

@@ -101,6 +101,14 @@ STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
 # (docs/design.md 5.6). At BT 16 (Triton 3.6, sm_90) 136 registers on 4 warps, 3 programs an SM; capped at 128 no
 # spill and 4: a sweep candidate (sweep_gdn --ops verify) until the H200 times it. Per block: other tiles, other counts.
 STATE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
+# STATE_DOT_STAGES: by BT, the dots' loop over K of STATE_BLOCK_K rows unrolled (0) or software-pipelined by Triton
+# in that many stages (S0's slices into shared memory by cp.async ahead of their products, as the Mamba2 verify
+# streams h0). Unrolled, each slice's loads are issued during the slice before's products (sm_90, Triton 3.6): one
+# slice of 16 KiB in flight a program, 3 programs an SM; the H200 probe of 2026-12-04
+# (sweeps_h200/probe_verify_overlap_2026-12-04e.txt) timed the 16-node state pass at 141 us at batch 128: S0's 256
+# MiB at 45% of copy bandwidth. Pipelined in 3 stages at 128 columns: two slices ahead, 124 registers, 4 programs an
+# SM (at 64 columns 78 and 6). Sweep candidates at BT 16 (sweep_gdn --ops verify).
+STATE_DOT_STAGES = {16: 0, 32: 0, 64: 0}
 # TREE_DOT_MAX_REGISTERS: by BT, the same for the tree pass of trees past FMA_MAX_NODES (TREE_CONFIG). Latency-bound,
 # at BT 16 on bf16 q and k (Triton 3.6, sm_90) 106 registers, 9 programs an SM; capped at 96 ten, at 88 eleven (its
 # 18 KiB of shared memory allows 11), 16 bytes spilled either way: sweep candidates (sweep_gdn --ops verify).
@@ -397,7 +405,8 @@ def gdn_verify(
     gdn_verify_state_kernel[(V // BV, HV // G, B)](
         q, k, num_nodes, state_pool, state_slots, kS, qS,
         **shapes, BT=BT, BV=BV, BK=min(K, STATE_BLOCK_K), G=G, NG=triton.next_power_of_2(G), USE_DOT=use_dot,
-        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), EXACT=exact, num_warps=warps, num_stages=1,
+        PRECISION=products_precision(STATE_SPLIT_TF32 and use_dot), EXACT=exact,
+        STAGES=STATE_DOT_STAGES[BT] if use_dot else 0, num_warps=warps, num_stages=1,
         **register_cap(STATE_DOT_MAX_REGISTERS[BT] if use_dot else None),
     )
     config = small_tree_config(B, T)

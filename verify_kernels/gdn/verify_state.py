@@ -12,27 +12,29 @@ from verify_kernels.precision import add_product_exact
 @triton.jit
 def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                 BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr,
-                EVICT: tl.constexpr, EXACT: tl.constexpr = False, PREFETCH: tl.constexpr = False):
+                EVICT: tl.constexpr, EXACT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+                STAGES: tl.constexpr = 0):
     """e.'s reads of S0, whose [K, BV] tile starts at p_s (rows of V): S0^T k_t and S0^T q_t, [BV, BT] each. Up to a
     few nodes one at a time in fp32 on the FMA units, from the whole tile b_s (loaded by the caller, as early as it
     can); else as tensor-core dots (tf32x3) over BK rows of the tile at a time, loaded here, V columns on the dot's
     long side (a whole-K operand, or one with the nodes on it, sits in every warp); EXACT: q and k hold values exact in
     TF32 (a bf16 / fp16 model's), whose remainders' products the dots skip. PREFETCH: one node at a time, the next
-    node's k and q in flight during this node's sums (the one-launch kernel's loads first, verify_fused.py)."""
+    node's k and q in flight during this node's sums (the one-launch kernel's loads first, verify_fused.py). STAGES:
+    the dots' loop over K unrolled (0), or software-pipelined by Triton in that many stages (S0's slices streamed into
+    shared memory ahead of their products: verify.STATE_DOT_STAGES)."""
     o_t = tl.arange(0, BT)
-    o_v = tl.arange(0, BV)
     b_kS = tl.zeros([BV, BT], dtype=tl.float32)
     b_qS = tl.zeros([BV, BT], dtype=tl.float32)
-    if USE_DOT:
+    if USE_DOT and STAGES:
+        m_t = o_t < nn
+        for i_k in tl.range(0, K, BK, num_stages=STAGES):
+            b_kS, b_qS = state_dots(q, k, p_s, b_kS, b_qS, i_b, i_hk, i_k, m_t, T, H, K, V, BT, BV, BK, PRECISION,
+                                    EVICT, EXACT)
+    elif USE_DOT:
         m_t = o_t < nn
         for i_k in tl.static_range(0, K, BK):
-            o_k = i_k + tl.arange(0, BK)
-            b_sc = tl.load(p_s + o_k[:, None] * V + o_v[None, :], eviction_policy=EVICT)    # [BK, BV]
-            p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
-            b_kx = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)              # [BK, BT]
-            b_qx = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
-            b_kS = add_product_exact(b_kS, tl.trans(b_sc), b_kx, PRECISION, False, EXACT)
-            b_qS = add_product_exact(b_qS, tl.trans(b_sc), b_qx, PRECISION, False, EXACT)
+            b_kS, b_qS = state_dots(q, k, p_s, b_kS, b_qS, i_b, i_hk, i_k, m_t, T, H, K, V, BT, BV, BK, PRECISION,
+                                    EVICT, EXACT)
     else:
         o_k = tl.arange(0, K)
         p_x = (i_b * T * H + i_hk) * K + o_k
@@ -54,6 +56,22 @@ def state_reads(q, k, p_s, b_s, i_b, i_hk, nn, T, H: tl.constexpr, K: tl.constex
             b_qS = tl.where(o_t[None, :] == t, b_qt[:, None], b_qS)
             if PREFETCH:
                 b_k, b_q = b_kn, b_qn
+    return b_kS, b_qS
+
+
+@triton.jit
+def state_dots(q, k, p_s, b_kS, b_qS, i_b, i_hk, i_k, m_t, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+               BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr, EVICT: tl.constexpr,
+               EXACT: tl.constexpr):
+    """state_reads' dots for S0's rows i_k .. i_k + BK: (b_kS, b_qS) + their products with the nodes' k and q."""
+    o_t = tl.arange(0, BT)
+    o_k = i_k + tl.arange(0, BK)
+    b_sc = tl.load(p_s + o_k[:, None] * V + tl.arange(0, BV)[None, :], eviction_policy=EVICT)    # [BK, BV]
+    p_x = ((i_b * T + o_t[None, :]) * H + i_hk) * K + o_k[:, None]
+    b_kx = tl.load(k + p_x, mask=m_t[None, :], other=0.).to(tl.float32)                          # [BK, BT]
+    b_qx = tl.load(q + p_x, mask=m_t[None, :], other=0.).to(tl.float32)
+    b_kS = add_product_exact(b_kS, tl.trans(b_sc), b_kx, PRECISION, False, EXACT)
+    b_qS = add_product_exact(b_qS, tl.trans(b_sc), b_qx, PRECISION, False, EXACT)
     return b_kS, b_qS
 
 
@@ -88,6 +106,7 @@ def gdn_verify_state_kernel(
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
     EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): the dots skip their remainders' products
+    STAGES: tl.constexpr,  # the dots' loop over K software-pipelined in that many stages, or unrolled (0)
 ):
     i_v, i_g, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
@@ -101,7 +120,7 @@ def gdn_verify_state_kernel(
             # S0 is streamed once and not reused: evict it first so the nodes keep the L2
             p_s = state_pool + (i_s * HV + i_h0) * (K * V) + i_v * BV
             b_kS, b_qS = state_reads(q, k, p_s, tl.zeros([K, BV], dtype=tl.float32), i_b, i_hk, nn, T, H, K, V, BT,
-                                     BV, BK, True, PRECISION, "evict_first", EXACT)
+                                     BV, BK, True, PRECISION, "evict_first", EXACT, False, STAGES)
             p_n = ((i_b * T + o_t[None, :]) * HV + i_h0) * V + o_v[:, None]
             m_n = (o_t < nn)[None, :]
             tl.store(kS + p_n, b_kS, mask=m_n)
