@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -13,7 +13,7 @@ import torch
 MAX_TREE_NODES = 64
 
 
-@dataclass
+@dataclass(slots=True)
 class DraftTree:
     """Drafted tokens below a root. Node 0 is the root: the request's newest token, emitted but not yet scored by
     the target. Nodes are topologically ordered (parents[j] < j). draft_probs[j] is the distribution node j's
@@ -21,14 +21,17 @@ class DraftTree:
 
     tokens: list[int]
     parents: list[int]
-    draft_probs: list[torch.Tensor | None] = field(default_factory=list)
+    draft_probs: list[torch.Tensor | None] | None = None  # (None or empty: a point mass at every node)
 
     def __post_init__(self):
+        # (a drafter makes a tree per request each step, on the path between the target's acceptance read and its
+        # next launch: one list made here, lengths read once, the chain checked by one list comparison)
+        count = len(self.tokens)
         if not self.draft_probs:
-            self.draft_probs = [None] * len(self.tokens)
-        if not (len(self.tokens) == len(self.parents) == len(self.draft_probs)) or not self.tokens:
+            self.draft_probs = [None] * count
+        if not count or len(self.parents) != count or len(self.draft_probs) != count:
             raise ValueError("a draft tree needs as many tokens, parents and draft distributions, and a root")
-        if self.is_chain:  # (the common case, checked by one list comparison: a drafter makes 128 trees a step)
+        if self.parents == chain_parents(count):  # (is_chain: the common case)
             return
         if self.parents[0] != -1 or not all(0 <= p < j for j, p in enumerate(self.parents[1:], 1)):
             raise ValueError(f"parents must be -1 for the root and point to earlier nodes, got {self.parents}")
