@@ -42,7 +42,8 @@ from verify_kernels.tree import ancestor_mask
 from .sampling import SamplingParams, sample, target_distribution
 from .tree import DraftTree
 
-Accepted = tuple[list[int], int]  # (accepted node indices, root first; the bonus token after the last one)
+# (accepted node indices, root first: read them, never change them, rows may share one; the bonus token after them)
+Accepted = tuple[list[int], int]
 
 
 @dataclass
@@ -84,8 +85,10 @@ class AcceptedOnDevice:
             rows = self._packed().tolist()
         if self.nodes is not None:
             return [(row[2:row[0] + 3], row[1]) for row in rows]
-        paths = [list(range(n + 1)) for n in range(max(row[0] for row in rows) + 1)]  # copied per row (a caller may
-        return [(paths[row[0]][:], row[1]) for row in rows]                            # change its path)
+        # a chain's path is its first nodes: rows that kept as many share one list (read them, never change them:
+        # a copy per row cost ~8 us at batch 128 on the path between this read and the next launch)
+        paths = [list(range(n + 1)) for n in range(max(row[0] for row in rows) + 1)]
+        return [(paths[row[0]], row[1]) for row in rows]
 
     def _packed(self) -> torch.Tensor:
         """[B, 2 (+ W)]: kept, bonus (, nodes)."""
