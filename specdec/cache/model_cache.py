@@ -257,12 +257,24 @@ class KVBufferCache:
             self._free_states.append(self.state_slot[slot])
             self.state_slot[slot] = -1
 
-    def finish_commit(self, slots: list[int], counts: list[int], folds: list[bool]) -> None:
-        """Host side, after the commit ops: committed lengths and buffer fills, mirrored to the device."""
-        for slot, count, fold in zip(slots, counts, folds, strict=True):
-            self.seq_len[slot] += count
-            self.buf_len[slot] = 0 if fold else self.buf_len[slot] + count
+    def finish_commit(self, slots: list[int], counts: list[int], folds: list[bool] | None = None) -> list[bool]:
+        """Host side, after the commit ops: committed lengths and buffer fills, mirrored to the device. folds: which
+        rows folded (None: those whose buffer reached the flush length, as folding says, worked out in the same pass:
+        one loop over the rows fewer between a speculative step's acceptance read and the next launch). -> folds."""
+        seq_len, buf_len = self.seq_len, self.buf_len
+        if folds is None:
+            flush, folds = self.config.flush_length, []
+            for slot, count in zip(slots, counts, strict=True):
+                seq_len[slot] += count
+                filled = buf_len[slot] + count
+                folds.append(filled >= flush)
+                buf_len[slot] = 0 if filled >= flush else filled
+        else:
+            for slot, count, fold in zip(slots, counts, folds, strict=True):
+                seq_len[slot] += count
+                buf_len[slot] = 0 if fold else buf_len[slot] + count
         self._sync_buf_len()
+        return folds
 
     def commit_all(self, ctx: StepContext) -> None:
         """Commit every node of every row (prefill, or plain decoding of one token per row)."""

@@ -364,11 +364,10 @@ class StepGraphs:
         accepted.start_read()  # (queued before the commit: the read below waits for the acceptance only)
         self._replay_commit(bucket)
         results = accepted.read()  # (the wait: the commit runs meanwhile, and on while the host emits and drafts)
-        counts = [len(path) for path, _ in results]
-        folds = self.cache.folding(slots, counts)
-        self.cache.return_states([slot for slot, taken, fold in zip(slots, took, folds, strict=True)
-                                  if taken and not fold])
-        self.cache.finish_commit(slots, counts, folds)
+        folds = self.cache.finish_commit(slots, [len(path) for path, _ in results])
+        if any(took):  # (rows that took a state slot for a fold that did not happen give it back)
+            self.cache.return_states([slot for slot, taken, fold in zip(slots, took, folds, strict=True)
+                                      if taken and not fold])
         return results
 
     @torch.inference_mode()
