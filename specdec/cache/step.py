@@ -101,8 +101,8 @@ class StepBatch:
     @classmethod
     def trees(cls, req_slots: Sequence[int], tokens: Sequence[Sequence[int]],
               parents: Sequence[Sequence[int]]) -> StepBatch:
-        lengths = [len(row) for row in tokens]
-        if lengths != [len(row) for row in parents]:
+        lengths = list(map(len, tokens))
+        if lengths != list(map(len, parents)):
             row = next(i for i, (n, p) in enumerate(zip(lengths, parents, strict=True)) if n != len(p))
             raise ValueError(f"row {row}: {lengths[row]} tokens but {len(parents[row])} parents")
         width = max(lengths)
@@ -116,7 +116,7 @@ class StepBatch:
         first = parents[0]
         # one shape for every row (chains of a fixed depth, a static tree): its parents checked here once, on the
         # host, instead of the whole batch's by torch ops before a graph replay
-        one_shape = len(first) == width and all(row is first or row == first for row in parents)
+        one_shape = len(first) == width and parents.count(first) == len(parents)  # (count: identity, then ==)
         if one_shape:
             parent_tensor = host_longs(first)[None].expand(len(parents), width).clone()
         else:
