@@ -88,7 +88,7 @@ class KVBufferCache:
 
     def committed_rows(self, slots: list[int]) -> tuple[list[int], list[int]]:
         """Host-side view of these request slots: (committed lengths, state slots, -1 for none)."""
-        return [self.seq_len[s] for s in slots], [self.state_slot[s] for s in slots]
+        return list(map(self.seq_len.__getitem__, slots)), list(map(self.state_slot.__getitem__, slots))
 
     def committed_length(self, slot: int) -> int:
         self._check_active(slot)
@@ -126,7 +126,7 @@ class KVBufferCache:
                 self._check_active(slot)  # raises for the first one that is not
         num_nodes = batch.num_nodes.tolist()
         longest = self.config.max_seq_len - batch.width  # committed tokens a row may hold before this step
-        if max(self.seq_len[slot] for slot in batch.req_slots) <= longest:
+        if max(map(self.seq_len.__getitem__, batch.req_slots)) <= longest:
             return num_nodes
         for slot, count in zip(batch.req_slots, num_nodes, strict=True):
             if self.seq_len[slot] + batch.width > self.config.max_seq_len:

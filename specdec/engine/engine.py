@@ -197,7 +197,7 @@ class Engine:
         if admitted:
             self.finish_decode()
             self.prefill(admitted)
-        ready = [r for r in self.scheduler.running if not r.finished and r not in admitted]
+        ready = [r for r in self.scheduler.running if r.finish_reason is None and r not in admitted]  # (finished's)
         if self.drafter is None:  # plain decoding, one step ahead of the host (decode_step)
             self.decode_step([r for r in ready if len(r.output) + r.in_flight < r.max_new_tokens])
         elif self.plain_decodes:

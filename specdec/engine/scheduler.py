@@ -50,7 +50,8 @@ class Scheduler:
 
     def retire(self) -> list[Request]:
         """Take finished requests out of the batch and free their slots (once no step of theirs is in flight)."""
-        done = [request for request in self.running if request.finished and not request.in_flight]
+        # (finish_reason, not the finished property: a scan of every running request each step)
+        done = [request for request in self.running if request.finish_reason is not None and not request.in_flight]
         if not done:  # most steps: nothing to rebuild
             return done
         for request in done:
