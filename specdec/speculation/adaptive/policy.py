@@ -28,6 +28,7 @@ to be measured is held until a step of it teaches a cost (_held: plain steps tea
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -102,18 +103,20 @@ class AdaptiveConfig:
         if not 0.0 < self.decay < 1.0 or self.prior_weight <= 0 or self.probe_every < 1 or self.optimism < 0:
             raise ValueError("need 0 < decay < 1, prior_weight > 0, probe_every >= 1 and optimism >= 0")
 
-    @property
+    # (worked out once a config: the policy reads them several times a plan, between a drafting step's acceptance
+    # read and the next launch)
+    @functools.cached_property
     def chain_lengths(self) -> tuple[int, ...]:
         if self.chains:
             return tuple(sorted(set(self.chains)))
         return tuple(sorted({1 << k for k in range(self.max_steps.bit_length())} | {self.max_steps}))
 
-    @property
+    @functools.cached_property
     def shapes(self) -> tuple[int, ...]:
         """Drafts per row of each shape offered: 0 (no drafting) and the chains."""
         return (0, *self.chain_lengths)
 
-    @property
+    @functools.cached_property
     def widths(self) -> tuple[int, ...]:
         """Nodes per row of each shape's step (the root and its drafts): the step widths to capture."""
         return tuple(steps + 1 for steps in self.shapes)
