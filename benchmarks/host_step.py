@@ -39,7 +39,7 @@ import torch
 from transformers import Qwen3_5TextConfig
 
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.eval.synthetic import SyntheticAcceptance, SyntheticDrafter
+from specdec.eval.synthetic import SyntheticDrafter, synthetic_speculation
 from specdec.models.loading import load_model
 from specdec.models.random_checkpoint import random_target
 from specdec.speculation import SamplingParams
@@ -168,8 +168,9 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     directory = tempfile.mkdtemp(prefix="host_step_")
     target = tiny_target(directory)
     speculative = speculative or adaptive
-    drafter = SyntheticDrafter(accepted) if speculative else None
-    chosen = SyntheticAcceptance(accepted) if speculative and acceptance == "synthetic" else None
+    drafter, chosen = SyntheticDrafter(accepted) if speculative else None, None
+    if speculative and acceptance == "synthetic":  # as `specdec bench` and the study pair them (their TextCoins)
+        drafter, chosen = synthetic_speculation(f"synthetic:{accepted}", steps)
     # one request slot more than the batch: the graphs attached below take one for their padding rows (as
     # ModelRunner.create adds it on a GPU); without it a batch of 1 never left the queue
     config = EngineConfig.from_flags(max_batch=batch + 1, max_seq_len=2048, num_steps=steps, cuda_graphs=False,

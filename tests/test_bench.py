@@ -183,6 +183,32 @@ def test_paired_synthetic_drafts_are_kept_by_their_text_position_whatever_the_sh
     assert sum(four) / len(four) == pytest.approx(1.5, abs=0.15) and len(set(four)) == 5
 
 
+def test_paired_synthetic_text_keys_follow_each_request():
+    """The drafter's text keys, kept per request while its tokens grow (TextCoins.keys), give the draws a fresh pair
+    gives the same tokens; another request under the same id (its own tokens) and a finished one get theirs."""
+    from drafters.base import DraftRequest
+    from specdec.eval.synthetic import synthetic_speculation
+    from specdec.speculation import SamplingParams, TreeShape
+
+    def kept(pair, request):
+        drafter, acceptance = pair
+        (tree,) = drafter.propose([request], TreeShape(steps=4))
+        return len(acceptance.forced_path(tree)) - 1
+
+    pair, tokens = synthetic_speculation("synthetic:2.5", 4), list(range(20))
+    request = DraftRequest(0, tokens, SamplingParams(), None)
+    for step in range(30):  # the same list, grown as the engine grows a request's tokens
+        fresh = kept(synthetic_speculation("synthetic:2.5", 4), DraftRequest(0, list(tokens), SamplingParams(), None))
+        assert kept(pair, request) == fresh
+        tokens.append(step)
+    texts = [[text] * 20 for text in range(50)]
+    alone = [kept(synthetic_speculation("synthetic:2.5", 4), DraftRequest(0, text, SamplingParams(), None))
+             for text in texts]
+    assert [kept(pair, DraftRequest(0, text, SamplingParams(), None)) for text in texts] == alone  # (one id)
+    pair[0].finish(0)
+    assert 0 not in pair[1].text_coins.keys
+
+
 def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen(tmp_path):
     """--speculation fixed adaptive: a row per mode (here the adaptive engine alone); it counts the shapes of its
     timed steps, its policy starting from the roofline of the target's step; --policy-trace records each step's

@@ -12,7 +12,7 @@ import torch
 from verify_kernels.tree import ancestor_mask
 
 from .attention_pool import AttentionLayerPool
-from .host_buffer import send
+from .host_buffer import DeviceMirror
 from .linear_pool import LinearLayerPool
 from .spec import CacheConfig, ModelCacheSpec
 from .step import StepBatch, StepContext, positions_for
@@ -37,12 +37,12 @@ class KVBufferCache:
             AttentionLayerPool(layer, config.max_requests, config.max_seq_len, self.device, dtype)
             for layer in spec.attention
         ]
-        # Host-side bookkeeping is the truth; `buf_len_device` mirrors buf_len for the ops.
-        self.buf_len = [0] * config.max_requests
+        # Host-side bookkeeping is the truth; `buf_len_device` mirrors buf_len for the ops (sent without waiting for
+        # the device: a copy from pageable memory would synchronise with it every step)
+        self._buf_len = DeviceMirror(config.max_requests, 0, self.device)
+        self.buf_len, self.buf_len_device = self._buf_len.values, self._buf_len.device_values
         self.seq_len = [0] * config.max_requests
         self.state_slot = [-1] * config.max_requests
-        self.buf_len_device = torch.zeros(config.max_requests, dtype=torch.long, device=self.device)
-        # (sent without waiting for the device: a copy from pageable memory would synchronise with it every step)
         self._free_requests = list(range(config.max_requests - 1, -1, -1))
         self._free_states = list(range(config.state_slots - 1, -1, -1))
         self._active: set[int] = set()
@@ -116,7 +116,7 @@ class KVBufferCache:
             self.state_slot[req_slot] = state_slot
 
     def _sync_buf_len(self) -> None:
-        send(self.buf_len, self.buf_len_device)
+        self._buf_len.sync()
 
     # ---- steps -------------------------------------------------------------------------------------------
     def check_step(self, batch: StepBatch) -> list[int]:
@@ -124,7 +124,7 @@ class KVBufferCache:
         if not self._active.issuperset(batch.req_slots):
             for slot in batch.req_slots:
                 self._check_active(slot)  # raises for the first one that is not
-        num_nodes = batch.num_nodes.tolist()
+        num_nodes = batch.node_counts
         longest = self.config.max_seq_len - batch.width  # committed tokens a row may hold before this step
         if max(map(self.seq_len.__getitem__, batch.req_slots)) <= longest:
             return num_nodes
