@@ -95,10 +95,12 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
             return _method(*args, **kwargs)
         setattr(engine.runner, name, counted)
     observed = []  # (shape label, seconds told) per step
+    members = []  # the requests of each step, in the steps' order
     observe = engine.policy.observe
 
     def recorded(ids, drafted, accepted, seconds, planned=None):
         observed.append(((planned or engine.policy._planned).plan.label, seconds))
+        members.append(set(ids))
         observe(ids, drafted, accepted, seconds, planned)
     engine.policy.observe = recorded
     adaptive, in_flight = run(engine, SamplingParams(), eos)
@@ -121,6 +123,14 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
         stats = request.stats
         assert sum(stats.shapes.values()) == stats.steps == len(stats.emitted_per_step) > 0
         assert engine.drafter.told.get(request.request_id, 0) == stats.drafted_per_step.count(0)
+        # in the order of its steps (a speculative step's stats are recorded after the next launch:
+        # Engine.record_stats), but for plain steps at its end whose tokens it dropped (it had ended)
+        kinds = [label != "plain" for (label, _), ids in zip(observed, members, strict=True)
+                 if request.request_id in ids]
+        recorded_kinds = [drafted > 0 for drafted in stats.drafted_per_step]
+        assert kinds[:len(recorded_kinds)] == recorded_kinds and not any(kinds[len(recorded_kinds):])
+        assert sum(drafting for drafting in recorded_kinds) == sum(n for label, n in stats.shapes.items()
+                                                                   if label != "plain") > 0
     # the skipped roots were committed in one catch-up forward before drafting, not scored in front of every level
     assert max(engine.drafter.told.values()) > 1 and engine.drafter.widest_pending <= 1
     assert engine.runner.cache.free_request_slots == CACHE.max_requests and not engine.drafter.slots
