@@ -129,14 +129,17 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
         # ... their loop over K software-pipelined (verify.STATE_DOT_STAGES, written on the CPU on 2026-12-05: S0's
         # slices by cp.async into shared memory, 2 of 16 KiB ahead a program at 3 stages against 1 unrolled; sm_90 with
-        # Triton 3.6 on bf16 q and k: 124 registers and 4 programs an SM at 128 columns, 78 and 6 at 64)
+        # Triton 3.6 on bf16 q and k: 124 registers and 4 programs an SM at 128 columns, 78 and 6 at 64); with the
+        # register cap of the defaults since the H100 sweep of 2026-12-05 (2 stages uncapped: 130.5 / 483.1 us at
+        # batch 64 / 256 there, capped alone 127.5 / 461.1)
         for stages, bv in ((2, 128), (3, 128), (4, 128), (3, 64), (4, 64)):
             out.append(Candidate("verify", f"16-node state dots pipelined in {stages} stages, BV {bv}",
                                  {"verify.STATE_DOT_STAGES": {**verify.STATE_DOT_STAGES, 16: stages},
                                   "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, 4)}}))
-        # ... their registers capped at 128 (verify.STATE_DOT_MAX_REGISTERS: 4 programs an SM, not 3)
-        out.append(Candidate("verify", "16-node state dots capped at 128 registers",
-                             {"verify.STATE_DOT_MAX_REGISTERS": {**verify.STATE_DOT_MAX_REGISTERS, 16: 128}}))
+        # ... their registers uncapped (verify.STATE_DOT_MAX_REGISTERS, 128 by default since the H100 sweep of
+        # 2026-12-05: 4 programs an SM, not 3)
+        out.append(Candidate("verify", "16-node state dots uncapped (the defaults before the twenty-third session)",
+                             {"verify.STATE_DOT_MAX_REGISTERS": {**verify.STATE_DOT_MAX_REGISTERS, 16: None}}))
         # ... and the trees' tree pass capped (verify.TREE_DOT_MAX_REGISTERS, latency-bound: 9 programs an SM at its
         # 106 registers, 10 at 96, 11 at 88, 16 bytes spilled at either cap)
         for registers in (96, 88):
@@ -192,19 +195,18 @@ def candidates(ops: set[str]) -> list[Candidate]:
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))
-        for bv, warps in ((64, 4), (16, 2), (32, 2)):
+        for bv, warps in ((64, 4), (32, 4), (32, 2)):
             out.append(Candidate("verify1", f"fused BV {bv}, {warps} warps",
                                  {"verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
         for bk, stages in ((32, 2), (16, 2)):
             out.append(Candidate("verify1", f"products {bk} columns, {stages} stages",
                                  {"verify.FUSED_PRODUCTS_BLOCK_K": bk, "verify.PRODUCTS_STAGES": stages}))
-        # every load issued once the slots are in (verify.FUSED_LOADS_FIRST, written on the CPU on 2026-12-05: two
-        # round trips to memory before the products where there were five; sm_90 with Triton 3.6 on bf16 q and k:
-        # 163 registers against 158 at 32 columns on 4 warps, no spill), at the default tile and at 16 on 2 warps
-        for bv, warps in ((32, 4), (16, 2)):
-            out.append(Candidate("verify1", f"loads first, fused BV {bv}, {warps} warps",
-                                 {"verify.FUSED_LOADS_FIRST": True,
-                                  "verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (bv, warps)}}))
+        # every load issued once the slots are in (verify.FUSED_LOADS_FIRST, written on the CPU on 2026-12-05, on by
+        # default at 16 columns on 2 warps since the H100 sweep of that day: two round trips to memory before the
+        # products where there were five), and the kernel before it at its tile then
+        out.append(Candidate("verify1", "loads in turn, fused BV 32, 4 warps (the defaults before the twenty-third "
+                             "session)", {"verify.FUSED_LOADS_FIRST": False,
+                                          "verify.FUSED_CONFIGS": {**verify.FUSED_CONFIGS, 16: (32, 4)}}))
         # two launches instead of one: the state pass then the tree pass, the larger batches' path (for the record)
         out.append(Candidate("verify1", "two passes", {"verify.FUSED_MAX_BATCH": 0}))
         # ... with the small trees' tree pass (the 4-chain; a value head and 32 columns a one-warp program: 128 of

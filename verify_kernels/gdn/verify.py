@@ -99,8 +99,10 @@ STATE_SHARE_KEY_HEAD = False
 STATE_DOT_CONFIGS = {16: (128, 4), 32: (64, 4), 64: (32, 4)}
 # STATE_DOT_MAX_REGISTERS: by BT, a cap on the state pass's registers a thread where it runs tl.dots, or None
 # (docs/design.md 5.6). At BT 16 (Triton 3.6, sm_90) 136 registers on 4 warps, 3 programs an SM; capped at 128 no
-# spill and 4: a sweep candidate (sweep_gdn --ops verify) until the H200 times it. Per block: other tiles, other counts.
-STATE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
+# spill and 4. The H100 sweep of 2026-12-05, twenty-third session (sweeps_h100/sweep_gdn_verify_verify1_decode_
+# 2026-12-05.txt; no H200 was lent): 16-node trees at batch 64 / 256 127.5 / 461.1 us against 139.0 / 496.1
+# uncapped (2 stages of STATE_DOT_STAGES: 130.5 / 483.1), 4-chains unchanged. Per block: other tiles, other counts.
+STATE_DOT_MAX_REGISTERS = {16: 128, 32: None, 64: None}
 # STATE_DOT_STAGES: by BT, the dots' loop over K of STATE_BLOCK_K rows unrolled (0) or software-pipelined by Triton
 # in that many stages (S0's slices into shared memory by cp.async ahead of their products, as the Mamba2 verify
 # streams h0). Unrolled, each slice's loads are issued during the slice before's products (sm_90, Triton 3.6): one
@@ -113,11 +115,13 @@ STATE_DOT_STAGES = {16: 0, 32: 0, 64: 0}
 # at BT 16 on bf16 q and k (Triton 3.6, sm_90) 106 registers, 9 programs an SM; capped at 96 ten, at 88 eleven (its
 # 18 KiB of shared memory allows 11), 16 bytes spilled either way: sweep candidates (sweep_gdn --ops verify).
 TREE_DOT_MAX_REGISTERS = {16: None, 32: None, 64: None}
-FUSED_CONFIGS = {16: (32, 4), 32: (32, 4), 64: (32, 4)}
+FUSED_CONFIGS = {16: (16, 2), 32: (32, 4), 64: (32, 4)}
 # FUSED_LOADS_FIRST: the one-launch kernel (verify_fused.py) issues every load once the slots are in, two round trips
 # to memory before its products where there were five (its docstring). Written on the CPU on 2026-12-05 (twenty-second
-# session): a sweep candidate (sweep_gdn --ops verify1) until the H200 times it.
-FUSED_LOADS_FIRST = False
+# session); the H100 sweep of 2026-12-05, twenty-third session (the file above): batch 1 at 9.6 / 10.7 us for a
+# 4-chain / 16-node tree with 16 columns a program on 2 warps (FUSED_CONFIGS[16]), 9.8 / 11.2 at 32 on 4, against
+# 11.3 / 14.4 for the kernel before at 32 on 4 (11.1 / 14.4 at 16 on 2).
+FUSED_LOADS_FIRST = True
 # The tree pass's V columns and warps: TREE_SMALL_CONFIG up to FMA_MAX_NODES nodes (the chains), TREE_CONFIG past
 # them. With the operands split by a mask (TREE_SPLIT_TF32) the chains' pass holds 221 registers at 64 columns on 2
 # warps and the H200 sweep of 2026-12-03, eighth sitting (sweeps_h200/sweep_gdn_verify_2026-12-03h.txt), timed
