@@ -41,7 +41,7 @@ class DeviceMirror:
         self.device_values.copy_(staging, non_blocking=True)
         if copied is None:
             copied = self._copied[self._turn] = torch.cuda.Event()
-        copied.record()
+        copied.record(torch.cuda.current_stream(self.device_values.device))  # (the stream the copy went to)
 
 
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
