@@ -112,13 +112,6 @@ class _Bucket:
     host_commit: list[torch.Tensor]  # two [bucket, commit_fields] int64, likewise
     commit_inputs: torch.Tensor
     turn: int = 0
-    # numpy views of host_inputs and host_commit, which the host packs through (_Layout)
-    host_input_arrays: list[np.ndarray] = field(init=False)
-    host_commit_arrays: list[np.ndarray] = field(init=False)
-
-    def __post_init__(self):
-        self.host_input_arrays = [host.numpy() for host in self.host_inputs]
-        self.host_commit_arrays = [host.numpy() for host in self.host_commit]
     ctx: StepContext | None = None
     logits: torch.Tensor | None = None  # [bucket, T, vocab], model.logits_dtype
     features: torch.Tensor | None = None  # [bucket, T, F]: the runner's feature_layers
@@ -127,6 +120,13 @@ class _Bucket:
     # a decode bucket's forward for the steps in which every row folds (StepContext.every_row_folds), where the
     # cache launches other ops for them (KVBufferCache.decode_folds_apart)
     folding_graph: torch.cuda.CUDAGraph | None = None
+    # numpy views of host_inputs and host_commit, which the host packs through (_Layout)
+    host_input_arrays: list[np.ndarray] = field(init=False, repr=False)
+    host_commit_arrays: list[np.ndarray] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.host_input_arrays = [host.numpy() for host in self.host_inputs]
+        self.host_commit_arrays = [host.numpy() for host in self.host_commit]
 
 
 @dataclass
