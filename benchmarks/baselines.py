@@ -86,6 +86,13 @@ def _module_from_wheel(wheel: Path, candidates: tuple[str, ...], name: str) -> t
     return module
 
 
+def carried_sglang_wheel(folder: Path = Path(".whl")) -> Path | None:
+    """The sglang wheel or kernels' subset that a device call carries (benchmarks/device_call.sh: .whl/), or None:
+    the kernel table's SGLang columns come from it, so a run that forgets --sglang-wheel still fills them."""
+    found = sorted(folder.glob("sglang*.whl")) + sorted(folder.glob("sglang*.zip"))
+    return found[0] if found else None
+
+
 def sglang_kernels(wheel: Path | None):
     """(gdn_update, selective_state_update, note) from an sglang wheel; (None, None, reason) when unavailable."""
     if wheel is None or not Path(wheel).is_file():

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import checks, gdn, kernel_settings, mamba2
-from benchmarks.baselines import fla_recurrent_gdn, sglang_kernels
+from benchmarks.baselines import carried_sglang_wheel, fla_recurrent_gdn, sglang_kernels
 from benchmarks.timing import copy_bandwidth
 
 DECODE_BATCHES = (1, 16, 64, 128, 256, 512)
@@ -35,7 +35,9 @@ TREES = ("chain4", "chain5", "tree8", "tree16")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sglang-wheel", type=Path, default=None, help="an sglang wheel to take baselines from")
+    parser.add_argument("--sglang-wheel", type=Path, default=carried_sglang_wheel(),
+                        help="an sglang wheel (or its kernels' subset: baselines.write_subset) to take baselines from "
+                        "(default: the one a device call carries in .whl/, if any)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/kernels_h200.json"))
     parser.add_argument("--quick", action="store_true", help="batches 1 and 128 only (a smoke run)")
     args = parser.parse_args()

@@ -33,7 +33,7 @@ import torch
 
 from benchmarks import kernel_settings
 from benchmarks.report import replace_section
-from benchmarks.study_report import STUDY_END, STUDY_START, study_section
+from benchmarks.study_report import STUDY_END, STUDY_START, section_key, study_section
 from specdec.eval.bench import BenchSettings, bench_peaks, markdown_table, run_bench
 from specdec.eval.plots import save_figure
 from specdec.models.real_shapes import SHAPES
@@ -182,7 +182,18 @@ def report(markdown: Path) -> None:
                                 float(r["settings"]["draft"].removeprefix("synthetic:"))))
     plots = [plot(r, RESULTS / f"study_{r['model']}_{r['layers']}layers{acceptance_suffix(r)}.png") for r in results]
     shipped = [r for r in results if not acceptance_suffix(r)]
-    replace_section(markdown, STUDY_START, STUDY_END, study_section(results, plots, shipped))
+    replace_section(markdown, STUDY_START, STUDY_END, study_section(results, plots, shipped, adaptive_folders()))
+
+
+def adaptive_folders(results: Path = RESULTS) -> dict[tuple, list[tuple[str, dict]]]:
+    """The folders of adaptive runs (results/adaptive_*/study_*.json: benchmarks/adaptive_runs.py; plain, fixed and
+    adaptive in one sitting, kept out of the joined study rows so that they replace no baseline's partner), joined
+    per model, layers and acceptance (study_report.section_key) -> [(folder, joined result)]."""
+    found: dict[tuple, list[tuple[str, dict]]] = {}
+    for folder in sorted(p for p in results.glob("adaptive_*") if p.is_dir()):
+        for joined in merge([json.loads(p.read_text()) for p in sorted(folder.glob("study_*.json"))]):
+            found.setdefault(section_key(joined), []).append((folder.as_posix(), joined))
+    return found
 
 
 def main() -> None:

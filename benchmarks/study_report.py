@@ -54,18 +54,30 @@ def mode_table(result: dict, mode: str) -> list[str]:
     return _table(header, body)
 
 
-def adaptive_table(result: dict) -> list[str]:
+def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> list[str]:
     """Issue 17's comparison, KVBuffer rows per batch size: adaptive speculation's tokens/s against plain and fixed
-    4-token chains (its targets: >= 0.95x the better of them, >= plain), and the shapes it chose."""
+    4-token chains (its targets: >= 0.95x the better of them, >= plain), and the shapes it chose. `adaptive_runs`: runs
+    of the same model and acceptance kept in folders of their own, (folder, joined result), each with plain, fixed
+    and adaptive measured in one sitting (benchmarks/adaptive_runs.py); each batch takes the newest adaptive run of
+    `result` and those folders, a folder's on a tie, and a note names the folder it came from."""
     from specdec.eval.summary import shape_shares
 
-    rows = study_rows(result)
-    kept = {(m, b): r for (backend, m, b), r in rows.items() if backend == "kvbuffer" and not r.get("out_of_memory")}
-    speed = {key: r["tokens_per_second"] for key, r in kept.items()}
+    sources = {"": _kept_rows(result), **{folder: _kept_rows(joined) for folder, joined in adaptive_runs}}
+    chosen: dict[int, str] = {}
+    for source, kept in sources.items():
+        for (mode, batch), row in kept.items():
+            if mode != "adaptive":
+                continue
+            rank = (row.get("date", ""), source != "")
+            current = chosen.get(batch)
+            if current is None or rank > (sources[current]["adaptive", batch].get("date", ""), current != ""):
+                chosen[batch] = source
     header = ["batch", "plain tok/s", "fixed tok/s", "adaptive tok/s", "adaptive / best of plain, fixed",
               "adaptive / plain", "shapes chosen (share of steps)"]
-    body, across = [], set()
-    for batch in sorted(b for (m, b) in speed if m == "adaptive"):
+    body, across, folders = [], set(), {}
+    for batch in sorted(chosen):
+        kept = sources[chosen[batch]]
+        speed = {key: r["tokens_per_second"] for key, r in kept.items()}
         plain, fixed, adaptive = (speed.get((m, batch)) for m in ("plain", "speculative", "adaptive"))
         best = max((v for v in (plain, fixed) if v is not None), default=None)
         cells = [speed_cell(kept.get((m, batch))) for m in ("plain", "speculative", "adaptive")]
@@ -74,13 +86,30 @@ def adaptive_table(result: dict) -> list[str]:
         mark = " *" if len(set(dates.values())) > 1 else ""
         if mark:
             across.add((dates["adaptive"], tuple(sorted({d for m, d in dates.items() if m != "adaptive"}))))
+        if chosen[batch]:
+            folders.setdefault(chosen[batch], []).append(str(batch))
         body.append([str(batch), *cells,
                      _times(adaptive / best if best else None) + mark,
                      _times(adaptive / plain if plain else None) + mark,
-                     shape_shares(rows["kvbuffer", "adaptive", batch].get("shapes") or {})])
+                     shape_shares(kept["adaptive", batch].get("shapes") or {})])
     notes = [f"* adaptive measured on {ours}, plain / fixed on {' and '.join(theirs)}: a ratio across sittings, not "
              "a same-run comparison." for ours, theirs in sorted(across)]
+    notes += [f"Batch {', '.join(batches)}: `{folder}` (its README), every engine of a row in one sitting "
+              f"({_folder_text(adaptive_runs, folder)})." for folder, batches in folders.items()]
     return _table(header, body) + ([""] + notes if notes else [])
+
+
+def _kept_rows(result: dict) -> dict[tuple[str, int], dict]:
+    """(mode, batch) -> the KVBuffer's row, out-of-memory rows left out."""
+    return {(m, b): r for (backend, m, b), r in study_rows(result).items()
+            if backend == "kvbuffer" and not r.get("out_of_memory")}
+
+
+def _folder_text(adaptive_runs: list[tuple[str, dict]], folder: str) -> str:
+    joined = dict(adaptive_runs)[folder]
+    dates = sorted({row.get("date", "") for row in joined["rows"]} - {""})
+    new_tokens = joined.get("settings", {}).get("max_new_tokens")
+    return ", ".join(dates) + (f", {new_tokens} new tokens a request" if new_tokens else "")
 
 
 def speed_cell(row: dict | None) -> str:
@@ -156,19 +185,25 @@ def study_target_lines(results: list[dict]) -> list[str]:
 
 
 def study_section(results: list[dict], plots: list[Path] | None = None,
-                  target_results: list[dict] | None = None) -> str:
+                  target_results: list[dict] | None = None,
+                  adaptive_runs: dict[tuple, list[tuple[str, dict]]] | None = None) -> str:
     """The section from the joined runs (benchmarks.study.merge), with each result's plot; the targets read off
     target_results (default: all; the study passes those at each model's measured acceptance)."""
     parts = [STUDY_START, "## End to end: KVBuffer against intermediate states, at the roofline", "",
              "The issue's targets, read off the runs below at each model's measured acceptance:", "",
              *study_target_lines(results if target_results is None else target_results), ""]
     for result, plot in zip(results, plots or [None] * len(results), strict=True):
-        parts += study_model_lines(result, plot)
+        parts += study_model_lines(result, plot, (adaptive_runs or {}).get(section_key(result), []))
     parts.append(STUDY_END)
     return "\n".join(parts)
 
 
-def study_model_lines(result: dict, plot: Path | None) -> list[str]:
+def section_key(result: dict) -> tuple:
+    """What a folder of adaptive runs and a study section share: model, layers and the drafts' acceptance."""
+    return result["model"], result["layers"], result.get("settings", {}).get("draft")
+
+
+def study_model_lines(result: dict, plot: Path | None, adaptive_runs: list[tuple[str, dict]] = ()) -> list[str]:
     s, peaks = result["settings"], result.get("peaks")
     accepted = s["draft"].removeprefix("synthetic:")
     lines = [f"### {result['model']} ({result['target']})", "",
@@ -185,7 +220,7 @@ def study_model_lines(result: dict, plot: Path | None) -> list[str]:
              "Plain decoding:", "", *mode_table(result, "plain"), "",
              f"Speculative decoding (4-token chains, accepted at {accepted}):", "",
              *mode_table(result, "speculative"), ""]
-    adaptive = adaptive_table(result)
+    adaptive = adaptive_table(result, adaptive_runs)
     if len(adaptive) > 2:
         lines += [f"Adaptive speculation (chains of 1, 2 or 4 drafts or none per step, accepted at {accepted}), "
                   "KVBuffer:", "", *adaptive, ""]

@@ -66,3 +66,19 @@ def test_fla_subset_keeps_the_gated_delta_rule_and_imports(tmp_path):
                          cwd=tmp_path / "site", capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["1", "2"]
+
+
+def test_the_carried_sglang_wheel_is_the_kernel_tables_default(tmp_path):
+    """benchmarks.kernels takes the SGLang baselines from the wheel or subset a device call carries in .whl/ when
+    --sglang-wheel is not given (a run without them loses the table's SGLang columns)."""
+    from benchmarks.baselines import carried_sglang_wheel
+
+    assert carried_sglang_wheel(tmp_path) is None
+    (tmp_path / "fla_slim.tar.xz").write_bytes(b"")
+    assert carried_sglang_wheel(tmp_path) is None
+    subset = tmp_path / "sglang-0.5.10.post1-kernels-subset.zip"
+    subset.write_bytes(b"")
+    assert carried_sglang_wheel(tmp_path) == subset
+    wheel = tmp_path / "sglang-0.5.10-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    assert carried_sglang_wheel(tmp_path) == wheel  # a whole wheel before a subset

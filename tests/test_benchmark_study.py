@@ -168,3 +168,40 @@ def test_transformers_reference_re_run_keeps_its_latest_run():
     (joined,) = merge([part("2026-12-05", 19.0), part("2026-12-02", 8.0), part("2026-12-02", 113.0, batch=16)])
     kept = {r["batch_size"]: r["tokens_per_second"] for r in joined["transformers"]}
     assert kept == {1: 19.0, 16: 113.0}
+
+
+def test_adaptive_rows_come_from_the_newest_folder_of_one_sitting_runs(tmp_path):
+    """A folder of adaptive runs (plain, fixed and adaptive measured in one sitting) gives each batch it measured
+    later than the joined study rows, named in a note; a batch it lacks keeps the study's rows and their mark."""
+    from benchmarks.study import adaptive_folders
+    from benchmarks.study_report import adaptive_table, section_key
+
+    def run_file(folder, date, rows):
+        folder.mkdir(exist_ok=True)
+        result = {"model": "m", "layers": 4, "date": date, "sitting": "10:00 UTC", "transformers": [],
+                  "settings": {"draft": "synthetic:2.72", "max_new_tokens": 256}, "rows": rows}
+        (folder / f"study_m_{len(list(folder.iterdir()))}_r1.json").write_text(json.dumps(result))
+        return result
+
+    def row(mode, batch, speed, date=None):
+        return {"backend": "kvbuffer", "mode": mode, "batch_size": batch, "tokens_per_second": speed,
+                "shapes": {"chain-4": 1} if mode == "adaptive" else None, **({"date": date} if date else {})}
+
+    study = {"model": "m", "layers": 4, "settings": {"draft": "synthetic:2.72"},
+             "rows": [row("plain", b, 100.0, "2026-12-05") for b in (1, 64)]
+             + [row("speculative", b, 200.0, "2026-12-05") for b in (1, 64)]
+             + [row("adaptive", b, 120.0, "2026-12-02") for b in (1, 64)]}
+    older, newer = tmp_path / "adaptive_h200_a", tmp_path / "adaptive_h200_b"
+    run_file(older, "2026-12-04", [row("plain", 64, 90.0), row("speculative", 64, 100.0), row("adaptive", 64, 99.0)])
+    run_file(newer, "2026-12-05", [row("plain", 1, 100.0), row("speculative", 1, 150.0), row("adaptive", 1, 147.0)])
+    (tmp_path / "not_adaptive").mkdir()
+    found = adaptive_folders(tmp_path)
+    assert list(found) == [section_key(study)] and [f for f, _ in found[section_key(study)]] == [
+        older.as_posix(), newer.as_posix()]
+    lines = adaptive_table(study, found[section_key(study)])
+    assert lines[2].startswith("| 1 | 100 | 150 | 147 | 0.98x | 1.47x |"), "the newer folder's sitting"
+    assert lines[3].startswith("| 64 | 90 | 100 | 99 | 0.99x | 1.10x |"), "the older folder, still newer than 12-02"
+    assert f"Batch 1: `{newer.as_posix()}`" in lines[-2] and "256 new tokens a request" in lines[-2]
+    assert f"Batch 64: `{older.as_posix()}`" in lines[-1] and "2026-12-04, 10:00 UTC" in lines[-1]
+    alone = adaptive_table(study)  # no folder: the study's own rows, across sittings and marked
+    assert alone[2].startswith("| 1 | 100 | 200 | 120 | 0.60x * |")
