@@ -9,6 +9,7 @@ import torch
 from tests.reference_checks import pad_nodes
 from tests.test_conv_kernels import DEVICE, conv_layer, conv_pool, trees
 from verify_kernels.conv import (
+    GateInputs,
     QKVHeads,
     causal_conv1d_tree_qkv,
     causal_conv1d_tree_qkv_ref,
@@ -37,7 +38,8 @@ def form(request, monkeypatch):
 
 
 def assert_outputs(ours, theirs, tol):
-    for a, e, name in zip(ours, theirs, "qkv", strict=True):
+    assert len(ours) == len(theirs)
+    for a, e, name in zip(ours, theirs, ("q", "k", "v", "g", "beta")[:len(ours)], strict=True):
         assert a.shape == e.shape and a.dtype == e.dtype, name
         assert torch.isfinite(a).all(), f"{name}: non-finite values"
         torch.testing.assert_close(a.float(), e.float(), atol=tol, rtol=tol, msg=lambda m, n=name: f"{n}: {m}")
@@ -77,6 +79,56 @@ def test_decode_conv_qkv_matches_the_two_references_and_shifts_the_window(form, 
     ours = conv_decode_qkv(x, num_nodes, pool, req_slots, weight, bias, "silu", HEADS, 0.5)
     theirs = conv_decode_qkv_ref(x, num_nodes, ref_pool, req_slots, weight, bias, "silu", HEADS, 0.5)
     assert_outputs(ours, theirs, TOL[torch.float32] if dtype == torch.float32 else 1e-2)
+    torch.testing.assert_close(pool, ref_pool, rtol=0, atol=0, equal_nan=True)
+
+
+def gate_inputs(gen, lead, dtype):
+    """a and b as strided splits of one wider projection output [*lead, 2 HV + 3] (the merged z / b / a GEMM's),
+    a few of a + dt_bias past softplus' threshold of 20, and A_log, dt_bias [HV]."""
+    HV = HEADS.HV
+    wide = torch.randn(*lead, 2 * HV + 3, generator=gen) * 3
+    wide[..., HV] = 25.0  # a of head 0 past the threshold
+    wide = wide.to(DEVICE, dtype)
+    A_log = torch.randn(HV, generator=gen).to(DEVICE)
+    dt_bias = torch.randn(HV, generator=gen).to(DEVICE)
+    return GateInputs(wide[..., 3 + HV:], wide[..., HV:2 * HV], A_log, dt_bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tree_conv_qkv_stores_the_gates_of_every_node(form, dtype):
+    """With GateInputs the op also returns gdn_gates' g and beta [B, T, HV] fp32, padding nodes included, from the
+    fused kernel (one launch) or from the gates' own kernel (two-ops), as gdn_gates_ref computes them."""
+    gen = torch.Generator().manual_seed(15)
+    T, D, W = 5, HEADS.channels, 4
+    parents, num_nodes = trees(gen, "tree", T)
+    pool, req_slots = conv_pool(gen, 3, D, W, dtype)
+    weight, _ = conv_layer(gen, D, W, False, dtype)
+    x = pad_nodes(torch.randn(3, T, D, generator=gen), num_nodes.cpu()).to(DEVICE, dtype)
+    gates = gate_inputs(gen, (3, T), dtype)
+    args = (x, parents, num_nodes, pool, req_slots, weight, None, "silu")
+    ours = causal_conv1d_tree_qkv(*args, conv_window_sources(parents, num_nodes, W), HEADS, 0.25, gates=gates)
+    theirs = causal_conv1d_tree_qkv_ref(*args, None, HEADS, 0.25, gates=gates)
+    assert len(ours) == 5 and ours[3].shape == ours[4].shape == (3, T, HEADS.HV)
+    assert ours[3].dtype == ours[4].dtype == torch.float32 and ours[3].is_contiguous()
+    assert_outputs(ours, theirs, TOL[torch.float32] if dtype == torch.float32 else 1e-2)
+    with pytest.raises(ValueError, match=r"the gates' a \(3, 4, 4\) must be \[3, 5, HV\]"):
+        causal_conv1d_tree_qkv(*args, None, HEADS, 0.25, gates=gate_inputs(gen, (3, T - 1), dtype))
+
+
+def test_decode_conv_qkv_stores_the_gates(form):
+    """One node a row, the last a padding row (its gates computed all the same), bf16 projections."""
+    gen = torch.Generator().manual_seed(16)
+    D, W = HEADS.channels, 4
+    pool, req_slots = conv_pool(gen, 3, D, W, torch.bfloat16)
+    weight, bias = conv_layer(gen, D, W, True, torch.bfloat16)
+    x = torch.randn(3, 1, D, generator=gen).to(DEVICE, torch.bfloat16)
+    num_nodes = torch.tensor([1, 1, 0], device=DEVICE)
+    gates = gate_inputs(gen, (3, 1), torch.bfloat16)
+    ref_pool = pool.clone()
+    ours = conv_decode_qkv(x, num_nodes, pool, req_slots, weight, bias, "silu", HEADS, 0.5, gates=gates)
+    theirs = conv_decode_qkv_ref(x, num_nodes, ref_pool, req_slots, weight, bias, "silu", HEADS, 0.5, gates=gates)
+    assert_outputs(ours, theirs, 1e-2)
+    torch.testing.assert_close(ours[3], theirs[3], rtol=1e-6, atol=1e-6)  # the gates themselves in fp32
     torch.testing.assert_close(pool, ref_pool, rtol=0, atol=0, equal_nan=True)
 
 

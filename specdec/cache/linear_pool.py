@@ -84,10 +84,11 @@ class LinearLayerPool:
                                   activation, sources=sources)
 
     def short_conv_qkv(self, ctx, conv_input: torch.Tensor, weight: torch.Tensor, heads, q_scale: float,
-                       qk_dtype: torch.dtype | None, qk_storage: torch.dtype | None):
+                       qk_dtype: torch.dtype | None, qk_storage: torch.dtype | None, gates=None):
         """The Gated DeltaNet's short_conv (SiLU, no bias) and its q / k / v split in one op (conv.QKVHeads heads;
-        glue gdn_qkv's q_scale, qk_dtype and qk_storage) -> (q [B, T, H, K], k, v [B, T, HV, V])."""
-        split = dict(heads=heads, q_scale=q_scale, qk_dtype=qk_dtype, qk_storage=qk_storage)
+        glue gdn_qkv's q_scale, qk_dtype and qk_storage) -> (q [B, T, H, K], k, v [B, T, HV, V]), and with gates
+        (conv.GateInputs) its gates (g, beta) [B, T, HV] after them, in the same op."""
+        split = dict(heads=heads, q_scale=q_scale, qk_dtype=qk_dtype, qk_storage=qk_storage, gates=gates)
         if ctx.commit_in_forward:
             return self.conv_ops.decode_qkv(conv_input, ctx.num_nodes, self.conv, ctx.req_slots, weight, None, "silu",
                                             **split)

@@ -8,9 +8,9 @@ from torch import nn
 from specdec.cache.linear_state import MixerInputs
 from specdec.cache.spec import LinearLayerSpec
 from specdec.parallel import SINGLE, TensorParallel, column_linear, row_linear, shard_parameters
-from verify_kernels.conv import QKVHeads
+from verify_kernels.conv import GateInputs, QKVHeads
 
-from .layers import GatedRMSNorm, glue_for
+from .layers import GatedRMSNorm
 from .merged import merge_linears, merged_outputs
 
 
@@ -83,7 +83,6 @@ class GatedDeltaNet(nn.Module):
         mixed = self.in_proj_qkv(hidden)  # [B, T, conv_dim], pre-conv
         # [B, T, value_dim], [B, T, HV] twice: one GEMM once merged (strided rows)
         z, b, a = merged_outputs(hidden, self.in_proj_zba, self.gate_projections())
-        glue = glue_for(hidden, self.A_log, self.dt_bias)
         # the conv (SiLU), then contiguous q, k (l2-normalised as fla and transformers, q scaled) [B, T, H, K],
         # rounded to the model's dtype or fp32 as the linear state takes them (keys_in_model_dtype), and fp32 v
         # [B, T, HV, V], in one op (verify_kernels/conv/conv_qkv.py). Rounded keys are stored in the model's dtype for
@@ -92,11 +91,12 @@ class GatedDeltaNet(nn.Module):
         # benchmarks/results/sweeps_h200/probe_gdn_decode_keys_2026-12-04f.txt)
         qk_dtype = mixed.dtype if pool.linear_state.keys_in_model_dtype else None
         qk_storage = torch.float32 if hidden.shape[1] == 1 else None
+        # and in the same op g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b): fp32 [B, T, HV] (one launch
+        # a layer and step less than the gates' own kernel)
         heads = QKVHeads(self.num_k_heads, self.head_k_dim, self.num_v_heads, self.head_v_dim)
-        query, key, value = pool.short_conv_qkv(ctx, mixed, self.conv1d.weight[:, 0], heads, self.head_k_dim**-0.5,
-                                                qk_dtype, qk_storage)
-        # g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b): fp32 [B, T, HV]
-        g, beta = glue.gdn_gates(a, b, self.A_log, self.dt_bias)
+        query, key, value, g, beta = pool.short_conv_qkv(ctx, mixed, self.conv1d.weight[:, 0], heads,
+                                                         self.head_k_dim**-0.5, qk_dtype, qk_storage,
+                                                         GateInputs(a, b, self.A_log, self.dt_bias))
         # the delta rule through the layer's linear state (tree rows) or the chunked prefill (chunk rows);
         # entries keep the key, chunk rows zero g and beta at padding nodes
         inputs = MixerInputs((query, key, value, g, beta), entry_key=1, padding_masked=(3, 4))

@@ -3,6 +3,7 @@ references (naive.py) and Triton kernels of the same signatures (tree_conv.py; p
 one: decode_conv.py; the Gated DeltaNet's conv with its q / k / v split fused in: conv_qkv.py)."""
 
 from verify_kernels.conv.naive import (
+    GateInputs,
     QKVHeads,
     causal_conv1d_tree_qkv_ref,
     causal_conv1d_tree_ref,
@@ -14,8 +15,8 @@ from verify_kernels.conv.naive import (
 from verify_kernels.conv.window_sources import conv_window_sources
 from verify_kernels.lazy import kernels_on_first_use
 
-__all__ = ["QKVHeads", "causal_conv1d_tree_qkv_ref", "causal_conv1d_tree_ref", "conv_commit_ref", "conv_decode_qkv_ref",
-           "conv_decode_ref", "conv_window_sources", "tree_conv_windows_ref"]
+__all__ = ["GateInputs", "QKVHeads", "causal_conv1d_tree_qkv_ref", "causal_conv1d_tree_ref", "conv_commit_ref",
+           "conv_decode_qkv_ref", "conv_decode_ref", "conv_window_sources", "tree_conv_windows_ref"]
 
 _KERNELS = {  # the Triton kernels (imported on first use: they need triton) -> their modules
     "causal_conv1d_tree": "verify_kernels.conv.tree_conv",

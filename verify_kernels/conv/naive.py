@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from verify_kernels.glue.naive import gdn_qkv_ref
+from verify_kernels.glue.naive import gdn_gates_ref, gdn_qkv_ref
 from verify_kernels.tree import check_tree
 
 
@@ -148,18 +148,34 @@ class QKVHeads:
         return 2 * self.H * self.K + self.HV * self.V
 
 
+@dataclass(frozen=True)
+class GateInputs:
+    """The Gated DeltaNet's gate projections and parameters (verify_kernels.glue gdn_gates): a, b [B, T, HV] (rows
+    may be strided: splits of the merged projection's output), A_log, dt_bias [HV]. Given to the conv ops that split
+    q / k / v, they also return (g, beta) fp32 [B, T, HV]: the same kernel, one launch less a layer and step."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    A_log: torch.Tensor
+    dt_bias: torch.Tensor
+
+
 def causal_conv1d_tree_qkv_ref(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources,
                                heads: QKVHeads, q_scale: float, eps: float = 1e-6,
-                               qk_dtype: torch.dtype | None = None, qk_storage: torch.dtype | None = None):
-    """causal_conv1d_tree_ref, then gdn_qkv_ref of its output: (q [B, T, H, K], k, v [B, T, HV, V]) (the contract of
-    the fused kernel, verify_kernels/conv/conv_qkv.py)."""
+                               qk_dtype: torch.dtype | None = None, qk_storage: torch.dtype | None = None,
+                               gates: GateInputs | None = None):
+    """causal_conv1d_tree_ref, then gdn_qkv_ref of its output: (q [B, T, H, K], k, v [B, T, HV, V]), and with gates
+    gdn_gates_ref's (g, beta) after them (the contract of the fused kernel, verify_kernels/conv/conv_qkv.py)."""
     y = causal_conv1d_tree_ref(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources)
-    return gdn_qkv_ref(y, heads.H, heads.K, heads.HV, heads.V, q_scale, eps, qk_dtype, qk_storage)
+    qkv = gdn_qkv_ref(y, heads.H, heads.K, heads.HV, heads.V, q_scale, eps, qk_dtype, qk_storage)
+    return qkv if gates is None else (*qkv, *gdn_gates_ref(gates.a, gates.b, gates.A_log, gates.dt_bias))
 
 
 def conv_decode_qkv_ref(x, num_nodes, conv_pool, req_slots, weight, bias, activation, heads: QKVHeads,
                         q_scale: float, eps: float = 1e-6, qk_dtype: torch.dtype | None = None,
-                        qk_storage: torch.dtype | None = None):
-    """conv_decode_ref (the window updated in place), then gdn_qkv_ref of its output: (q [B, 1, H, K], k, v)."""
+                        qk_storage: torch.dtype | None = None, gates: GateInputs | None = None):
+    """conv_decode_ref (the window updated in place), then gdn_qkv_ref of its output: (q [B, 1, H, K], k, v), and
+    with gates (g, beta) [B, 1, HV] after them."""
     y = conv_decode_ref(x, num_nodes, conv_pool, req_slots, weight, bias, activation)
-    return gdn_qkv_ref(y, heads.H, heads.K, heads.HV, heads.V, q_scale, eps, qk_dtype, qk_storage)
+    qkv = gdn_qkv_ref(y, heads.H, heads.K, heads.HV, heads.V, q_scale, eps, qk_dtype, qk_storage)
+    return qkv if gates is None else (*qkv, *gdn_gates_ref(gates.a, gates.b, gates.A_log, gates.dt_bias))

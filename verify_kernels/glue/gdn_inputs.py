@@ -57,19 +57,44 @@ def gdn_qkv_kernel(
 
 
 @triton.jit
+def gate_values(b_a, b_b, b_A_log, b_dt_bias):
+    """g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), both fp32, from loaded blocks (a and b in the
+    projection's dtype, A_log and dt_bias broadcast to them); shared by gdn_gates_kernel and the conv kernels that
+    store the gates beside q / k / v (verify_kernels/conv/conv_qkv.py)."""
+    b_x = b_a.to(tl.float32) + b_dt_bias.to(tl.float32)
+    # softplus as torch's (threshold 20); log(1 + e^x) loses only digits that exp(g) cannot see
+    b_sp = tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
+    b_g = -tl.exp(b_A_log.to(tl.float32)) * b_sp
+    # sigmoid in the projection's dtype, as torch computes b.sigmoid(), then fp32
+    return b_g, tl.sigmoid(b_b.to(tl.float32)).to(b_b.dtype).to(tl.float32)
+
+
+@triton.jit
 def gdn_gates_kernel(a, b, A_log, dt_bias, g, beta, stride_a, stride_b, N, HV: tl.constexpr, BLOCK: tl.constexpr):
     o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # flat (token, head) index
     m = o < N
     o_t, o_h = o // HV, o % HV
-    b_a = tl.load(a + o_t * stride_a + o_h, mask=m, other=0.0).to(tl.float32)
-    b_b = tl.load(b + o_t * stride_b + o_h, mask=m, other=0.0)
-    b_x = b_a + tl.load(dt_bias + o_h, mask=m, other=0.0).to(tl.float32)
-    # softplus as torch's (threshold 20); log(1 + e^x) loses only digits that exp(g) cannot see
-    b_sp = tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
-    b_g = -tl.exp(tl.load(A_log + o_h, mask=m, other=0.0).to(tl.float32)) * b_sp
+    b_g, b_beta = gate_values(tl.load(a + o_t * stride_a + o_h, mask=m, other=0.0),
+                              tl.load(b + o_t * stride_b + o_h, mask=m, other=0.0),
+                              tl.load(A_log + o_h, mask=m, other=0.0), tl.load(dt_bias + o_h, mask=m, other=0.0))
     tl.store(g + o, b_g, mask=m)
-    # sigmoid in the projection's dtype, as torch computes b.sigmoid(), then fp32
-    tl.store(beta + o, tl.sigmoid(b_b.to(tl.float32)).to(b_b.dtype).to(tl.float32), mask=m)
+    tl.store(beta + o, b_beta, mask=m)
+
+
+@triton.jit
+def store_gate_rows(a, b, A_log, dt_bias, g, beta, rows, m_r, stride_a, stride_b, HV: tl.constexpr,
+                    NHV: tl.constexpr):
+    """g and beta of flat rows `rows` [BR] (those with m_r), every value head (NHV >= HV), as gdn_gates_kernel."""
+    o_h = tl.arange(0, NHV)
+    m_h = o_h < HV
+    m = m_r[:, None] & m_h[None, :]
+    b_g, b_beta = gate_values(tl.load(a + rows[:, None] * stride_a + o_h[None, :], mask=m, other=0.0),
+                              tl.load(b + rows[:, None] * stride_b + o_h[None, :], mask=m, other=0.0),
+                              tl.load(A_log + o_h, mask=m_h, other=0.0)[None, :],
+                              tl.load(dt_bias + o_h, mask=m_h, other=0.0)[None, :])
+    p = rows[:, None] * HV + o_h[None, :]
+    tl.store(g + p, b_g, mask=m)
+    tl.store(beta + p, b_beta, mask=m)
 
 
 def gdn_qkv(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: int, head_v_dim: int,
@@ -100,18 +125,24 @@ def gdn_qkv(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: i
     return q, k, v
 
 
+def gate_outputs(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+                 dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checks gdn_gates' inputs -> its outputs, allocated: fp32 (g, beta) of a's shape."""
+    if a.shape != b.shape:
+        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must have one shape")
+    check_vector("A_log", A_log, a.shape[-1])
+    check_vector("dt_bias", dt_bias, a.shape[-1])
+    g = torch.empty(a.shape, dtype=torch.float32, device=a.device)
+    return g, torch.empty_like(g)
+
+
 def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
               dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """a, b [..., HV] (rows may be strided); A_log, dt_bias [HV] -> fp32 contiguous (g, beta) [..., HV]:
     g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b)."""
     a_rows, b_rows = as_rows("a", a), as_rows("b", b)
-    if a.shape != b.shape:
-        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} must have one shape")
+    g, beta = gate_outputs(a, b, A_log, dt_bias)
     HV = a_rows.shape[1]
-    check_vector("A_log", A_log, HV)
-    check_vector("dt_bias", dt_bias, HV)
-    g = torch.empty(a.shape, dtype=torch.float32, device=a.device)
-    beta = torch.empty_like(g)
     n = a_rows.numel()
     if n:
         gdn_gates_kernel[(triton.cdiv(n, GATE_BLOCK),)](
