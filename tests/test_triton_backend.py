@@ -92,10 +92,11 @@ def test_small_trees_tree_pass_in_the_runtime(tmp_path, monkeypatch):
 def test_fused_conv_qkv_in_the_runtime(tmp_path, monkeypatch):
     """The GDN's conv with its q / k / v split fused in (conv_qkv.FUSED, on by default since the H200 sweep of
     2026-12-05) in the whole runtime against the references: decode steps and the tree step go through the fused
-    kernels, as counted launches show."""
+    kernels, as counted launches show, and the gates come out of them (no launch of the gates' own kernel)."""
     from verify_kernels.conv import conv_qkv
+    from verify_kernels.glue import gdn_inputs
 
-    launches = {"tree": 0, "decode": 0}
+    launches = {"tree": 0, "decode": 0, "gates": 0}
 
     def counted(name, kernel):
         class CountedLaunch:
@@ -107,11 +108,12 @@ def test_fused_conv_qkv_in_the_runtime(tmp_path, monkeypatch):
     monkeypatch.setattr(conv_qkv, "FUSED", True)
     monkeypatch.setattr(conv_qkv, "conv_tree_qkv_kernel", counted("tree", conv_qkv.conv_tree_qkv_kernel))
     monkeypatch.setattr(conv_qkv, "conv_decode_qkv_kernel", counted("decode", conv_qkv.conv_decode_qkv_kernel))
+    monkeypatch.setattr(gdn_inputs, "gdn_gates_kernel", counted("gates", gdn_inputs.gdn_gates_kernel))
     save_tiny(qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16), tmp_path, seed=9)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_model(tmp_path, device=device, dtype=torch.float32)
     reference = run(model, monkeypatch, "reference")
     kernels = run(model, monkeypatch, "triton")
-    assert launches["tree"] and launches["decode"], launches
+    assert launches["tree"] and launches["decode"] and not launches["gates"], launches
     for step, (ours, expected) in enumerate(zip(kernels, reference, strict=True)):
         torch.testing.assert_close(ours, expected, atol=1e-4, rtol=0, msg=lambda m, step=step: f"step {step}: {m}")
