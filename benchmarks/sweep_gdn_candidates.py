@@ -192,6 +192,16 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_MAX_REGISTERS": registers}))
         out.append(Candidate("smalltree", "few rows too, registers capped at 128",
                              {"verify.SMALL_TREE_FEW_ROWS_CONFIG": (32, 1, 4), "verify.SMALL_TREE_MAX_REGISTERS": 128}))
+        # the buffer's sums of every node as one tensor-core product (verify.SMALL_TREE_BUFFER_DOT, written on the
+        # CPU on 2026-12-05, twenty-fourth session): its [16, BV] product and result hold registers, so narrower
+        # blocks and the cap lifted too
+        for config, registers in (((128, 1, 1), 128), ((64, 1, 1), 128), ((32, 1, 1), 128), ((128, 1, 1), None),
+                                  ((64, 2, 1), None)):
+            block_v, warps, v_programs = config
+            out.append(Candidate("smalltree", f"buffer sums as one product, BV {block_v}, {warps} warps, registers "
+                                              f"{'capped at ' + str(registers) if registers else 'uncapped'}",
+                                 {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BUFFER_DOT": True,
+                                  "verify.SMALL_TREE_CONFIG": config, "verify.SMALL_TREE_MAX_REGISTERS": registers}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))
