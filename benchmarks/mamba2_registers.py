@@ -52,11 +52,6 @@ def variants() -> list[tuple[str, object, dict, int, int, dict, int | None]]:
     for cap in sorted({f for _, f in REGISTER_CAPS if f is not None}):
         out.append((f"candidate: verify second launch capped at {cap}", *finish, cap))
     out.append(("candidate: commit capped at 96", *committing, 96))
-    # the commit's grid that does not grow with the batch (commit.LANES): the folding rows ranked from the flags
-    lanes = (commit.mamba2_commit_lanes_kernel, dict(committing[1], BB=commit.SCAN_BLOCK), commit.NUM_WARPS, 1,
-             COMMIT_TYPES)
-    out.append((f"{'' if commit.LANES else 'candidate: '}commit, folding rows over lanes", *lanes,
-                commit.MAX_REGISTERS))
     return out
 
 
