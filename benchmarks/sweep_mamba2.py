@@ -214,10 +214,6 @@ COMMIT_CANDIDATES = {
     "defaults": {},
     "16 P rows a program": {"BLOCK_P_MAX": 16},
     "registers capped at 96": {"MAX_REGISTERS": 96},  # 95 registers, 5 programs an SM, not 4 (commit.MAX_REGISTERS)
-    # the grid that does not grow with the batch (commit.LANES: the folding rows ranked, every LANES-th one a lane's)
-    "folding rows over 4 lanes": {"LANES": 4},
-    "folding rows over 8 lanes": {"LANES": 8},
-    "folding rows over 4 lanes, 16 P rows": {"LANES": 4, "BLOCK_P_MAX": 16},
 }
 COMMIT_CASE = "commit, 1 row in 8 folds"  # what a speculative step's commit meets: the winner's measure
 

@@ -14,16 +14,6 @@ from verify_kernels.mamba2 import mamba2_flush, mamba2_flush_ref
 pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
-@pytest.fixture(params=[None, 2, 8], ids=["per-row-grid", "2-lanes", "8-lanes"])
-def lanes(request, monkeypatch):
-    """Both grids of the commit (commit.LANES): a program per row, or the folding rows ranked and shared out over
-    lanes (2: each lane folds several rows in turn; 8: more lanes than folding rows, some with none), with a scan
-    block smaller than the batch (two blocks of flags)."""
-    monkeypatch.setattr(commit_module, "LANES", request.param)
-    monkeypatch.setattr(commit_module, "SCAN_BLOCK", 2)
-    return request.param
-
-
 # per row: buffered entries, has a state, accepted root path; T = 8 nodes
 COMMITS = {
     "fold-and-append": (6, [(3, True, [0, 1, 3]), (0, False, [6]), (2, True, [0, 1, 3, 4, 7]), (5, True, []),
@@ -36,7 +26,7 @@ COMMITS = {
 @pytest.mark.parametrize("case", COMMITS.values(), ids=COMMITS.keys())
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
 @pytest.mark.parametrize("registers", [None, 96], ids=["uncapped", "capped"])
-def test_commit_matches_reference(heads, case, registers, lanes, monkeypatch):
+def test_commit_matches_reference(heads, case, registers, monkeypatch):
     """Every case with the kernel's register cap (commit.MAX_REGISTERS: Triton's maxnreg, which the interpreter takes
     and ignores) off and on."""
     monkeypatch.setattr(commit_module, "MAX_REGISTERS", registers)
@@ -49,7 +39,7 @@ def test_commit_matches_reference(heads, case, registers, lanes, monkeypatch):
     assert_pools_match(ours, ref)
 
 
-def test_commit_of_long_paths_matches_reference(lanes):
+def test_commit_of_long_paths_matches_reference():
     """Accepted paths and buffers longer than one BLOCK_E step: a 20-node append and a fold of 30 + 20 entries."""
     heads = HEADS["hpg1-P16-N32"]
     gen = torch.Generator().manual_seed(5)
@@ -61,7 +51,7 @@ def test_commit_of_long_paths_matches_reference(lanes):
 
 
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
-def test_flush_matches_reference(heads, lanes):
+def test_flush_matches_reference(heads):
     """Rows with buffered entries fold (one of them into a freshly zeroed slot); empty ones, even without a state
     slot, are left alone."""
     gen = torch.Generator().manual_seed(6)

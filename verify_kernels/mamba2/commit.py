@@ -31,14 +31,6 @@ APPEND_WARPS = 2  # the append kernel moves a [BLOCK_E, P] tile of entries per p
 # Nemotron-3-Nano heads) 122 on 4 warps, 4 an SM; given a cap of 96 (or 128) ptxas builds it in 95 with no spill, 5
 # an SM. A sweep candidate (benchmarks/sweep_mamba2.py --ops commit) until the H200 times it.
 MAX_REGISTERS = None
-# LANES: the commit's grid. None: a program per (row, head, P block), the rows that do not fold exiting (at batch 128
-# 16k programs for Nemotron-3-Nano's 64 heads, most of them doing nothing but read their row's flags: a commit that
-# folds no row 23.1 us on the H200 table of 2026-11-30, the GDN's 14.5). An int: the GDN fold's grid, a program per
-# (P block, head, lane) that ranks the folding rows from every row's flags (SCAN_BLOCK at a time) and folds every
-# LANES-th one (mamba2_commit_lanes_kernel). Written on the CPU on 2026-12-05 (twenty-fourth session) and checked in
-# the interpreter; a sweep candidate (benchmarks/sweep_mamba2.py --ops commit) until the H200 times it.
-LANES = None
-SCAN_BLOCK = 128
 # a folding program's loads all issued first (as the GDN's fold.LOOPED_LOADS_FIRST) lost to these loops on the
 # H200 (docs/design.md section 6)
 
@@ -60,58 +52,14 @@ def fold_entries(b_h, p_key, p_value, p_gcum, m_entry, g_end):
 
 
 @triton.jit
-def fold_row(bm, xdt, gcum, accepted, state_pool, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_s, i_h, i_p, n_buf, n_acc,
-             T, A, NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr,
-             BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr, HAS_ACCEPTED: tl.constexpr):
-    """Row i_b's fold of head i_h, P block i_p (state slot i_s, buffer row i_r holding n_buf entries, n_acc accepted
-    nodes): h <- e^{G_end} h0 + the buffer's entries, then the accepted ones, read and written once."""
-    i_g = i_h // (NH // NG)
-    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    o_n = tl.arange(0, N)
-    o_e = tl.arange(0, BLOCK_E)
-    p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
-    # G of the last folded entry: the last accepted one, else the buffer's last
-    g_end = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
-    if HAS_ACCEPTED:
-        if n_acc > 0:
-            last = tl.load(accepted + i_b * A + n_acc - 1)
-            g_end = tl.load(gcum + (i_b * T + last) * NH + i_h).to(tl.float32)
-    b_h = tl.exp(g_end) * tl.load(p_h)
-    for e0 in range(0, n_buf, BLOCK_E):
-        o_l = e0 + o_e
-        m_l = o_l < n_buf
-        b_h = fold_entries(
-            b_h,
-            buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :],
-            buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None],
-            buf_gcum + (i_r * L + o_l) * NH + i_h,
-            m_l, g_end,
-        )
-    for e0 in range(0, n_acc, BLOCK_E):
-        o_a = e0 + o_e
-        m_a = o_a < n_acc
-        node = tl.load(accepted + i_b * A + o_a, mask=m_a, other=0).to(tl.int64)
-        b_h = fold_entries(
-            b_h,
-            bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :],
-            xdt + ((i_b * T + node[None, :]) * NH + i_h) * P + o_p[:, None],
-            gcum + (i_b * T + node) * NH + i_h,
-            m_a, g_end,
-        )
-    # every thread's read of the tile happens before any write to it
-    tl.debug_barrier()
-    tl.store(p_h, b_h)
-
-
-@triton.jit
 def mamba2_commit_kernel(
     bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
     flushed, flush_length, T, A,
     NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr, HAS_ACCEPTED: tl.constexpr,
 ):
-    """A program per (row, head, P block); the rows that do not fold exit."""
     i_b, i_h, i_p = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+    i_g = i_h // (NH // NG)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     n_buf = tl.load(buf_len + i_r).to(tl.int32)
@@ -122,50 +70,44 @@ def mamba2_commit_kernel(
     if HAS_ACCEPTED:
         if (i_h == 0) & (i_p == 0):
             tl.store(flushed + i_b, fold)
+
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, N)
+    o_e = tl.arange(0, BLOCK_E)
     if fold:
         if i_s >= 0:
-            fold_row(bm, xdt, gcum, accepted, state_pool, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_s, i_h, i_p, n_buf,
-                     n_acc, T, A, NH, NG, P, N, L, BLOCK_P, BLOCK_E, HAS_ACCEPTED)
-
-
-@triton.jit
-def mamba2_commit_lanes_kernel(
-    bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
-    flushed, flush_length, B, T, A,
-    NH: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, N: tl.constexpr, L: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr, BB: tl.constexpr, HAS_ACCEPTED: tl.constexpr,
-):
-    """A grid that does not grow with the batch (LANES): a program per (P block, head, lane) reads every row's flags,
-    BB rows at a time, ranks the rows that fold and folds every lane-th one (the GDN fold's scheme,
-    verify_kernels/gdn/fold.py). The program of (0, 0, 0) stores the flags `flushed`."""
-    i_p, i_h, i_lane = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    lanes = tl.num_programs(2)
-    for i_0 in range(0, B, BB):
-        o_b = i_0 + tl.arange(0, BB)
-        m_b = o_b < B
-        b_r = tl.load(req_slots + o_b, mask=m_b, other=0).to(tl.int32)
-        b_s = tl.load(state_slots + o_b, mask=m_b, other=-1).to(tl.int32)
-        b_n = tl.load(buf_len + b_r, mask=m_b, other=0).to(tl.int32)
-        if HAS_ACCEPTED:
-            b_na = tl.load(num_accepted + o_b, mask=m_b, other=0).to(tl.int32)
-        else:
-            b_na = tl.zeros([BB], tl.int32)
-        b_due = m_b & (b_n + b_na >= flush_length)
-        if HAS_ACCEPTED:
-            if (i_p == 0) & (i_h == 0) & (i_lane == 0):
-                tl.store(flushed + o_b, b_due, mask=m_b)
-        b_fold = b_due & (b_s >= 0)
-        b_rank = tl.where(b_fold, tl.cumsum(b_fold.to(tl.int32), 0) - 1, -1)
-        count = tl.sum(b_fold.to(tl.int32), 0)
-        for j in range(i_lane, count, lanes):
-            picked = b_rank == j
-            i_b = tl.sum(tl.where(picked, o_b, 0), 0).to(tl.int64)
-            i_r = tl.sum(tl.where(picked, b_r, 0), 0).to(tl.int64)
-            i_s = tl.sum(tl.where(picked, b_s, 0), 0).to(tl.int64)
-            n_buf = tl.sum(tl.where(picked, b_n, 0), 0)
-            n_acc = tl.sum(tl.where(picked, b_na, 0), 0)
-            fold_row(bm, xdt, gcum, accepted, state_pool, buf_b, buf_xdt, buf_gcum, i_b, i_r, i_s, i_h, i_p, n_buf,
-                     n_acc, T, A, NH, NG, P, N, L, BLOCK_P, BLOCK_E, HAS_ACCEPTED)
+            p_h = state_pool + ((i_s * NH + i_h) * P + o_p[:, None]) * N + o_n[None, :]
+            # G of the last folded entry: the last accepted one, else the buffer's last
+            g_end = tl.load(buf_gcum + (i_r * L + n_buf - 1) * NH + i_h, mask=n_buf > 0, other=0.0)
+            if HAS_ACCEPTED:
+                if n_acc > 0:
+                    last = tl.load(accepted + i_b * A + n_acc - 1)
+                    g_end = tl.load(gcum + (i_b * T + last) * NH + i_h).to(tl.float32)
+            b_h = tl.exp(g_end) * tl.load(p_h)
+            for e0 in range(0, n_buf, BLOCK_E):
+                o_l = e0 + o_e
+                m_l = o_l < n_buf
+                b_h = fold_entries(
+                    b_h,
+                    buf_b + ((i_r * L + o_l[:, None]) * NG + i_g) * N + o_n[None, :],
+                    buf_xdt + ((i_r * L + o_l[None, :]) * NH + i_h) * P + o_p[:, None],
+                    buf_gcum + (i_r * L + o_l) * NH + i_h,
+                    m_l, g_end,
+                )
+            for e0 in range(0, n_acc, BLOCK_E):
+                o_a = e0 + o_e
+                m_a = o_a < n_acc
+                node = tl.load(accepted + i_b * A + o_a, mask=m_a, other=0).to(tl.int64)
+                b_h = fold_entries(
+                    b_h,
+                    bm + ((i_b * T + node[:, None]) * NG + i_g) * N + o_n[None, :],
+                    xdt + ((i_b * T + node[None, :]) * NH + i_h) * P + o_p[:, None],
+                    gcum + (i_b * T + node) * NH + i_h,
+                    m_a, g_end,
+                )
+            # every thread's read of the tile happens before any write to it
+            tl.debug_barrier()
+            tl.store(p_h, b_h)
 
 
 @triton.jit
@@ -284,15 +226,12 @@ def mamba2_commit_fwd(bm, xdt, gcum, accepted, num_accepted, state_pool, state_s
     if B == 0:
         return flushed if has_accepted else None
     BLOCK_P = min(P, BLOCK_P_MAX)
-    arguments = (bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len,
-                 req_slots, flushed, flush_length)
-    shapes = dict(NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_P=BLOCK_P, BLOCK_E=BLOCK_E, HAS_ACCEPTED=has_accepted,
-                  num_warps=NUM_WARPS, **register_cap(MAX_REGISTERS))
-    if LANES:
-        mamba2_commit_lanes_kernel[(P // BLOCK_P, NH, LANES)](
-            *arguments, B, T, accepted.shape[-1], BB=min(SCAN_BLOCK, triton.next_power_of_2(B)), **shapes)
-    else:
-        mamba2_commit_kernel[(B, NH, P // BLOCK_P)](*arguments, T, accepted.shape[-1], **shapes)
+    mamba2_commit_kernel[(B, NH, P // BLOCK_P)](
+        bm, xdt, gcum, accepted, num_accepted, state_pool, state_slots, buf_b, buf_xdt, buf_gcum, buf_len, req_slots,
+        flushed, flush_length, T, accepted.shape[-1],
+        NH=NH, NG=NG, P=P, N=N, L=L, BLOCK_P=BLOCK_P, BLOCK_E=BLOCK_E, HAS_ACCEPTED=has_accepted,
+        num_warps=NUM_WARPS, **register_cap(MAX_REGISTERS),
+    )
     if has_accepted:
         mamba2_append_kernel[(B, NH)](
             bm, xdt, gcum, accepted, num_accepted, buf_b, buf_xdt, buf_gcum, buf_len, req_slots, flush_length, T,
