@@ -1,9 +1,10 @@
 """The table of a folder of repeated adaptive study runs (`REPEATS=N BACKENDS=kvbuffer ACCEPTED=A
-benchmarks/study_on_device.sh MODEL S "1,16,64,128,256:plain speculative adaptive"`: files study_*_accA_rN.json), kept
-apart from BENCHMARKS.md's tables, whose plain and fixed rows sit beside their baseline's: per model, acceptance and
-batch, every run's tokens/s of plain, fixed 4-chains (if run) and adaptive, and adaptive against the best of plain
-and fixed as the study's report takes it (each engine's median run, the lower of an even count:
-benchmarks.study.median_rows).
+benchmarks/study_on_device.sh MODEL S "1,16,64,128,256:plain speculative adaptive"`: files study_*_accA_rN.json, or
+study_*_accA.json where REPEATS=1), kept apart from the study's joined rows, whose plain and fixed rows sit beside
+their baseline's (BENCHMARKS.md's adaptive tables read such folders per batch: benchmarks.study.adaptive_folders):
+per model, acceptance and batch, every run's tokens/s of plain, fixed 4-chains (if run) and adaptive, and adaptive
+against the best of plain and fixed as the study's report takes it (each engine's median run, the lower of an even
+count: benchmarks.study.median_rows).
 
     python -m benchmarks.adaptive_runs benchmarks/results/adaptive_h200_2026-12-04k --write   # its README.md
 """
@@ -22,7 +23,7 @@ MODES = ("plain", "speculative", "adaptive")
 def table(folder: Path) -> list[str]:
     """Markdown rows of the table, one per (model, accepted length, batch), in file-name order."""
     groups: dict[tuple[str, str], list[dict]] = {}
-    for path in sorted(folder.glob("study_*_r*.json")):
+    for path in sorted(folder.glob("study_*.json")):  # (REPEATS=1 names no run: study_on_device.sh)
         result = json.loads(path.read_text())
         key = (result["model"], result["settings"]["draft"].removeprefix("synthetic:"))
         groups.setdefault(key, []).extend(result["rows"])

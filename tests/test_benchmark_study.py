@@ -115,6 +115,11 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
         path.unlink()
     assert table(tmp_path)[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | — | 170 / 190 | 1.89x | 1.89x | "
                                   "chain-4 30, plain 2 |")
+    # a run of REPEATS=1 names no run (study_on_device.sh): its file is read all the same
+    single = tmp_path / "study_qwen3.5-9b_b16_kvbuffer_speculative_acc2.72.json"
+    single.write_text(json.dumps({"model": "qwen3.5-9b", "settings": {"draft": "synthetic:2.72"}, "rows": [
+        {"mode": "speculative", "backend": "kvbuffer", "batch_size": 16, "tokens_per_second": 160.0}]}))
+    assert table(tmp_path)[2].startswith("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 160 | 170 / 190 | 1.06x | 1.89x |")
 
 
 def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
