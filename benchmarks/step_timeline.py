@@ -300,6 +300,16 @@ def record(settings, batch: int, mode: str, steps: int) -> tuple[list[dict], dic
         return reduced_events(json.loads(Path(path).read_text())), untraced
 
 
+def trace_path(out: Path, target: str, mode: str, batch: int) -> Path:
+    """Where --out saves the trace: the file named, or in a folder named (an existing one, or a path with no suffix)
+    a file named as the committed ones are, MODEL_spec_bBATCH_timeline.json.gz (a device call's step passes its own
+    folder: naming the file there was forgotten once, and the trace was lost after its steps had run)."""
+    if out.is_dir() or not out.suffix:
+        model = target.split(":")[1] if ":" in target else target
+        return out / f"{model}_{'spec' if mode == 'speculative' else mode}_b{batch}_timeline.json.gz"
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="random:qwen3.5-9b")
@@ -308,7 +318,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run (no GPU events: all idle)")
-    parser.add_argument("--out", type=Path, default=None, help="save the reduced trace (.json.gz)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="save the reduced trace (.json.gz) to this file, or in this folder (no suffix)")
     parser.add_argument("--read", type=Path, default=None, help="analyse a saved trace instead")
     args = parser.parse_args()
     if args.read is not None:
@@ -322,10 +333,12 @@ def main() -> None:
 
         settings = BenchSettings(target=args.target, draft=args.draft, batch_sizes=(args.batch,),
                                  max_new_tokens=96, prompt_tokens=128, device=args.device)
+        out = None if args.out is None else trace_path(args.out, args.target, args.mode, args.batch)
         events, untraced = record(settings, args.batch, args.mode, args.steps)
-        if args.out is not None:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_bytes(gzip.compress(json.dumps({"events": events, "untraced": untraced}).encode()))
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(gzip.compress(json.dumps({"events": events, "untraced": untraced}).encode()))
+            print(f"trace saved to {out}")
     steps = split_steps(events)
     print("\n".join(summary(steps) + read_lines(read_windows(events))
                     + (untraced_lines(untraced, steps) if untraced else [])))

@@ -1,5 +1,6 @@
 """benchmarks.step_timeline's split of a step's time, on a hand-made trace (microseconds)."""
 
+
 from benchmarks.step_timeline import marked_phases, running_phases, split_steps, summary
 
 
@@ -175,3 +176,15 @@ def test_untraced_steps_time_the_host_from_a_read_to_the_next_launch(monkeypatch
     assert AcceptedOnDevice.read.__name__ == "read", "the patch is undone"
     line = untraced_lines({**figures, "wall_ms": 2.5}, [{"busy_us": 2000.0}])[1]
     assert "from an acceptance read's return to the next launch (host): " in line
+
+
+def test_out_names_a_file_or_a_folder_to_save_into(tmp_path):
+    """--out takes the trace's file, or a folder (existing, or a path with no suffix) in which the trace gets the
+    committed traces' name."""
+    from benchmarks.step_timeline import trace_path
+
+    assert trace_path(tmp_path / "t.json.gz", "random:qwen3.5-9b", "speculative", 128) == tmp_path / "t.json.gz"
+    assert trace_path(tmp_path, "random:qwen3.5-9b", "speculative", 128) == (
+        tmp_path / "qwen3.5-9b_spec_b128_timeline.json.gz")
+    assert trace_path(tmp_path / "new", "random:nemotron-3-nano:26", "plain", 256) == (
+        tmp_path / "new" / "nemotron-3-nano_plain_b256_timeline.json.gz")
