@@ -4,11 +4,11 @@ points the engine runs, and print the best:
     python -m benchmarks.sweep_attention [--winners FILE]
 
 Why: on the H200 timeline of 2026-12-05e (Qwen3.5-9B, 4-chains at batch 128, ~160 committed tokens a row) the kernel
-took 63 us a layer against ~12 of K / V bytes. Its build at the defaults (sm_90, Triton 3.9 on the CPU, the
-strides' 16-divisibility that a launch specialises): 8 warps at [32, 256] query tiles, 148 registers and 151 KiB of
-shared memory at 3 stages, so one program an SM, and 512 programs of a serial loop over a few key blocks each: ~4
-waves. Smaller key blocks and 4 warps hold ~210 registers and 84 KiB (two an SM, no spill); the candidates below try
-those, the pipeline's depth and the split-K target.
+took 63 us a layer against ~12 of K / V bytes. Its build at the defaults (sm_90, Triton 3.9 on the CPU, with the
+strides' 16-divisibility that a launch specialises): 8 warps at [32, 256] query tiles, 150 registers, 84 KiB of
+shared memory in 2 stages, so one program an SM (its registers), and 512 programs of a serial loop over a few key
+blocks each: ~4 waves. Key blocks of 32 on 4 warps: 214 registers, 50 KiB, two an SM, no spill (16: 202, 33 KiB);
+the candidates below try those, the pipeline's depth and the split-K target.
 
 Every candidate is first checked against the fp32 reference at both models' shapes (benchmarks.attention.check,
 ragged rows, a tree, a 4000-key row); one whose error passes CHECK_TOLERANCE is reported and not timed. Then each is
