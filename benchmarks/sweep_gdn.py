@@ -39,6 +39,7 @@ from benchmarks.inputs import Pools, log_decay, rotation_slots, tree_parents
 from benchmarks.sweep_gdn_candidates import Candidate, applied, candidates
 from benchmarks.timing import copy_bandwidth, rotations_for, time_calls
 from verify_kernels.conv import (
+    GateInputs,
     QKVHeads,
     causal_conv1d_tree,
     causal_conv1d_tree_qkv,
@@ -135,13 +136,15 @@ class Workloads:
         return self.time_us(calls, 0), B * (2 * window + 2 * nodes * D * 2 + (nodes > 1) * nodes * D * 2)
 
     def conv_qkv(self, nodes: int) -> tuple[float, float]:
-        """The conv and the q / k / v split of a chain of `nodes` per row as the engine runs them (one op: fused
-        where conv_qkv.FUSED, else the conv then the split), bf16 inputs and windows, keys in bf16 (fp32 storage for
-        one node, as the decode takes them); the chain's commit left out (it is the same either way); bytes: the
-        windows read (and written for one node), the inputs read, q / k / v written."""
+        """The conv and the q / k / v split of a chain of `nodes` per row, with the layer's gates, as the engine runs
+        them (one op: fused where conv_qkv.FUSED, else the conv, the split and the gates), bf16 inputs and windows,
+        keys in bf16 (fp32 storage for one node, as the decode takes them); the chain's commit left out (it is the
+        same either way); bytes: the windows read (and written for one node), the inputs read, q / k / v and the
+        gates written."""
         D, B = CONV_D, self.batch
         window, rotations, pool, x, weight, parents, num_nodes, slots, sources = self.conv_inputs(nodes)
-        split = dict(heads=QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V), q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
+        split = dict(heads=QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V), q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16,
+                     gates=gate_inputs(B, nodes))  # (the layer's gates, as the engine asks for them since 2026-12-05)
 
         def step(r: int) -> None:
             if nodes == 1:
@@ -152,7 +155,8 @@ class Workloads:
                                        **split)
 
         calls = [partial(step, r) for r in range(rotations)]
-        qkv_bytes = nodes * (2 * gdn.H * gdn.K * (4 if nodes == 1 else 2) + gdn.HV * gdn.V * 4)
+        # (q, k, v written; a and b read in bf16, g and beta written in fp32)
+        qkv_bytes = nodes * (2 * gdn.H * gdn.K * (4 if nodes == 1 else 2) + gdn.HV * gdn.V * 4 + gdn.HV * 12)
         return self.time_us(calls, 0), B * ((1 + (nodes == 1)) * window + nodes * D * 2 + qkv_bytes)
 
     def _pools(self, r: int):
@@ -216,6 +220,15 @@ class Workloads:
         return self.time_us(calls, None), self.batch * gdn.verify_bytes(nodes, gdn.SPREAD_MEAN_FILL)
 
 
+def gate_inputs(batch: int, nodes: int) -> GateInputs:
+    """The GDN gates' inputs at Qwen3.5-9B's value heads, as the layer gives them: a and b strided splits of the merged
+    z / b / a projection's bf16 output [batch, nodes, HV V + 2 HV]."""
+    HV = gdn.HV
+    merged = torch.randn(batch, nodes, HV * gdn.V + 2 * HV, device="cuda", dtype=torch.bfloat16)
+    return GateInputs(merged[..., -HV:], merged[..., -2 * HV:-HV], torch.randn(HV, device="cuda"),
+                      torch.randn(HV, device="cuda"))
+
+
 def conv_check_inputs(batch: int, nodes: int):
     """The conv checks' inputs at full width, bf16: (pool, slots, x, weight, parents, num_nodes) of random trees
     (rows of 0 to `nodes` nodes)."""
@@ -250,11 +263,13 @@ def check_conv_qkv(batch: int = 24, nodes: int = 4) -> float:
     W = CONV_W
     split = dict(heads=QKVHeads(gdn.H, gdn.K, gdn.HV, gdn.V), q_scale=gdn.K**-0.5, qk_dtype=torch.bfloat16)
     tree = (x, parents, num_nodes, pool, slots, weight, None, "silu")
+    gates = gate_inputs(batch, nodes)
     errors = [checks.relative_error(a, e) for a, e in zip(
-        causal_conv1d_tree_qkv(*tree, conv_window_sources(parents, num_nodes, W), **split),
-        causal_conv1d_tree_qkv_ref(*tree, None, **split), strict=True)]
+        causal_conv1d_tree_qkv(*tree, conv_window_sources(parents, num_nodes, W), **split, gates=gates),
+        causal_conv1d_tree_qkv_ref(*tree, None, **split, gates=gates), strict=True)]
     ours, ref = pool.clone(), pool.clone()
     one = (num_nodes > 0).long()
+    split["gates"] = gate_inputs(batch, 1)
     decoded = conv_decode_qkv(x[:, :1], one, ours, slots, weight, None, "silu", **split, qk_storage=torch.float32)
     expected = conv_decode_qkv_ref(x[:, :1], one, ref, slots, weight, None, "silu", **split, qk_storage=torch.float32)
     errors += [checks.relative_error(a, e) for a, e in zip(decoded, expected, strict=True)]
