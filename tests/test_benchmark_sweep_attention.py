@@ -22,6 +22,8 @@ def test_every_candidate_is_a_setting_that_keeps_the_kernel_exact(name, monkeypa
     heads, rows = CASES["ragged-trees-g2"]
     check(make_step(torch.Generator().manual_seed(3), heads, rows, torch.float32), None, torch.float32)
     check(make_step(torch.Generator().manual_seed(4), heads, rows, torch.float32), 2, torch.float32)  # split-K
+    heads, rows = CASES["prompt-40"]  # 80 folded query rows: two blocks at the defaults, one of 128 at BLOCK_M_MAX 128
+    check(make_step(torch.Generator().manual_seed(5), heads, rows, torch.float32), None, torch.float32)
 
 
 def test_the_winner_beats_the_defaults_by_the_margin():
