@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 
 import pytest
 import torch
@@ -37,11 +38,13 @@ NEMOTRON = {"model_type": "nemotron_h", "mtp_layers": 1, "config": dict(
 
 
 def write_corpus(directory):
-    """Prose as plain text, code and Wikipedia-style blocks gzip-compressed (both kinds of file the reader takes)."""
+    """Prose as plain text, code xz-compressed (as the shipped corpus) and Wikipedia-style blocks gzip-compressed:
+    every kind of file the reader takes."""
     (directory / "prose.txt").write_text(PROSE)
-    for name, text in (("code", CODE), ("wiki_en", WIKI)):
-        with gzip.open(directory / f"{name}.txt.gz", "wt") as handle:
-            handle.write(text)
+    with lzma.open(directory / "code.txt.xz", "wt") as handle:
+        handle.write(CODE)
+    with gzip.open(directory / "wiki_en.txt.gz", "wt") as handle:
+        handle.write(WIKI)
     return directory
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 def add_commands(commands) -> None:
     tokenizer = commands.add_parser(
         "train-tokenizer", help="train the byte-level BPE tokenizer of the shipped models",
-        description="Train a byte-level BPE tokenizer (digits split, chat template) on a folder of *.txt / *.txt.gz "
-        "files (default: the corpus shipped in specdec/training/corpus) and save it in the Hugging Face layout.")
+        description="Train a byte-level BPE tokenizer (digits split, chat template) on a folder of *.txt, *.txt.gz or "
+        "*.txt.xz files (default: the corpus shipped in specdec/training/corpus) and save it in the Hugging Face "
+        "layout.")
     tokenizer.add_argument("--data", type=Path, default=None, help="folder of text files (default: shipped corpus)")
     tokenizer.add_argument("--vocab-size", type=int, default=8192)
     tokenizer.add_argument("--out", type=Path, required=True, help="directory to write tokenizer.json etc. into")

@@ -1,10 +1,12 @@
-"""The training corpus (specdec/training/corpus, licences in its SOURCES.md, or any folder of *.txt / *.txt.gz):
+"""The training corpus (specdec/training/corpus, licences in its SOURCES.md, or any folder of *.txt, *.txt.gz or
+*.txt.xz files):
 per file a training part and a held-out part, the file's last HELD_OUT_FRACTION cut at a line, so held-out text
 never sits next to training text of the same passage."""
 
 from __future__ import annotations
 
 import gzip
+import lzma
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,26 +26,33 @@ CHAT_EVERY = 2
 
 @dataclass(frozen=True)
 class CorpusFile:
-    name: str       # file name without .txt / .txt.gz
+    name: str       # file name without .txt / .txt.gz / .txt.xz
     train: str
     held_out: str
 
 
 def read_corpus(directory: Path | str = CORPUS_DIR) -> list[CorpusFile]:
-    """Every *.txt and *.txt.gz file of `directory`, split into training and held-out text."""
+    """Every *.txt, *.txt.gz and *.txt.xz file of `directory` (compressed ones first, each kind by name), split into
+    training and held-out text."""
     directory = Path(directory)
-    paths = sorted(directory.glob("*.txt.gz")) + sorted(directory.glob("*.txt"))
+    paths = sorted([*directory.glob("*.txt.gz"), *directory.glob("*.txt.xz")]) + sorted(directory.glob("*.txt"))
     if not paths:
-        raise ValueError(f"no *.txt or *.txt.gz files in {directory}: pass a folder of UTF-8 text files")
+        raise ValueError(f"no *.txt, *.txt.gz or *.txt.xz files in {directory}: pass a folder of UTF-8 text files")
     files = []
     for path in paths:
-        name = path.name.removesuffix(".gz").removesuffix(".txt")
-        text = gzip.open(path, "rt", encoding="utf-8").read() if path.suffix == ".gz" else path.read_text("utf-8")
+        name = path.name.removesuffix(".gz").removesuffix(".xz").removesuffix(".txt")
+        text = read_text(path)
         train, held_out = split_text(text)
         if name in CHAT_FILES:
             train, held_out = as_chat(train), as_chat(held_out)
         files.append(CorpusFile(name, train, held_out))
     return files
+
+
+def read_text(path: Path) -> str:
+    """A corpus file's UTF-8 text: plain, gzip (.gz) or xz (.xz; the shipped corpus, ~25% smaller than gzip)."""
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix)
+    return opener(path, "rt", encoding="utf-8").read() if opener else path.read_text("utf-8")
 
 
 def split_text(text: str, fraction: float = HELD_OUT_FRACTION) -> tuple[str, str]:
