@@ -226,28 +226,17 @@ def variants() -> list[tuple]:
                                   loads_first=True), warps or default_warps))
     # the small trees' tree pass (verify.SMALL_TREE_PASS), node by node, a 5-node chain (the engine's 4-token
     # chain), on or as the candidate it is while off
-    # (and with the buffer's sums as one product, verify.SMALL_TREE_BUFFER_DOT, the other way round from its default)
     heads = verify.SMALL_TREE_HEADS_PER_PROGRAM or HV // H
-    configs = [(verify.SMALL_TREE_CONFIG, "", verify.SMALL_TREE_BUFFER_DOT, verify.SMALL_TREE_MAX_REGISTERS),
-               (verify.SMALL_TREE_FEW_ROWS_CONFIG, ", few rows", verify.SMALL_TREE_BUFFER_DOT,
-                verify.SMALL_TREE_MAX_REGISTERS)]
-    configs += [((block_v, 1, 1), f", buffer sums {'as one product' if not verify.SMALL_TREE_BUFFER_DOT else 'summed'}"
-                 f", {block_v} columns", not verify.SMALL_TREE_BUFFER_DOT, verify.SMALL_TREE_MAX_REGISTERS)
-                for block_v in (128, 64, 32)]
-    for config, rows, buffer_dot, registers in configs:
+    for config, rows in ((verify.SMALL_TREE_CONFIG, ""), (verify.SMALL_TREE_FEW_ROWS_CONFIG, ", few rows")):
         if config is None:  # (few rows through the tensor-core pass)
             continue
         block_v, warps, v_programs = config
-        BV = min(V // v_programs, block_v)
-        candidate = not verify.SMALL_TREE_PASS or buffer_dot != verify.SMALL_TREE_BUFFER_DOT
-        out.append((f"{'candidate: ' if candidate else ''}verify small trees' tree pass (5-chain{rows})",
+        out.append((f"{'' if verify.SMALL_TREE_PASS else 'candidate: '}verify small trees' tree pass (5-chain{rows})",
                     verify.gdn_verify_small_tree_kernel,
                     dict(shapes, L=CAPACITY, BN=8, BL=16, BK=verify.SMALL_TREE_BLOCK_K,
-                         BV=BV, GP=heads, NG=triton.next_power_of_2(heads), VP=v_programs,
-                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=False,
-                         BUFFER_DOT=buffer_dot,
-                         SCRATCH=verify.small_scratch_floats(8, 16, heads, BV if buffer_dot else 0)), warps,
-                    registers))
+                         BV=min(V // v_programs, block_v), GP=heads, NG=triton.next_power_of_2(heads), VP=v_programs,
+                         PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=False), warps,
+                    verify.SMALL_TREE_MAX_REGISTERS))
     # the tree pass's stacked products (verify.STACKED_PRODUCTS) and reads (verify.STACKED_READS) where they are off
     if not (verify.STACKED_PRODUCTS or verify.STACKED_READS):
         heads = verify.TREE_HEADS_PER_PROGRAM or HV // H

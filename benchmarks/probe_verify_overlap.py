@@ -72,17 +72,15 @@ def passes(work: Workloads, r: int, tree: str):
     # (few rows without a config of their own run the tensor-core pass in the engine; here the rows' config)
     small_v, small_warps, v_programs = (verify.SMALL_TREE_FEW_ROWS_CONFIG if few else None) or verify.SMALL_TREE_CONFIG
     BN = verify.small_node_block(T)
-    BV = min(V // v_programs, small_v)
-    floats = verify.small_scratch_floats(BN, BL, heads, BV if verify.SMALL_TREE_BUFFER_DOT else 0)
-    scratch = new(B * HV // heads * v_programs, floats)
+    scratch = new(B * HV // heads * v_programs, verify.small_scratch_floats(BN, BL, heads))
 
     def small_tree_pass():
         verify.gdn_verify_small_tree_kernel[(HV // heads, B, v_programs)](
             q, k, v, g, beta, anc, num_nodes, slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u, gcum,
             scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, verify.SMALL_TREE_BLOCK_K),
-            BV=BV, GP=heads, NG=triton.next_power_of_2(heads), VP=v_programs,
-            PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=exact,
-            BUFFER_DOT=verify.SMALL_TREE_BUFFER_DOT, SCRATCH=floats, num_warps=small_warps, num_stages=1)
+            BV=min(V // v_programs, small_v), GP=heads, NG=triton.next_power_of_2(heads), VP=v_programs,
+            PRECISION=verify.products_precision(verify.TREE_SPLIT_TF32), EXACT=exact, num_warps=small_warps,
+            num_stages=1)
 
     return state_pass, tree_pass, small_tree_pass if T <= verify.SMALL_TREE_MAX_NODES else None
 

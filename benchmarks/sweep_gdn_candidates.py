@@ -164,17 +164,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.FMA_MAX_NODES": 0, "verify.TREE_CONFIG": verify.TREE_SMALL_CONFIG,
                                   "verify.TREE_DOT_HEADS_PER_PROGRAM": verify.TREE_HEADS_PER_PROGRAM,
                                   "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, warps)}}))
-        # ... and those dots software-pipelined (STATE_DOT_STAGES: S0's slices streamed ahead by cp.async while the
-        # products run). Why: the FMA pass loads its whole tile, then issues ~475 instructions a node and warp (sm_90,
-        # Triton 3.9: benchmarks.gdn_registers), so with 5 programs an SM its loads and its sums take turns (the H200
-        # timeline of 2026-12-05e: 98 us a layer at batch 128 against 64 of S0's bytes); the pipelined dots at 64
-        # columns issue ~480 a warp for all the nodes and keep two slices in flight (86 registers, 5 programs an SM)
-        for stages, bv in ((3, 64), (3, 128), (2, 64)):
-            out.append(Candidate("chains", f"state dots pipelined in {stages} stages, BV {bv}, 4 warps",
-                                 {"verify.FMA_MAX_NODES": 0, "verify.TREE_CONFIG": verify.TREE_SMALL_CONFIG,
-                                  "verify.TREE_DOT_HEADS_PER_PROGRAM": verify.TREE_HEADS_PER_PROGRAM,
-                                  "verify.STATE_DOT_STAGES": {**verify.STATE_DOT_STAGES, 16: stages},
-                                  "verify.STATE_DOT_CONFIGS": {**verify.STATE_DOT_CONFIGS, 16: (bv, 4)}}))
     if "smalltree" in ops:
         # trees up to 8 nodes (4- and 5-node chains, the 8-node tree) through the tensor-core tree pass (the defaults)
         # or the small trees' tree pass, node by node (verify.SMALL_TREE_PASS, written on the CPU on 2026-12-04,
@@ -203,16 +192,6 @@ def candidates(ops: set[str]) -> list[Candidate]:
                                  {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_MAX_REGISTERS": registers}))
         out.append(Candidate("smalltree", "few rows too, registers capped at 128",
                              {"verify.SMALL_TREE_FEW_ROWS_CONFIG": (32, 1, 4), "verify.SMALL_TREE_MAX_REGISTERS": 128}))
-        # the buffer's sums of every node as one tensor-core product (verify.SMALL_TREE_BUFFER_DOT, written on the
-        # CPU on 2026-12-05, twenty-fourth session): its [16, BV] product and result hold registers, so narrower
-        # blocks and the cap lifted too
-        for config, registers in (((128, 1, 1), 128), ((64, 1, 1), 128), ((32, 1, 1), 128), ((128, 1, 1), None),
-                                  ((64, 2, 1), None)):
-            block_v, warps, v_programs = config
-            out.append(Candidate("smalltree", f"buffer sums as one product, BV {block_v}, {warps} warps, registers "
-                                              f"{'capped at ' + str(registers) if registers else 'uncapped'}",
-                                 {"verify.SMALL_TREE_PASS": True, "verify.SMALL_TREE_BUFFER_DOT": True,
-                                  "verify.SMALL_TREE_CONFIG": config, "verify.SMALL_TREE_MAX_REGISTERS": registers}))
     if "verify1" in ops:
         # batch 1, one launch (the fused kernel): its latency, V columns and warps, products over K in longer steps
         out.append(Candidate("verify1", "defaults"))

@@ -16,8 +16,7 @@ pytestmark = pytest.mark.usefixtures("nan_empty")
 
 
 @pytest.fixture(params=["two-passes", "fused", "fused-loads-first-swapped", "tree-pass-heads-swapped",
-                        "stacked-products-swapped", "stacked-reads-swapped", "small-tree-pass",
-                        "small-tree-buffer-dot"])
+                        "stacked-products-swapped", "stacked-reads-swapped", "small-tree-pass"])
 def verify_path(request, monkeypatch):
     """Verify runs as the state pass then the tree pass, or for batches up to FUSED_MAX_BATCH as one kernel (with its
     loads first where FUSED_LOADS_FIRST is off and the other way round: verify_fused.py); or with
@@ -28,12 +27,7 @@ def verify_path(request, monkeypatch):
     (SMALL_TREE_PASS) at these few rows too (which by default take the tensor-core pass: SMALL_TREE_FEW_ROWS), its
     programs per value head where the default is a key head's and the other way round, and its register cap, the
     state dots' and the trees' tree pass's (SMALL_TREE_MAX_REGISTERS, STATE_DOT_MAX_REGISTERS, TREE_DOT_MAX_REGISTERS:
-    the launch option Triton's interpreter takes too) on where they are off and off where on; or that pass with the
-    buffer's sums as one product (SMALL_TREE_BUFFER_DOT) the other way round from its default."""
-    if request.param == "small-tree-buffer-dot":
-        monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
-        monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)
-        monkeypatch.setattr(verify_module, "SMALL_TREE_BUFFER_DOT", not verify_module.SMALL_TREE_BUFFER_DOT)
+    the launch option Triton's interpreter takes too) on where they are off and off where on."""
     if request.param == "small-tree-pass":
         monkeypatch.setattr(verify_module, "SMALL_TREE_PASS", True)
         monkeypatch.setattr(verify_module, "SMALL_TREE_FEW_ROWS", 0)

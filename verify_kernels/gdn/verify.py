@@ -203,17 +203,6 @@ SMALL_TREE_BLOCK_K = 32
 # 5.6). The H200 sweep of 2026-12-05 (sweeps_h200/sweep_gdn_smalltree_cap_2026-12-05d.txt): 5-node chains at batch
 # 64 / 128 / 256 75.1 / 141.4 / 270.4 us capped against 84.5 / 149.4 / 281.9; 120 registers no better.
 SMALL_TREE_MAX_REGISTERS = 128
-# SMALL_TREE_BUFFER_DOT: the small trees' pass takes every node's sums over the buffer (kr_t, qr_t: 300 of a node's
-# 402 instructions for 5 nodes, sm_90) as one tensor-core product per value head and V block, the weights' [2 BN, BL]
-# rows against the buffer's u [BL, BV] at TREE_SPLIT_TF32's precision, read back a node's row at a time through the
-# program's scratch (verify_small.node_rows). The pass is issue-bound (ncu, H200 2026-12-03), so instructions are its
-# time. Written on the CPU on 2026-12-05 (twenty-fourth session) and checked in the interpreter. Its sm_90 code
-# (benchmarks.gdn_registers, Triton 3.9, 5-chains at 128 columns on one warp, capped at 128 registers): a node 211
-# instructions against 326 / 432 summing over half / all of the buffer, the straight code ~430 more (the product's
-# operand splits and its scratch), no spill against 8 bytes; so a program of 5 nodes issues ~4% fewer instructions
-# with half-full buffers and ~20% fewer with fuller ones (~11% over the engine's fills), and 64 / 32 columns lose
-# (the product's overhead once per V block). Off until `benchmarks.sweep_gdn --ops smalltree` times it on the GPU.
-SMALL_TREE_BUFFER_DOT = False
 # fp32 products: "ieee" runs them on the FMA units; "tf32x3" on the tensor cores in three TF32 passes, which keeps
 # fp32-level error (~1e-7 relative here) at a fraction of the time.
 DOT_PRECISION = "tf32x3"
@@ -334,9 +323,8 @@ def verify_scratch_bytes(T: int, H: int, HV: int, V: int, L: int, B: int) -> int
     if B > FUSED_MAX_BATCH and config is not None:
         per_program = SMALL_TREE_HEADS_PER_PROGRAM or HV // H
         v_programs = config[2]
-        block_v = min(V // config[2], config[0])
-        small = (HV // per_program * v_programs * small_scratch_floats(
-            small_node_block(T), verify_blocks(L), per_program, block_v if SMALL_TREE_BUFFER_DOT else 0))
+        small = (HV // per_program * v_programs
+                 * small_scratch_floats(small_node_block(T), verify_blocks(L), per_program))
     return 4 * (T * HV * V + T * HV + 2 * T * HV * V + small)
 
 
@@ -436,18 +424,13 @@ def gdn_verify(
         if V % (v_programs * BV):
             raise ValueError(f"the small trees' tree pass's {v_programs} programs along V of {BV} columns a block must "
                              f"divide V ({V})")
-        if SMALL_TREE_BUFFER_DOT and BV < 16:
-            raise ValueError(f"the small trees' tree pass's buffer product (SMALL_TREE_BUFFER_DOT) needs blocks of at "
-                             f"least 16 columns (tl.dot's smallest side), got {BV}")
         BN = small_node_block(T)
-        floats = small_scratch_floats(BN, BL, per_program, BV if SMALL_TREE_BUFFER_DOT else 0)
-        scratch = new(B * HV // per_program * v_programs, floats)
+        scratch = new(B * HV // per_program * v_programs, small_scratch_floats(BN, BL, per_program))
         gdn_verify_small_tree_kernel[(HV // per_program, B, v_programs)](
             q, k, v, g, beta, anc, num_nodes, state_slots, kS, qS, buf_k, buf_u, buf_gcum, buf_len, req_slots, o, u,
             gcum, scratch, **shapes, L=L, BN=BN, BL=BL, BK=min(K, SMALL_TREE_BLOCK_K), BV=BV, GP=per_program,
             NG=triton.next_power_of_2(per_program), VP=v_programs, PRECISION=products_precision(TREE_SPLIT_TF32),
-            EXACT=exact, BUFFER_DOT=SMALL_TREE_BUFFER_DOT, SCRATCH=floats, num_warps=warps, num_stages=1,
-            **register_cap(SMALL_TREE_MAX_REGISTERS),
+            EXACT=exact, num_warps=warps, num_stages=1, **register_cap(SMALL_TREE_MAX_REGISTERS),
         )
         return o, u, gcum
     block_v, warps = TREE_CONFIG if use_dot else TREE_SMALL_CONFIG

@@ -25,7 +25,6 @@ import triton
 import triton.language as tl
 
 from verify_kernels.gdn.tree_math import exact_products, head_weights, node_inputs
-from verify_kernels.precision import add_product
 
 ROWS = 16  # the products' [k; q] rows: 2 BN <= 16 (tl.dot's smallest side), so BN <= 8
 
@@ -35,11 +34,10 @@ def node_block(T: int) -> int:
     return max(2, triton.next_power_of_2(T))
 
 
-def scratch_floats(BN: int, BL: int, GP: int, buffer_dot_columns: int = 0) -> int:
+def scratch_floats(BN: int, BL: int, GP: int) -> int:
     """fp32 scratch of one program: the products [ROWS, 16 + BL], then per value head beta A and P [BN, BN], the
-    decayed buffer products of the keys and queries [BN, BL] each, e^G and beta [BN]; with the buffer's sums as one
-    dot (BUFFER_DOT, buffer_dot_columns = BV) their results [ROWS, BV] after those."""
-    return ROWS * (16 + BL) + GP * head_floats(BN, BL) + ROWS * buffer_dot_columns
+    decayed buffer products of the keys and queries [BN, BL] each, e^G and beta [BN]."""
+    return ROWS * (16 + BL) + GP * head_floats(BN, BL)
 
 
 def head_floats(BN: int, BL: int) -> int:
@@ -47,44 +45,25 @@ def head_floats(BN: int, BL: int) -> int:
 
 
 @triton.jit
-def node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, p_R, m_state, i_b, i_r, i_h, i_v, n, nn, T,
-              HV: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BN: tl.constexpr, BL: tl.constexpr,
-              BLR: tl.constexpr, BV: tl.constexpr, BUFFER_DOT: tl.constexpr, PRECISION: tl.constexpr,
-              XR: tl.constexpr):
+def node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, m_state, i_b, i_r, i_h, i_v, n, nn, T, HV: tl.constexpr,
+              V: tl.constexpr, L: tl.constexpr, BN: tl.constexpr, BL: tl.constexpr, BLR: tl.constexpr,
+              BV: tl.constexpr):
     """d.-e. for value head i_h's columns i_v .. i_v + BV, node by node, from the head's weights in the scratch at
-    p_w (rows of BL), p_A, p_P, p_eG, over the buffer's first BLR entries (n <= BLR: the rest are empty).
-    BUFFER_DOT: the buffer's sums of every node, kr_t and qr_t, first as one tensor-core product of the weights'
-    [2 BN, BL] rows (padded to ROWS) and the buffer's u [BL, BV], through the scratch at p_R ([ROWS, BV]), instead
-    of two sums of BLR products a node on the FMA units (verify.SMALL_TREE_BUFFER_DOT). XR: ROWS."""
+    p_w (rows of BL), p_A, p_P, p_eG, over the buffer's first BLR entries (n <= BLR: the rest are empty)."""
     o_t = tl.arange(0, BN)
     o_l = tl.arange(0, BLR)
     m_T = o_t < T
     o_v = i_v + tl.arange(0, BV)
-    o_c = tl.arange(0, BV)
-    if BUFFER_DOT:
-        o_x = tl.arange(0, XR)
-        o_lb = tl.arange(0, BL)
-        b_w = tl.load(p_w + o_x[:, None] * BL + o_lb[None, :], mask=(o_x < 2 * BN)[:, None], other=0.)  # [XR, BL]
-        b_bu = tl.load(buf_u + ((i_r * L + o_lb[:, None]) * HV + i_h) * V + o_v[None, :],
-                       mask=(o_lb < n)[:, None], other=0.)                                    # [BL, BV]
-        b_R = add_product(tl.zeros([XR, BV], dtype=tl.float32), b_w, b_bu, PRECISION)
-        tl.store(p_R + o_x[:, None] * BV + o_c[None, :], b_R)
-        tl.debug_barrier()
-    else:
-        b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :],
-                       mask=(o_l < n)[:, None], other=0.)                                     # [BLR, BV]
+    b_bu = tl.load(buf_u + ((i_r * L + o_l[:, None]) * HV + i_h) * V + o_v[None, :],
+                   mask=(o_l < n)[:, None], other=0.)                                 # [BLR, BV]
     b_u = tl.zeros([BN, BV], dtype=tl.float32)
     for t in range(0, nn):
         p_t = ((i_b * T + t) * HV + i_h) * V + o_v
         b_vt = tl.load(v + p_t).to(tl.float32)
         b_kSt = tl.load(kS + p_t, mask=m_state, other=0.)
         b_qSt = tl.load(qS + p_t, mask=m_state, other=0.)
-        if BUFFER_DOT:
-            b_krt = tl.load(p_R + t * BV + o_c)                                               # [BV]
-            b_qrt = tl.load(p_R + (BN + t) * BV + o_c)
-        else:
-            b_krt = tl.sum(tl.load(p_w + t * BL + o_l)[:, None] * b_bu, 0)                    # [BV]
-            b_qrt = tl.sum(tl.load(p_w + BN * BL + t * BL + o_l)[:, None] * b_bu, 0)
+        b_krt = tl.sum(tl.load(p_w + t * BL + o_l)[:, None] * b_bu, 0)                        # [BV]
+        b_qrt = tl.sum(tl.load(p_w + BN * BL + t * BL + o_l)[:, None] * b_bu, 0)
         b_eGt = tl.load(p_eG + t)
         b_ut = tl.load(p_eG + BN + t) * (b_vt - b_krt - b_eGt * b_kSt)
         b_ut -= tl.sum(tl.load(p_A + t * BN + o_t)[:, None] * b_u, 0)
@@ -97,8 +76,6 @@ def node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, p_R, m_state, i_b, i_
     m_pad = ((o_t >= nn) & m_T)[:, None]
     tl.store(u + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
     tl.store(o + p_n, tl.zeros([BN, BV], dtype=tl.float32), mask=m_pad)
-    if BUFFER_DOT:
-        tl.debug_barrier()  # every thread's reads of p_R before the next block's products overwrite it
 
 
 @triton.jit
@@ -131,8 +108,6 @@ def gdn_verify_small_tree_kernel(
     NG: tl.constexpr,   # GP padded to a power of two
     PRECISION: tl.constexpr,
     EXACT: tl.constexpr,  # q and k exact in TF32 (bf16 / fp16): their products skip the remainders' (precision.py)
-    BUFFER_DOT: tl.constexpr,  # the buffer's sums of every node as one product (node_rows; SMALL_TREE_BUFFER_DOT)
-    SCRATCH: tl.constexpr,     # floats of a program's scratch: scratch_floats(BN, BL, GP, BV if BUFFER_DOT else 0)
 ):
     XR: tl.constexpr = 16                        # ROWS: [k_t; q_t], BN rows each
     YC: tl.constexpr = 16 + BL                   # the nodes' keys (padded to 16), then the buffer's
@@ -144,8 +119,7 @@ def gdn_verify_small_tree_kernel(
     i_s = tl.load(state_slots + i_b).to(tl.int64)
     nn = tl.minimum(tl.load(num_nodes + i_b).to(tl.int32), T)
     n = tl.minimum(tl.load(buf_len + i_r).to(tl.int32), L)
-    p_scr = scratch + ((i_b * (HV // GP) + i_hp) * VP + i_vp) * SCRATCH
-    p_R = p_scr + XR * YC + GP * HEAD            # BUFFER_DOT: the buffer's sums [ROWS, BV]
+    p_scr = scratch + ((i_b * (HV // GP) + i_hp) * VP + i_vp) * (XR * YC + GP * HEAD)
     o_t = tl.arange(0, BN)
     o_l = tl.arange(0, BL)
     m_T = o_t < T
@@ -201,12 +175,9 @@ def gdn_verify_small_tree_kernel(
         # the buffer are most of a node's instructions: 300 against 402 for 5 nodes, sm_90)
         for i_v in range(0, V // VP, BV):
             i_v += i_vp * (V // VP)
-            if BUFFER_DOT:
-                node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, p_R, m_state, i_b, i_r, i_h, i_v, n, nn, T,
-                          HV, V, L, BN, BL, BL, BV, True, PRECISION, XR)
-            elif n <= BL // 2:
-                node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, p_R, m_state, i_b, i_r, i_h, i_v, n, nn, T,
-                          HV, V, L, BN, BL, BL // 2, BV, False, PRECISION, XR)
+            if n <= BL // 2:
+                node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, m_state, i_b, i_r, i_h, i_v, n, nn, T, HV, V,
+                          L, BN, BL, BL // 2, BV)
             else:
-                node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, p_R, m_state, i_b, i_r, i_h, i_v, n, nn, T,
-                          HV, V, L, BN, BL, BL, BV, False, PRECISION, XR)
+                node_rows(v, buf_u, kS, qS, u, o, p_w, p_A, p_P, p_eG, m_state, i_b, i_r, i_h, i_v, n, nn, T, HV, V,
+                          L, BN, BL, BL, BV)
