@@ -27,11 +27,15 @@ import triton.language as tl
 
 # tunables (H200 sizes: 132 SMs). Query rows per program: T * G folded rows, at least 16 (tl.dot's minimum).
 BLOCK_M_MAX = 64
-BLOCK_N = 64  # keys per online-softmax step; K and V tiles of [64, 256] bf16 are 32 KiB each at Qwen3.5's D = 256
-# 4 warps; 8 from BIG_TILE accumulator elements [BLOCK_M, D] (sm_90 ptxas: 4 warps spill at [32, 256], [64, 128])
+# keys per online-softmax step on 4 warps (8 from BIG_TILE accumulator elements [BLOCK_M, D]), NUM_STAGES deep.
+# H200 sweep of 2026-12-05 (benchmarks/sweep_attention.py, results/sweeps_h200/sweep_attention_2026-12-05f.txt): at
+# the study's points 32-key blocks on 4 warps in 3 stages took 38.0 / 153.3 us (Qwen3.5-9B, 4-chains at batch 128,
+# 160 / 1024 keys) against 56.5 / 209.8 for 64-key blocks on 8 warps in 2 stages, and tied or won at every other
+# point: two programs an SM (sm_90: 214 registers, no spill, against 150 on 8 warps and one program an SM)
+BLOCK_N = 32
 NUM_WARPS = 4
-BIG_TILE = 32 * 256
-NUM_STAGES = 2
+BIG_TILE = 64 * 256
+NUM_STAGES = 3
 MAX_HEAD_DIM = 256  # the accumulator [BLOCK_M, D] fp32 lives in registers
 # split-K: split until the grid holds about SPLIT_PROGRAMS_PER_SM programs per SM, never below MIN_KEYS_PER_SPLIT
 # keys per split (the partials cost a [rows, D] fp32 write + read per split)
