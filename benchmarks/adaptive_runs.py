@@ -36,14 +36,17 @@ def table(folder: Path) -> list[str]:
                 continue
             # (fixed chains may be left out where they are far behind plain decoding: a collapsed acceptance)
             plain, fixed, adaptive = (chosen.get((mode, batch)) for mode in MODES)
-            runs = [" / ".join(f"{x:.0f}" for x in row.get("runs", [row["tokens_per_second"]])) if row else "—"
+            runs = ["out of memory" if row and row.get("out_of_memory") else
+                    " / ".join(f"{x:.0f}" for x in row.get("runs", [row["tokens_per_second"]])) if row else "—"
                     for row in (plain, fixed, adaptive)]
-            best = max(row["tokens_per_second"] for row in (plain, fixed) if row)
+            ran = [row["tokens_per_second"] for row in (plain, fixed) if row and not row.get("out_of_memory")]
             shapes = ", ".join(f"{label} {count}" for label, count in
                                sorted((adaptive.get("shapes") or {}).items(), key=lambda item: -item[1]))
+            mine = adaptive["tokens_per_second"] if not adaptive.get("out_of_memory") else None
+            ratios = [f"{mine / theirs:.2f}x" if mine and theirs else "—"
+                      for theirs in (max(ran, default=None), plain["tokens_per_second"])]
             lines.append(f"| {model} | {accepted} | {batch} | {runs[0]} | {runs[1]} | {runs[2]} | "
-                         f"{adaptive['tokens_per_second'] / best:.2f}x | "
-                         f"{adaptive['tokens_per_second'] / plain['tokens_per_second']:.2f}x | {shapes} |")
+                         f"{ratios[0]} | {ratios[1]} | {shapes} |")
     return lines
 
 

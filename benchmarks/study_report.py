@@ -77,7 +77,7 @@ def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> 
     body, across, folders = [], set(), {}
     for batch in sorted(chosen):
         kept = sources[chosen[batch]]
-        speed = {key: r["tokens_per_second"] for key, r in kept.items()}
+        speed = {key: r["tokens_per_second"] for key, r in kept.items() if not r.get("out_of_memory")}
         plain, fixed, adaptive = (speed.get((m, batch)) for m in ("plain", "speculative", "adaptive"))
         best = max((v for v in (plain, fixed) if v is not None), default=None)
         cells = [speed_cell(kept.get((m, batch))) for m in ("plain", "speculative", "adaptive")]
@@ -89,8 +89,8 @@ def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> 
         if chosen[batch]:
             folders.setdefault(chosen[batch], []).append(str(batch))
         body.append([str(batch), *cells,
-                     _times(adaptive / best if best else None) + mark,
-                     _times(adaptive / plain if plain else None) + mark,
+                     _times(adaptive / best if best and adaptive else None) + mark,
+                     _times(adaptive / plain if plain and adaptive else None) + mark,
                      shape_shares(kept["adaptive", batch].get("shapes") or {})])
     notes = [f"* adaptive measured on {ours}, plain / fixed on {' and '.join(theirs)}: a ratio across sittings, not "
              "a same-run comparison." for ours, theirs in sorted(across)]
@@ -100,9 +100,8 @@ def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> 
 
 
 def _kept_rows(result: dict) -> dict[tuple[str, int], dict]:
-    """(mode, batch) -> the KVBuffer's row, out-of-memory rows left out."""
-    return {(m, b): r for (backend, m, b), r in study_rows(result).items()
-            if backend == "kvbuffer" and not r.get("out_of_memory")}
+    """(mode, batch) -> the KVBuffer's row (out-of-memory rows too: the table says which engines did not fit)."""
+    return {(m, b): r for (backend, m, b), r in study_rows(result).items() if backend == "kvbuffer"}
 
 
 def _folder_text(adaptive_runs: list[tuple[str, dict]], folder: str) -> str:
@@ -116,6 +115,8 @@ def speed_cell(row: dict | None) -> str:
     """A row's tokens/s; of an engine run in several processes, the median and the range of the runs."""
     if row is None:
         return ""
+    if row.get("out_of_memory"):
+        return "out of memory"
     runs = row.get("runs") or []
     spread = f" ({min(runs):.0f}-{max(runs):.0f}, {len(runs)} runs)" if len(runs) > 1 else ""
     return f"{row['tokens_per_second']:.0f}{spread}"

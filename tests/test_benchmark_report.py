@@ -181,3 +181,14 @@ def test_adaptive_ratios_across_sittings_are_marked():
     assert lines[3].startswith("| 256 | 100 | 120 | 110 | 0.92x * | 1.10x * |")
     assert lines[-1] == ("* adaptive measured on 2026-12-02, plain / fixed on 2026-12-02 and 2026-12-03: a ratio "
                          "across sittings, not a same-run comparison.")
+
+
+def test_adaptive_engines_that_do_not_fit_are_shown_as_such():
+    """A batch whose fixed and adaptive engines ran out of memory keeps its row: plain's speed, the others "out of
+    memory", no ratio."""
+    rows = [study_row("kvbuffer", mode, 512, 100.0, 10.0, 5.0) for mode in ("plain", "speculative", "adaptive")]
+    for row in rows[1:]:
+        row.update(out_of_memory=True, tokens_per_second=0.0)
+    lines = adaptive_table(study_result(rows))
+    assert lines[2].startswith("| 512 | 100 | out of memory | out of memory | — | — |")
+

@@ -120,6 +120,12 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
     single.write_text(json.dumps({"model": "qwen3.5-9b", "settings": {"draft": "synthetic:2.72"}, "rows": [
         {"mode": "speculative", "backend": "kvbuffer", "batch_size": 16, "tokens_per_second": 160.0}]}))
     assert table(tmp_path)[2].startswith("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 160 | 170 / 190 | 1.06x | 1.89x |")
+    # engines that ran out of memory at a batch: said so, no ratio
+    big = [{"mode": mode, "backend": "kvbuffer", "batch_size": 512, "tokens_per_second": speed,
+            "out_of_memory": not speed} for mode, speed in (("plain", 300.0), ("speculative", 0.0), ("adaptive", 0.0))]
+    (tmp_path / "study_qwen3.5-9b_b512_kvbuffer_acc2.72.json").write_text(json.dumps(
+        {"model": "qwen3.5-9b", "settings": {"draft": "synthetic:2.72"}, "rows": big}))
+    assert table(tmp_path)[3] == "| qwen3.5-9b | 2.72 | 512 | 300 | out of memory | out of memory | — | — |  |"
 
 
 def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
