@@ -154,7 +154,8 @@ def run(args) -> None:
     config = EngineConfig.from_flags(
         max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
-        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph, speculation=args.speculation)
+        dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph, speculation=args.speculation,
+        max_prefill_tokens=args.max_prefill_tokens)
     llm = LLM(args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft), device=args.device,
               dtype=args.dtype, config=config, state_memory_gb=args.state_memory_gb, tp=args.tp)
     chat = llm.has_chat_template if args.chat is None else args.chat

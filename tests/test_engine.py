@@ -9,6 +9,7 @@ import torch
 from drafters import DraftModelDrafter, DraftRequest, NgramDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
+from specdec.engine.scheduler import prefill_groups
 from specdec.models import load_model
 from specdec.speculation import SamplingParams, TreeShape
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
@@ -31,10 +32,20 @@ def prompts() -> list[list[int]]:
             torch.randint(0, 90, (19,), generator=gen).tolist() + pattern * 2]
 
 
-def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4), max_batch: int = 3):
+def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4), max_batch: int = 3,
+             max_prefill_tokens: int = 16384, prefills: list | None = None):
+    """prefills: gets the prompt lengths of every prefill forward, in order."""
     config = EngineConfig(cache=CacheConfig(max_requests=max_batch, max_seq_len=160, flush_length=flush_length),
-                          shape=shape)
+                          shape=shape, max_prefill_tokens=max_prefill_tokens)
     engine = Engine(model, drafter, config)
+    if prefills is not None:
+        forward = engine.runner.prefill_with_features
+
+        def recorded(slots, prompts):
+            prefills.append([len(p) for p in prompts])
+            return forward(slots, prompts)
+
+        engine.runner.prefill_with_features = recorded
     requests = [engine.add_request(p, SamplingParams(), NEW_TOKENS) for p in prompts()]
     engine.run()
     assert engine.runner.cache.free_request_slots == max_batch, "a finished request kept its slot"
@@ -58,6 +69,26 @@ def test_requests_join_and_leave_between_steps(model):
     solo = [generate(model, None, 16, max_batch=1)]
     batched = generate(model, NgramDrafter(), 16, max_batch=2)
     assert [r.output for r in batched] == [r.output for r in solo[0]]
+
+
+def test_a_prefill_token_budget_splits_the_prefill_and_changes_no_token(model):
+    """Prompts of 18, 2 and 31 tokens admitted together: one forward by default; under a budget of 40 padded tokens
+    two (18 + 2 pad to 2 x 18 = 36; with the 31 they would pad to 93), with the same outputs under greedy."""
+    whole, split = [], []
+    reference = generate(model, NgramDrafter(), 16, prefills=whole)
+    ours = generate(model, NgramDrafter(), 16, max_prefill_tokens=40, prefills=split)
+    assert whole == [[18, 2, 31]] and split == [[18, 2], [31]]
+    assert [r.output for r in ours] == [r.output for r in reference]
+
+
+def test_prefill_groups_stay_within_the_budget():
+    assert prefill_groups([], 8) == []
+    assert prefill_groups([3, 3, 3], 9) == [range(0, 3)]
+    assert prefill_groups([3, 3, 3], 8) == [range(0, 2), range(2, 3)]
+    assert prefill_groups([2, 20, 2], 8) == [range(0, 1), range(1, 2), range(2, 3)]  # the long one alone
+    assert prefill_groups([5, 1, 1, 1], 10) == [range(0, 2), range(2, 4)]  # padded to the group's longest
+    with pytest.raises(ValueError, match="max_prefill_tokens"):
+        EngineConfig(max_prefill_tokens=0)
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ from specdec.speculation.tree import MAX_TREE_NODES
 from .config import EngineConfig
 from .heap import freeze_heap
 from .request import Request
-from .scheduler import Scheduler
+from .scheduler import Scheduler, prefill_groups
 
 
 class Engine:
@@ -242,16 +242,19 @@ class Engine:
             self.step()
 
     def prefill(self, requests: list[Request]) -> None:
-        """Commit the prompts; the first new token is sampled from each prompt's last logits."""
+        """Commit the prompts, in forwards of at most config.max_prefill_tokens padded tokens (prefill_groups); the
+        first new token is sampled from each prompt's last logits."""
         start = time.perf_counter()
-        logits, features = self.runner.prefill_with_features([r.slot for r in requests],
-                                                             [r.prompt for r in requests])
-        for index, (request, row) in enumerate(zip(requests, logits, strict=True)):
-            request.emit([sample(target_distribution(row, request.params), request.generator)])
-            request.stats.prefill_seconds = time.perf_counter() - start
-            if self.drafter is not None:
-                wanted = self.drafter.target_features is not None
-                self.drafter.start(self._draft_view(request), features[index, :len(request.prompt)] if wanted else None)
+        for group in prefill_groups([len(r.prompt) for r in requests], self.config.max_prefill_tokens):
+            members = [requests[index] for index in group]
+            logits, features = self.runner.prefill_with_features([r.slot for r in members], [r.prompt for r in members])
+            for index, (request, row) in enumerate(zip(members, logits, strict=True)):
+                request.emit([sample(target_distribution(row, request.params), request.generator)])
+                request.stats.prefill_seconds = time.perf_counter() - start
+                if self.drafter is not None:
+                    wanted = self.drafter.target_features is not None
+                    self.drafter.start(self._draft_view(request),
+                                       features[index, :len(request.prompt)] if wanted else None)
         if self.drafter is None or self.plain_decodes:  # decode steps read each request's newest token on the device
             self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
 

@@ -82,3 +82,19 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         return not self.waiting and not self.running
+
+
+def prefill_groups(prompt_lengths: list[int], max_tokens: int) -> list[range]:
+    """The admitted requests (by index, in order) cut into prefill forwards of at most max_tokens padded tokens each
+    (a forward pads its prompts to the longest: count x longest); a prompt longer than max_tokens prefills alone."""
+    groups, start, longest = [], 0, 0
+    for index, length in enumerate(prompt_lengths):
+        widest = max(longest, length)
+        if index > start and (index - start + 1) * widest > max_tokens:
+            groups.append(range(start, index))
+            start, widest = index, length
+        longest = widest
+    if prompt_lengths:
+        groups.append(range(start, len(prompt_lengths)))
+    return groups
+

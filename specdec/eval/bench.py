@@ -123,7 +123,9 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
         for mode in modes:
             try:
                 llm = load_llm(settings, backend, mode)
-            except torch.OutOfMemoryError:  # its pools for the largest batch do not fit: a row says so
+            except RuntimeError as error:  # its pools for the largest batch do not fit: a row says so
+                if not out_of_memory(error):
+                    raise
                 rows += [out_of_memory_row(backend, mode, batch_size) for batch_size in batch_sizes]
                 free_device_memory()
                 continue
@@ -144,7 +146,9 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                         largest = device_memory.largest_batch(memory, device_memory.peak_reserved(device), batch_size)
                         row = BenchRow(**{**asdict(row), "largest_batch_in_memory": largest})
                     rows.append(row)
-                except torch.OutOfMemoryError:  # this batch and the larger ones (the engine is left mid-step)
+                except RuntimeError as error:  # this batch and the larger ones (the engine is left mid-step)
+                    if not out_of_memory(error):
+                        raise
                     rows += [out_of_memory_row(backend, mode, size, per_request, fits) for size in batch_sizes[index:]]
                     break
             del llm, traffic, memory  # (traffic holds the MoE layers: their experts, most of such a model's bytes)
@@ -167,6 +171,12 @@ def bench_peaks(settings: BenchSettings) -> Peaks:
 
     device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return measure_peaks(device, _parse_dtype(settings.dtype) if settings.dtype else default_dtype(device))
+
+
+def out_of_memory(error: RuntimeError) -> bool:
+    """torch's allocator ran out (torch.OutOfMemoryError), or a kernel's launch did: Triton raises a RuntimeError
+    "Triton Error [CUDA]: out of memory" (the H200 study of 2026-12-05, Nemotron-3-Nano's prefill at batch 512)."""
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error)
 
 
 def out_of_memory_row(backend: str, mode: str, batch_size: int, per_request: int = 0, fits: int = 0) -> BenchRow:
@@ -208,7 +218,9 @@ def capture_ahead(llm, rows: int, settings: BenchSettings) -> None:
     build theirs as they come (and the largest row reports the shortage)."""
     try:
         llm.engine.prepare_steps(rows, settings.prompt_tokens, settings.max_new_tokens)
-    except torch.OutOfMemoryError:
+    except RuntimeError as error:
+        if not out_of_memory(error):
+            raise
         free_device_memory()
 
 
