@@ -115,7 +115,7 @@ def add_engine_arguments(parser) -> None:
     group.add_argument("--max-seq-len", type=int_at_least(2), default=4096, help="tokens per request (default 4096)")
     group.add_argument("--max-prefill-tokens", type=int_at_least(1), default=16384,
                        help="padded prompt tokens per prefill forward: admitted requests prefill in groups of at most "
-                       "this many, a longer prompt alone (default 16384; lower it if a large batch's prefill runs "
+                       "this many, a longer prompt in pieces of this many (default 16384; lower it if a prefill runs "
                        "out of GPU memory)")
     group.add_argument("--state-memory-gb", type=number(0, above=True), default=None,
                        help="memory for the KVBuffer pools in GiB: as many committed states as fit; requests wait "

@@ -401,6 +401,19 @@ def test_what_does_not_fit_the_device_is_a_row_not_a_crash(monkeypatch):
     assert not bench.out_of_memory(RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"))
 
 
+def test_a_phase_memory_line_reads_the_allocator_and_the_driver(monkeypatch):
+    from specdec.eval import device_memory
+
+    gib = 2**30
+    assert device_memory.phase_line(torch.device("cpu")) is None  # no allocator figures off CUDA
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (12 * gib, 140 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 100 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 110 * gib)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: 126 * gib)
+    assert device_memory.phase_line(torch.device("cuda")) == (
+        "allocated 100.0 GiB, reserved 110.0, peak reserved 126.0, free 12.0 of 140.0")
+
+
 def test_the_largest_batch_in_memory_is_read_off_one_batch():
     """80 GiB device, 1 GiB not ours, 20 GiB of weights; pools 0.25 GiB per request slot; the batch of 16 peaked
     4 GiB above the built engine (activations 0.25 GiB per request): (80 - 1 - 20) / (0.25 + 0.25) = 118."""

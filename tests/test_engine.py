@@ -9,7 +9,7 @@ import torch
 from drafters import DraftModelDrafter, DraftRequest, NgramDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.scheduler import prefill_groups
+from specdec.engine.scheduler import prefill_forwards
 from specdec.models import load_model
 from specdec.speculation import SamplingParams, TreeShape
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
@@ -73,20 +73,27 @@ def test_requests_join_and_leave_between_steps(model):
 
 def test_a_prefill_token_budget_splits_the_prefill_and_changes_no_token(model):
     """Prompts of 18, 2 and 31 tokens admitted together: one forward by default; under a budget of 40 padded tokens
-    two (18 + 2 pad to 2 x 18 = 36; with the 31 they would pad to 93), with the same outputs under greedy."""
-    whole, split = [], []
+    two (18 + 2 pad to 2 x 18 = 36; with the 31 they would pad to 93); under 8, the long prompts in pieces of 8, each
+    forward continuing from the state the one before committed (through the buffer, then the chunked path: flush
+    length 16). The same outputs under greedy."""
+    whole, split, pieces = [], [], []
     reference = generate(model, NgramDrafter(), 16, prefills=whole)
-    ours = generate(model, NgramDrafter(), 16, max_prefill_tokens=40, prefills=split)
+    grouped = generate(model, NgramDrafter(), 16, max_prefill_tokens=40, prefills=split)
+    chunked = generate(model, NgramDrafter(), 16, max_prefill_tokens=8, prefills=pieces)
     assert whole == [[18, 2, 31]] and split == [[18, 2], [31]]
-    assert [r.output for r in ours] == [r.output for r in reference]
+    assert pieces == [[8], [8], [2], [2], [8], [8], [8], [7]]
+    assert [r.output for r in grouped] == [r.output for r in reference]
+    assert [r.output for r in chunked] == [r.output for r in reference]
 
 
-def test_prefill_groups_stay_within_the_budget():
-    assert prefill_groups([], 8) == []
-    assert prefill_groups([3, 3, 3], 9) == [range(0, 3)]
-    assert prefill_groups([3, 3, 3], 8) == [range(0, 2), range(2, 3)]
-    assert prefill_groups([2, 20, 2], 8) == [range(0, 1), range(1, 2), range(2, 3)]  # the long one alone
-    assert prefill_groups([5, 1, 1, 1], 10) == [range(0, 2), range(2, 4)]  # padded to the group's longest
+def test_prefill_forwards_stay_within_the_budget():
+    assert prefill_forwards([], 8) == []
+    assert prefill_forwards([3, 3, 3], 9) == [[(0, 0, 3), (1, 0, 3), (2, 0, 3)]]
+    assert prefill_forwards([3, 3, 3], 8) == [[(0, 0, 3), (1, 0, 3)], [(2, 0, 3)]]
+    assert prefill_forwards([5, 1, 1, 1], 10) == [[(0, 0, 5), (1, 0, 1)], [(2, 0, 1), (3, 0, 1)]]  # padded to 5
+    # a prompt over the budget: alone, in pieces, between the groups before and after it
+    assert prefill_forwards([2, 20, 2, 2], 8) == [[(0, 0, 2)], [(1, 0, 8)], [(1, 8, 16)], [(1, 16, 20)],
+                                                  [(2, 0, 2), (3, 0, 2)]]
     with pytest.raises(ValueError, match="max_prefill_tokens"):
         EngineConfig(max_prefill_tokens=0)
 

@@ -109,9 +109,10 @@ def prompts() -> list[list[int]]:
     return [pattern * 3, [7], torch.randint(0, 90, (19,), generator=gen).tolist() + pattern * 2]
 
 
-def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4)):
+def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4), max_prefill_tokens: int = 16384):
     cache = CacheConfig(max_requests=2, max_seq_len=160, flush_length=flush_length)
-    engine = Engine(model, drafter(model, cache) if drafter else None, EngineConfig(cache=cache, shape=shape))
+    engine = Engine(model, drafter(model, cache) if drafter else None,
+                    EngineConfig(cache=cache, shape=shape, max_prefill_tokens=max_prefill_tokens))
     requests = [engine.add_request(p, SamplingParams(), NEW_TOKENS) for p in prompts()]
     engine.run()
     if drafter:
@@ -134,6 +135,17 @@ def test_mtp_speculation_is_lossless_under_greedy(which, flush_length, shape, ra
     if which == "echo":
         accepted = sum(sum(r.stats.emitted_per_step) - r.stats.steps for r in speculative)
         assert accepted > 0, "no draft was accepted: the test would not exercise the drafter's pending rows"
+
+
+def test_a_prompt_prefilled_in_pieces_gives_the_drafter_every_tokens_features(echo_mtp):
+    """Prompts prefilled 5 tokens a forward (the 18- and 31-token ones in pieces): the MTP drafter starts from the
+    features of the whole prompt, so it drafts, and the engine emits, exactly what one forward a prompt gives."""
+    model = load_model(echo_mtp, device="cpu")
+    whole = generate(model, MtpDrafter, 16)
+    pieces = generate(model, MtpDrafter, 16, max_prefill_tokens=5)
+    assert [r.output for r in pieces] == [r.output for r in whole]
+    assert [r.stats.emitted_per_step for r in pieces] == [r.stats.emitted_per_step for r in whole]
+    assert sum(sum(r.stats.emitted_per_step) - r.stats.steps for r in whole) > 0, "no draft accepted"
 
 
 @pytest.mark.parametrize("family", ["qwen3_5_moe", "nemotron_h"])

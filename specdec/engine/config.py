@@ -18,8 +18,9 @@ class EngineConfig:
     speculation: "fixed" (every step drafts `shape`) or "adaptive" (each step a chain of up to shape.steps drafts,
     or none, chosen by specdec/speculation/adaptive; adaptive: its settings, max_steps taken from shape);
     max_prefill_tokens: the padded prompt tokens one prefill forward takes (admitted requests prefill in groups of
-    at most that many, a longer prompt alone): bounds the prefill's activations, which grow with the tokens (the
-    H200 study of 2026-12-05: Nemotron-3-Nano at batch 512 ran out of memory prefilling 65536 tokens at once)."""
+    at most that many, a longer prompt alone in pieces of that many): bounds the prefill's activations, which grow
+    with the tokens (the H200 study of 2026-12-05: Nemotron-3-Nano at batch 512 ran out of memory prefilling 65536
+    tokens at once)."""
 
     cache: CacheConfig = CacheConfig()
     shape: TreeShape = TreeShape()

@@ -36,7 +36,7 @@ from specdec.speculation.tree import MAX_TREE_NODES
 from .config import EngineConfig
 from .heap import freeze_heap
 from .request import Request
-from .scheduler import Scheduler, prefill_groups
+from .scheduler import Scheduler, prefill_forwards
 
 
 class Engine:
@@ -242,19 +242,24 @@ class Engine:
             self.step()
 
     def prefill(self, requests: list[Request]) -> None:
-        """Commit the prompts, in forwards of at most config.max_prefill_tokens padded tokens (prefill_groups); the
-        first new token is sampled from each prompt's last logits."""
+        """Commit the prompts, in forwards of at most config.max_prefill_tokens padded tokens (prefill_forwards: a
+        longer prompt in pieces); the first new token is sampled from each prompt's last logits."""
         start = time.perf_counter()
-        for group in prefill_groups([len(r.prompt) for r in requests], self.config.max_prefill_tokens):
-            members = [requests[index] for index in group]
-            logits, features = self.runner.prefill_with_features([r.slot for r in members], [r.prompt for r in members])
-            for index, (request, row) in enumerate(zip(members, logits, strict=True)):
-                request.emit([sample(target_distribution(row, request.params), request.generator)])
+        wanted = self.drafter is not None and self.drafter.target_features is not None
+        features_of: dict[int, list[torch.Tensor]] = {}  # a prompt's pieces' features [piece, F], while it prefills
+        for forward in prefill_forwards([len(r.prompt) for r in requests], self.config.max_prefill_tokens):
+            members = [requests[index] for index, _, _ in forward]
+            logits, features = self.runner.prefill_with_features(
+                [r.slot for r in members], [requests[index].prompt[first:end] for index, first, end in forward])
+            for row, (request, (index, first, end)) in enumerate(zip(members, forward, strict=True)):
+                if wanted:
+                    features_of.setdefault(index, []).append(features[row, : end - first])
+                if end < len(request.prompt):
+                    continue
+                request.emit([sample(target_distribution(logits[row], request.params), request.generator)])
                 request.stats.prefill_seconds = time.perf_counter() - start
                 if self.drafter is not None:
-                    wanted = self.drafter.target_features is not None
-                    self.drafter.start(self._draft_view(request),
-                                       features[index, :len(request.prompt)] if wanted else None)
+                    self.drafter.start(self._draft_view(request), torch.cat(features_of.pop(index)) if wanted else None)
         if self.drafter is None or self.plain_decodes:  # decode steps read each request's newest token on the device
             self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
 

@@ -18,6 +18,7 @@ transformers' generate() on the same checkpoint and batches as the outside refer
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
@@ -129,6 +130,7 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                 rows += [out_of_memory_row(backend, mode, batch_size) for batch_size in batch_sizes]
                 free_device_memory()
                 continue
+            log_memory(llm, f"{backend} {mode}: built")
             with_roofline_prior(llm, settings, backend, peaks)
             traffic = ExpertTraffic(llm.model)  # before any graph is captured: the counts are captured with it
             per_request = linear_state_bytes(llm, settings, backend, mode)
@@ -138,6 +140,7 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
             memory = device_memory.engine_memory(llm)
             if settings.capture_ahead:
                 capture_ahead(llm, max(batch_sizes), settings)
+                log_memory(llm, f"{backend} {mode}: graphs captured for up to {max(batch_sizes)} requests")
             for index, batch_size in enumerate(tqdm(batch_sizes, desc=f"{backend} {mode}", unit="batch")):
                 try:
                     row = time_batch(llm, prompts, batch_size, settings, backend, mode, per_request, fits, peaks,
@@ -149,6 +152,8 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                 except RuntimeError as error:  # this batch and the larger ones (the engine is left mid-step)
                     if not out_of_memory(error):
                         raise
+                    log_memory(llm, f"{backend} {mode} batch {batch_size}: out of memory "
+                               f"({str(error).splitlines()[0][:200]})")
                     rows += [out_of_memory_row(backend, mode, size, per_request, fits) for size in batch_sizes[index:]]
                     break
             del llm, traffic, memory  # (traffic holds the MoE layers: their experts, most of such a model's bytes)
@@ -171,6 +176,13 @@ def bench_peaks(settings: BenchSettings) -> Peaks:
 
     device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return measure_peaks(device, _parse_dtype(settings.dtype) if settings.dtype else default_dtype(device))
+
+
+def log_memory(llm, phase: str) -> None:
+    """One line on stderr of the GPU's memory after a phase of a run (device_memory.phase_line); nothing off CUDA."""
+    line = device_memory.phase_line(llm.model.device)
+    if line is not None:
+        print(f"[bench memory] {phase}: {line}", file=sys.stderr, flush=True)
 
 
 def out_of_memory(error: RuntimeError) -> bool:
@@ -243,6 +255,7 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
     if policy is not None and settings.policy_trace:
         policy.trace = []
     requests = warm_up_and_prefill(llm, prompts, batch_size, settings)
+    log_memory(llm, f"{backend} {mode} batch {batch_size}: warmed up and prefilled")
     if traffic is not None:
         traffic.reset()
     chosen = Counter(policy.counts) if policy is not None else None  # the warm-up's, left out
@@ -252,6 +265,7 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
         step_times = run_timing_steps(llm.engine)
         synchronize(llm.model.device)
         seconds = time.perf_counter() - start
+    log_memory(llm, f"{backend} {mode} batch {batch_size}: decoded")
     if policy is not None and policy.trace is not None:
         write_policy_trace(settings.policy_trace, policy, backend, batch_size, warm_up_steps)
     shapes = dict(policy.counts - chosen) if policy is not None else None

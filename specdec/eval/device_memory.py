@@ -62,3 +62,18 @@ def largest_batch(memory: EngineMemory, peak: int, batch: int) -> int:
     activations_per_request = max(peak - memory.built, 0) / batch
     room = memory.device_total - memory.not_ours - memory.fixed
     return int(room // (memory.pools_per_request + activations_per_request))
+
+
+def phase_line(device: torch.device) -> str | None:
+    """The device's memory now, for a log line between a batch's phases (what the allocator holds and has held
+    since the batch began, what the driver has free); None off CUDA. Where a run of the study goes out of memory,
+    these lines say in which phase and how close the phases before came (the H200 study of 2026-12-05 lost its
+    batch-512 rows with no figure of where)."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+    peak, gib = torch.cuda.max_memory_reserved(device), 2**30
+    return (f"allocated {allocated / gib:.1f} GiB, reserved {reserved / gib:.1f}, peak reserved {peak / gib:.1f}, "
+            f"free {free / gib:.1f} of {total / gib:.1f}")
+
