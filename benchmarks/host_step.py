@@ -200,7 +200,7 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     for _ in range(batch):
         prompt = torch.randint(2, VOCAB, (32,), generator=generator).tolist()
         engine.add_request(prompt, params, max_new_tokens=1500)
-    engine.step()  # admit and prefill every request (not timed)
+    engine.admit_and_prefill()  # (not timed)
     for _ in range(3 + (2 * len(engine.policy.config.shapes) if adaptive else 0)):  # (adaptive: each shape measured)
         engine.step()
     return engine, stub

@@ -47,7 +47,7 @@ def phases(settings: BenchSettings, backend: str, mode: str, batch: int) -> list
     rows.append(("warm-up round (prefill + steps)", *peaks_since(device)))
     for prompt in prompts:
         llm.submit(prompt, settings.max_new_tokens)
-    engine.step()  # admits and prefills the batch
+    engine.admit_and_prefill()
     rows.append((f"prefill of {batch} x {settings.prompt_tokens} tokens", *peaks_since(device)))
     engine.run()
     rows.append(("decoding to the end", *peaks_since(device)))

@@ -9,7 +9,7 @@ import torch
 from drafters import DraftModelDrafter, DraftRequest, NgramDrafter
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
-from specdec.engine.scheduler import prefill_forwards
+from specdec.engine.prefill import prefill_forwards
 from specdec.models import load_model
 from specdec.speculation import SamplingParams, TreeShape
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
@@ -73,17 +73,37 @@ def test_requests_join_and_leave_between_steps(model):
 
 def test_a_prefill_token_budget_splits_the_prefill_and_changes_no_token(model):
     """Prompts of 18, 2 and 31 tokens admitted together: one forward by default; under a budget of 40 padded tokens
-    two (18 + 2 pad to 2 x 18 = 36; with the 31 they would pad to 93); under 8, the long prompts in pieces of 8, each
-    forward continuing from the state the one before committed (through the buffer, then the chunked path: flush
-    length 16). The same outputs under greedy."""
+    two (18 + 2 pad to 2 x 18 = 36; with the 31 they would pad to 93); under 8, the long prompts in pieces of 8, one
+    forward a step, each continuing from the state the one before committed (through the buffer, then the chunked
+    path: flush length 16). The same outputs under greedy."""
     whole, split, pieces = [], [], []
     reference = generate(model, NgramDrafter(), 16, prefills=whole)
     grouped = generate(model, NgramDrafter(), 16, max_prefill_tokens=40, prefills=split)
     chunked = generate(model, NgramDrafter(), 16, max_prefill_tokens=8, prefills=pieces)
     assert whole == [[18, 2, 31]] and split == [[18, 2], [31]]
-    assert pieces == [[8], [8], [2], [2], [8], [8], [8], [7]]
+    assert pieces == [[8], [8], [2, 2], [8], [8], [8], [7]]  # (the 18-token prompt's last 2 beside the 2-token one)
     assert [r.output for r in grouped] == [r.output for r in reference]
     assert [r.output for r in chunked] == [r.output for r in reference]
+
+
+def test_a_long_prompt_prefills_between_the_decode_steps_of_the_running_requests(model):
+    """A 31-token prompt admitted while a request decodes, under a budget of 8: its four pieces take four steps,
+    each of which also decodes the running request; both outputs equal their solo runs."""
+    config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=160, flush_length=16), max_prefill_tokens=8)
+    engine = Engine(model, NgramDrafter(), config)
+    short, long = prompts()[1], prompts()[2]
+    running = engine.add_request(short, SamplingParams(), NEW_TOKENS)
+    engine.step()
+    engine.step()
+    late = engine.add_request(long, SamplingParams(), NEW_TOKENS)
+    for piece in range(4):
+        before = len(running.output)
+        engine.step()
+        assert len(running.output) > before, "the running request waited for the long prefill"
+        assert (late.prefilled, len(late.output)) == (min(8 * (piece + 1), 31), int(piece == 3))
+    engine.run()
+    solo = [generate(model, None, 16, max_batch=1)[index] for index in (1, 2)]
+    assert [running.output, late.output] == [r.output for r in solo]
 
 
 def test_prefill_forwards_stay_within_the_budget():

@@ -35,8 +35,9 @@ from specdec.speculation.tree import MAX_TREE_NODES
 
 from .config import EngineConfig
 from .heap import freeze_heap
+from .prefill import PrefillQueue
 from .request import Request
-from .scheduler import Scheduler, prefill_forwards
+from .scheduler import Scheduler
 
 
 class Engine:
@@ -71,6 +72,7 @@ class Engine:
         self.runner.cache.reserve(width)
         self.scheduler = Scheduler(self.runner.cache, draft_budget=config.shape.budget if drafter else 0,
                                    max_batch=config.cache.max_requests)
+        self.prefills = PrefillQueue(self.runner, config.max_prefill_tokens)  # admitted, prompts not all committed
         self._ids = itertools.count()
         self._decoding = None  # (requests, DecodeHandle, adaptive) of the plain decoding step in flight
         self._plain_run = False  # adaptive: the step before was a plain step, and no emit drained the pipeline since
@@ -143,6 +145,7 @@ class Engine:
 
     def abort(self, request_id: int) -> Request | None:
         self.record_stats()
+        self.prefills.drop(request_id)
         request = self.scheduler.abort(request_id)
         if request is not None and self.drafter is not None:
             self.drafter.finish(request_id)
@@ -157,11 +160,13 @@ class Engine:
         (propose -> score -> accept -> commit -> emit; plain decoding: launch a decode step that commits and samples
         on the device, then emit the step before it; adaptive speculation's plain steps likewise: adaptive_step).
         Returns the requests that finished in this round."""
-        admitted = self.scheduler.admit()
-        if admitted:
+        self.prefills.add(self.scheduler.admit())
+        started = []
+        if self.prefills.waiting:
             self.finish_decode()
-            self.prefill(admitted)
-        ready = [r for r in self.scheduler.running if r.finish_reason is None and r not in admitted]  # (finished's)
+            started = self.prefill_forward()
+        # (not the requests still prefilling, nor those whose first token the prefill just emitted)
+        ready = [r for r in self.scheduler.running if r.finish_reason is None and r.output and r not in started]
         if self.drafter is None:  # plain decoding, one step ahead of the host (decode_step)
             self.decode_step([r for r in ready if len(r.output) + r.in_flight < r.max_new_tokens])
         elif self.plain_decodes:
@@ -241,27 +246,27 @@ class Engine:
         while not self.scheduler.idle:
             self.step()
 
-    def prefill(self, requests: list[Request]) -> None:
-        """Commit the prompts, in forwards of at most config.max_prefill_tokens padded tokens (prefill_forwards: a
-        longer prompt in pieces); the first new token is sampled from each prompt's last logits."""
-        start = time.perf_counter()
+    def prefill_forward(self) -> list[Request]:
+        """One prefill forward of the waiting prompts (PrefillQueue: at most config.max_prefill_tokens padded
+        tokens); each prompt it finishes gets its first new token, sampled from its last logits. -> those requests."""
         wanted = self.drafter is not None and self.drafter.target_features is not None
-        features_of: dict[int, list[torch.Tensor]] = {}  # a prompt's pieces' features [piece, F], while it prefills
-        for forward in prefill_forwards([len(r.prompt) for r in requests], self.config.max_prefill_tokens):
-            members = [requests[index] for index, _, _ in forward]
-            logits, features = self.runner.prefill_with_features(
-                [r.slot for r in members], [requests[index].prompt[first:end] for index, first, end in forward])
-            for row, (request, (index, first, end)) in enumerate(zip(members, forward, strict=True)):
-                if wanted:
-                    features_of.setdefault(index, []).append(features[row, : end - first])
-                if end < len(request.prompt):
-                    continue
-                request.emit([sample(target_distribution(logits[row], request.params), request.generator)])
-                request.stats.prefill_seconds = time.perf_counter() - start
-                if self.drafter is not None:
-                    self.drafter.start(self._draft_view(request), torch.cat(features_of.pop(index)) if wanted else None)
-        if self.drafter is None or self.plain_decodes:  # decode steps read each request's newest token on the device
-            self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
+        done = self.prefills.forward(wanted)
+        for request, logits, features in done:
+            request.emit([sample(target_distribution(logits, request.params), request.generator)])
+            request.stats.prefill_seconds = time.perf_counter() - request.stats.admitted
+            if self.drafter is not None:
+                self.drafter.start(self._draft_view(request), features)
+        if done and (self.drafter is None or self.plain_decodes):  # decode steps read the newest tokens on the device
+            self.runner.set_tokens([r.slot for r, _, _ in done], [r.output[-1] for r, _, _ in done])
+        return [request for request, _, _ in done]
+
+    def admit_and_prefill(self) -> None:
+        """Admit what fits and prefill all of it now, with no decode step between (benchmarks: timed steps that
+        start from a whole prefilled batch)."""
+        self.prefills.add(self.scheduler.admit())
+        self.finish_decode()
+        while self.prefills.waiting:
+            self.prefill_forward()
 
     def plan(self, requests: list[Request]) -> StepPlan | None:
         """Adaptive speculation: this step's chain length and drafting rows (None: every row drafts config.shape).

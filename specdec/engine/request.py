@@ -57,6 +57,7 @@ class Request:
     generator: torch.Generator | None = None
     draft_view: object | None = None  # the drafter's view of it (drafters.base.DraftRequest), made once
     in_flight: int = 0  # plain decoding steps launched for it whose token is not emitted yet
+    prefilled: int = 0  # prompt tokens committed so far (a long prompt prefills in pieces: engine/prefill.py)
 
     def __post_init__(self):
         if self.params.seed is not None:

@@ -82,23 +82,3 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         return not self.waiting and not self.running
-
-
-def prefill_forwards(prompt_lengths: list[int], max_tokens: int) -> list[list[tuple[int, int, int]]]:
-    """The admitted requests' prompts cut into prefill forwards of at most max_tokens padded tokens each (a forward
-    pads its pieces to the longest: count x longest), in order. -> per forward its pieces (request index, start,
-    end). Prompts that fit share forwards; a longer prompt runs alone in pieces of max_tokens tokens, each forward
-    continuing from what the one before committed (chunked prefill: docs/design.md 2.5)."""
-    forwards, group, longest = [], [], 0
-    for index, length in enumerate(prompt_lengths):
-        if length > max_tokens:
-            forwards += [group] if group else []
-            forwards += [[(index, start, min(start + max_tokens, length))] for start in range(0, length, max_tokens)]
-            group, longest = [], 0
-            continue
-        if group and (len(group) + 1) * max(longest, length) > max_tokens:
-            forwards.append(group)
-            group, longest = [], 0
-        group.append((index, 0, length))
-        longest = max(longest, length)
-    return forwards + ([group] if group else [])

@@ -372,7 +372,7 @@ def warm_up_and_prefill(llm, prompts: list[list[int]], batch_size: int, settings
         llm.submit(prompt, settings.flush_length + WARMUP_TOKENS)
     engine.run()
     requests = [llm.submit(prompt, settings.max_new_tokens)[0] for prompt in prompts[:batch_size]]
-    engine.step()  # admits the batch and prefills it
+    engine.admit_and_prefill()
     synchronize(llm.model.device)
     freeze_heap()  # every row from the same heap: what the warm-up left is never walked by a collection on the clock
     return requests
