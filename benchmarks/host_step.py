@@ -121,7 +121,8 @@ def critical_path(stub: StubForward):
         AcceptedOnDevice.read = read
 
 
-PHASES = ("plan", "propose", "score", "commit", "emit", "hold_outcome", "observe_pending", "decode_step", "prefill")
+PHASES = ("plan", "propose", "score", "commit", "emit", "hold_outcome", "observe_pending", "decode_step",
+          "prefill_forward")
 
 
 def instrument(engine: Engine, totals: dict[str, float]) -> None:

@@ -42,7 +42,7 @@ import torch
 PHASE = "phase:"
 STEP = PHASE + "step"
 # the engine's methods whose time is a phase of a step (Engine.step is the step itself)
-PHASES = ("plan", "propose", "score", "commit", "emit", "observe", "decode_step", "finish_decode", "prefill")
+PHASES = ("plan", "propose", "score", "commit", "emit", "observe", "decode_step", "finish_decode", "prefill_forward")
 SHORT_GAP_US = 10.0  # idle gaps shorter than this are launch latency between kernels, not host work
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 # a phase's span on the GPU (its kernels' first start to last end): not host work

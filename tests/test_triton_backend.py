@@ -117,3 +117,39 @@ def test_fused_conv_qkv_in_the_runtime(tmp_path, monkeypatch):
     assert launches["tree"] and launches["decode"] and not launches["gates"], launches
     for step, (ours, expected) in enumerate(zip(kernels, reference, strict=True)):
         torch.testing.assert_close(ours, expected, atol=1e-4, rtol=0, msg=lambda m, step=step: f"step {step}: {m}")
+
+
+def prefill_then_decode(model, monkeypatch, backend: str, pieces: tuple[int, ...]) -> list[torch.Tensor]:
+    """PROMPTS[1] (21 tokens) committed in pieces of these lengths, one prefill each (each from what the one before
+    committed: chunked prefill, specdec/engine/prefill.py), then two decode steps. -> the last piece's logits, then
+    each decode step's."""
+    monkeypatch.setenv("SPECDEC_BACKEND", backend)
+    runner = ModelRunner.create(model, CacheConfig(max_requests=1, max_seq_len=64, flush_length=4))
+    slot, prompt, start = runner.cache.allocate_request(), PROMPTS[1], 0
+    for length in pieces:
+        logits = runner.prefill([slot], [prompt[start:start + length]])
+        start += length
+    return [logits] + [runner.decode([slot], [token]) for token in (11, 12)]
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h"])
+def test_a_prompt_prefilled_in_pieces_on_the_kernels_equals_one_prefill(family, tmp_path, monkeypatch):
+    """Pieces of 3 (into the buffer), 9 and 9 (the chunked path from the state, the buffer folded first) on the
+    Triton backend give the logits of the whole prompt's one prefill on the references; on a GPU in bf16 too (fla's
+    chunked GDN, from the pieces' states, against its run from zeros)."""
+    if family == "qwen3_5":
+        config = qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16)
+    else:
+        config = nemotron_h_config(mamba_head_dim=16, ssm_state_size=16)
+    save_tiny(config, tmp_path, seed=9)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(tmp_path, device=device, dtype=torch.float32)
+    expected = prefill_then_decode(model, monkeypatch, "reference", (21,))
+    for step, (ours, wanted) in enumerate(zip(prefill_then_decode(model, monkeypatch, "triton", (3, 9, 9)), expected,
+                                              strict=True)):
+        torch.testing.assert_close(ours, wanted, atol=1e-4, rtol=0, msg=lambda m, step=step: f"step {step}: {m}")
+    if device == "cuda":
+        model = load_model(tmp_path, device=device, dtype=torch.bfloat16)
+        whole = prefill_then_decode(model, monkeypatch, "triton", (21,))
+        for ours, wanted in zip(prefill_then_decode(model, monkeypatch, "triton", (3, 9, 9)), whole, strict=True):
+            torch.testing.assert_close(ours.float(), wanted.float(), atol=5e-2, rtol=5e-2)
