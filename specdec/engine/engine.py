@@ -156,9 +156,10 @@ class Engine:
 
     # ---- the loop --------------------------------------------------------------------------------------------
     def step(self) -> list[Request]:
-        """One round: admit and prefill new requests, then one speculative step for the others
-        (propose -> score -> accept -> commit -> emit; plain decoding: launch a decode step that commits and samples
-        on the device, then emit the step before it; adaptive speculation's plain steps likewise: adaptive_step).
+        """One round: admit new requests and run one prefill forward of the waiting prompts (prefill.py), then one
+        speculative step for the prefilled others (propose -> score -> accept -> commit -> emit; plain decoding:
+        launch a decode step that commits and samples on the device, then emit the step before it; adaptive
+        speculation's plain steps likewise: adaptive_step).
         Returns the requests that finished in this round."""
         self.prefills.add(self.scheduler.admit())
         started = []
