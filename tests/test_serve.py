@@ -200,6 +200,7 @@ def test_64_concurrent_clients_all_get_their_solo_answers(served):
     after = metrics(url)
     finished = sum(v - before.get(k, 0) for k, v in after.items() if k.startswith("specdec_requests_total{"))
     assert finished == 64 and after["specdec_request_slots_used"] == after["specdec_requests_waiting"] == 0
+    assert after["specdec_requests_prefilling"] == 0
     assert (after["specdec_request_slots"], after["specdec_state_slots"]) == (16, 12)
     assert after["specdec_step_seconds_count"] > before["specdec_step_seconds_count"]
     assert after["specdec_accepted_length_count"] > before["specdec_accepted_length_count"]

@@ -110,6 +110,7 @@ class EngineLoop:
         scheduler, cache = self.engine.scheduler, self.engine.runner.cache
         self.metrics.waiting.set(len(scheduler.waiting) + self.inbox.qsize())
         self.metrics.running.set(len(scheduler.running))
+        self.metrics.prefilling.set(len(self.engine.prefills.waiting))
         self.metrics.request_slots.set(cache.config.max_requests)
         self.metrics.request_slots_used.set(cache.config.max_requests - cache.free_request_slots)
         self.metrics.state_slots.set(cache.config.state_slots)

@@ -57,6 +57,8 @@ class Metrics:
                                              buckets=LATENCY_BUCKETS, registry=r)
         self.waiting = Gauge(f"{PREFIX}_requests_waiting", "Requests queued for a slot", registry=r)
         self.running = Gauge(f"{PREFIX}_requests_running", "Requests in the batch", registry=r)
+        self.prefilling = Gauge(f"{PREFIX}_requests_prefilling", "Requests in the batch whose prompts are still "
+                                "prefilling (a forward of at most --max-prefill-tokens a step)", registry=r)
         self.request_slots_used = Gauge(f"{PREFIX}_request_slots_used", "Request slots in use", registry=r)
         self.request_slots = Gauge(f"{PREFIX}_request_slots", "Request slots in the pool", registry=r)
         self.state_slots_used = Gauge(f"{PREFIX}_state_slots_used", "Committed-state slots in use", registry=r)
