@@ -57,7 +57,8 @@ def logits(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
 
 def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu") -> dict:
     """runner_logits, and the engine's greedy outputs, plain and n-gram speculative (with the tokens accepted
-    beyond the root), from CUDA graphs on a GPU. fp32 throughout."""
+    beyond the root; its prompts prefilled 8 tokens a forward, the longer two in pieces), from CUDA graphs on a GPU.
+    fp32 throughout."""
     from drafters import NgramDrafter
     from specdec.engine.engine import Engine, EngineConfig
     from specdec.speculation import SamplingParams, TreeShape
@@ -65,9 +66,9 @@ def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu")
     model = load_model(directory, device=device, dtype=torch.float32, tp=tp)
     batch = prompts(model.hf_config.vocab_size)
     result = {**runner_logits(model), "spec": model.cache_spec()}
-    for name, drafter in (("plain", None), ("ngram", NgramDrafter())):
+    for name, drafter, prefill_tokens in (("plain", None, 16384), ("ngram", NgramDrafter(), 8)):
         config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=96, flush_length=3),
-                              shape=TreeShape(steps=3))
+                              shape=TreeShape(steps=3), max_prefill_tokens=prefill_tokens)
         engine = Engine(model, drafter, config)
         requests = [engine.add_request(prompt, SamplingParams(), NEW_TOKENS) for prompt in batch]
         engine.run()
