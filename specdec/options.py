@@ -113,15 +113,20 @@ def add_engine_arguments(parser) -> None:
     group = parser.add_argument_group("engine")
     group.add_argument("--max-batch", type=int_at_least(1), default=8, help="requests decoded together (default 8)")
     group.add_argument("--max-seq-len", type=int_at_least(2), default=4096, help="tokens per request (default 4096)")
-    group.add_argument("--max-prefill-tokens", type=int_at_least(1), default=16384,
-                       help="padded prompt tokens per prefill forward: admitted requests prefill in groups of at most "
-                       "this many, a longer prompt in pieces of this many (default 16384; lower it if a prefill runs "
-                       "out of GPU memory)")
+    add_prefill_argument(group)
     group.add_argument("--state-memory-gb", type=number(0, above=True), default=None,
                        help="memory for the KVBuffer pools in GiB: as many committed states as fit; requests wait "
                        "for one rather than fail (default: one state slot per request)")
     group.add_argument("--disable-cuda-graph", action="store_true",
                        help="run decode / verify steps eagerly on a GPU (default: replay them from CUDA graphs)")
+
+
+def add_prefill_argument(parser) -> None:
+    """--max-prefill-tokens (SGLang's name): the prefill's forwards, bounded (specdec/engine/prefill.py)."""
+    parser.add_argument("--max-prefill-tokens", type=int_at_least(1), default=16384,
+                        help="padded prompt tokens per prefill forward: admitted requests prefill in groups of at "
+                        "most this many, a longer prompt in pieces of this many, one forward a step between the "
+                        "running requests' steps (default 16384; lower it if a prefill runs out of GPU memory)")
 
 
 def add_tp_argument(parser) -> None:

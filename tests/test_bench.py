@@ -368,6 +368,15 @@ def test_the_memory_column_is_what_the_pools_hold(backend):
     assert held == cache.config.max_requests * linear_state_bytes(llm, settings, backend, "speculative")
 
 
+def test_the_prefill_budget_reaches_the_engines_of_bench_and_eval():
+    from specdec.eval import bench, run
+
+    settings = BenchSettings(target="qwen3.5", batch_sizes=(2,), device="cpu", max_prefill_tokens=64)
+    assert bench.load_llm(settings, "kvbuffer", "plain").engine.config.max_prefill_tokens == 64
+    evaluation = run.EvalSettings(target="qwen3.5", draft=None, dataset="mt-bench", device="cpu", max_prefill_tokens=32)
+    assert run.load_llm(evaluation, "plain", 2).engine.config.max_prefill_tokens == 32
+
+
 def test_what_does_not_fit_the_device_is_a_row_not_a_crash(monkeypatch):
     """An engine whose pools do not fit (here: the baseline's speculative engine), or a batch that runs out of
     memory mid-run (the kvbuffer plain batch of 2), gives rows marked out of memory; the rest is measured. Any other

@@ -120,8 +120,11 @@ def test_help_lists_every_option():
     for flag in ("--target", "--draft", "--prompt", "--prompts-file", "--output", "--no-chat", "--max-new-tokens",
                  "--temperature", "--top-p", "--seed", "--device", "--dtype", "--flush-length", "--max-batch",
                  "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
-                 "--disable-cuda-graph"):
+                 "--disable-cuda-graph", "--max-prefill-tokens"):
         assert flag in run_help
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for command in ("serve", "eval", "bench"):  # the prefill budget wherever an engine prefills prompts
+        assert "--max-prefill-tokens" in commands[command].format_help(), command
 
 
 def test_a_real_ctrl_c_while_decoding(target, tmp_path):

@@ -57,6 +57,7 @@ def test_parsing_and_argument_errors_import_no_heavy_module():
     (["--speculative-num-steps", "0"], "must be >= 1, got 0"),
     (["--max-batch", "0"], "argument --max-batch: must be >= 1, got 0"),
     (["--state-memory-gb", "0"], "argument --state-memory-gb: must be > 0, got 0"),
+    (["--max-prefill-tokens", "0"], "argument --max-prefill-tokens: must be >= 1, got 0"),
     (["--device", "gpu"], "argument --device: expected cpu, cuda or cuda:N, got 'gpu'"),
     (["--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
     (["--prompt", ""], "argument --prompt: must not be empty"),

@@ -72,6 +72,7 @@ class BenchSettings:
     tp: int = 1                     # tensor-parallel ranks (the command runs once per rank; memory figures per rank)
     policy_trace: str | None = None  # a JSONL file for adaptive speculation's step decisions (AdaptivePolicy.trace)
     capture_ahead: bool = True      # every batch's steps captured before the first row is timed (capture_ahead)
+    max_prefill_tokens: int = 16384  # padded prompt tokens a prefill forward (engine/prefill.py; before the clock)
 
     def __post_init__(self):
         if not self.speculation or not set(self.speculation) <= set(SPECULATION_MODES):
@@ -211,7 +212,8 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
         max_batch=max(settings.batch_sizes), max_seq_len=settings.prompt_tokens + settings.max_new_tokens + 64,
         flush_length=settings.flush_length, linear_state=LINEAR_STATE[backend], num_steps=settings.num_steps,
         topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
-        cuda_graphs=settings.cuda_graphs, speculation="adaptive" if mode == "adaptive" else "fixed")
+        cuda_graphs=settings.cuda_graphs, speculation="adaptive" if mode == "adaptive" else "fixed",
+        max_prefill_tokens=settings.max_prefill_tokens)
     draft, acceptance = settings.draft if mode != "plain" else None, None
     if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
         draft, acceptance = synthetic_speculation(draft, config.shape.budget)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specdec.options import (
     add_model_arguments,
+    add_prefill_argument,
     add_speculation_arguments,
     add_speculation_mode_argument,
     add_tp_argument,
@@ -37,6 +38,7 @@ def add_commands(commands) -> None:
     evaluate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     evaluate.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     add_speculation_arguments(evaluate)
+    add_prefill_argument(evaluate)
     add_tp_argument(evaluate)
     add_speculation_mode_argument(evaluate, several=True)
     evaluate.add_argument("--no-baseline", action="store_true",
@@ -72,6 +74,7 @@ def add_commands(commands) -> None:
                        "default: both measured on the device at the start of the run (on the CPU: this machine's)")
     bench.add_argument("--peak-gemm-tflops", type=float, default=None,
                        help="the roofline's GEMM throughput in TFLOP/s, with --peak-copy-gbs")
+    add_prefill_argument(bench)
     bench.add_argument("--disable-cuda-graph", action="store_true")
     bench.add_argument("--capture-per-row", action="store_true",
                        help="capture each batch's step graphs when its row comes (default: every row's before the "
@@ -142,7 +145,8 @@ def bench(args: argparse.Namespace) -> None:
         flush_length=args.flush_length, state_memory_gb=args.state_memory_gb, device=args.device, dtype=args.dtype,
         cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference, peak_copy_gbs=args.peak_copy_gbs,
         peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp, speculation=tuple(args.speculation),
-        policy_trace=str(args.policy_trace) if args.policy_trace else None, capture_ahead=not args.capture_per_row)
+        policy_trace=str(args.policy_trace) if args.policy_trace else None, capture_ahead=not args.capture_per_row,
+        max_prefill_tokens=args.max_prefill_tokens)
     peaks = bench_peaks(settings)
     print(f"[specdec] roofline peaks: {peaks}")
     rows = run_bench(settings, peaks)
@@ -164,7 +168,8 @@ def evaluate(args: argparse.Namespace) -> None:
         target=args.target or DEFAULT_TARGET, draft=drafter_asked(args.target, args.draft), dataset=args.dataset,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, num_steps=args.num_steps,
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
-        flush_length=args.flush_length, device=args.device, dtype=args.dtype, tp=args.tp)
+        flush_length=args.flush_length, device=args.device, dtype=args.dtype, tp=args.tp,
+        max_prefill_tokens=args.max_prefill_tokens)
     try:
         prompts = load_prompts(args.dataset, args.num_prompts, chat=args.chat)
     except UnicodeDecodeError as error:

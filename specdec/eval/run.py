@@ -60,6 +60,7 @@ class EvalSettings:
     device: str | None = None
     dtype: str | None = None
     tp: int = 1  # tensor-parallel ranks: every rank runs the eval, rank 0 alone writes
+    max_prefill_tokens: int = 16384  # padded prompt tokens a prefill forward (engine/prefill.py)
 
 
 def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: list[int], out: Path,
@@ -161,7 +162,8 @@ def load_llm(settings: EvalSettings, mode: str, max_batch: int):
     config = EngineConfig.from_flags(max_batch=max_batch, flush_length=settings.flush_length,
                                      num_steps=settings.num_steps, topk=settings.topk,
                                      num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
-                                     speculation="adaptive" if mode == "adaptive" else "fixed")
+                                     speculation="adaptive" if mode == "adaptive" else "fixed",
+                                     max_prefill_tokens=settings.max_prefill_tokens)
     return LLM(settings.target, settings.draft if mode != "plain" else None, device=settings.device,
                dtype=settings.dtype, config=config, tp=settings.tp)
 
