@@ -172,6 +172,36 @@ def summary(steps: list[dict]) -> list[str]:
     return lines
 
 
+def kernel_times(events: list[dict]) -> tuple[dict[str, float], float]:
+    """-> (ms a step by kernel name, launches a step) over the steps after the first (summary's), each kernel
+    counted in the step whose window [its start, the next step's start) holds its start."""
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == STEP and e["cat"] != GPU_ANNOTATION)
+    windows = [(start, steps[i + 1][0] if i + 1 < len(steps) else end) for i, (start, end) in enumerate(steps)]
+    kept = windows[1:] or windows
+    times: dict[str, float] = defaultdict(float)
+    launches = 0
+    for event in events:
+        if event["cat"] == "kernel" and any(a <= event["ts"] < b for a, b in kept):
+            times[event["name"]] += event["dur"] / len(kept) / 1e3
+            launches += 1
+    return dict(times), launches / max(len(kept), 1)
+
+
+def kernel_lines(events: list[dict], against: list[dict] | None = None, top: int = 12) -> list[str]:
+    """The step's largest kernels (names cut to 50 characters), ms a step; with `against`, another trace's beside
+    them (--against: the same point before a change)."""
+    ours, launches = kernel_times(events)
+    theirs, their_launches = kernel_times(against) if against is not None else ({}, 0.0)
+    names = sorted(ours, key=lambda name: -ours[name])[:top]
+    if against is None:
+        rows = [f"| {name[:50]} | {ours[name]:.3f} |" for name in names]
+        return ["", f"| kernel (ms a step; {launches:.0f} launches a step) | ms |", "|---|---|", *rows]
+    rows = [f"| {name[:50]} | {theirs.get(name, 0.0):.3f} | {ours[name]:.3f} |" for name in names]
+    return ["", "| kernel (ms a step) | --against | this trace |", "|---|---|---|",
+            f"| all kernels | {sum(theirs.values()):.3f} | {sum(ours.values()):.3f} |",
+            f"| launches a step | {their_launches:.0f} | {launches:.0f} |", *rows]
+
+
 READ = "cudaEventSynchronize"  # the host's wait for a step's acceptance (AcceptedOnDevice.read) or tokens
 LAUNCH = "cudaGraphLaunch"
 
@@ -321,11 +351,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="save the reduced trace (.json.gz) to this file, or in this folder (no suffix)")
     parser.add_argument("--read", type=Path, default=None, help="analyse a saved trace instead")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="a saved trace of the same point to set beside this one's kernels (before a change)")
     args = parser.parse_args()
     if args.read is not None:
-        saved = json.loads(gzip.decompress(args.read.read_bytes()))
-        # (traces saved before the untraced steps: the events alone)
-        events, untraced = (saved, None) if isinstance(saved, list) else (saved["events"], saved["untraced"])
+        events, untraced = load_trace(args.read)
     else:
         if args.device == "cuda" and not torch.cuda.is_available():
             raise SystemExit("the timeline needs a CUDA GPU (or --read a saved trace, or --device cpu to smoke-test)")
@@ -340,8 +370,15 @@ def main() -> None:
             out.write_bytes(gzip.compress(json.dumps({"events": events, "untraced": untraced}).encode()))
             print(f"trace saved to {out}")
     steps = split_steps(events)
+    against = load_trace(args.against)[0] if args.against is not None else None
     print("\n".join(summary(steps) + read_lines(read_windows(events))
-                    + (untraced_lines(untraced, steps) if untraced else [])))
+                    + (untraced_lines(untraced, steps) if untraced else []) + kernel_lines(events, against)))
+
+
+def load_trace(path: Path) -> tuple[list[dict], dict | None]:
+    """A saved trace -> (its events, its untraced steps; None in traces saved before they were timed)."""
+    saved = json.loads(gzip.decompress(path.read_bytes()))
+    return (saved, None) if isinstance(saved, list) else (saved["events"], saved["untraced"])
 
 
 if __name__ == "__main__":

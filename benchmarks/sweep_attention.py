@@ -9,7 +9,7 @@ strides' 16-divisibility that a launch specialises): 8 warps at [32, 256] query 
 shared memory in 2 stages, so one program an SM (its registers), and 512 programs of a serial loop over a few key
 blocks each: ~4 waves. Key blocks of 32 on 4 warps: 214 registers, 50 KiB, two an SM, no spill (16: 202, 33 KiB);
 the first sweep (2026-12-05f, results/sweeps_h200/sweep_attention_2026-12-05f.txt) made 32-key blocks on 4 warps
-in 3 stages the defaults (0.57 -> 0.39 ms of a step on the timeline); the candidates below try around them.
+in 3 stages the defaults (0.51 -> 0.35 ms of a step on the timeline); the candidates below try around them.
 
 Every candidate is first checked against the fp32 reference at both models' shapes (benchmarks.attention.check,
 ragged rows, a tree, a 4000-key row); one whose error passes CHECK_TOLERANCE is reported and not timed. Then each is

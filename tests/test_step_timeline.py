@@ -1,7 +1,7 @@
 """benchmarks.step_timeline's split of a step's time, on a hand-made trace (microseconds)."""
 
 
-from benchmarks.step_timeline import marked_phases, running_phases, split_steps, summary
+from benchmarks.step_timeline import kernel_lines, kernel_times, marked_phases, running_phases, split_steps, summary
 
 
 def event(name, start, end, cat="cpu_op"):
@@ -188,3 +188,15 @@ def test_out_names_a_file_or_a_folder_to_save_into(tmp_path):
         tmp_path / "qwen3.5-9b_spec_b128_timeline.json.gz")
     assert trace_path(tmp_path / "new", "random:nemotron-3-nano:26", "plain", 256) == (
         tmp_path / "new" / "nemotron-3-nano_plain_b256_timeline.json.gz")
+
+
+def test_kernels_are_summed_over_the_steps_after_the_first():
+    """TRACE's first step is left out (the profiler may cut its start), so only the kernel at 105-150 counts: 45 us in
+    one step; a trace with two kernels of other names in its second step sits beside it under --against."""
+    assert kernel_times(TRACE) == ({"k": 0.045}, 1.0)
+    other = [e for e in TRACE if e["cat"] != "kernel"] + [
+        event("k", 100, 110, "kernel"), event("g", 110, 130, "kernel"), event("g", 0, 50, "kernel")]
+    assert kernel_times(other) == ({"k": 0.01, "g": 0.02}, 2.0)
+    lines = kernel_lines(TRACE, against=other)
+    assert lines[3:6] == ["| all kernels | 0.030 | 0.045 |", "| launches a step | 2 | 1 |", "| k | 0.010 | 0.045 |"]
+
