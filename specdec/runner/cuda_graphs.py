@@ -16,13 +16,15 @@ padding rows: a request slot kept for them, no committed state (slot -1: the ker
 them), one node, nothing accepted. Prefill, and steps wider or larger than the graphs, run eagerly on the same code.
 
 All graphs share one memory pool, as torch allows for graphs that never replay concurrently: a capture reuses the
-scratch that earlier captures freed (captured widest and largest first, the later ones fit in it), and each graph's
-outputs stay live; so outputs are valid until the next replay of any of these graphs, which no caller outlives (a
-step is scored, accepted and committed before the next one replays). The logits, by far the largest output
-(rows x width x vocab, in the LM head's dtype (model.logits_dtype): 0.6 GB in bf16 for 256 rows of 5 nodes at
-Qwen3.5's 248k vocabulary, and one per batch bucket, width and key length), go to one buffer that every graph of
-these steps writes its rows into (the LM head's GEMM writes there), sized for the largest bucket at the widest
-width: the sum over buckets would be several times that.
+memory that earlier captures freed (captured widest and largest first, the later ones fit in it), so that the pool
+holds about one step's working memory, not one per graph. Nothing a step's graphs write outlives the step: its
+context's scratch is read by its own commit only (which replays right after its forward), and its outputs, valid
+until the next replay of any of these graphs (no caller outlives that: a step is scored, accepted and committed
+before the next one replays), go to two buffers outside the pool that every graph writes its rows into, sized for
+the largest bucket at the widest width: the logits (rows x width x vocab, in the LM head's dtype
+(model.logits_dtype): 0.6 GB in bf16 for 256 rows of 5 nodes at Qwen3.5's 248k vocabulary; the LM head's GEMM
+writes there) and the features (rows x width x F, copied there). Kept per graph, the sum over batch buckets, widths
+and key lengths would be many times that.
 
 Graphs replay on CUDA; `capture=False` runs the very same static, padded steps eagerly (the CPU tests use it to
 check the packing, the padding and the static context against the plain path).
@@ -171,6 +173,8 @@ class StepGraphs:
         self._steps: dict[tuple[int, int, int], _Bucket] = {}  # (width, batch bucket, key length) -> its step
         self._logits: torch.Tensor | None = None  # flat, every step's logits at its start (module docstring)
         self._vocab: int | None = None  # the logits' last dimension, from the first forward (a capture's warm-up)
+        self._features: torch.Tensor | None = None  # flat, every step's features at its start, likewise
+        self._feature_shape: tuple[int, torch.dtype] | None = None  # their last dimension and dtype, likewise
 
     def set_widths(self, widths: Iterable[int]) -> None:
         """Capture these step widths too (each from 1 to `width`): a step replays the narrowest that holds it, so a
@@ -231,40 +235,51 @@ class StepGraphs:
             self._forward(step)
             if not self.decodes:
                 self._commit(step)
-            self._logits_out(bucket, width)  # (the shared logits buffer allocated now, outside the capture)
+            self._outputs(bucket, width)  # (the shared output buffers allocated now, outside the capture)
             if self._decode_folds_apart:
                 # first, so that the bucket's context and outputs stay the common step's (the logits: one buffer)
                 self._forward(step, every_row_folds=True)
                 torch.cuda.synchronize()
                 step.folding_graph = torch.cuda.CUDAGraph()
                 with torch.inference_mode(), torch.cuda.graph(step.folding_graph, pool=self._pool):
-                    self._forward(step, shared_logits=True, every_row_folds=True)
+                    self._forward(step, shared_outputs=True, every_row_folds=True)
             torch.cuda.synchronize()
             step.forward_graph = torch.cuda.CUDAGraph()
             with torch.inference_mode(), torch.cuda.graph(step.forward_graph, pool=self._pool):
-                self._forward(step, shared_logits=True)
+                self._forward(step, shared_outputs=True)
             if not self.decodes:
                 step.commit_graph = torch.cuda.CUDAGraph()
                 with torch.inference_mode(), torch.cuda.graph(step.commit_graph, pool=self._pool):
                     self._commit(step)
+            # the context's scratch (what the forward leaves for the commit: the conv inputs, the tree's entries) is
+            # read only by this step's commit, which replays right after its forward with no other graph of the
+            # pool between them: freed, later captures reuse its memory (kept, every bucket, width and key length
+            # would hold its own: 24 GiB of an H100 at Qwen3.5-9B's speculative batch 512, 2026-12-05)
+            step.ctx = None
         return step
 
-    def _logits_out(self, rows: int, width: int) -> torch.Tensor:
-        """[rows, width, vocab] at the start of the shared logits buffer (in model.logits_dtype: the LM head writes
-        there with no cast), for the largest bucket at the widest width (the vocabulary: the logits' of an earlier
-        forward). Allocated on first use, which _build makes come before its capture: a tensor allocated during a
-        capture would sit in the graphs' pool."""
+    def _outputs(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [rows, width, vocab], features [rows, width, F]) at the start of the shared output buffers: the
+        LM head writes the logits there (in model.logits_dtype, no cast), the forward copies the features there.
+        Sized for the largest bucket at the widest width, from an earlier forward's outputs; allocated on first use,
+        which _build makes come before its capture: a tensor allocated during a capture would sit in the graphs'
+        pool."""
         if self._logits is None:
-            self._logits = torch.empty(self.buckets[-1] * self.width * self._vocab,
-                                       dtype=self.runner.model.logits_dtype, device=self.cache.device)
-        return self._logits[: rows * width * self._vocab].view(rows, width, self._vocab)
+            size = self.buckets[-1] * self.width
+            self._logits = torch.empty(size * self._vocab, dtype=self.runner.model.logits_dtype,
+                                       device=self.cache.device)
+            dim, dtype = self._feature_shape
+            self._features = torch.empty(size * dim, dtype=dtype, device=self.cache.device)
+        dim = self._feature_shape[0]
+        return (self._logits[: rows * width * self._vocab].view(rows, width, self._vocab),
+                self._features[: rows * width * dim].view(rows, width, dim))
 
     @torch.inference_mode()
-    def _forward(self, step: _Bucket, shared_logits: bool = False, every_row_folds: bool = False) -> None:
+    def _forward(self, step: _Bucket, shared_outputs: bool = False, every_row_folds: bool = False) -> None:
         """The captured forward: unpack the inputs, build the context, run the model and the LM head (and, for
         decode steps, commit their nodes in the layers; every_row_folds: a decode step in which every row folds).
-        shared_logits: the logits into the shared buffer (the capture and the static steps run eagerly; a warm-up
-        allocates its own, before the buffer's size is known)."""
+        shared_outputs: the logits and features into the shared buffers (the capture and the static steps run
+        eagerly; a warm-up allocates its own, before the buffers' sizes are known)."""
         lay, x = step.layout, step.inputs
         bucket = x.shape[0]
         seq_lens = x[:, lay.seq_len].contiguous()
@@ -284,9 +299,13 @@ class StepGraphs:
         # decode steps read each row's newest token on the device (the runner keeps it: the host need not know it)
         tokens = self.runner.tokens[step.ctx.req_slots][:, None] if self.decodes else x[:, lay.tokens].contiguous()
         hidden, step.features = self.runner.forward_step(tokens, step.ctx)
-        out = self._logits_out(bucket, lay.width) if shared_logits and self._vocab is not None else None
-        step.logits = self.runner.model.compute_logits(hidden, out)
-        self._vocab = step.logits.shape[-1]
+        if shared_outputs and self._vocab is not None:
+            logits, features = self._outputs(bucket, lay.width)
+            step.logits = self.runner.model.compute_logits(hidden, logits)
+            step.features = features.copy_(step.features)
+        else:
+            step.logits = self.runner.model.compute_logits(hidden)
+        self._vocab, self._feature_shape = step.logits.shape[-1], (step.features.shape[-1], step.features.dtype)
 
     @torch.inference_mode()
     def _commit(self, step: _Bucket) -> None:
@@ -351,7 +370,7 @@ class StepGraphs:
         if graph is not None:
             graph.replay()
         else:
-            self._forward(step, shared_logits=True, every_row_folds=every_row_folds)
+            self._forward(step, shared_outputs=True, every_row_folds=every_row_folds)
         return step
 
     @torch.inference_mode()
