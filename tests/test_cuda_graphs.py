@@ -128,10 +128,10 @@ def test_each_width_replays_the_narrowest_static_step_and_gives_the_plain_logits
         torch.testing.assert_close(static[:, :width], plain[width], atol=1e-5, rtol=1e-5)
 
 
-def test_every_static_step_writes_its_logits_into_one_shared_buffer(checkpoint):
+def test_every_static_step_writes_its_outputs_into_shared_buffers(checkpoint):
     """Widths 2 and 5 at batch buckets 1 and 4: after the first step (the vocabulary unknown: a capture's warm-up)
-    each step's logits are the start of one buffer sized for the largest bucket at the widest width (no graph keeps
-    logits of its own), and still the plain path's logits."""
+    each step's logits and features are the start of two buffers sized for the largest bucket at the widest width
+    (no graph keeps outputs of its own), and still the plain path's."""
     model = load_model(checkpoint, device="cpu")
     runner = ModelRunner.create(model, CacheConfig(max_requests=5, max_seq_len=64, flush_length=4))
     slots = [runner.cache.allocate_request() for _ in range(3)]
@@ -139,17 +139,20 @@ def test_every_static_step_writes_its_logits_into_one_shared_buffer(checkpoint):
     cases = [(3, 5), (1, 2), (3, 2), (1, 5), (3, 5)]
     batches = [StepBatch.trees(slots[:rows], [[1, 2, 3, 4, 5][:width]] * rows, [list(range(-1, width - 1))] * rows)
                for rows, width in cases]
-    plain = [runner.score_logits(batch)[0] for batch in batches]  # (scoring writes nothing)
+    plain = [runner.score_all(batch)[:2] for batch in batches]  # (scoring writes nothing)
     runner.enable_graphs(width=5, max_batch=4, capture=False)
     runner.graphs.set_widths((2,))
     starts = []
-    for (_, width), batch, expected in zip(cases, batches, plain, strict=True):
-        static, _ = runner.score_logits(batch)
-        torch.testing.assert_close(static[:, :width], expected, atol=1e-5, rtol=1e-5)
-        starts.append(static.untyped_storage().data_ptr())
-    shared = runner.graphs._logits
+    for (_, width), batch, (logits, features) in zip(cases, batches, plain, strict=True):
+        static, static_features, _ = runner.score_all(batch)
+        torch.testing.assert_close(static[:, :width], logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(static_features[:, :width], features, atol=1e-5, rtol=1e-5)
+        starts.append((static.untyped_storage().data_ptr(), static_features.untyped_storage().data_ptr()))
+    shared, shared_features = runner.graphs._logits, runner.graphs._features
     assert shared is not None and shared.numel() == 4 * 5 * static.shape[-1]  # the largest bucket, widest width
-    assert set(starts[1:]) == {shared.untyped_storage().data_ptr()} != {starts[0]}
+    assert shared_features.numel() == 4 * 5 * static_features.shape[-1]
+    assert set(starts[1:]) == {(shared.untyped_storage().data_ptr(), shared_features.untyped_storage().data_ptr())}
+    assert starts[0][0] != starts[1][0] and starts[0][1] != starts[1][1]
 
 
 def test_static_step_gives_the_plain_logits(checkpoint):
@@ -397,6 +400,8 @@ def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, 
     assert graphed.runner.graph_note is None and graphed.runner.graphs is not None
     assert generate(graphed) == generate(eager)
     assert graphed.runner.cache.free_request_slots == 3, "the padding slot comes on top of max_requests"
+    steps = graphed.runner.graphs._steps.values()
+    assert steps and all(step.ctx is None for step in steps), "a captured step keeps no scratch in the graphs' pool"
     if drafter == "model":
         assert graphed.drafter.runner.graphs is not None, "the draft model's steps are captured too"
 
