@@ -32,8 +32,10 @@ check the packing, the padding and the static context against the plain path).
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -100,6 +102,23 @@ class _Layout:
         # (numpy views: the host packs a step's rows by numpy, ~0.5 us an assignment against ~2.6 us for torch's
         # indexing on a 2-core CPU, on the path between a speculative step's acceptance read and the next launch)
         self.padding_inputs_array, self.padding_commit_array = self.padding_inputs.numpy(), self.padding_commit.numpy()
+
+
+@contextmanager
+def _capturing(graph: torch.cuda.CUDAGraph, pool) -> Iterator[None]:
+    """torch.cuda.graph with Python's garbage collector held off until the capture ends: a collection in a capture
+    can free another engine's graphs (a runner and its graphs refer to each other: only the collector frees them),
+    and a graph freed while a stream captures invalidates the capture (the GPU tests' engines, on an H100,
+    2026-12-05: "operation not permitted when stream is capturing (function reset)"). torch collects before a
+    capture only when told to (torch.compiler.config.force_cudagraph_gc): a full collection per graph is slow."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 @dataclass
@@ -241,15 +260,15 @@ class StepGraphs:
                 self._forward(step, every_row_folds=True)
                 torch.cuda.synchronize()
                 step.folding_graph = torch.cuda.CUDAGraph()
-                with torch.inference_mode(), torch.cuda.graph(step.folding_graph, pool=self._pool):
+                with torch.inference_mode(), _capturing(step.folding_graph, self._pool):
                     self._forward(step, shared_outputs=True, every_row_folds=True)
             torch.cuda.synchronize()
             step.forward_graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(step.forward_graph, pool=self._pool):
+            with torch.inference_mode(), _capturing(step.forward_graph, self._pool):
                 self._forward(step, shared_outputs=True)
             if not self.decodes:
                 step.commit_graph = torch.cuda.CUDAGraph()
-                with torch.inference_mode(), torch.cuda.graph(step.commit_graph, pool=self._pool):
+                with torch.inference_mode(), _capturing(step.commit_graph, self._pool):
                     self._commit(step)
             # the context's scratch (what the forward leaves for the commit: the conv inputs, the tree's entries) is
             # read only by this step's commit, which replays right after its forward with no other graph of the
