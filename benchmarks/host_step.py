@@ -76,7 +76,7 @@ class StubForward:
         self.critical: list[float] = []  # per verify step: host seconds from the read before it to its launch
 
     def attach(self, graphs) -> None:
-        graphs._forward = lambda step, shared_logits=False, every_row_folds=False: self.forward(step, graphs.decodes)
+        graphs._forward = lambda step, shared_outputs=False, every_row_folds=False: self.forward(step, graphs.decodes)
         graphs._commit = self.commit
 
     def forward(self, step, decodes: bool) -> None:
