@@ -59,12 +59,23 @@ run (the lower of two). Policy traces: trace_*.jsonl.gz.
 """
 
 
+def provenance(folder: Path) -> list[str]:
+    """Where and when the folder's runs were measured (each file's device and sitting), and the folder's NOTES.md
+    (hand-written readings, kept when the README is written again) after it."""
+    results = [json.loads(path.read_text()) for path in sorted(folder.glob("study_*.json"))]
+    devices = sorted({r.get("device", "?") for r in results})
+    sittings = sorted({r.get("sitting", "?") for r in results})
+    lines = ["", f"Measured on {', '.join(devices)}; sittings {', '.join(sittings)}."]
+    notes = folder / "NOTES.md"
+    return lines + (["", notes.read_text().rstrip()] if notes.exists() else [])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--write", action="store_true", help="write FOLDER/README.md instead of printing")
     args = parser.parse_args()
-    text = "\n".join([HEADER, *table(args.folder)]) + "\n"
+    text = "\n".join([HEADER, *table(args.folder), *provenance(args.folder)]) + "\n"
     if args.write:
         (args.folder / "README.md").write_text(text)
     else:

@@ -94,8 +94,8 @@ def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> 
                      shape_shares(kept["adaptive", batch].get("shapes") or {})])
     notes = [f"* adaptive measured on {ours}, plain / fixed on {' and '.join(theirs)}: a ratio across sittings, not "
              "a same-run comparison." for ours, theirs in sorted(across)]
-    notes += [f"Batch {', '.join(batches)}: `{folder}` (its README), every engine of a row in one sitting "
-              f"({_folder_text(adaptive_runs, folder)})." for folder, batches in folders.items()]
+    notes += [f"Batch {', '.join(batches)}: `{folder}` (its README), "
+              f"{_folder_text(adaptive_runs, folder, result.get('device'))}." for folder, batches in folders.items()]
     return _table(header, body) + ([""] + notes if notes else [])
 
 
@@ -104,11 +104,16 @@ def _kept_rows(result: dict) -> dict[tuple[str, int], dict]:
     return {(m, b): r for (backend, m, b), r in study_rows(result).items() if backend == "kvbuffer"}
 
 
-def _folder_text(adaptive_runs: list[tuple[str, dict]], folder: str) -> str:
+def _folder_text(adaptive_runs: list[tuple[str, dict]], folder: str, device: str | None = None) -> str:
+    """The folder's sittings (one for every engine of a row, or several), new tokens a request, and its device where
+    it is not the section's (`device`)."""
     joined = dict(adaptive_runs)[folder]
     dates = sorted({row.get("date", "") for row in joined["rows"]} - {""})
     new_tokens = joined.get("settings", {}).get("max_new_tokens")
-    return ", ".join(dates) + (f", {new_tokens} new tokens a request" if new_tokens else "")
+    elsewhere = joined.get("device") if joined.get("device") not in (None, device) else None
+    when = "; ".join(dates) + (f"; {new_tokens} new tokens a request" if new_tokens else "")
+    return ("every engine of a row in one sitting" if len(dates) == 1 else "its engines in more than one sitting") + \
+        f" ({when}{f'; on {elsewhere}' if elsewhere else ''})"
 
 
 def speed_cell(row: dict | None) -> str:

@@ -128,6 +128,17 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
     assert table(tmp_path)[3] == "| qwen3.5-9b | 2.72 | 512 | 300 | out of memory | out of memory | — | — |  |"
 
 
+def test_an_adaptive_folder_names_its_devices_and_sittings_and_keeps_its_notes(tmp_path):
+    from benchmarks.adaptive_runs import provenance
+
+    for mode, sitting in (("plain", "15:11 UTC"), ("adaptive", "15:34 UTC")):
+        (tmp_path / f"study_qwen3.5-9b_b512_kvbuffer_{mode}_acc2.72.json").write_text(json.dumps(
+            {"model": "qwen3.5-9b", "device": "NVIDIA H100 80GB HBM3", "sitting": sitting, "rows": []}))
+    assert provenance(tmp_path) == ["", "Measured on NVIDIA H100 80GB HBM3; sittings 15:11 UTC, 15:34 UTC."]
+    (tmp_path / "NOTES.md").write_text("## Readings\n\nplain from another sitting\n")
+    assert provenance(tmp_path)[2:] == ["", "## Readings\n\nplain from another sitting"]
+
+
 def test_a_point_re_run_later_replaces_its_earlier_runs_and_is_named():
     from benchmarks.study_report import rerun_note
 
