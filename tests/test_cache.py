@@ -7,6 +7,7 @@ import torch
 
 from specdec import CacheConfig, ModelRunner, StepBatch, load_model
 from specdec.cache import CacheFullError
+from specdec.cache.step import StepContext
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.speculation import SamplingParams
 from tests.tiny_models import qwen35_text_config, save_tiny
@@ -44,6 +45,40 @@ def test_committed_states_are_taken_lazily_and_returned(model):
     assert runner.cache.free_state_slots == 1
     runner.cache.release_request(long)
     assert runner.cache.free_state_slots == 2
+
+
+def test_a_prefill_forward_writes_its_conv_windows_and_chunk_states_and_keeps_no_scratch_of_them(model,
+                                                                                                monkeypatch):
+    """A prefill keeps every node, so its forward writes what the commit would (the conv windows, the chunk rows'
+    states) instead of holding every layer's conv inputs and states until the commit; the commit then appends the
+    short prompt's entries alone. Outputs and committed cache: those of the same prefill with everything left to
+    the commit (StepContext.prefill off)."""
+    prompts = [[1, 2, 3], list(range(1, 20))]
+
+    def prefill(runner):
+        slots = [runner.cache.allocate_request() for _ in prompts]
+        batch = StepBatch.chains(slots, prompts, prefill=True)
+        ctx = runner.cache.begin_step(batch)
+        hidden, _ = runner.forward_step(batch.tokens, ctx)
+        scratch = list(ctx.scratch.values())
+        runner.cache.commit_all(ctx)
+        return slots, hidden, scratch
+
+    slots, hidden, scratch = prefill(runner := runner_for(model, flush_length=8))
+    assert scratch and all(s.conv_input is None and s.final_state is None and s.tree is not None for s in scratch)
+    with monkeypatch.context() as patch:
+        patch.setattr(StepContext, "prefill", property(lambda ctx: False))
+        _, hidden_then, scratch_then = prefill(reference := runner_for(model, flush_length=8))
+    assert all(s.conv_input is not None and s.final_state is not None for s in scratch_then)  # (the reference's)
+    torch.testing.assert_close(hidden, hidden_then, atol=0, rtol=0)
+    long_state = runner.cache.state_slot[slots[1]]
+    assert long_state == reference.cache.state_slot[slots[1]] >= 0
+    for mine, theirs in zip(runner.cache.linear, reference.cache.linear, strict=True):
+        torch.testing.assert_close(mine.conv[slots], theirs.conv[slots], atol=0, rtol=0)
+        torch.testing.assert_close(mine.state[long_state], theirs.state[long_state], atol=0, rtol=0)
+        assert mine.state[long_state].abs().sum() > 0
+        torch.testing.assert_close(mine.buf_key[slots[0], :3], theirs.buf_key[slots[0], :3], atol=0, rtol=0)
+    assert runner.cache.buf_len[slots[0]] == 3 and runner.cache.buf_len[slots[1]] == 0
 
 
 def test_running_out_of_states_at_commit_loses_nothing(model):

@@ -278,10 +278,7 @@ class KVBufferCache:
 
     def commit_all(self, ctx: StepContext) -> None:
         """Commit every node of every row (prefill, or plain decoding of one token per row)."""
-        width = ctx.parents.shape[1]
-        nodes = torch.arange(width, device=self.device).expand(len(ctx.batch.req_slots), width)
-        accepted = torch.where(ctx.valid, nodes, torch.full_like(nodes, -1))
-        self.commit(ctx, accepted, ctx.num_nodes)
+        self.commit(ctx, *ctx.every_node())
 
     def nbytes(self) -> int:
         return sum(layer.nbytes() for layer in self.linear) + sum(layer.nbytes() for layer in self.attention)

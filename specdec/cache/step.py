@@ -184,6 +184,19 @@ class StepContext:
         return torch.zeros_like(self.num_nodes)[:, None]
 
     @property
+    def prefill(self) -> bool:
+        """A prefill step (eager: a captured step has no batch): every node is kept (commit_all follows it), so the
+        linear layers write what its commit would in the forward (LinearLayerPool.score)."""
+        return self.batch is not None and self.batch.prefill
+
+    def every_node(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every node of every row kept: (accepted [B, T] node indices root first, -1 past a row's nodes;
+        num_accepted [B])."""
+        width = self.parents.shape[1]
+        nodes = torch.arange(width, device=self.parents.device).expand(self.parents.shape[0], width)
+        return torch.where(self.valid, nodes, torch.full_like(nodes, -1)), self.num_nodes
+
+    @property
     def valid(self) -> torch.Tensor:
         """[B, T] bool: real nodes (not padding)."""
         width = self.parents.shape[1]
