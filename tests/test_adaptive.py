@@ -414,3 +414,22 @@ def test_eval_runs_adaptive_beside_fixed_and_counts_its_shapes(tmp_path):
     steps = sum(len(record["emitted_per_step"]) for record in read_records(tmp_path / "requests" / "adaptive-b1.jsonl"))
     assert sum(adaptive.shapes.values()) == steps and adaptive.same_as_plain == 1.0 and not rows[0].shapes
     assert "shapes chosen" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_watched_batch_whose_plain_steps_fell_far_behind_refreshes_nothing():
+    """Every row collapsed and watched by its shadow drafts: no drafting shape is refreshed, and plain decoding, the
+    one shape left, measured far slower than the chains (a stall, a busy machine) is no contender: nothing to
+    refresh, and no failure (it raised on an empty list of contenders, 2026-12-05, the CPU tests run beside CI)."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, chains=(2,), prior_acceptance=(0.5,), refresh_every=2))
+    ids = list(range(4))
+    for steps, ms in ((0, 200),) * 3 + ((2, 10),) * 40:  # plain steps 200 ms, 2-chains 10 ms, no draft kept
+        policy.plan(ids, [100] * 4)
+        policy._planned = PlannedStep(4, 100.0, replace(policy._planned.plan, steps=steps), 0)
+        policy.observe(ids, [steps] * 4, [0] * 4, ms * 1e-3)
+    policy.observe_shadows(ids, [False] * 4)
+    for _ in range(8):  # refreshes come due
+        plan = policy.plan(ids, [100] * 4)
+        assert policy._best_at_refresh is None, "no refresh to judge"
+        policy._planned = PlannedStep(4, 100.0, replace(plan, steps=0), 0)
+        policy.observe(ids, [0] * 4, [0] * 4, 200e-3)
+        policy.observe_shadows(ids, [False] * 4)

@@ -414,10 +414,11 @@ class AdaptivePolicy:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
-            self._best_at_refresh = best_shape
             contenders = [s for s in (self.config.shapes if drafting else (0,))
                           if rates[s] >= self._contender(bucket, s) * best]
-            return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
+            if contenders:  # (none where a watched batch's plain decoding, its one shape, is far behind the best)
+                self._best_at_refresh = best_shape
+                return min(contenders, key=lambda s: self.last_measured.get((bucket, s), -1))
         return None
 
     def _contender(self, bucket: int, steps: int) -> float:
