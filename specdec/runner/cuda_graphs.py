@@ -135,7 +135,7 @@ class _Bucket:
     turn: int = 0
     ctx: StepContext | None = None
     logits: torch.Tensor | None = None  # [bucket, T, vocab], model.logits_dtype
-    features: torch.Tensor | None = None  # [bucket, T, F]: the runner's feature_layers
+    features: torch.Tensor | None = None  # [bucket, T, F]: the runner's feature_layers (None after a decode step)
     forward_graph: torch.cuda.CUDAGraph | None = None
     commit_graph: torch.cuda.CUDAGraph | None = None
     # a decode bucket's forward for the steps in which every row folds (StepContext.every_row_folds), where the
@@ -277,21 +277,24 @@ class StepGraphs:
             step.ctx = None
         return step
 
-    def _outputs(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits [rows, width, vocab], features [rows, width, F]) at the start of the shared output buffers: the
-        LM head writes the logits there (in model.logits_dtype, no cast), the forward copies the features there.
-        Sized for the largest bucket at the widest width, from an earlier forward's outputs; allocated on first use,
-        which _build makes come before its capture: a tensor allocated during a capture would sit in the graphs'
-        pool."""
+    def _outputs(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits [rows, width, vocab], features [rows, width, F] or None for decode steps, which hand back none)
+        at the start of the shared output buffers: the LM head writes the logits there (in model.logits_dtype, no
+        cast), the forward copies the features there. Sized for the largest bucket at the widest width, from an
+        earlier forward's outputs; allocated on first use, which _build makes come before its capture: a tensor
+        allocated during a capture would sit in the graphs' pool."""
         if self._logits is None:
             size = self.buckets[-1] * self.width
             self._logits = torch.empty(size * self._vocab, dtype=self.runner.model.logits_dtype,
                                        device=self.cache.device)
             dim, dtype = self._feature_shape
-            self._features = torch.empty(size * dim, dtype=dtype, device=self.cache.device)
+            if not self.decodes:
+                self._features = torch.empty(size * dim, dtype=dtype, device=self.cache.device)
+        logits = self._logits[: rows * width * self._vocab].view(rows, width, self._vocab)
+        if self._features is None:
+            return logits, None
         dim = self._feature_shape[0]
-        return (self._logits[: rows * width * self._vocab].view(rows, width, self._vocab),
-                self._features[: rows * width * dim].view(rows, width, dim))
+        return logits, self._features[: rows * width * dim].view(rows, width, dim)
 
     @torch.inference_mode()
     def _forward(self, step: _Bucket, shared_outputs: bool = False, every_row_folds: bool = False) -> None:
@@ -317,14 +320,15 @@ class StepGraphs:
         )
         # decode steps read each row's newest token on the device (the runner keeps it: the host need not know it)
         tokens = self.runner.tokens[step.ctx.req_slots][:, None] if self.decodes else x[:, lay.tokens].contiguous()
-        hidden, step.features = self.runner.forward_step(tokens, step.ctx)
+        hidden, features = self.runner.forward_step(tokens, step.ctx)
         if shared_outputs and self._vocab is not None:
-            logits, features = self._outputs(bucket, lay.width)
-            step.logits = self.runner.model.compute_logits(hidden, logits)
-            step.features = features.copy_(step.features)
+            logits_out, features_out = self._outputs(bucket, lay.width)
+            step.logits = self.runner.model.compute_logits(hidden, logits_out)
+            # (a decode step's features: never read, not copied, not kept)
+            step.features = None if features_out is None else features_out.copy_(features)
         else:
-            step.logits = self.runner.model.compute_logits(hidden)
-        self._vocab, self._feature_shape = step.logits.shape[-1], (step.features.shape[-1], step.features.dtype)
+            step.logits, step.features = self.runner.model.compute_logits(hidden), features
+        self._vocab, self._feature_shape = step.logits.shape[-1], (features.shape[-1], features.dtype)
 
     @torch.inference_mode()
     def _commit(self, step: _Bucket) -> None:
