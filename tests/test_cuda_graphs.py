@@ -12,7 +12,6 @@ from specdec.cache.spec import CacheConfig
 from specdec.cache.step import StepBatch
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.models import load_model
-from specdec.models.moe import StackedExperts
 from specdec.runner import ModelRunner, cuda_graphs
 from specdec.runner.cuda_graphs import StepGraphs, batch_buckets, capture_blocker
 from specdec.speculation import SamplingParams, TreeShape
@@ -457,24 +456,6 @@ def test_captured_adaptive_steps_replay_each_chosen_width(checkpoint):
     assert graphed.runner.cache.free_request_slots == 3, "one padding slot on top of max_requests"
     assert generate(graphed) == eager
     check_replays(graphed)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("family", ["qwen3_5_moe", "nemotron_h"])
-def test_grouped_experts_equal_one_expert_at_a_time(family, dtype, tmp_path):
-    """The grouped-GEMM experts (capturable) against the per-expert loop, on random routings with idle experts."""
-    save_tiny(CONFIGS[family](), tmp_path, seed=4)
-    model = load_model(tmp_path, device="cpu", dtype=dtype)
-    experts = next(m for m in model.modules() if isinstance(m, StackedExperts))
-    assert experts.grouped
-    gen = torch.Generator().manual_seed(2)
-    num_experts, dim = experts.first.shape[0], experts.second.shape[1]
-    x = torch.randn(37, dim, generator=gen).to(dtype)
-    top_index = torch.stack([torch.randperm(num_experts - 1, generator=gen)[:2] for _ in range(37)])  # last idle
-    top_weight = torch.rand(37, 2, generator=gen).to(dtype)
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(experts._grouped(x, top_index, top_weight), experts._looped(x, top_index, top_weight),
-                               atol=tol, rtol=tol)
 
 
 def test_static_steps_check_only_trees_the_host_did_not(checkpoint, monkeypatch):
