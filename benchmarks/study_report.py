@@ -74,7 +74,7 @@ def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> 
                 chosen[batch] = source
     header = ["batch", "plain tok/s", "fixed tok/s", "adaptive tok/s", "adaptive / best of plain, fixed",
               "adaptive / plain", "shapes chosen (share of steps)"]
-    body, across, folders = [], set(), {}
+    body, across, folders, mixed = [], set(), {}, set()
     for batch in sorted(chosen):
         kept = sources[chosen[batch]]
         speed = {key: r["tokens_per_second"] for key, r in kept.items() if not r.get("out_of_memory")}
@@ -87,15 +87,18 @@ def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> 
         if mark:
             across.add((dates["adaptive"], tuple(sorted({d for m, d in dates.items() if m != "adaptive"}))))
         if chosen[batch]:
-            folders.setdefault(chosen[batch], []).append(str(batch))
+            folders.setdefault(chosen[batch], []).append(batch)
+            if mark:
+                mixed.add(chosen[batch])
         body.append([str(batch), *cells,
                      _times(adaptive / best if best and adaptive else None) + mark,
                      _times(adaptive / plain if plain and adaptive else None) + mark,
                      shape_shares(kept["adaptive", batch].get("shapes") or {})])
     notes = [f"* adaptive measured on {ours}, plain / fixed on {' and '.join(theirs)}: a ratio across sittings, not "
              "a same-run comparison." for ours, theirs in sorted(across)]
-    notes += [f"Batch {', '.join(batches)}: `{folder}` (its README), "
-              f"{_folder_text(adaptive_runs, folder, result.get('device'))}." for folder, batches in folders.items()]
+    notes += [f"Batch {', '.join(map(str, batches))}: `{folder}` (its README), "
+              f"{_folder_text(dict(adaptive_runs)[folder], batches, folder in mixed, result.get('device'))}."
+              for folder, batches in folders.items()]
     return _table(header, body) + ([""] + notes if notes else [])
 
 
@@ -104,16 +107,17 @@ def _kept_rows(result: dict) -> dict[tuple[str, int], dict]:
     return {(m, b): r for (backend, m, b), r in study_rows(result).items() if backend == "kvbuffer"}
 
 
-def _folder_text(adaptive_runs: list[tuple[str, dict]], folder: str, device: str | None = None) -> str:
-    """The folder's sittings (one for every engine of a row, or several), new tokens a request, and its device where
-    it is not the section's (`device`)."""
-    joined = dict(adaptive_runs)[folder]
-    dates = sorted({row.get("date", "") for row in joined["rows"]} - {""})
+def _folder_text(joined: dict, batches: list[int], mixed: bool, device: str | None = None) -> str:
+    """A folder's rows of these batches: whether every engine of each row ran in one sitting (mixed: some row's
+    engines did not), their sittings, new tokens a request, and the folder's device where it is not the section's
+    (`device`). (A folder's rows may come from several sittings, each row from one of them: the 2026-12-05
+    twenty-seventh session's batch 64 ran a call before batches 1 and 16.)"""
+    dates = sorted({row.get("date", "") for row in joined["rows"] if row.get("batch_size") in batches} - {""})
     new_tokens = joined.get("settings", {}).get("max_new_tokens")
     elsewhere = joined.get("device") if joined.get("device") not in (None, device) else None
     when = "; ".join(dates) + (f"; {new_tokens} new tokens a request" if new_tokens else "")
-    return ("every engine of a row in one sitting" if len(dates) == 1 else "its engines in more than one sitting") + \
-        f" ({when}{f'; on {elsewhere}' if elsewhere else ''})"
+    sittings = "its engines in more than one sitting" if mixed else "every engine of a row in one sitting"
+    return sittings + f" ({when}{f'; on {elsewhere}' if elsewhere else ''})"
 
 
 def speed_cell(row: dict | None) -> str:

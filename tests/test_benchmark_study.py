@@ -227,3 +227,31 @@ def test_adaptive_rows_come_from_the_newest_folder_of_one_sitting_runs(tmp_path)
     assert f"Batch 64: `{older.as_posix()}`" in lines[-1] and "2026-12-04, 10:00 UTC" in lines[-1]
     alone = adaptive_table(study)  # no folder: the study's own rows, across sittings and marked
     assert alone[2].startswith("| 1 | 100 | 200 | 120 | 0.60x * |")
+
+
+def test_a_folder_note_says_more_than_one_sitting_only_where_a_row_spans_sittings(tmp_path):
+    """A folder whose batches ran in different calls, each row's engines in one of them, says every engine of a row
+    ran in one sitting and names both; a row whose plain run came from another sitting is marked and said so."""
+    from benchmarks.study import adaptive_folders
+    from benchmarks.study_report import adaptive_table
+
+    def part(folder, name, sitting, mode, batch, speed):
+        folder.mkdir(exist_ok=True)
+        row = {"backend": "kvbuffer", "mode": mode, "batch_size": batch, "tokens_per_second": speed,
+               "shapes": {"chain-4": 1} if mode == "adaptive" else None}
+        (folder / f"study_m_{name}.json").write_text(json.dumps(
+            {"model": "m", "layers": 4, "date": "2026-12-05", "sitting": sitting, "transformers": [],
+             "settings": {"draft": "synthetic:2.58", "max_new_tokens": 256}, "rows": [row]}))
+
+    study = {"model": "m", "layers": 4, "settings": {"draft": "synthetic:2.58"}, "rows": []}
+    apart = tmp_path / "adaptive_h100_a"
+    for batch, sitting in ((1, "17:31 UTC"), (64, "17:29 UTC")):
+        for mode, speed in (("plain", 100.0), ("adaptive", 150.0)):
+            part(apart, f"b{batch}_{mode}", sitting, mode, batch, speed)
+    note = adaptive_table(study, next(iter(adaptive_folders(tmp_path).values())))[-1]
+    assert "every engine of a row in one sitting (2026-12-05, 17:29 UTC; 2026-12-05, 17:31 UTC;" in note
+
+    part(apart, "b64_plain", "17:02 UTC", "plain", 64, 100.0)  # batch 64's plain now from an earlier sitting
+    lines = adaptive_table(study, next(iter(adaptive_folders(tmp_path).values())))
+    assert lines[3].startswith("| 64 | 100 |  | 150 | 1.50x * |")
+    assert "its engines in more than one sitting" in lines[-1]
