@@ -95,6 +95,10 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
         # first, so batch 1's comes last in the variants above and in the study)
         "fixed 4-chains, batch 1's step captured first, then those of batches up to 16": (
             fixed, "synthetic:2.72", "buckets 16, batch 1 first"),
+        # ... or the widths an adaptive engine captures beside the 4-chains' (2 and 3: chains of 1 and 2), never
+        # replayed: the adaptive engine's 4-chain steps ran 2.5% slower than a fixed engine's at batch 1 on the H100
+        # (2026-12-05, benchmarks/results/adaptive_h100_2026-12-05b), the policy choosing 4-chains 95% of its steps
+        "fixed 4-chains, widths 2 and 3 captured too": (fixed, "synthetic:2.72", "widths 2 3"),
         "adaptive held to 4-chains": (replace(adaptive, adaptive=HELD_CHAINS), "synthetic:2.72", None),
         "adaptive, a policy that plans 4-chains and learns nothing": (replace(adaptive, adaptive=HELD_CHAINS),
                                                                       "synthetic:2.72", "chains policy"),
@@ -239,6 +243,9 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
         if change == "buckets 16, batch 1 first":
             llm.engine.prepare_steps(1, len(prompts[0]), new_tokens)
         llm.engine.prepare_steps(16, len(prompts[0]), new_tokens)
+    if change == "widths 2 3":  # (the fixed engine replays width 5 alone; these are captured and left)
+        runner.graphs.set_widths((2, 3))
+        llm.engine.prepare_steps(1, len(prompts[0]), new_tokens)
     if change == "buckets 16, dropped":  # (key: width, batch bucket, key length; their CUDA graphs freed with them)
         runner.graphs._steps = {key: step for key, step in runner.graphs._steps.items() if key[1] == 1}
         gc.collect()
