@@ -107,7 +107,29 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
             replace(adaptive, adaptive=AdaptiveConfig()), "synthetic:2.72", "chains policy"),
         "adaptive (chains 1, 2, 4) as the study runs it (roofline prior, traced)": (
             replace(adaptive, adaptive=AdaptiveConfig()), "synthetic:2.72", "study policy"),
+        # ... or the order in which the graphs first reach the device: a graph is uploaded at its first launch unless
+        # uploaded before (cudaGraphUpload), so the hot one's first launch comes after the others' instantiation;
+        # here each is replayed once on its padding rows right after its capture, as its eager warm-up ran
+        "fixed 4-chains, the steps of batches up to 16 captured too, each replayed right after its capture": (
+            fixed, "synthetic:2.72", "buckets 16, uploaded"),
+        "adaptive (chains 1, 2, 4), a policy that plans 4-chains, each graph replayed right after its capture": (
+            replace(adaptive, adaptive=AdaptiveConfig()), "synthetic:2.72", "chains policy, uploaded"),
     }
+
+
+def replayed_after_capture(graphs) -> None:
+    """Each step `graphs` builds from now on replays its captured graphs once, on its padding rows, right after the
+    capture (the forward, the folding forward, the commit: what its eager warm-up ran)."""
+    build = graphs._build
+
+    def build_and_replay(*key):
+        step = build(*key)
+        for graph in (step.forward_graph, step.folding_graph, step.commit_graph):
+            if graph is not None:
+                graph.replay()
+        torch.cuda.synchronize()
+        return step
+    graphs._build = build_and_replay
 
 
 def busy_after(step, seconds: float, spin: bool = True):
@@ -204,6 +226,10 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
         draft, acceptance = synthetic_speculation(draft, config.shape.budget)
     llm = LLM(target, draft, device=device, config=config, acceptance=acceptance)
     runner = llm.engine.runner
+    if change and change.endswith(", uploaded"):  # (then as the variant without it)
+        change = change.removesuffix(", uploaded")
+        for graphs in {runner.graphs, runner.decode_graphs} - {None}:
+            replayed_after_capture(graphs)
     if change == "own pool" and runner.decode_graphs is not None:  # (before any capture: a graph takes the pool)
         runner.decode_graphs._pool = torch.cuda.graph_pool_handle()
     if change in ("idle policy", "chains policy"):  # the adaptive engine's steps without the policy's Python
