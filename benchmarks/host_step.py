@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from transformers import Qwen3_5TextConfig
@@ -51,13 +52,18 @@ VOCAB = 32  # tensor ops run on this CPU: a tiny vocabulary keeps their compute 
 
 def tiny_target(directory: str):
     """A 4-layer Qwen3.5 (3 Gated DeltaNet : 1 attention) at toy widths, random weights, on the CPU."""
+    return load_model(tiny_checkpoint(directory), device="cpu")
+
+
+def tiny_checkpoint(directory: str) -> Path:
+    """tiny_target's checkpoint, written to `directory` (its path: a target for LLM)."""
     config = Qwen3_5TextConfig(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
         head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
         linear_value_head_dim=8, intermediate_size=48, max_position_embeddings=8192,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
                          "mrope_section": [2, 1, 1], "mrope_interleaved": True})
-    return load_model(random_target(config, directory), device="cpu")
+    return random_target(config, directory)
 
 
 class StubForward:

@@ -9,6 +9,7 @@ one-call form.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
@@ -65,11 +66,15 @@ class LLM:
         (specdec/eval/step_cost.py: roofline_step_cost; default flat: each shape is measured before it is trusted).
     """
 
-    def __init__(self, target: str = "qwen3.5", draft: str | Drafter | None = None, *, device: str | None = None,
+    def __init__(self, target: str | os.PathLike = "qwen3.5", draft: str | os.PathLike | Drafter | None = None, *,
+                 device: str | None = None,
                  dtype: str | torch.dtype | None = None, config: EngineConfig = EngineConfig(),
                  state_memory_gb: float | None = None, acceptance: Acceptance | None = None,
                  step_cost: StepCostPrior | None = None, tp: int = 1):
         check_device(device)
+        target = os.fspath(target)  # (a checkpoint directory may come as a Path)
+        if isinstance(draft, os.PathLike):
+            draft = os.fspath(draft)
         target_path = resolve_checkpoint(resolve(target))
         if isinstance(draft, str):  # a misspelt drafter fails here, before any model loads
             check_draft_name(target, draft)
@@ -306,8 +311,8 @@ def check_draft_name(target: str, draft: str) -> None:
         resolve_checkpoint(argument or eagle3_head_for(target))
 
 
-def generate(prompts: Prompt | Sequence[Prompt], target: str = "qwen3.5", draft: str | None = None,
-             **kwargs) -> list[Output]:
+def generate(prompts: Prompt | Sequence[Prompt], target: str | os.PathLike = "qwen3.5",
+             draft: str | os.PathLike | None = None, **kwargs) -> list[Output]:
     """One call: load `target` (and `draft`), generate, return one Output per prompt. Keyword arguments are those
     of LLM (device, dtype, config, ...) and of LLM.generate (max_new_tokens, temperature, ...)."""
     init_keys = set(inspect.signature(LLM.__init__).parameters) - {"self", "target", "draft"}

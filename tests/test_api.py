@@ -34,7 +34,8 @@ def test_text_in_text_out_equal_across_drafters(checkpoints, plain):
     target, draft, _ = checkpoints
     reference = plain.generate([PROMPT, "ba be"], max_new_tokens=24)
     assert all(out.text and len(out.token_ids) <= 24 for out in reference)
-    with_draft = LLM(str(target), draft=str(draft), config=SHORT).generate([PROMPT, "ba be"], max_new_tokens=24)
+    # (checkpoint directories as Paths, as well as strings)
+    with_draft = LLM(target, draft=draft, config=SHORT).generate([PROMPT, "ba be"], max_new_tokens=24)
     with_ngram = specdec.generate([PROMPT, "ba be"], target=str(target), draft="ngram", config=SHORT,
                                   max_new_tokens=24)
     for a, b, c in zip(reference, with_draft, with_ngram, strict=True):
