@@ -117,6 +117,9 @@ def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | 
         # here each is replayed once on its padding rows right after its capture, as its eager warm-up ran
         "fixed 4-chains, the steps of batches up to 16 captured too, each replayed right after its capture": (
             fixed, "synthetic:2.72", "buckets 16, uploaded"),
+        # ... both: batch 1's captured first and replayed at once (on the device before any other capture exists)
+        "fixed 4-chains, batch 1's step captured and replayed first, then those of batches up to 16, each replayed": (
+            fixed, "synthetic:2.72", "buckets 16, batch 1 first, uploaded"),
         "adaptive (chains 1, 2, 4), a policy that plans 4-chains, each graph replayed right after its capture": (
             replace(adaptive, adaptive=AdaptiveConfig()), "synthetic:2.72", "chains policy, uploaded"),
     }
