@@ -26,12 +26,13 @@ column is there to tell a GPU running slower over a process's life from an engin
 process in turn (2026-12-03): "adaptive held to 4-chains" still measured plain steps (its policy explores), so the
 variants whose policy always plans 4-chains compare the steps themselves: the adaptive engine offering 4-chains only
 ran as fixed 4-chains did, offering chains of 1, 2 and 4 (more graphs held) ~10% slower, and fixed 4-chains holding
-the graphs of batches up to 16 too ~5% slower (BENCHMARKS.md). On an H100 (2026-12-05, max batch 16, five calls;
+the graphs of batches up to 16 too ~5% slower (BENCHMARKS.md). On an H100 (2026-12-05, max batch 16, six calls;
 benchmarks/results/profile_h100/graph_steps_nemotron_b1_maxbatch16_2026-12-05.txt): fixed 4-chains 6.63-6.83 ms a
 step, the steps of batches up to 16 run eagerly first 6.60-6.85, batch 1's captured first and then the others'
-6.88-6.91, widths 2 and 3 captured too 6.82-7.10 (CUDA_MODULE_LOADING=EAGER and expandable segments alike), the
-adaptive engine of chains 1, 2, 4 held to 4-chains 6.79-7.09, each of its graphs replayed once after its capture
-6.79-6.95: captures, not the kernels they compile nor their order, slow the hot step. Needs a CUDA GPU.
+6.88-7.08 (replayed at once, before the others' captures: 6.93-7.01), widths 2 and 3 captured too 6.82-7.10
+(CUDA_MODULE_LOADING=EAGER and expandable segments alike), the adaptive engine of chains 1, 2, 4 held to 4-chains
+6.79-7.09, each of its graphs replayed once after its capture 6.79-6.95: captures, not the kernels they compile nor
+the order of capture or upload, slow the hot step. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
