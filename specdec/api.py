@@ -72,6 +72,9 @@ class LLM:
                  state_memory_gb: float | None = None, acceptance: Acceptance | None = None,
                  step_cost: StepCostPrior | None = None, tp: int = 1):
         check_device(device)
+        if state_memory_gb is not None and not state_memory_gb > 0:
+            raise ValueError(f"state_memory_gb must be > 0 (the GiB of GPU memory for committed states), got "
+                             f"{state_memory_gb}")
         target = os.fspath(target)  # (a checkpoint directory may come as a Path)
         if isinstance(draft, os.PathLike):
             draft = os.fspath(draft)
@@ -292,7 +295,13 @@ def check_device(device) -> None:
     """A CUDA device asked for on a machine whose torch sees no GPU fails here, not deep in the loading."""
     if device is None:
         return
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N'") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {str(device)!r}: specdec runs on the CPU or a CUDA GPU; use 'cpu', 'cuda' or "
+                         "'cuda:N'")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {str(device)!r} asked for, but torch sees no CUDA GPU on this machine "

@@ -92,6 +92,13 @@ def test_bad_models(checkpoints):
         LLM("llama-9")
     with pytest.raises(ValueError, match="vocabulary"):
         LLM(str(target), draft=str(other), config=SHORT)
+    # devices: a name torch does not know, one it knows but specdec does not run on (both before any loading)
+    with pytest.raises(ValueError, match="unknown device 'tpu'; use 'cpu', 'cuda' or 'cuda:N'"):
+        LLM(target, device="tpu")
+    with pytest.raises(ValueError, match="'meta': specdec runs on the CPU or a CUDA GPU"):
+        LLM(target, device="meta")
+    with pytest.raises(ValueError, match="state_memory_gb must be > 0"):
+        LLM(target, state_memory_gb=-1)
 
 
 @pytest.mark.parametrize(

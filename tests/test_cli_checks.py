@@ -70,6 +70,19 @@ def test_flag_errors_while_parsing(argv, message, capsys):
     one_line_error(capsys, message)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-sizes", "4", "0"], "argument --batch-sizes: must be >= 1, got 0"),
+    (["--max-new-tokens", "0"], "argument --max-new-tokens: must be >= 1, got 0"),
+    (["--prompt-tokens", "x"], "argument --prompt-tokens: expected an integer, got 'x'"),
+    (["--state-memory-gb", "-1"], "argument --state-memory-gb: must be > 0, got -1"),
+    (["--peak-copy-gbs", "0"], "argument --peak-copy-gbs: must be > 0, got 0"),
+], ids=lambda value: value[0] if isinstance(value, list) else None)
+def test_bench_flag_errors_while_parsing(argv, message, capsys):
+    """Refused by the parser, before the roofline's peaks are measured (seconds on a GPU) or any model loads."""
+    assert main(["bench", *argv]) == 2
+    one_line_error(capsys, message)
+
+
 def test_the_stated_maximum_is_the_verify_kernels():
     from specdec.speculation.tree import MAX_TREE_NODES
     from verify_kernels.gdn import verify as gdn_verify

@@ -136,10 +136,11 @@ def test_bad_prompt_files_fail_clearly(tmp_path, content, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "squad"], "neither a shipped set"),
-    (["--num-prompts", "0"], "--num-prompts must be >= 1"),
-    (["--batch-size", "0"], "--batch-size needs values >= 1"),
+    (["--num-prompts", "0"], "argument --num-prompts: must be >= 1, got 0"),
+    (["--batch-size", "1", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--temperature", "-1"], "argument --temperature: must be >= 0, got -1"),
     (["--num-prompts", "2", "--rounds", "3"], "--rounds needs a value from 1 to the number of prompts (2)"),
-], ids=["unknown-dataset", "no-prompts", "batch-zero", "rounds-above-prompts"])
+], ids=["unknown-dataset", "no-prompts", "batch-zero", "negative-temperature", "rounds-above-prompts"])
 def test_bad_arguments_are_one_clear_line(argv, message, tmp_path, capsys):
     assert cli_main(["eval", "--output", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err

@@ -14,7 +14,9 @@ from specdec.options import (
     add_speculation_mode_argument,
     add_tp_argument,
     check_tree,
+    int_at_least,
     not_utf8,
+    number,
 )
 
 
@@ -31,11 +33,12 @@ def add_commands(commands) -> None:
                           "(default: mt-bench)")
     evaluate.add_argument("--chat", action="store_true",
                           help="apply the chat template to a .jsonl file's prompts (the shipped sets say themselves)")
-    evaluate.add_argument("--num-prompts", type=int, default=None, help="the first N prompts (default: all)")
-    evaluate.add_argument("--batch-size", type=int, nargs="+", default=[1],
+    evaluate.add_argument("--num-prompts", type=int_at_least(1), default=None,
+                          help="the first N prompts (default: all)")
+    evaluate.add_argument("--batch-size", type=int_at_least(1), nargs="+", default=[1],
                           help="requests decoded together; several values make a throughput sweep (default: 1)")
-    evaluate.add_argument("--max-new-tokens", type=int, default=128)
-    evaluate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    evaluate.add_argument("--max-new-tokens", type=int_at_least(1), default=128)
+    evaluate.add_argument("--temperature", type=number(0.0), default=0.0, help="0 = greedy (default)")
     evaluate.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     add_speculation_arguments(evaluate)
     add_prefill_argument(evaluate)
@@ -43,7 +46,7 @@ def add_commands(commands) -> None:
     add_speculation_mode_argument(evaluate, several=True)
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="skip the plain-decoding runs (no speedup column)")
-    evaluate.add_argument("--rounds", type=int, default=1,
+    evaluate.add_argument("--rounds", type=int_at_least(1), default=1,
                           help="cut the prompts into N parts and run each part through every mode before the next, "
                           "so a machine whose speed drifts (a shared CPU) slows every mode alike; keeps every mode's "
                           "engine loaded (default: 1, mode after mode)")
@@ -60,19 +63,19 @@ def add_commands(commands) -> None:
         "time, its roofline (bytes at the device's copy bandwidth, GEMM FLOPs at its GEMM peak, both measured in the "
         "run) and the roofline ratio between the backends.")
     add_model_arguments(bench)
-    bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
+    bench.add_argument("--batch-sizes", type=int_at_least(1), nargs="+", default=[1, 4, 16])
     bench.add_argument("--baseline", choices=["recurrent"], default=None,
                        help="also time the intermediate-state baseline in the same run")
-    bench.add_argument("--max-new-tokens", type=int, default=128)
-    bench.add_argument("--prompt-tokens", type=int, default=128, help="tokens of the random prompt")
+    bench.add_argument("--max-new-tokens", type=int_at_least(1), default=128)
+    bench.add_argument("--prompt-tokens", type=int_at_least(1), default=128, help="tokens of the random prompt")
     add_speculation_arguments(bench)
     add_speculation_mode_argument(bench, several=True)
-    bench.add_argument("--state-memory-gb", type=float, default=40.0,
+    bench.add_argument("--state-memory-gb", type=number(0.0, above=True), default=40.0,
                        help="the budget for the requests-that-fit column (default: 40)")
-    bench.add_argument("--peak-copy-gbs", type=float, default=None,
+    bench.add_argument("--peak-copy-gbs", type=number(0.0, above=True), default=None,
                        help="the roofline's copy bandwidth in GB/s (bytes read + written), with --peak-gemm-tflops; "
                        "default: both measured on the device at the start of the run (on the CPU: this machine's)")
-    bench.add_argument("--peak-gemm-tflops", type=float, default=None,
+    bench.add_argument("--peak-gemm-tflops", type=number(0.0, above=True), default=None,
                        help="the roofline's GEMM throughput in TFLOP/s, with --peak-copy-gbs")
     add_prefill_argument(bench)
     bench.add_argument("--disable-cuda-graph", action="store_true")
