@@ -1,0 +1,88 @@
+"""Adaptive speculation against every fixed shape a drafter offers, trees included, on the shipped Qwen3.5 on the
+CPU: plain decoding, fixed 4-chains, a static tree (--topk 2 --num-draft-tokens 16), a dynamic tree (--dynamic-tree
+--topk 4 --num-draft-tokens 16, drafters with their own features: mtp, eagle3) and adaptive speculation (chains of
+1, 2 or 4 drafts or none: it offers no tree), the engines alternated over several rounds so that the machine's
+drift falls on all alike. Issue 17's target is adaptive >= 0.95x the best of plain decoding and every fixed shape; the
+study and the CPU eval compare adaptive with fixed chains only, so this is where the trees stand.
+
+    python -m benchmarks.shapes_cpu --draft mtp --prompts 6 --rounds 3 [--batch 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from specdec.api import LLM
+from specdec.engine.engine import EngineConfig
+from specdec.eval.datasets import load_prompts
+
+DYNAMIC_DRAFTERS = ("mtp", "eagle3")  # (a draft model drafts static trees only)
+
+
+def shapes(draft: str, batch: int) -> dict[str, EngineConfig | None]:
+    """engine name -> its config (None: plain decoding)."""
+    flags = dict(max_batch=max(batch, 8))
+    configs = {"plain decoding": None,
+               "fixed 4-chains": EngineConfig.from_flags(**flags),
+               "fixed static tree, topk 2, 16 drafts": EngineConfig.from_flags(topk=2, num_draft_tokens=16, **flags)}
+    if draft in DYNAMIC_DRAFTERS:
+        configs["fixed dynamic tree, topk 4, 16 drafts"] = EngineConfig.from_flags(
+            topk=4, num_draft_tokens=16, dynamic_tree=True, **flags)
+    configs["adaptive (chains of 1, 2, 4 or none)"] = EngineConfig.from_flags(speculation="adaptive", **flags)
+    return configs
+
+
+def decode(llm: LLM, prompts: list[str], new_tokens: int, batch: int) -> tuple[float, int, int]:
+    """The prompts `batch` at a time, greedy -> (tokens a second, tokens the steps emitted, target steps). The steps
+    emit every token but each prompt's first (the prefill's); a last step's tokens past max_new_tokens not counted."""
+    start, generated, steps = time.perf_counter(), 0, 0
+    for first in range(0, len(prompts), batch):
+        for output in llm.generate(prompts[first:first + batch], max_new_tokens=new_tokens):
+            generated += len(output.token_ids)
+            steps += output.stats.steps
+    return generated / (time.perf_counter() - start), generated - len(prompts), steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="qwen3.5")
+    parser.add_argument("--draft", default="mtp")
+    parser.add_argument("--prompts", type=int, default=6, help="the first N MT-bench questions")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=1, help="prompts decoded together")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    args = parser.parse_args()
+    prompts = [p.text for p in load_prompts("mt-bench", args.prompts)]
+    engines = {name: LLM(args.target) if config is None else LLM(args.target, args.draft, config=config)
+               for name, config in shapes(args.draft, args.batch).items()}
+    for llm in engines.values():  # warm-up
+        llm.generate(prompts[:1], max_new_tokens=16)
+    rates: dict[str, list[float]] = {name: [] for name in engines}
+    per_step = {name: [0, 0] for name in engines}  # tokens the steps emitted, steps
+    for _ in range(args.rounds):
+        for name, llm in engines.items():
+            rate, emitted, steps = decode(llm, prompts, args.max_new_tokens, args.batch)
+            rates[name].append(rate)
+            per_step[name][0] += emitted
+            per_step[name][1] += steps
+    print(f"{args.target} + {args.draft}, batch {args.batch}, {args.prompts} MT-bench questions, "
+          f"{args.max_new_tokens} greedy tokens, {args.rounds} rounds alternated (this CPU)")
+    print("| engine | tokens a step | tok/s per round | median | / plain | / best of plain and the fixed shapes |")
+    print("|---|---|---|---|---|---|")
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    plain = medians["plain decoding"]
+    best_fixed = max(median for name, median in medians.items() if not name.startswith("adaptive"))
+    for name, values in rates.items():
+        emitted, steps = per_step[name]
+        rounds = ", ".join(f"{v:.1f}" for v in values)
+        print(f"| {name} | {emitted / max(steps, 1):.2f} | {rounds} | {medians[name]:.1f} | "
+              f"{medians[name] / plain:.2f}x | {medians[name] / best_fixed:.2f}x |")
+    counts = engines["adaptive (chains of 1, 2, 4 or none)"].engine.policy.counts
+    total = sum(counts.values())
+    print("adaptive shapes:", ", ".join(f"{label} {n / total:.0%}" for label, n in counts.most_common()))
+
+
+if __name__ == "__main__":
+    main()
