@@ -232,7 +232,7 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
     launches)."""
     acceptance = None
     if draft is not None:
-        draft, acceptance = synthetic_speculation(draft, config.shape.budget)
+        draft, acceptance = synthetic_speculation(draft, config.shape.depth)
     llm = LLM(target, draft, device=device, config=config, acceptance=acceptance)
     runner = llm.engine.runner
     if change and change.endswith(", uploaded"):  # (then as the variant without it)

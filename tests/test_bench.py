@@ -117,8 +117,8 @@ def test_synthetic_drafts_are_accepted_at_the_mean_asked_for():
     assert set(lengths) == {1, 2, 3, 4, 5}
     with pytest.raises(ValueError, match="raise --num-steps"):
         drafter.check_shape(TreeShape(steps=1))
-    with pytest.raises(ValueError, match="drafts chains"):
-        drafter.check_shape(TreeShape(steps=4, topk=2))
+    with pytest.raises(ValueError, match="drop --dynamic-tree"):
+        drafter.check_shape(TreeShape(steps=4, topk=4, dynamic=True))
 
 
 def test_synthetic_acceptance_returns_each_rows_forced_path_and_the_argmax_after_it():

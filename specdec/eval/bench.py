@@ -216,7 +216,7 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
         max_prefill_tokens=settings.max_prefill_tokens)
     draft, acceptance = settings.draft if mode != "plain" else None, None
     if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
-        draft, acceptance = synthetic_speculation(draft, config.shape.budget)
+        draft, acceptance = synthetic_speculation(draft, config.shape.depth)
     return LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config,
                acceptance=acceptance, tp=settings.tp)
 

@@ -1,8 +1,11 @@
 """Speculation for throughput benchmarks on random weights, where real drafts are never accepted: `specdec bench
---draft synthetic:MEAN`. SyntheticDrafter proposes chains of random tokens (no model, no cost) and
-SyntheticAcceptance, injected into the engine in place of the target's acceptance, keeps the first k drafts of each,
-k drawn so that the mean accepted length (the bonus token included) is MEAN. Every draft is accepted with the same
-probability alpha given that the one before it was, as a real drafter's acceptance roughly falls.
+--draft synthetic:MEAN[:SIBLING]`. SyntheticDrafter proposes chains, or static trees (--topk K), of random tokens (no
+model, no cost) and SyntheticAcceptance, injected into the engine in place of the target's acceptance, keeps the
+first k drafts of each chain, k drawn so that the mean accepted length (the bonus token included) is MEAN. Every
+draft is accepted with the same probability alpha given that the one before it was, as a real drafter's acceptance
+roughly falls. In a tree, the children of a node stand in rank order (the drafter's most likely first): the first is
+kept with probability alpha, and each later one, where those before it were not, with probability SIBLING (default
+SIBLING_ACCEPTANCE), so that a chain keeps what it kept and a tree keeps more.
 
 Verification and commit cost what they cost with real drafts of that acceptance; the emitted tokens mean nothing.
 Use it to time speculative decoding at the accepted length measured on trained models (specdec eval).
@@ -26,8 +29,13 @@ from specdec.cache.host_buffer import to_device
 from specdec.cache.step import host_longs
 from specdec.speculation import DraftTree, SamplingParams, TreeShape
 from specdec.speculation.acceptance import AcceptedOnDevice
+from specdec.speculation.tree import chain_parents, static_tree_parents
 
 PREFIX = "synthetic:"
+# a tree's later sibling kept where those before it were not: fitted to the shipped Qwen3.5's MTP on MT-bench (a
+# 4-chain kept 3.09 tokens a step, a static tree of --topk 2 and 16 drafts 3.73: 0.52; its EAGLE-3 head, 3.39 and
+# 3.54: 0.15; benchmarks/results/shapes_cpu_2026-12-05.md)
+SIBLING_ACCEPTANCE = 0.5
 
 
 class TextCoins:
@@ -89,9 +97,10 @@ class TextCoins:
 
 
 class SyntheticDrafter(Drafter):
-    """Chains of tokens drawn at random from the first request's tokens (a benchmark's random prompt gives random
-    tokens: MoE routing as varied as real drafts'), so that it needs no vocabulary or model: a pool of POOL of them,
-    drawn once, read in turn (a draw per drafted token costs more host time than the rest of a step)."""
+    """Chains or static trees (static_tree_parents) of tokens drawn at random from the first request's tokens (a
+    benchmark's random prompt gives random tokens: MoE routing as varied as real drafts'), so that it needs no
+    vocabulary or model: a pool of POOL of them, drawn once, read in turn (a draw per drafted token costs more host
+    time than the rest of a step)."""
 
     POOL = 8192
 
@@ -106,20 +115,21 @@ class SyntheticDrafter(Drafter):
         self.text_coins = text_coins  # marks each tree with its text and position (TextCoins), when paired
 
     def check_shape(self, shape: TreeShape) -> None:
-        if shape.topk != 1 or shape.dynamic:
-            raise ValueError("the synthetic drafter drafts chains: use --topk 1 without --dynamic-tree")
+        if shape.dynamic:
+            raise ValueError("the synthetic drafter drafts chains and static trees: drop --dynamic-tree")
         if self.mean_accepted_length > shape.steps + 1:
             raise ValueError(f"a mean accepted length of {self.mean_accepted_length} needs chains of at least "
                              f"{self.mean_accepted_length - 1:g} drafts; raise --num-steps (now {shape.steps})")
 
     def propose(self, requests: list[DraftRequest], shape: TreeShape) -> list[DraftTree]:
-        depth = shape.budget
+        depth = shape.budget  # (drafted nodes)
         if not self.pool:
             self.pool = self.picks.choices(requests[0].tokens, k=self.POOL)
-        # every tree built without DraftTree's checks (chains by construction), sharing one parents list and one
+        # every tree built without DraftTree's checks (valid by construction), sharing one parents list and one
         # list of point masses, read-only: 128 trees cost ~80 us on a 2-core CPU built one by one, on the path
         # between the target's acceptance read and its next launch, for a drafter meant to cost nothing
-        parents, point_masses, pool, trees = list(range(-1, depth)), [None] * (depth + 1), self.pool, []
+        parents = list(range(-1, depth)) if shape.topk == 1 else static_tree_parents(shape)
+        point_masses, pool, trees = [None] * (depth + 1), self.pool, []
         new_tree, cursor = object.__new__, self.cursor
         for request in requests:
             if cursor + depth > self.POOL:
@@ -154,12 +164,18 @@ class SyntheticAcceptance:
     the length of its chain, as a real drafter's acceptance of a draft does not depend on how many follow it: what
     adaptive speculation, choosing shorter chains or none, must see (a chain of 1 then keeps its draft with
     probability alpha, not with the mean's). Without it each chain's alpha meets the mean at the chain's own length.
-    text_coins: the draws of the trees its drafter marked (TextCoins); other trees draw from one sequence."""
+    text_coins: the draws of the trees its drafter marked (TextCoins); other trees draw from one sequence. In a tree
+    one draw per level picks the child kept (ranked_child): the first with probability alpha, as in a chain, a later
+    one with probability `sibling` where those before it were not; the path ends where the child picked is not in the
+    tree (a level's draw is the draw of that text position, whatever the shape)."""
 
     def __init__(self, mean_accepted_length: float, seed: int = 0, depth: int | None = None,
-                 text_coins: TextCoins | None = None):
+                 text_coins: TextCoins | None = None, sibling: float = SIBLING_ACCEPTANCE):
+        if not 0.0 <= sibling <= 1.0:
+            raise ValueError(f"a sibling's acceptance lies in [0, 1], got {sibling}")
         self.mean_accepted_length = mean_accepted_length
         self.depth = depth
+        self.sibling = sibling
         self.text_coins = text_coins
         self.coins = random.Random(seed)  # acceptance draws, on the host: a step draws up to depth per request
         self._alpha: dict[int, float] = {}  # chain depth -> per-draft acceptance probability
@@ -187,17 +203,40 @@ class SyntheticAcceptance:
                 for context, draft in zip(contexts, drafts, strict=True)]
 
     def forced_path(self, tree: DraftTree) -> list[int]:
-        depth = len(tree) - 1
-        alpha = self.alpha(self.depth or depth)
-        draws = self.text_coins.draws_for(tree, depth) if self.text_coins is not None and depth else None
+        drafts = len(tree) - 1
+        if tree.parents != chain_parents(len(tree)):  # a tree, not a chain
+            return self._tree_path(tree, drafts)
+        alpha = self.alpha(self.depth or drafts)
+        draws = self.text_coins.draws_for(tree, drafts) if self.text_coins is not None and drafts else None
         accepted = 0
         if draws is not None:
-            while accepted < depth and draws[accepted] < alpha:
+            while accepted < drafts and draws[accepted] < alpha:
                 accepted += 1
         else:
-            while accepted < depth and self.coins.random() < alpha:
+            while accepted < drafts and self.coins.random() < alpha:
                 accepted += 1
         return list(range(accepted + 1))
+
+    def _tree_path(self, tree: DraftTree, drafts: int) -> list[int]:
+        """Root to the last node kept, a draw per level (at most `drafts` levels)."""
+        kids = tree.child_lists()
+        if self.depth is None:  # the mean is quoted at the tree's depth
+            depth = [0] * len(tree)
+            for node in range(1, len(tree)):
+                depth[node] = depth[tree.parents[node]] + 1
+            alpha = self.alpha(max(depth))
+        else:
+            alpha = self.alpha(self.depth)
+        draws = self.text_coins.draws_for(tree, drafts) if self.text_coins is not None else None
+        path, level = [0], 0
+        while kids[path[-1]]:
+            draw = draws[level] if draws is not None else self.coins.random()
+            rank = ranked_child(draw, alpha, self.sibling, len(kids[path[-1]]))
+            if rank is None:
+                break
+            path.append(kids[path[-1]][rank])
+            level += 1
+        return path
 
     def alpha(self, depth: int) -> float:
         """The alpha whose expected accepted drafts, alpha + alpha^2 + ... + alpha^depth, is the mean - 1."""
@@ -211,15 +250,31 @@ class SyntheticAcceptance:
         return self._alpha[depth]
 
 
+def ranked_child(draw: float, alpha: float, sibling: float, children: int) -> int | None:
+    """The rank of the child a uniform `draw` keeps among `children` ranked ones: the first where draw < alpha (as
+    a chain's draft), else each later one with probability `sibling` given those before it were not; None: none."""
+    if draw < alpha:
+        return 0
+    rest = (draw - alpha) / (1.0 - alpha)  # uniform in [0, 1) again, given the first was not kept
+    for rank in range(1, children):
+        if rest < sibling:
+            return rank
+        rest = (rest - sibling) / (1.0 - sibling)
+    return None
+
+
 def synthetic_speculation(draft: str, depth: int | None = None) -> tuple[SyntheticDrafter, SyntheticAcceptance]:
-    """`synthetic:MEAN` -> the drafter and the acceptance to give the engine together, sharing the draws of each
-    text position (TextCoins); depth: the chain length the mean is quoted at (the engine's draft budget), which
-    fixes the acceptance of each draft (SyntheticAcceptance)."""
-    mean = draft.removeprefix(PREFIX)
+    """`synthetic:MEAN[:SIBLING]` -> the drafter and the acceptance to give the engine together, sharing the draws
+    of each text position (TextCoins); depth: the chain length the mean is quoted at (the engine's TreeShape.depth),
+    which fixes the acceptance of each draft (SyntheticAcceptance); SIBLING: a tree's later sibling's acceptance."""
+    spec = draft.removeprefix(PREFIX)
+    mean, _, sibling = spec.partition(":")
     try:
         value = float(mean)
+        kept = float(sibling) if sibling else SIBLING_ACCEPTANCE
         coins = TextCoins()
-        return SyntheticDrafter(value, text_coins=coins), SyntheticAcceptance(value, depth=depth, text_coins=coins)
+        return SyntheticDrafter(value, text_coins=coins), SyntheticAcceptance(value, depth=depth, text_coins=coins,
+                                                                              sibling=kept)
     except ValueError as error:
-        raise ValueError(f"--draft synthetic:MEAN takes a mean accepted length, e.g. synthetic:2.9; "
-                         f"{mean!r}: {error}") from None
+        raise ValueError(f"--draft synthetic:MEAN[:SIBLING] takes a mean accepted length and optionally a tree "
+                         f"sibling's acceptance, e.g. synthetic:2.9 or synthetic:2.9:0.5; {spec!r}: {error}") from None

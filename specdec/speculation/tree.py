@@ -102,3 +102,31 @@ class TreeShape:
             return self.max_tokens if self.max_tokens is not None else self.steps * self.topk
         full = sum(self.topk**level for level in range(1, self.steps + 1)) if self.topk > 1 else self.steps
         return full if self.max_tokens is None else min(full, self.max_tokens)
+
+    @property
+    def depth(self) -> int:
+        """Drafts on the longest path: a chain's length, a static tree's levels within the budget, a dynamic
+        tree's steps (at most)."""
+        if self.dynamic:
+            return self.steps
+        parents = static_tree_parents(self)
+        depth = [0] * len(parents)
+        for node in range(1, len(parents)):
+            depth[node] = depth[parents[node]] + 1
+        return max(depth)
+
+
+@functools.cache
+def static_tree_parents(shape: TreeShape) -> list[int]:
+    """The parents of a static tree of `shape` (root first): level by level, each frontier node gets shape.topk
+    children while the budget lasts, as the drafters grow theirs (drafters/draft_model.py expand_level), its
+    children in rank order (the most likely first). One shared list per shape: read it, never change it."""
+    parents, frontier = [-1], [0]
+    for _ in range(shape.steps):
+        grown = []
+        for node in frontier:
+            for _ in range(min(shape.topk, shape.budget + 1 - len(parents))):
+                parents.append(node)
+                grown.append(len(parents) - 1)
+        frontier = grown
+    return parents
