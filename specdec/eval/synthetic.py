@@ -179,6 +179,7 @@ class SyntheticAcceptance:
         self.text_coins = text_coins
         self.coins = random.Random(seed)  # acceptance draws, on the host: a step draws up to depth per request
         self._alpha: dict[int, float] = {}  # chain depth -> per-draft acceptance probability
+        self._kids: tuple[list[int], list[list[int]]] | None = None  # the last tree's parents list and children
 
     def accept(self, trees: list[DraftTree], logits: torch.Tensor, params: list[SamplingParams],
                generators: list[torch.Generator | None]) -> list[tuple[list[int], int]]:
@@ -219,7 +220,9 @@ class SyntheticAcceptance:
 
     def _tree_path(self, tree: DraftTree, drafts: int) -> list[int]:
         """Root to the last node kept, a draw per level (at most `drafts` levels)."""
-        kids = tree.child_lists()
+        if self._kids is None or self._kids[0] is not tree.parents:  # (the drafter's trees share one parents list)
+            self._kids = (tree.parents, tree.child_lists())
+        kids = self._kids[1]
         if self.depth is None:  # the mean is quoted at the tree's depth
             depth = [0] * len(tree)
             for node in range(1, len(tree)):
