@@ -2,9 +2,9 @@
 benchmarks/study_on_device.sh MODEL S "1,16,64,128,256:plain speculative adaptive"`: files study_*_accA_rN.json, or
 study_*_accA.json where REPEATS=1), kept apart from the study's joined rows, whose plain and fixed rows sit beside
 their baseline's (BENCHMARKS.md's adaptive tables read such folders per batch: benchmarks.study.adaptive_folders):
-per model, acceptance and batch, every run's tokens/s of plain, fixed 4-chains (if run) and adaptive, and adaptive
-against the best of plain and fixed as the study's report takes it (each engine's median run, the lower of an even
-count: benchmarks.study.median_rows).
+per model, acceptance and batch, every run's tokens/s of plain, fixed 4-chains (if run), fixed trees (a column where
+the folder has "BATCHES:tree" runs) and adaptive, and adaptive against the best of plain and the fixed shapes as the
+study's report takes it (each engine's median run, the lower of an even count: benchmarks.study.median_rows).
 
     python -m benchmarks.adaptive_runs benchmarks/results/adaptive_h200_2026-12-04k --write   # its README.md
 """
@@ -17,8 +17,6 @@ from pathlib import Path
 
 from benchmarks.study import median_rows
 
-MODES = ("plain", "speculative", "adaptive")
-
 
 def table(folder: Path) -> list[str]:
     """Markdown rows of the table, one per (model, accepted length, batch), in file-name order."""
@@ -27,26 +25,31 @@ def table(folder: Path) -> list[str]:
         result = json.loads(path.read_text())
         key = (result["model"], result["settings"]["draft"].removeprefix("synthetic:"))
         groups.setdefault(key, []).extend(result["rows"])
-    lines = ["| model | accepted | batch | plain tok/s | fixed 4-chain tok/s | adaptive tok/s | adaptive / best | "
-             "adaptive / plain | shapes chosen (median run) |", "|---|---|---|---|---|---|---|---|---|"]
+    trees = any(row["mode"] == "tree" for rows in groups.values() for row in rows)
+    fixed_modes = ("speculative", "tree") if trees else ("speculative",)  # (their columns, in this order)
+    tree_column = "fixed tree tok/s | " if trees else ""
+    lines = [f"| model | accepted | batch | plain tok/s | fixed 4-chain tok/s | {tree_column}adaptive tok/s | "
+             "adaptive / best | adaptive / plain | shapes chosen (median run) |",
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if trees else "")]
     for (model, accepted), rows in groups.items():
         chosen = {(r["mode"], r["batch_size"]): r for r in median_rows(rows)}
         for batch in sorted({b for _, b in chosen}):
             if ("plain", batch) not in chosen or ("adaptive", batch) not in chosen:
                 continue
             # (fixed chains may be left out where they are far behind plain decoding: a collapsed acceptance)
-            plain, fixed, adaptive = (chosen.get((mode, batch)) for mode in MODES)
+            plain, adaptive = chosen[("plain", batch)], chosen[("adaptive", batch)]
+            fixed = [chosen.get((mode, batch)) for mode in fixed_modes]
             runs = ["out of memory" if row and row.get("out_of_memory") else
                     " / ".join(f"{x:.0f}" for x in row.get("runs", [row["tokens_per_second"]])) if row else "—"
-                    for row in (plain, fixed, adaptive)]
-            ran = [row["tokens_per_second"] for row in (plain, fixed) if row and not row.get("out_of_memory")]
+                    for row in (plain, *fixed, adaptive)]
+            ran = [row["tokens_per_second"] for row in (plain, *fixed) if row and not row.get("out_of_memory")]
             shapes = ", ".join(f"{label} {count}" for label, count in
                                sorted((adaptive.get("shapes") or {}).items(), key=lambda item: -item[1]))
             mine = adaptive["tokens_per_second"] if not adaptive.get("out_of_memory") else None
             ratios = [f"{mine / theirs:.2f}x" if mine and theirs else "—"
                       for theirs in (max(ran, default=None), plain["tokens_per_second"])]
-            lines.append(f"| {model} | {accepted} | {batch} | {runs[0]} | {runs[1]} | {runs[2]} | "
-                         f"{ratios[0]} | {ratios[1]} | {shapes} |")
+            lines.append(f"| {model} | {accepted} | {batch} | {' | '.join(runs)} | {ratios[0]} | {ratios[1]} | "
+                         f"{shapes} |")
     return lines
 
 

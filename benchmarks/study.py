@@ -8,6 +8,9 @@ CUDA graphs on, batch 1 to 512:
 - adaptive speculation (issue 17: each step a chain of 1, 2 or 4 drafts or none, each width its own CUDA graph) on
   the same drafts, to hold against plain and fixed at every batch size; `--accepted-length 1.2` runs the lot at a
   collapsed acceptance (a section of its own in the report);
+- with `--only kvbuffer tree`, fixed static trees (TREE: --topk 2, 16 drafts) of synthetic drafts whose first-ranked
+  children are kept as the chains' drafts are (specdec/eval/synthetic.py), rows of mode "tree": the fixed shape
+  adaptive speculation, which drafts chains, is held against beside fixed chains;
 - beside every measured step its roofline (specdec/eval/roofline.py, both peaks measured at the start of the run)
   and, per backend, the largest batch that fits the GPU's memory (specdec/eval/device_memory.py);
 - transformers' generate() on the same shapes at the smaller batches, the outside reference.
@@ -45,6 +48,7 @@ SITTING = "STUDY_SITTING"
 # (README); Qwen3.5-35B-A3B has no shipped counterpart: its dense sibling's figure
 ACCEPTED_LENGTH = {"qwen3.5-9b": 2.72, "qwen3.5-35b-a3b": 2.72, "nemotron-3-nano": 2.58}
 BATCHES = (1, 16, 64, 128, 256, 512)
+TREE = {"topk": 2, "num_draft_tokens": 16}  # the tree rows' shape: 4 levels (the chains' depth), 16 drafts
 HF_BATCHES = (1, 16)
 
 
@@ -56,6 +60,9 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
     transformers' reference at the small batches, in the run that has the KVBuffer's plain engine; the adaptive
     policy's decisions appended to the JSONL file `policy_trace`."""
     adaptive = adaptive or (only is not None and only[1] == "adaptive")
+    tree = only is not None and only[1] == "tree"  # (run as the fixed speculative engine, its rows then relabelled)
+    if tree:
+        only = (only[0], "speculative")
     layers = layers or SHAPES[model][1]
     target = "qwen3.5" if tiny else f"random:{model}:{layers}"
     hf_reference = hf_reference and only in (None, ("kvbuffer", "plain"))
@@ -64,12 +71,12 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
                              batch_sizes=batches, baseline=True, max_new_tokens=new_tokens, prompt_tokens=128,
                              device=device, hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None,
                              only=only, speculation=("fixed", "adaptive") if adaptive else ("fixed",),
-                             policy_trace=policy_trace)
+                             policy_trace=policy_trace, **(TREE if tree else {}))
     peaks = bench_peaks(settings)
     print(f"[study] roofline peaks: {peaks}", flush=True)
     rows = run_bench(settings, peaks)
     print(markdown_table(rows, settings.state_memory_gb), flush=True)
-    rows = [asdict(r) for r in rows]
+    rows = [{**asdict(r), **({"mode": "tree"} if tree else {})} for r in rows]
     return {"model": model, "layers": layers, "target": target, "date": datetime.date.today().isoformat(),
             "sitting": os.environ.get(SITTING, ""),
             "device": torch.cuda.get_device_name() if device == "cuda" else "CPU", "torch": torch.__version__,
@@ -205,7 +212,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-hf-reference", action="store_true", help="skip transformers' generate()")
     parser.add_argument("--only", nargs=2, metavar=("BACKEND", "MODE"), default=None,
-                        help="one engine alone: kvbuffer|recurrent plain|speculative|adaptive (study_on_device.sh)")
+                        help="one engine alone: kvbuffer|recurrent plain|speculative|adaptive|tree "
+                        "(study_on_device.sh)")
     parser.add_argument("--adaptive", action="store_true", help="also the adaptive rows (implied by --only X adaptive)")
     parser.add_argument("--accepted-length", type=float, default=None,
                         help="the drafts' mean accepted length, bonus included (default: the model's measured "

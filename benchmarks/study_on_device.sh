@@ -4,7 +4,8 @@
 # memory or out of the call's time loses only its own row; building an engine costs the same either way (random
 # weights are drawn in GPU memory in seconds). Items run in the order given, the target points first:
 # BATCHES runs its four engines, BATCHES:plain or BATCHES:speculative both backends of one mode, BATCHES:adaptive
-# the KVBuffer's adaptive speculation (with its policy trace, $OUT/trace_MODEL[_accA].jsonl); BATCHES is one
+# the KVBuffer's adaptive speculation (with its policy trace, $OUT/trace_MODEL[_accA].jsonl), BATCHES:tree its fixed
+# static trees of synthetic drafts (benchmarks/study.py TREE); BATCHES is one
 # batch size or several joined by commas, timed by one process per engine (one build and compile for all of them;
 # its pools are sized for the largest, so keep a batch that may not fit in an item of its own). Results go to
 # $OUT/study_MODEL_bBATCHES_BACKEND_MODE.json (the parts `python -m benchmarks.study --report` joins), logs to
@@ -44,6 +45,7 @@ for item in "${items[@]}"; do
   for mode in $modes; do
     backends=${BACKENDS:-kvbuffer recurrent} trace=()
     if [ "$mode" = adaptive ]; then backends=kvbuffer trace=(--policy-trace "$out/trace_${model}${suffix}.jsonl"); fi
+    if [ "$mode" = tree ]; then backends=kvbuffer; fi
     for backend in $backends; do
       left=$((seconds - SECONDS))
       name="$model batch $batch $backend $mode${runs:+ (run $run of $repeats)}"

@@ -55,8 +55,9 @@ def mode_table(result: dict, mode: str) -> list[str]:
 
 
 def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> list[str]:
-    """Issue 17's comparison, KVBuffer rows per batch size: adaptive speculation's tokens/s against plain and fixed
-    4-token chains (its targets: >= 0.95x the better of them, >= plain), and the shapes it chose. `adaptive_runs`: runs
+    """Issue 17's comparison, KVBuffer rows per batch size: adaptive speculation's tokens/s against plain, fixed
+    4-token chains and, where measured, fixed trees (its targets: >= 0.95x the best of them, >= plain), and the
+    shapes it chose. `adaptive_runs`: runs
     of the same model and acceptance kept in folders of their own, (folder, joined result), each with plain, fixed
     and adaptive measured in one sitting (benchmarks/adaptive_runs.py); each batch takes the newest adaptive run of
     `result` and those folders, a folder's on a tie, and a note names the folder it came from."""
@@ -72,17 +73,20 @@ def adaptive_table(result: dict, adaptive_runs: list[tuple[str, dict]] = ()) -> 
             current = chosen.get(batch)
             if current is None or rank > (sources[current]["adaptive", batch].get("date", ""), current != ""):
                 chosen[batch] = source
-    header = ["batch", "plain tok/s", "fixed tok/s", "adaptive tok/s", "adaptive / best of plain, fixed",
-              "adaptive / plain", "shapes chosen (share of steps)"]
+    # fixed trees (benchmarks/study.py TREE) get a column where some batch's source has them
+    trees = any(("tree", batch) in sources[source] for batch, source in chosen.items())
+    modes = ("plain", "speculative", "tree", "adaptive") if trees else ("plain", "speculative", "adaptive")
+    header = ["batch", "plain tok/s", "fixed tok/s", *(["fixed tree tok/s"] if trees else []), "adaptive tok/s",
+              "adaptive / best of plain, fixed", "adaptive / plain", "shapes chosen (share of steps)"]
     body, across, folders, mixed = [], set(), {}, set()
     for batch in sorted(chosen):
         kept = sources[chosen[batch]]
         speed = {key: r["tokens_per_second"] for key, r in kept.items() if not r.get("out_of_memory")}
-        plain, fixed, adaptive = (speed.get((m, batch)) for m in ("plain", "speculative", "adaptive"))
-        best = max((v for v in (plain, fixed) if v is not None), default=None)
-        cells = [speed_cell(kept.get((m, batch))) for m in ("plain", "speculative", "adaptive")]
+        plain, adaptive = speed.get(("plain", batch)), speed.get(("adaptive", batch))
+        best = max((speed[m, batch] for m in modes[:-1] if (m, batch) in speed), default=None)
+        cells = [speed_cell(kept.get((m, batch))) for m in modes]
         # a ratio of rows measured on different days (a point re-run without the others: study.median_rows)
-        dates = {m: kept[m, batch].get("date", "") for m in ("plain", "speculative", "adaptive") if (m, batch) in kept}
+        dates = {m: kept[m, batch].get("date", "") for m in modes if (m, batch) in kept}
         mark = " *" if len(set(dates.values())) > 1 else ""
         if mark:
             across.add((dates["adaptive"], tuple(sorted({d for m, d in dates.items() if m != "adaptive"}))))

@@ -255,3 +255,32 @@ def test_a_folder_note_says_more_than_one_sitting_only_where_a_row_spans_sitting
     lines = adaptive_table(study, next(iter(adaptive_folders(tmp_path).values())))
     assert lines[3].startswith("| 64 | 100 |  | 150 | 1.50x * |")
     assert "its engines in more than one sitting" in lines[-1]
+
+
+def test_fixed_trees_are_a_mode_of_their_own_and_a_column_where_measured(tmp_path):
+    """`--only kvbuffer tree`: the fixed speculative engine on static trees (study.TREE) of synthetic drafts, its rows
+    labelled "tree"; the adaptive tables give them a column, and adaptive's best-of counts them."""
+    from benchmarks.adaptive_runs import table
+    from benchmarks.study_report import adaptive_table
+
+    result = run("qwen3.5-9b", layers=8, batches=(2,), new_tokens=12, device="cpu", tiny=True,
+                 only=("kvbuffer", "tree"))
+    assert [(r["backend"], r["mode"]) for r in result["rows"]] == [("kvbuffer", "tree")]
+    assert (result["settings"]["topk"], result["settings"]["num_draft_tokens"]) == (2, 16)
+    assert result["rows"][0]["mean_accepted_length"] > 1
+
+    def row(mode, speed):
+        return {"backend": "kvbuffer", "mode": mode, "batch_size": 16, "tokens_per_second": speed,
+                "shapes": {"chain-4": 10} if mode == "adaptive" else None}
+
+    speeds = {"plain": 100.0, "speculative": 200.0, "tree": 250.0, "adaptive": 210.0}
+    lines = adaptive_table({"rows": [row(mode, speed) for mode, speed in speeds.items()]})
+    assert "| fixed tok/s | fixed tree tok/s | adaptive tok/s |" in lines[0]
+    assert lines[2] == "| 16 | 100 | 200 | 250 | 210 | 0.84x | 2.10x | chain-4 100% |"
+    for mode, speed in speeds.items():
+        (tmp_path / f"study_qwen3.5-9b_b16_kvbuffer_{mode}_acc2.72.json").write_text(json.dumps(
+            {"model": "qwen3.5-9b", "settings": {"draft": "synthetic:2.72"}, "rows": [row(mode, speed)]}))
+    lines = table(tmp_path)
+    assert "| fixed 4-chain tok/s | fixed tree tok/s | adaptive tok/s |" in lines[0]
+    assert lines[1].count("|") == lines[0].count("|")
+    assert lines[2] == "| qwen3.5-9b | 2.72 | 16 | 100 | 200 | 250 | 210 | 0.84x | 2.10x | chain-4 10 |"
