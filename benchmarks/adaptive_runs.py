@@ -53,12 +53,13 @@ def table(folder: Path) -> list[str]:
     return lines
 
 
-HEADER = """# Adaptive speculation against plain and fixed 4-chains: repeated runs
+HEADER = """# Adaptive speculation against plain and the fixed shapes: repeated runs
 
 Written by `python -m benchmarks.adaptive_runs FOLDER --write` from the study runs in this folder (all layers, random
-weights at real shapes, bf16, CUDA graphs captured for every row before the first is timed; the three engines in
-turn, each in a process of its own). tokens/s of every run, lowest first; "adaptive / best": each engine's median
-run (the lower of two). Policy traces: trace_*.jsonl.gz.
+weights at real shapes, bf16, CUDA graphs captured for every row before the first is timed; the engines in turn, each
+in a process of its own; fixed 4-chains, and fixed trees of --topk 2 and 16 drafts where run). tokens/s of every run,
+lowest first; "adaptive / best": each engine's median run (the lower of two) against the best of plain and the fixed
+shapes. Policy traces: trace_*.jsonl.gz.
 """
 
 
