@@ -192,6 +192,28 @@ def check_tp(args) -> None:
             raise ValueError(f"--tp {size} cannot shard {target}: {error}") from None
 
 
+def check_writable(path: Path, flag: str, folder: bool = False) -> None:
+    """Before any work: `path` (a file, or with `folder` a folder, its parents made as needed) can be written where
+    it names. A file that is a folder, a folder that is a file, or a place nothing can be written into (a read-only
+    file system, /proc) fails here in one line instead of after the run it was to record."""
+    import tempfile
+
+    if path.exists() and path.is_dir() != folder:
+        kind = "a directory; give a file name" if not folder else "a file; give a folder"
+        raise ValueError(f"{flag} {path} is {kind}")
+    ancestor = path if folder and path.is_dir() else path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{flag} {path}: {ancestor} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as error:
+        raise ValueError(f"{flag} {path}: nothing can be written in {ancestor} ({error.strerror}); give another "
+                         "place") from None
+
+
 def not_utf8(path: Path | str, error: UnicodeDecodeError) -> ValueError:
     """A file that is not UTF-8, with the line and the byte at fault."""
     line = error.object[:error.start].count(b"\n") + 1

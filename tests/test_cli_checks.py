@@ -83,6 +83,26 @@ def test_bench_flag_errors_while_parsing(argv, message, capsys):
     one_line_error(capsys, message)
 
 
+def test_outputs_that_cannot_be_written_are_refused_before_any_work(capsys, no_model_loads, tmp_path):
+    """eval's results folder and bench's JSON file: a folder where a file is wanted, a file where a folder is, or a
+    place under a file, refused before bench measures its peaks or eval loads a model (bench used to run its whole
+    sweep, then fail to write it)."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    cases = [(["eval", "--output", str(afile)], f"--output {afile} is a file; give a folder"),
+             (["eval", "--output", str(afile / "run")], f"{afile} is a file, not a folder"),
+             (["bench", "--output", str(tmp_path)], f"--output {tmp_path} is a directory; give a file name"),
+             (["bench", "--output", str(afile / "rows.json")], f"{afile} is a file, not a folder")]
+    for argv, message in cases:
+        assert main(argv) == 2
+        one_line_error(capsys, message)
+
+
+def test_train_drafter_wants_a_checkpoint_directory(capsys, tmp_path):
+    assert main(["train-drafter", "--target", str(tmp_path), "--method", "eagle3", "--out", str(tmp_path / "o")]) == 2
+    one_line_error(capsys, "is not a checkpoint directory (a folder holding config.json)")
+
+
 def test_the_stated_maximum_is_the_verify_kernels():
     from specdec.speculation.tree import MAX_TREE_NODES
     from verify_kernels.gdn import verify as gdn_verify

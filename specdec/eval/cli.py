@@ -14,6 +14,7 @@ from specdec.options import (
     add_speculation_mode_argument,
     add_tp_argument,
     check_tree,
+    check_writable,
     int_at_least,
     not_utf8,
     number,
@@ -106,12 +107,16 @@ def check_before_loading(args: argparse.Namespace, draft_name: bool) -> None:
 
 def check_bench(args: argparse.Namespace) -> None:
     check_before_loading(args, draft_name=False)  # --draft synthetic:RATE is bench's own
+    if args.output is not None:
+        check_writable(args.output, "--output")
 
 
 def check_eval(args: argparse.Namespace) -> None:
     from specdec.eval.datasets import load_prompts
 
     check_before_loading(args, draft_name=True)
+    if args.output is not None:
+        check_writable(args.output, "--output", folder=True)
     try:
         load_prompts(args.dataset, args.num_prompts, chat=args.chat)
     except UnicodeDecodeError as error:
@@ -124,7 +129,7 @@ def bench_command(args: argparse.Namespace) -> None:
 
 
 def evaluate_command(args: argparse.Namespace) -> None:
-    check_before_loading(args, draft_name=True)
+    check_eval(args)
     try:
         evaluate(args)
     except KeyboardInterrupt:

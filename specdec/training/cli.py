@@ -74,6 +74,9 @@ def dispatch(args: argparse.Namespace) -> None:
         summary = {k: record[k] for k in ("preset", "parameters", "final_loss", "held_out_perplexity", "seconds")}
         print(json.dumps(summary, indent=1))
     elif args.command == "train-drafter":
+        if not (args.target / "config.json").is_file():
+            raise ValueError(f"--target {args.target} is not a checkpoint directory (a folder holding config.json); "
+                             "give the folder `specdec train` wrote, or a downloaded Hugging Face checkpoint")
         import torch
 
         from specdec.training.drafter import train_drafter
