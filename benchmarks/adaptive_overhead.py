@@ -21,24 +21,31 @@ from specdec.eval.datasets import load_prompts
 from specdec.speculation.adaptive import AdaptiveConfig
 
 
-def tokens_per_second(llm: LLM, prompts: list[str], new_tokens: int, batch: int) -> float:
-    """The prompts `batch` at a time, greedy -> emitted tokens per second."""
-    start, emitted = time.perf_counter(), 0
+def decode(llm: LLM, prompts: list[str], new_tokens: int, batch: int) -> tuple[float, int, int]:
+    """The prompts `batch` at a time, greedy -> (tokens a second, tokens the steps emitted, target steps). The steps
+    emit every token but each prompt's first (the prefill's); a last step's tokens past max_new_tokens not counted."""
+    start, generated, steps = time.perf_counter(), 0, 0
     for first in range(0, len(prompts), batch):
-        outputs = llm.generate(prompts[first:first + batch], max_new_tokens=new_tokens)
-        emitted += sum(len(output.token_ids) for output in outputs)
-    return emitted / (time.perf_counter() - start)
+        for output in llm.generate(prompts[first:first + batch], max_new_tokens=new_tokens):
+            generated += len(output.token_ids)
+            steps += output.stats.steps
+    return generated / (time.perf_counter() - start), generated - len(prompts), steps
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def alternated_run_arguments(description: str, draft: str) -> argparse.Namespace:
+    """The flags of a benchmark that alternates engines over rounds of MT-bench questions on the shipped target."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--target", default="qwen3.5")
-    parser.add_argument("--draft", default="small")
+    parser.add_argument("--draft", default=draft)
     parser.add_argument("--prompts", type=int, default=6, help="the first N MT-bench questions")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1, help="prompts decoded together")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = alternated_run_arguments(__doc__.split("\n\n")[0], draft="small")
     prompts = [p.text for p in load_prompts("mt-bench", args.prompts)]
     adaptive = EngineConfig.from_flags(speculation="adaptive")
     held = replace(adaptive, adaptive=AdaptiveConfig(collapse=1.01, probe_every=10**9, refresh_every=0))
@@ -50,7 +57,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {name: [] for name in engines}
     for _ in range(args.rounds):
         for name, llm in engines.items():
-            rates[name].append(tokens_per_second(llm, prompts, args.max_new_tokens, args.batch))
+            rates[name].append(decode(llm, prompts, args.max_new_tokens, args.batch)[0])
     print(f"{args.target} + {args.draft}, batch {args.batch}, {args.prompts} MT-bench questions, "
           f"{args.max_new_tokens} tokens, {args.rounds} rounds alternated")
     print("| engine | tok/s per round | median | / plain |")

@@ -10,10 +10,9 @@ study and the CPU eval compare adaptive with fixed chains only, so this is where
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import time
 
+from benchmarks.adaptive_overhead import alternated_run_arguments, decode
 from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
 from specdec.eval.datasets import load_prompts
@@ -34,26 +33,8 @@ def shapes(draft: str, batch: int) -> dict[str, EngineConfig | None]:
     return configs
 
 
-def decode(llm: LLM, prompts: list[str], new_tokens: int, batch: int) -> tuple[float, int, int]:
-    """The prompts `batch` at a time, greedy -> (tokens a second, tokens the steps emitted, target steps). The steps
-    emit every token but each prompt's first (the prefill's); a last step's tokens past max_new_tokens not counted."""
-    start, generated, steps = time.perf_counter(), 0, 0
-    for first in range(0, len(prompts), batch):
-        for output in llm.generate(prompts[first:first + batch], max_new_tokens=new_tokens):
-            generated += len(output.token_ids)
-            steps += output.stats.steps
-    return generated / (time.perf_counter() - start), generated - len(prompts), steps
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default="qwen3.5")
-    parser.add_argument("--draft", default="mtp")
-    parser.add_argument("--prompts", type=int, default=6, help="the first N MT-bench questions")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=1, help="prompts decoded together")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    args = parser.parse_args()
+    args = alternated_run_arguments(__doc__.split("\n\n")[0], draft="mtp")
     prompts = [p.text for p in load_prompts("mt-bench", args.prompts)]
     engines = {name: LLM(args.target) if config is None else LLM(args.target, args.draft, config=config)
                for name, config in shapes(args.draft, args.batch).items()}

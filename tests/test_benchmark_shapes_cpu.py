@@ -1,9 +1,10 @@
-"""benchmarks/shapes_cpu.py: the engines it alternates (trees where the drafter drafts them) and its decode loop's
-figures, on the shipped Qwen3.5 pair."""
+"""benchmarks/shapes_cpu.py: the engines it alternates (trees where the drafter drafts them); the decode loop it
+shares with benchmarks/adaptive_overhead.py: its figures, on the shipped Qwen3.5 pair."""
 
 from __future__ import annotations
 
-from benchmarks.shapes_cpu import decode, shapes
+from benchmarks.adaptive_overhead import decode
+from benchmarks.shapes_cpu import shapes
 from specdec.api import LLM
 
 

@@ -34,7 +34,8 @@ from specdec.speculation.tree import chain_parents, static_tree_parents
 PREFIX = "synthetic:"
 # a tree's later sibling kept where those before it were not: fitted to the shipped Qwen3.5's MTP on MT-bench (a
 # 4-chain kept 3.09 tokens a step, a static tree of --topk 2 and 16 drafts 3.73: 0.52; its EAGLE-3 head, 3.39 and
-# 3.54: 0.15; benchmarks/results/shapes_cpu_2026-12-05.md)
+# 3.54: 0.15; benchmarks/results/shapes_cpu_2026-12-05.md; the rank model's mean, tests/test_synthetic_trees.py
+# expected_kept, solved for the sibling's acceptance at those figures)
 SIBLING_ACCEPTANCE = 0.5
 
 
