@@ -246,7 +246,7 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
         held_steps = 0 if change == "idle policy" else max(llm.engine.policy.config.chain_lengths)
         # (the policy's plan(ids, contexts, backlog): whatever follows the ids is ignored)
         llm.engine.policy.plan = lambda ids, *_: StepPlan(held_steps, (held_steps > 0,) * len(ids))
-        llm.engine.policy.observe = lambda *args: None
+        llm.engine.policy.observe = lambda *args, **kwargs: None
     if change == "study policy":  # as `specdec bench --policy-trace` sets it up
         with_roofline_prior(llm, BenchSettings(target=target, device=device), "kvbuffer",
                             default_peaks(torch.device(device)))

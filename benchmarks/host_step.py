@@ -189,9 +189,9 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     engine = Engine(target, drafter, config, acceptance=chosen)
     if adaptive:  # the stub's steps cost the host's time alone: the shape this mode measures is charged that, the
         observe = engine.policy.observe  # other ten times it, so that the policy keeps to it on any machine
-        engine.policy.observe = lambda ids, drafted, kept, seconds, planned=None: observe(
+        engine.policy.observe = lambda ids, drafted, kept, seconds, planned=None, trees=None: observe(
             ids, drafted, kept, None if seconds is None else seconds * (10 if any(drafted) != drafting else 1),
-            planned)
+            planned, trees)
     width = steps + 1 if speculative else 1
     # the CUDA-graph path's host code, run on the CPU (as ModelRunner.create and the engine set it up)
     engine.runner.enable_graphs(width, batch, capture=False, decode_steps=engine.plain_decodes)

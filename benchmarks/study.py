@@ -5,12 +5,13 @@ CUDA graphs on, batch 1 to 512:
 - plain decoding, KVBuffer against the in-place recurrent backend of the same engine;
 - speculative decoding with 4-token chains accepted at the mean length measured on the shipped models
   (`--draft synthetic:MEAN`; random weights accept no real draft), KVBuffer against intermediate states;
-- adaptive speculation (issue 17: each step a chain of 1, 2 or 4 drafts or none, each width its own CUDA graph) on
+- adaptive speculation (issue 17: each step a chain of 1, 2 or 4 drafts, the TREE below, or none, each width its
+  own CUDA graph; with `--only kvbuffer adaptive`: runs before 2026-12-05 22:00 UTC offered the chains alone) on
   the same drafts, to hold against plain and fixed at every batch size; `--accepted-length 1.2` runs the lot at a
   collapsed acceptance (a section of its own in the report);
 - with `--only kvbuffer tree`, fixed static trees (TREE: --topk 2, 16 drafts) of synthetic drafts whose first-ranked
-  children are kept as the chains' drafts are (specdec/eval/synthetic.py), rows of mode "tree": the fixed shape
-  adaptive speculation, which drafts chains, is held against beside fixed chains;
+  children are kept as the chains' drafts are (specdec/eval/synthetic.py), rows of mode "tree": a fixed shape
+  adaptive speculation is held against beside fixed chains;
 - beside every measured step its roofline (specdec/eval/roofline.py, both peaks measured at the start of the run)
   and, per backend, the largest batch that fits the GPU's memory (specdec/eval/device_memory.py);
 - transformers' generate() on the same shapes at the smaller batches, the outside reference.
@@ -63,6 +64,9 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
     tree = only is not None and only[1] == "tree"  # (run as the fixed speculative engine, its rows then relabelled)
     if tree:
         only = (only[0], "speculative")
+    # (adaptive alone: configured with the tree, offered beside the chains up to its depth; where fixed rows run in
+    # the same process, their 4-chains' shape)
+    shape = TREE if tree or only == ("kvbuffer", "adaptive") else {}
     layers = layers or SHAPES[model][1]
     target = "qwen3.5" if tiny else f"random:{model}:{layers}"
     hf_reference = hf_reference and only in (None, ("kvbuffer", "plain"))
@@ -71,7 +75,7 @@ def run(model: str, layers: int | None, batches: tuple[int, ...], new_tokens: in
                              batch_sizes=batches, baseline=True, max_new_tokens=new_tokens, prompt_tokens=128,
                              device=device, hf_reference=bool(hf_batches), hf_batch_sizes=hf_batches or None,
                              only=only, speculation=("fixed", "adaptive") if adaptive else ("fixed",),
-                             policy_trace=policy_trace, **(TREE if tree else {}))
+                             policy_trace=policy_trace, **shape)
     peaks = bench_peaks(settings)
     print(f"[study] roofline peaks: {peaks}", flush=True)
     rows = run_bench(settings, peaks)

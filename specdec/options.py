@@ -103,9 +103,9 @@ def add_speculation_mode_argument(parser, several: bool = False) -> None:
     parser.add_argument("--speculation", choices=("fixed", "adaptive"), default=["fixed"] if several else "fixed",
                         nargs="+" if several else None,
                         help="fixed: every step drafts the --num-steps / --topk shape (default); adaptive: each step "
-                        "a chain of up to --num-steps drafts, or none, chosen from the running acceptance and the "
-                        "measured step time (chains only)" + ("; both: one run of each, side by side" if several
-                                                              else ""))
+                        "a chain of up to --num-steps drafts, the static tree of --topk > 1 if given, or none, "
+                        "chosen from the running acceptance and the measured step time (no --dynamic-tree)"
+                        + ("; both: one run of each, side by side" if several else ""))
 
 
 def add_engine_arguments(parser) -> None:

@@ -34,9 +34,9 @@ def test_a_steps_outcome_is_told_after_the_next_verify_is_launched(checkpoint, c
         events.append("accept")
         return accept(*args)
 
-    def observed(ids, drafted, kept, seconds, planned=None):
+    def observed(ids, drafted, kept, seconds, planned=None, trees=None):
         events.append(("observe", max(drafted), engine.policy.steps))
-        observe(ids, drafted, kept, seconds, planned)
+        observe(ids, drafted, kept, seconds, planned, trees)
     engine.score, engine.accept_and_commit, engine.policy.observe = scored, accepted, observed
     adaptive, _ = run(engine, SamplingParams())
 

@@ -98,10 +98,10 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
     members = []  # the requests of each step, in the steps' order
     observe = engine.policy.observe
 
-    def recorded(ids, drafted, accepted, seconds, planned=None):
+    def recorded(ids, drafted, accepted, seconds, planned=None, trees=None):
         observed.append(((planned or engine.policy._planned).plan.label, seconds))
         members.append(set(ids))
-        observe(ids, drafted, accepted, seconds, planned)
+        observe(ids, drafted, accepted, seconds, planned, trees)
     engine.policy.observe = recorded
     adaptive, in_flight = run(engine, SamplingParams(), eos)
 

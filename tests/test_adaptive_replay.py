@@ -70,9 +70,9 @@ def test_plain_steps_teach_their_cost_from_the_third_of_a_run():
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, collapse=1.01, probe_every=4, refresh_every=0))
     observe = policy.observe
 
-    def recorded(ids, drafted, kept, seconds, planned=None):
+    def recorded(ids, drafted, kept, seconds, planned=None, trees=None):
         told.append(((planned or policy._planned).plan.steps, seconds))
-        observe(ids, drafted, kept, seconds, planned)
+        observe(ids, drafted, kept, seconds, planned, trees)
     policy.observe = recorded
     run_batch(lambda rows, width: 1e-3, 1, 40, 0.0, text_draws(0), policy)
     run = 0

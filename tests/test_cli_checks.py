@@ -235,6 +235,6 @@ def test_the_api_refuses_a_tree_the_kernels_cannot_verify():
         specdec.api.LLM(draft="small", config=config)
 
 
-def test_adaptive_speculation_takes_chains_only(capsys, no_model_loads):
-    assert main(["run", "--speculation", "adaptive", "--topk", "2"]) == 2
-    one_line_error(capsys, "adaptive speculation chooses chain lengths: use --topk 1")
+def test_adaptive_speculation_refuses_dynamic_trees(capsys, no_model_loads):
+    assert main(["run", "--speculation", "adaptive", "--topk", "2", "--dynamic-tree"]) == 2
+    one_line_error(capsys, "adaptive speculation chooses among chains and a static tree: leave out --dynamic-tree")

@@ -15,8 +15,9 @@ SPECULATION = ("fixed", "adaptive")
 class EngineConfig:
     """cache: the target's pools; shape: what the drafter proposes per step; cuda_graphs: replay the decode /
     verify steps from CUDA graphs on a GPU where the model allows it (runner.graph_note says why not otherwise);
-    speculation: "fixed" (every step drafts `shape`) or "adaptive" (each step a chain of up to shape.steps drafts,
-    or none, chosen by specdec/speculation/adaptive; adaptive: its settings, max_steps taken from shape);
+    speculation: "fixed" (every step drafts `shape`) or "adaptive" (each step a chain of up to shape's depth in
+    drafts, `shape` itself where it is a static tree, or none, chosen by specdec/speculation/adaptive; adaptive: its
+    settings, max_steps and tree taken from shape);
     max_prefill_tokens: the padded prompt tokens one prefill forward takes (admitted requests prefill in groups of
     at most that many, a longer prompt alone in pieces of that many): bounds the prefill's activations, which grow
     with the tokens (the H200 study of 2026-12-05: Nemotron-3-Nano at batch 512 ran out of memory prefilling 65536
@@ -34,9 +35,9 @@ class EngineConfig:
             raise ValueError(f"speculation must be one of {SPECULATION}, got {self.speculation!r}")
         if self.max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
-        if self.speculation == "adaptive" and (self.shape.topk > 1 or self.shape.dynamic):
-            raise ValueError("adaptive speculation chooses chain lengths: use --topk 1 without --dynamic-tree, or "
-                             "--speculation fixed for trees")
+        if self.speculation == "adaptive" and self.shape.dynamic:
+            raise ValueError("adaptive speculation chooses among chains and a static tree: leave out --dynamic-tree, "
+                             "or use --speculation fixed for dynamic trees")
 
     @classmethod
     def from_flags(cls, *, max_batch: int = 8, max_seq_len: int = 4096, flush_length: int = 16,

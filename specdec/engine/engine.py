@@ -31,7 +31,7 @@ from specdec.speculation import (
 from specdec.speculation.adaptive import AdaptivePolicy, StepCostPrior, StepPlan, flat_prior, unpadded
 from specdec.speculation.sampler import SamplerRows, SamplerShape
 from specdec.speculation.sampling import target_distribution
-from specdec.speculation.tree import MAX_TREE_NODES
+from specdec.speculation.tree import MAX_TREE_NODES, TreeShape
 
 from .config import EngineConfig
 from .heap import freeze_heap
@@ -82,7 +82,10 @@ class Engine:
         self._pending_outcome = None  # the last speculative step's outcome, not yet told to the policy (hold_outcome)
         self._unrecorded = None  # the last speculative step's rows, their stats not yet recorded (record_stats)
         if adaptive:
-            adaptive = replace(config.adaptive, max_steps=config.shape.budget)  # a chain: budget = its steps
+            # chains up to the configured shape's depth, and the shape itself where it is a tree that branches
+            shape = config.shape
+            tree = shape if shape.topk > 1 and shape.budget > shape.depth else None
+            adaptive = replace(config.adaptive, max_steps=shape.depth, tree=tree)
             graphs = self.runner.graphs  # (a step of B requests costs the graph batch it pads up to)
             self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior,
                                          graphs.padded_rows if graphs is not None else unpadded)
@@ -285,14 +288,13 @@ class Engine:
             return [DraftTree([r.output[-1]], [-1]) for r in requests]
         if plan is None:  # fixed speculation: every row drafts the configured shape
             trees = self.drafter.propose([self._draft_view(r) for r in requests], self.config.shape)
-        elif all(plan.drafting):  # (the policy's drafting plans: every row, at the plan's length)
-            trees = self.drafter.propose([self._draft_view(r) for r in requests],
-                                         replace(self.config.shape, steps=plan.steps))
+        elif all(plan.drafting):  # (the policy's drafting plans: every row, the plan's chain or the tree)
+            trees = self.drafter.propose([self._draft_view(r) for r in requests], self._plan_shape(plan))
         else:
             trees = [DraftTree([r.output[-1]], [-1]) for r in requests]
             drafting = [i for i in range(len(requests)) if plan.drafting[i]]
             if drafting:
-                shape = replace(self.config.shape, steps=plan.steps)
+                shape = self._plan_shape(plan)
                 drafted = self.drafter.propose([self._draft_view(requests[i]) for i in drafting], shape)
                 for i, tree in zip(drafting, drafted, strict=True):
                     trees[i] = tree
@@ -300,6 +302,10 @@ class Engine:
             if tree.tokens[0] != request.output[-1]:
                 raise RuntimeError(f"drafter {type(self.drafter).__name__} rooted a tree at the wrong token")
         return trees
+
+    def _plan_shape(self, plan: StepPlan) -> TreeShape:
+        """What a drafting plan drafts: the configured tree, or a chain of the plan's length."""
+        return self.config.shape if plan.tree else TreeShape(steps=plan.steps)
 
     def decode_step(self, requests: list[Request], adaptive: bool = False) -> None:
         """Plain decoding, overlapped with the host: launch this step for `requests` (each newest token, on the
@@ -480,8 +486,11 @@ class Engine:
         if self._pending_outcome is not None:
             requests, trees, results, seconds, planned = self._pending_outcome
             self._pending_outcome = None
+            paths = None  # (a tree step's: what the rank model learns from)
+            if planned is not None and planned.plan.tree:
+                paths = [(tree.parents, path) for tree, (path, _) in zip(trees, results, strict=True)]
             self.policy.observe([r.request_id for r in requests], [len(t) - 1 for t in trees],
-                                [len(path) - 1 for path, _ in results], seconds, planned)
+                                [len(path) - 1 for path, _ in results], seconds, planned, trees=paths)
 
     @staticmethod
     def _draft_view(request: Request) -> DraftRequest:

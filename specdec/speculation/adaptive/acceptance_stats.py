@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from .tree_yield import TreeLayout
+
 # observations an estimate's deviation (RunningAcceptance.expected) counts beyond its row's own, which is also
 # the most the deviation can be: sqrt(p (1 - p) / (n + 1 + SURE_OF)). Without it a new request, at its prior's two
 # pseudo-observations, looked worth a 4-chain at any acceptance until a few steps of its own had shown otherwise (the
@@ -41,6 +45,16 @@ class RunningAcceptance:
             self.observed[k] = self.decay * self.observed[k] + 1.0
             self.accepted[k] = self.decay * self.accepted[k] + (1.0 if k < accepted else 0.0)
 
+    def observe_levels(self, first_kept: Sequence[bool]) -> None:
+        """A tree step (tree_yield.rank_outcome): per depth along its accepted path, whether the node there had its
+        first-ranked child kept, the chain's draft at that position (the rank model)."""
+        self._expected = None
+        self._settle()
+        for k, kept in enumerate(first_kept[:len(self.prior)]):
+            self.reached[k] = self.decay * self.reached[k] + 1.0
+            self.observed[k] = self.decay * self.observed[k] + 1.0
+            self.accepted[k] = self.decay * self.accepted[k] + (1.0 if kept else 0.0)
+
     def relax(self, prior: tuple[float, ...], rate: float) -> None:
         """A step without drafts: the counts move toward `weight` pseudo-observations of `prior` by `rate`, so
         that what a request's drafts showed ages with the tokens it emits since, and an estimate that a short run
@@ -64,7 +78,8 @@ class RunningAcceptance:
         self._settle()
         return self.accepted[k] / self.reached[k]
 
-    def expected(self, shapes: int, collapse: float, optimism: float) -> tuple[tuple[float, ...], ...] | None:
+    def expected(self, shapes: int, collapse: float, optimism: float, tree: TreeLayout | None = None,
+                 sibling: float = 0.0) -> tuple[tuple[float, ...], ...] | None:
         """None if p[0] < collapse (a collapsed row); else, for s = 0..shapes - 1, the expected tokens a step with a
         chain of s drafts emits (as expected_emitted) and the square of what it would emit more with each p[k] taken
         `optimism` deviations higher: the deviation of p[k]'s estimate sqrt(p (1 - p) / (n + 1 + SURE_OF)) after n
@@ -74,8 +89,9 @@ class RunningAcceptance:
         (AdaptivePolicy.plan). Kept until the counts next change (observe, relax): the policy prices every shape of
         every row each step, and a drafting step's plan, between the acceptance read and the next launch while the
         device idles, finds them worked out by the observe of the step before (which runs while the device
-        verifies)."""
-        arguments = (shapes, collapse, optimism)
+        verifies). tree: a static tree offered too, priced by the rank model at sibling acceptance `sibling`
+        (tree_yield), its figures a last column after the chains' (positions: at least the tree's depth)."""
+        arguments = (shapes, collapse, optimism, tree, sibling)
         if self._expected is not None and self._expected[0] == arguments:
             return self._expected[1]
         accepted, reached, toward = self.accepted, self.reached, self._toward
@@ -87,17 +103,25 @@ class RunningAcceptance:
         if first >= collapse:
             totals, spread = [1.0], [0.0]
             total, reach, hoped, hope, level = 1.0, 1.0, 1.0, 1.0, 1.0
-            for k in range(1, shapes):
+            p_at, hoped_at = [], []  # (per position: the estimate, and at its hopeful yield)
+            for k in range(1, max(shapes, tree.depth + 1 if tree else 0)):
                 if k <= positions:
                     j = k - 1
                     p = first if k == 1 else (keep * accepted[j] + shift * toward[j]) / (keep * reached[j] + shift)
                     reach *= p
                     total += reach
                     level = min(level, (p * (1.0 - p) / (self.observed[j] + 1.0 + SURE_OF)) ** 0.5)
-                    hope *= min(1.0, p + optimism * level)
+                    p_at.append(p)
+                    hoped_at.append(min(1.0, p + optimism * level))
+                    hope *= hoped_at[-1]
                     hoped += hope
-                totals.append(total)
-                spread.append((hoped - total) ** 2)
+                if k < shapes:
+                    totals.append(total)
+                    spread.append((hoped - total) ** 2)
+            if tree is not None:
+                tokens = tree.expected_tokens(p_at, sibling)
+                totals.append(tokens)
+                spread.append((tree.expected_tokens(hoped_at, sibling) - tokens) ** 2)
             figures = (tuple(totals), tuple(spread))
         self._expected = (arguments, figures)
         return figures

@@ -1,7 +1,11 @@
-"""The per-step choice of the speculation shape for a batch: no drafting or a chain of 1..S drafts, one width for the
-whole batch (the engine verifies one width per step, each a captured CUDA graph width on a GPU).
+"""The per-step choice of the speculation shape for a batch: no drafting, a chain of 1..S drafts, or the configured
+static tree, one width for the whole batch (the engine verifies one width per step, each a captured CUDA graph width
+on a GPU).
 
-    rate(s) = sum_i E_i(s) / cost(B, s + 1),   E_i(s) = expected tokens request i emits with a chain of s drafts
+    rate(s) = sum_i E_i(s) / cost(B, s + 1),   E_i(s) = expected tokens request i emits with s drafts
+
+A tree's E_i comes from the same per-position acceptance as the chains' and a sibling acceptance pooled over
+requests (tree_yield.py: the rank model), both learnt from its steps as well as the chains'.
 
 In a drafting step every row drafts: the step's width, and so its cost, is the batch's, and a row left out of it
 would emit one token where drafting costs the target nothing more. (The first policy switched rows off one by one;
@@ -33,8 +37,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specdec.speculation.tree import TreeShape
+
 from .acceptance_stats import RunningAcceptance
 from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
+from .tree_yield import SiblingAcceptance, TreeLayout, rank_outcome
 
 # a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
 # nothing, up to PROBE_BACKOFF times probe_every (a probe's drafts cost a wider step for nothing, ~6% of the steps
@@ -82,8 +89,11 @@ class AdaptiveConfig:
     twice as long after each refresh that confirmed the best shape, up to REFRESH_BACKOFF times. optimism: how many
     deviations of its estimate above it each row's acceptance is taken at when shapes are compared, the rows'
     shortfalls added in quadrature (plan; 0: compared at the estimates). max_steps: the
-    longest chain (the engine's TreeShape budget); chains: the lengths offered (default: 1, 2, 4, ... up to
-    max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA graph of its own width, `widths`)."""
+    longest chain (the engine's TreeShape depth); chains: the lengths offered (default: 1, 2, 4, ... up to
+    max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA graph of its own width, `widths`).
+    tree: a static tree (topk > 1, at most max_steps deep) offered beside the chains, its shape keyed by the drafts
+    it holds (its budget, more than any chain's); sibling_prior: the rank model's sibling acceptance before any tree
+    step (tree_yield.py; the shipped MTP's trees fit 0.52, its EAGLE-3 head's 0.15)."""
 
     max_steps: int = 4
     chains: tuple[int, ...] | None = None
@@ -94,6 +104,8 @@ class AdaptiveConfig:
     probe_every: int = 16
     refresh_every: int = 16
     optimism: float = 1.0
+    tree: TreeShape | None = None
+    sibling_prior: float = 0.3
 
     def __post_init__(self):
         if self.max_steps < 1 or any(not 1 <= s <= self.max_steps for s in self.chain_lengths):
@@ -102,6 +114,12 @@ class AdaptiveConfig:
             raise ValueError(f"prior_acceptance needs values in [0, 1], got {self.prior_acceptance}")
         if not 0.0 < self.decay < 1.0 or self.prior_weight <= 0 or self.probe_every < 1 or self.optimism < 0:
             raise ValueError("need 0 < decay < 1, prior_weight > 0, probe_every >= 1 and optimism >= 0")
+        if self.tree is not None and (self.tree.dynamic or self.tree.topk < 2 or self.tree.depth > self.max_steps
+                                      or self.tree.budget <= self.max_steps):
+            raise ValueError(f"the tree offered must be static, branch (topk > 1, more drafts than max_steps) and "
+                             f"reach at most max_steps={self.max_steps} deep, got {self.tree}")
+        if not 0.0 <= self.sibling_prior <= 1.0:
+            raise ValueError(f"sibling_prior must lie in [0, 1], got {self.sibling_prior}")
 
     # (worked out once a config: the policy reads them several times a plan, between a drafting step's acceptance
     # read and the next launch)
@@ -113,8 +131,16 @@ class AdaptiveConfig:
 
     @functools.cached_property
     def shapes(self) -> tuple[int, ...]:
-        """Drafts per row of each shape offered: 0 (no drafting) and the chains."""
-        return (0, *self.chain_lengths)
+        """Drafts per row of each shape offered: 0 (no drafting), the chains, and the tree's budget."""
+        return (0, *self.chain_lengths, *((self.tree.budget,) if self.tree is not None else ()))
+
+    @functools.cached_property
+    def tree_layout(self) -> TreeLayout | None:
+        return TreeLayout.of(self.tree) if self.tree is not None else None
+
+    def is_tree(self, steps: int) -> bool:
+        """Whether the shape of `steps` drafts per row is the tree (its budget: no chain is as long)."""
+        return self.tree is not None and steps == self.tree.budget
 
     @functools.cached_property
     def widths(self) -> tuple[int, ...]:
@@ -129,14 +155,15 @@ class AdaptiveConfig:
 @dataclass(frozen=True)
 class StepPlan:
     """steps: drafts per row (0: nobody drafts); drafting[i]: whether row i drafts (every row of a drafting step:
-    the policy's plans; the engine takes any mask)."""
+    the policy's plans; the engine takes any mask); tree: the drafts are the configured static tree's, not a chain."""
 
     steps: int
     drafting: tuple[bool, ...]
+    tree: bool = False
 
     @property
     def label(self) -> str:
-        return "plain" if self.steps == 0 else f"chain-{self.steps}"
+        return "plain" if self.steps == 0 else f"tree-{self.steps}" if self.tree else f"chain-{self.steps}"
 
 
 @dataclass(frozen=True)
@@ -161,6 +188,7 @@ class AdaptivePolicy:
         self.catch_up = CatchUpCost()  # what the drafter's backlog costs (a draft model's missed steps, prompts)
         self.acceptance: dict[int, RunningAcceptance] = {}
         self.population = RunningAcceptance(config.prior_at(config.max_steps), config.prior_weight, POPULATION_DECAY)
+        self.siblings = SiblingAcceptance(config.sibling_prior, config.prior_weight, POPULATION_DECAY)  # (trees)
         self.counts: Counter[str] = Counter()
         self.steps = 0
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
@@ -246,7 +274,7 @@ class AdaptivePolicy:
             # the H200 traces at acceptance 1.2 such steps reset the backoff, probes came every 16-33 steps)
             self.probe_interval = self.config.probe_every
         self._probed = probing
-        plan = StepPlan(steps, (steps > 0,) * batch)
+        plan = StepPlan(steps, (steps > 0,) * batch, self.config.is_tree(steps))
         decision = None
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
             shadowed = [self.shadows[rid] for rid in request_ids if rid in self.shadows]
@@ -267,23 +295,37 @@ class AdaptivePolicy:
         engine tells a step's outcome after the next step's launch, so in a run of drafting steps it does not)."""
         self._batch_tokens(request_ids)
 
-    def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[list[float], list[bool]]:
-        """-> (per drafts per row: the batch's expected tokens, each shape at its hopeful yield (optimism); per row:
-        whether it is worth drafting for, not collapsed). Rows' shortfalls add in quadrature, so a batch of one
-        explores a chain that a few unlucky drafts undersold, and a batch of 256 is priced within ~1/16 of a row's.
-        Kept for the same requests until the figures next change (observe, finish: warm)."""
+    def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[dict[int, float], list[bool]]:
+        """-> (per drafts per row of each chain length up to max_steps and the tree: the batch's expected tokens,
+        each shape at its hopeful yield (optimism); per row: whether it is worth drafting for, not collapsed). Rows'
+        shortfalls add in quadrature, so a batch of one explores a chain that a few unlucky drafts undersold, and a
+        batch of 256 is priced within ~1/16 of a row's. Kept for the same requests until the figures next change
+        (observe, finish: warm)."""
         key = (tuple(request_ids), self._figures_version)
         if self._batch_memo is not None and self._batch_memo[0] == key:
             return self._batch_memo[1]
-        c = self.config
-        figures = [self._stats(rid).expected(c.max_steps + 1, c.collapse, c.optimism) for rid in request_ids]
+        columns = self._columns
+        figures = [self._row_figures(rid) for rid in request_ids]
         worth = [f is not None for f in figures]
-        kept = [f for f in figures if f is not None] or [((0.0,) * (c.max_steps + 1),) * 2]
+        kept = [f for f in figures if f is not None] or [((0.0,) * len(columns),) * 2]
         tokens = zip(*(f[0] for f in kept), strict=True)  # (columns: a shape's figures over the rows)
         shortfalls = zip(*(f[1] for f in kept), strict=True)
-        emitted = [sum(t) + sum(v) ** 0.5 for t, v in zip(tokens, shortfalls, strict=True)]
+        emitted = {s: sum(t) + sum(v) ** 0.5 for s, t, v in zip(columns, tokens, shortfalls, strict=True)}
         self._batch_memo = (key, (emitted, worth))
         return emitted, worth
+
+    def _row_figures(self, request_id: int) -> tuple[tuple[float, ...], ...] | None:
+        """A row's expected tokens and squared shortfalls per column (_columns), or None where it collapsed."""
+        c = self.config
+        return self._stats(request_id).expected(c.max_steps + 1, c.collapse, c.optimism, c.tree_layout,
+                                                self.siblings.value)
+
+    @functools.cached_property
+    def _columns(self) -> tuple[int, ...]:
+        """The drafts per row of the rows' figures (RunningAcceptance.expected): each chain length 0..max_steps, then
+        the tree's budget where one is offered."""
+        tree = self.config.tree
+        return (*range(self.config.max_steps + 1), *((tree.budget,) if tree is not None else ()))
 
     def take_planned(self) -> PlannedStep:
         """The last plan, to be observed later (observe(..., planned=)): the engine tells a speculative step's outcome
@@ -299,11 +341,14 @@ class AdaptivePolicy:
         return planned
 
     def observe(self, request_ids: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
-                seconds: float | None, planned: PlannedStep | None = None) -> None:
+                seconds: float | None, planned: PlannedStep | None = None,
+                trees: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None) -> None:
         """The outcome of a planned step: drafts offered and accepted per row, the step's wall time (None: a step
         whose time says nothing of its cost, e.g. a pipelined plain step that waited for no earlier one). planned:
         that step's take_planned() (default: the last plan). Outcomes are observed in the order of their steps; the
-        plan of the step after may come first (its plan then has this outcome's figures one step late)."""
+        plan of the step after may come first (its plan then has this outcome's figures one step late). trees: a
+        tree step's rows as drafted, each (its tree's parents, its accepted path's nodes), which the rank model
+        learns from (tree_yield.rank_outcome)."""
         if planned is None:
             planned, self._planned = self._planned, None
         else:
@@ -330,13 +375,22 @@ class AdaptivePolicy:
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
         pooled = self._pooled()
-        c = self.config
-        for rid, drafts, kept in zip(request_ids, drafted, accepted, strict=True):
+        if plan.tree:
+            if trees is None:
+                raise ValueError("a tree step's outcome needs its rows' trees and accepted paths")
+            outcomes = [rank_outcome(parents, path) for parents, path in trees]
+            for _, tried, kept in outcomes:  # (first: every row's figures below are priced at the new figure)
+                self.siblings.observe(tried, kept)
+        for i, (rid, drafts, kept) in enumerate(zip(request_ids, drafted, accepted, strict=True)):
             if drafts:
                 stats = self._stats(rid)
-                stats.observe(drafts, kept)
-                stats.expected(c.max_steps + 1, c.collapse, c.optimism)  # (for the next plan: see expected)
-                self.population.observe(drafts, kept)
+                if plan.tree:
+                    stats.observe_levels(outcomes[i][0])
+                    self.population.observe_levels(outcomes[i][0])
+                else:
+                    stats.observe(drafts, kept)
+                    self.population.observe(drafts, kept)
+                self._row_figures(rid)  # (worked out now, for the next plan: see RunningAcceptance.expected)
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
                 self._stats(rid).relax(pooled, 1 - self.config.decay)
 
@@ -395,7 +449,9 @@ class AdaptivePolicy:
         return self._measuring[1]
 
     def _explore(self, batch: int, rates: dict[int, float], best_shape: int, drafting: bool = True) -> int | None:
-        """A shape to measure now: one never measured (twice: the first is a warm-up); else, once the batch's bucket
+        """A shape to measure now: one never measured (twice: the first is a warm-up; the tree only where its rate is
+        within BORROWED_CONTENDER of the best, as priced by the prior: at batch 512 a tree's 17 nodes a row cost a
+        step ~2x a 4-chain's); else, once the batch's bucket
         has run EXPLORE_AFTER steps, a shape not yet measured in this bucket whose rate is within BORROWED_CONTENDER of
         the best (its cost borrowed can be far off, and only a shape that runs corrects its cost: the H200 study of
         2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at 1.2, plain decoding never measured there
@@ -404,10 +460,10 @@ class AdaptivePolicy:
         times), of the contenders (_contender), the one measured least recently in this bucket (so that a cost
         measured while the machine was busy is not trusted for ever). drafting False: no drafting shape is explored
         or refreshed (a batch whose rows collapsed, watched by their shadow drafts)."""
-        for steps in self.config.shapes:
-            if self._kept(steps) < 1:
-                return steps
         bucket, best = self._bucket(batch), max(rates.values())
+        for steps in self.config.shapes:  # (the tree only where it may pay: its width is dear at large batches)
+            if self._kept(steps) < 1 and (not self.config.is_tree(steps) or rates[steps] >= BORROWED_CONTENDER * best):
+                return steps
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes if drafting else (0,):
                 if self._kept(steps, bucket) < 1 and rates[steps] >= BORROWED_CONTENDER * best:

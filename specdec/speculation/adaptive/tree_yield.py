@@ -1,0 +1,104 @@
+"""What a static draft tree is expected to emit, priced from a request's chain acceptance and a pooled sibling
+acceptance (the rank model), and what a verified tree tells of both (rank_outcome).
+
+The rank model: below an accepted node at depth d, its first-ranked child (the drafter's most likely token) is kept
+with the chain's conditional acceptance p[d], exactly as a chain's draft at that position; each later-ranked sibling,
+reached only when those ranked before it were not kept, is kept with probability q, one figure for every depth and
+rank, pooled over requests. A tree then keeps what the chain along its first-ranked path keeps, and more where a
+sibling catches a rejection. The synthetic drafter's trees follow it by construction (specdec/eval/synthetic.py);
+the shipped MTP's static trees fit q = 0.52, its EAGLE-3 head's 0.15 (the CPU fits of 2026-12-05, docs/design.md).
+
+    E[tokens] = 1 + sum over drafted nodes j of P(j kept),
+    P(j kept) = P(parent kept) * (p[depth(parent)] if j is its parent's first child
+                                  else (1 - p[depth(parent)]) * (1 - q)^(rank - 2) * q)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specdec.speculation.tree import TreeShape, static_tree_parents
+
+
+@dataclass(frozen=True, eq=False)  # (compared by identity: a policy holds one, a memo key of every row's figures)
+class TreeLayout:
+    """A static tree's drafted nodes (the root left out), topologically ordered: each node's parent (an index into
+    this layout, -1: the root), its parent's depth (the chain position deciding its first-ranked child) and its rank
+    among its siblings (0: the first-ranked)."""
+
+    parents: tuple[int, ...]
+    parent_depths: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    @classmethod
+    def of(cls, shape: TreeShape) -> TreeLayout:
+        full = static_tree_parents(shape)  # (root first: node 0)
+        depth, seen = [0] * len(full), [0] * len(full)
+        parents, parent_depths, ranks = [], [], []
+        for node in range(1, len(full)):
+            parent = full[node]
+            depth[node] = depth[parent] + 1
+            parents.append(parent - 1)
+            parent_depths.append(depth[parent])
+            ranks.append(seen[parent])
+            seen[parent] += 1
+        return cls(tuple(parents), tuple(parent_depths), tuple(ranks))
+
+    @property
+    def depth(self) -> int:
+        return max(self.parent_depths, default=-1) + 1
+
+    def expected_tokens(self, p: Sequence[float], q: float) -> float:
+        """Expected tokens a step of this tree emits (the bonus token included), at chain acceptance p[d] per depth
+        d (at least self.depth values) and sibling acceptance q. [nodes] multiply-adds: priced per row every plan."""
+        kept, total = [], 1.0
+        for parent, parent_depth, rank in zip(self.parents, self.parent_depths, self.ranks, strict=True):
+            at = p[parent_depth]
+            chance = at if rank == 0 else (1.0 - at) * (1.0 - q) ** (rank - 1) * q
+            if parent >= 0:
+                chance *= kept[parent]
+            kept.append(chance)
+            total += chance
+        return total
+
+
+def rank_outcome(parents: Sequence[int], path: Sequence[int]) -> tuple[list[bool], int, int]:
+    """What a verified tree (its parents, root first) and its accepted path (node indices from the root) tell the
+    rank model: per depth along the path, whether the node there had its first-ranked child kept (depths whose node
+    has no children tell nothing and end the list); and the later-ranked siblings tried and kept (a sibling is tried
+    where every sibling ranked before it was not kept). A chain of s drafts with a kept gives [True] * a + [False]
+    (a < s) and no siblings."""
+    children: dict[int, list[int]] = {}
+    for node, parent in enumerate(parents[1:], 1):
+        children.setdefault(parent, []).append(node)
+    first_kept, tried, kept = [], 0, 0
+    for at, node in enumerate(path):
+        kids = children.get(node)
+        if not kids:
+            break
+        nxt = path[at + 1] if at + 1 < len(path) else None
+        rank = kids.index(nxt) if nxt is not None else len(kids)  # (len: every child rejected)
+        first_kept.append(rank == 0)
+        if rank > 0:  # siblings ranked 1..rank tried (the last of them kept, unless every child was rejected)
+            tried += min(rank, len(kids) - 1)
+            kept += nxt is not None
+    return first_kept, tried, kept
+
+
+class SiblingAcceptance:
+    """q of the rank model, pooled over requests: later-ranked siblings kept / tried, as counts decayed by `decay`
+    per sibling tried, starting at `weight` pseudo-observations of `prior`."""
+
+    def __init__(self, prior: float, weight: float, decay: float):
+        self.tried, self.kept, self.decay = weight, weight * prior, decay
+
+    def observe(self, tried: int, kept: int) -> None:
+        if tried:
+            keep = self.decay**tried
+            self.tried = keep * self.tried + tried
+            self.kept = keep * self.kept + kept
+
+    @property
+    def value(self) -> float:
+        return self.kept / self.tried

@@ -1,0 +1,160 @@
+"""Adaptive speculation offering the configured static tree beside the chains: the rank model's expected tokens
+against the synthetic acceptance that draws trees by it (and against a chain's closed form), what a verified tree
+teaches it, the policy choosing the tree where its width is cheap and chains where it is dear, learning the sibling
+acceptance from tree steps, and the engine with a tree configured: greedy outputs of the shipped Qwen3.5 pair
+unchanged, tree steps counted among the shapes."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from specdec.api import LLM
+from specdec.engine.engine import EngineConfig
+from specdec.eval.synthetic import SyntheticAcceptance
+from specdec.speculation import DraftTree
+from specdec.speculation.adaptive import (
+    AdaptiveConfig,
+    AdaptivePolicy,
+    PlannedStep,
+    RunningAcceptance,
+    StepPlan,
+    TreeLayout,
+    rank_outcome,
+)
+from specdec.speculation.tree import TreeShape, static_tree_parents
+from tests.test_adaptive import NEW_TOKENS, shipped  # noqa: F401  (the module's fixture)
+
+TREE = TreeShape(steps=4, topk=2, max_tokens=16)  # the study's tree rows (benchmarks/study.py TREE)
+
+
+@pytest.mark.parametrize("shape, sibling", [(TREE, 0.5), (TREE, 0.15), (TreeShape(steps=3, topk=3), 0.3)])
+def test_the_rank_model_prices_what_the_synthetic_acceptance_keeps(shape, sibling):
+    """SyntheticAcceptance draws a tree's path by the rank model (one draw per level: the first-ranked child with the
+    chain's alpha, a later one with `sibling` where those before it were not): its mean emitted tokens over many
+    trees must meet TreeLayout's expectation."""
+    acceptance = SyntheticAcceptance(2.7, seed=3, depth=shape.depth, sibling=sibling)
+    parents = static_tree_parents(shape)
+    tree = DraftTree(list(range(len(parents))), parents)
+    draws = 40_000
+    mean = sum(len(acceptance.forced_path(tree)) for _ in range(draws)) / draws
+    alpha = acceptance.alpha(shape.depth)
+    expected = TreeLayout.of(shape).expected_tokens([alpha] * shape.depth, sibling)
+    assert mean == pytest.approx(expected, abs=0.03)  # (the mean's deviation: ~1.1 / sqrt(40000) = 0.006)
+    assert expected > 1 + sum(alpha**k for k in range(1, shape.depth + 1))  # more than its first-ranked chain
+
+
+def test_a_tree_without_siblings_kept_is_priced_as_its_chain():
+    p = [0.9, 0.7, 0.5, 0.3]
+    chain = 1 + 0.9 + 0.9 * 0.7 + 0.9 * 0.7 * 0.5 + 0.9 * 0.7 * 0.5 * 0.3
+    assert TreeLayout.of(TREE).expected_tokens(p, 0.0) == pytest.approx(chain)
+    assert TreeLayout.of(TreeShape(steps=4)).expected_tokens(p, 0.9) == pytest.approx(chain)  # (no siblings at all)
+    # two levels of two children: by hand, the second child kept w.p. (1 - p0) q, each node's first child w.p. p1
+    two = TreeLayout.of(TreeShape(steps=2, topk=2))
+    assert two.expected_tokens([0.6, 0.5], 0.25) == pytest.approx(1 + (0.6 + 0.4 * 0.25) * (1 + 0.5 + 0.5 * 0.25))
+
+
+def test_a_verified_tree_tells_the_rank_model_its_levels_and_siblings():
+    parents = static_tree_parents(TreeShape(steps=2, topk=2))  # [-1, 0, 0, 1, 1, 2, 2]
+    assert rank_outcome(parents, [0, 1, 3]) == ([True, True], 0, 0)  # first-ranked all the way: a leaf ends it
+    assert rank_outcome(parents, [0, 2, 6]) == ([False, False], 2, 2)  # a second-ranked child kept at each level
+    assert rank_outcome(parents, [0, 1]) == ([True, False], 1, 0)  # node 1's children both rejected
+    assert rank_outcome(parents, [0]) == ([False], 1, 0)
+    chain = static_tree_parents(TreeShape(steps=4))
+    assert rank_outcome(chain, [0, 1, 2]) == ([True, True, False], 0, 0)  # as a chain's observe(4, 2) counts it
+    assert rank_outcome(chain, [0, 1, 2, 3, 4]) == ([True] * 4, 0, 0)
+    a, b = RunningAcceptance((0.5,) * 4, 2.0, 0.9), RunningAcceptance((0.5,) * 4, 2.0, 0.9)
+    a.observe(4, 2)
+    b.observe_levels([True, True, False])
+    assert [a.conditional(k) for k in range(4)] == [b.conditional(k) for k in range(4)]
+
+
+def tree_trace(policy: AdaptivePolicy, cost, steps: int, alpha: float, sibling: float, batch: int = 2,
+               seed: int = 0) -> list:
+    """Drive the policy: chains keep each draft with probability alpha until the first rejection, trees draw their
+    path by the rank model (SyntheticAcceptance); a step of width w costs cost(batch, w). -> the plans."""
+    rng = random.Random(seed)
+    acceptance = SyntheticAcceptance(1 + sum(alpha**k for k in range(1, 5)), seed=seed, depth=4, sibling=sibling)
+    tree_parents = static_tree_parents(TREE)
+    ids, plans = list(range(batch)), []
+    for _ in range(steps):
+        plan = policy.plan(ids, [100] * batch)
+        trees = None
+        if plan.tree:
+            paths = [acceptance.forced_path(DraftTree(list(range(len(tree_parents))), tree_parents))
+                     for _ in ids]
+            trees = [(tree_parents, path) for path in paths]
+            drafted, kept = [TREE.budget] * batch, [len(path) - 1 for path in paths]
+        else:
+            drafted = [plan.steps] * batch
+            kept = [next((k for k in range(n) if rng.random() >= alpha), n) for n in drafted]
+        policy.observe(ids, drafted, kept, cost(batch, plan.steps + 1), trees=trees)
+        plans.append(plan)
+    return plans
+
+
+def memory_bound(batch, width):  # a small batch on a GPU: 17 nodes a row cost little more than 5
+    return 1e-3 * (1 + 0.005 * batch * (width - 1))
+
+
+def compute_bound(batch, width):  # a large batch: cost grows with the nodes, 10% of a plain step's a node
+    return 1e-3 * (1 + 0.1 * (width - 1))
+
+
+@pytest.mark.parametrize("cost, label", [(memory_bound, "tree-16"), (compute_bound, "chain-4")])
+def test_the_policy_drafts_the_tree_where_its_width_is_cheap_and_chains_where_it_is_dear(cost, label):
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE, prior_acceptance=(0.7,)))
+    assert policy.config.shapes == (0, 1, 2, 4, 16) and policy.config.widths == (1, 2, 3, 5, 17)
+    plans = tree_trace(policy, cost, 200, alpha=0.7, sibling=0.5)
+    late = [plan.label for plan in plans[100:]]
+    assert max(set(late), key=late.count) == label
+    assert policy.counts["tree-16"] >= 2  # measured at least (a warm-up and a step), chosen or not
+
+
+def test_the_sibling_acceptance_is_learnt_from_tree_steps():
+    """Trees whose later siblings are never kept yield what their first-ranked chain does: the policy learns a
+    sibling acceptance near 0 and, the tree's 17 nodes a row dearer than a 4-chain's 5, drops it; trees whose siblings
+    are kept learn that too."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE, prior_acceptance=(0.7,), sibling_prior=0.5))
+
+    def wide_dearer(batch, width):
+        return 1e-3 * (1 + 0.04 * (width - 1))
+
+    plans = tree_trace(policy, wide_dearer, 150, alpha=0.7, sibling=0.0)
+    assert policy.siblings.value < 0.25  # (from its prior of 0.5, in the few tree steps it took to drop the tree)
+    assert sum(plan.tree for plan in plans[20:]) <= 2  # (measured twice first, then a refresh now and then)
+    learnt = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE, prior_acceptance=(0.7,), sibling_prior=0.1))
+    tree_trace(learnt, memory_bound, 150, alpha=0.7, sibling=0.6)
+    assert learnt.siblings.value == pytest.approx(0.6, abs=0.12)
+
+
+def test_a_tree_steps_outcome_needs_its_trees():
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE))
+    policy._planned = PlannedStep(1, 100.0, StepPlan(16, (True,), tree=True), 0)
+    with pytest.raises(ValueError, match="trees and accepted paths"):
+        policy.observe([0], [16], [2], 1e-3)
+
+
+@pytest.mark.parametrize("tree", [TreeShape(steps=4, topk=2, dynamic=True), TreeShape(steps=3),
+                                  TreeShape(steps=5, topk=2)])
+def test_the_tree_offered_must_be_static_branch_and_fit_the_chains(tree):
+    with pytest.raises(ValueError, match="tree offered must be static"):
+        AdaptiveConfig(max_steps=4, tree=tree)
+
+
+def test_adaptive_speculation_with_a_tree_configured_is_greedy_lossless(shipped):  # noqa: F811
+    """--speculation adaptive --topk 2 --num-draft-tokens 8: chains of up to the tree's depth and the tree itself,
+    every output as plain decoding's; a dynamic tree is refused."""
+    prompts, config, plain = shipped
+    config = replace(config, speculation="adaptive", shape=TreeShape(steps=3, topk=2, max_tokens=8))
+    llm = LLM("qwen3.5", "mtp", device="cpu", config=config)
+    assert llm.engine.policy.config.tree == config.shape and llm.engine.policy.config.max_steps == 3
+    outputs = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
+    assert [out.token_ids for out in outputs] == [out.token_ids for out in plain]
+    counts = llm.engine.policy.counts
+    assert counts["tree-8"] >= 1, counts  # the tree was drafted (its first measurement at least)
+    assert sum(n for out in outputs for n in out.stats.shapes.values()) == sum(out.stats.steps for out in outputs)
+    with pytest.raises(ValueError, match="leave out --dynamic-tree"):
+        EngineConfig.from_flags(topk=2, dynamic_tree=True, speculation="adaptive")
