@@ -118,3 +118,19 @@ def test_the_engine_accepts_what_a_synthetic_tree_forces():
     alpha = SyntheticAcceptance(3.0).alpha(4)
     assert sum(steps) / len(steps) == pytest.approx(expected_kept(config.shape, alpha, 0.5), abs=0.35)
     assert max(steps) == 5  # a path of the tree's 4 levels and the bonus
+
+
+def test_the_synthetic_acceptance_hands_the_commit_each_trees_own_path():
+    """A kept path that leaves a tree's first nodes (a later sibling kept) reaches the engine as the tree's node
+    indices, each the child of the one before, with the bonus read after its last node (it was committed as nodes
+    0..kept, the first nodes whatever was kept, and a tree step's outcome could not be read from it)."""
+    shape = TreeShape(steps=4, topk=2, max_tokens=16)
+    parents = static_tree_parents(shape)
+    trees = [DraftTree(list(range(len(parents))), parents) for _ in range(64)]
+    logits = torch.randn(64, len(parents), 11)
+    results = SyntheticAcceptance(2.5, seed=1, depth=4, sibling=0.9).accept(trees, logits, [SamplingParams()] * 64,
+                                                                             [None] * 64)
+    assert any(path != list(range(len(path))) for path, _ in results)  # (siblings kept at 0.9: some row did)
+    for row, (path, bonus) in enumerate(results):
+        assert path[0] == 0 and all(parents[b] == a for a, b in zip(path, path[1:], strict=False))
+        assert bonus == int(logits[row, path[-1]].argmax())

@@ -191,8 +191,17 @@ class SyntheticAcceptance:
         """The kept counts drawn on the host while the device still runs the step (a row's Python after the read was
         the acceptance's 0.5 ms of idle GPU a step at batch 128 on the H200: benchmarks.step_timeline, 2026-12-03),
         the bonus (the argmax after the last kept node) left on the device, as the target's greedy chains are."""
-        kept = to_device(host_longs([len(self.forced_path(tree)) - 1 for tree in trees]), logits.device)
-        return AcceptedOnDevice(kept, logits.argmax(-1).gather(1, kept[:, None])[:, 0])
+        paths = [self.forced_path(tree) for tree in trees]
+        kept = to_device(host_longs([len(path) - 1 for path in paths]), logits.device)
+        if all(path[-1] == len(path) - 1 for path in paths):  # chains' paths (and trees' along their first nodes)
+            return AcceptedOnDevice(kept, logits.argmax(-1).gather(1, kept[:, None])[:, 0])
+        # a tree's path leaves its first nodes: its node indices, -1 padded to the widest tree [B, W], and the bonus
+        # after its last node
+        width = max(len(tree) for tree in trees)
+        nodes = to_device(host_longs([n for path in paths for n in path + [-1] * (width - len(path))],
+                                     len(paths), width), logits.device)
+        last = to_device(host_longs([path[-1] for path in paths]), logits.device)
+        return AcceptedOnDevice(kept, logits.argmax(-1).gather(1, last[:, None])[:, 0], nodes)
 
     def shadow_kept(self, contexts: list[list[int]], drafts: list[int | None], tokens: list[int]) -> list[bool]:
         """A first draft at the position after contexts[i] kept as a chain's first draft there would be (the text's
