@@ -26,11 +26,20 @@ measured ratio at most points, optimistic by a few percent; it missed the worst 
 batch 1: 0.88x replayed, 0.62x measured; Qwen3.5-9B at 16 and 256: 0.99x and 0.95x replayed, 0.87x and 0.88x
 measured), where a run's luck and the host's time weigh more than the step times.
 
+With --trees the study's tree (--topk 2, 16 drafts) is offered to the policy beside the chains and replayed as a
+fixed shape of its own, its paths drawn as SyntheticAcceptance draws them (a level's draw keeps the first-ranked
+child with the chain's alpha, a later sibling with --sibling); its step times, which no policy trace holds yet, come
+from the fixed tree rows of the study files given to --study-rows (their full-batch step ms), whose plain and 4-chain
+rows replace the traces' times of those widths (give the traces of the same sitting: --traces).
+
 With --shadow-drafts the policy is told each plain step's shadow drafts (AdaptivePolicy.observe_shadows: whether a
 row's first draft would have been kept, the draw at its position), as the engine tells them for a drafter that
 drafts for nothing (n-gram, the study's synthetic one).
 
     python -m benchmarks.adaptive_replay --model qwen3.5-9b --accepted-length 2.72 [--fold-us 52] [--shadow-drafts]
+    python -m benchmarks.adaptive_replay --model qwen3.5-9b --accepted-length 2.72 --batches 1 16 --trees \
+        --traces benchmarks/results/adaptive_h200_2026-12-05g/trace_qwen3.5-9b_b1-16.jsonl.gz \
+        --study-rows benchmarks/results/adaptive_h200_2026-12-05g/study_qwen3.5-9b_b1-16_*.json --new-tokens 256
 """
 
 from __future__ import annotations
@@ -46,15 +55,19 @@ from functools import partial
 from pathlib import Path
 
 from specdec.eval.step_cost import H200, roofline_step_cost
-from specdec.eval.synthetic import SyntheticAcceptance, TextCoins
+from specdec.eval.synthetic import SIBLING_ACCEPTANCE, SyntheticAcceptance, TextCoins, ranked_child
 from specdec.models.real_shapes import SHAPES
 from specdec.runner.cuda_graphs import batch_buckets, padded_batch
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
+from specdec.speculation.tree import TreeShape, static_tree_parents
 
 TRACES = Path("benchmarks/results/policy_traces_h200")
 NEW_TOKENS, PROMPT_TOKENS, FLUSH_LENGTH, WARMUP_TOKENS = 64, 128, 16, 8
 REFILL = 0.15
 CHAIN = 4  # the fixed shape, and the longest adaptive chain
+TREE = TreeShape(steps=CHAIN, topk=2, max_tokens=16)  # --trees: the study's tree (benchmarks/study.py TREE)
+# a study row's mode -> the step width it measures (--study-rows: plain decoding, fixed 4-chains, the tree)
+ROW_WIDTHS = {"plain": 1, "speculative": CHAIN + 1, "tree": TREE.budget + 1}
 
 StepTime = Callable[[int, int], float]  # (rows, width) -> seconds
 Draws = Callable[[int, int], float]  # (text, position) -> a uniform draw: the draft there is kept iff it is < alpha
@@ -99,6 +112,24 @@ class MeasuredSteps:
         return cls({batch: {width: statistics.median(values) for width, values in widths.items()}
                     for batch, widths in times.items()})
 
+    def with_study_rows(self, paths: list[Path], model: str) -> MeasuredSteps:
+        """These step times with the full-batch step ms of the study rows in `paths` (benchmarks.study's JSON) of
+        `model` put over them: plain, fixed 4-chain and fixed tree rows (ROW_WIDTHS), the median over files (a
+        fixed engine's steps of one width a run, against the traces' few steps of each width among the others)."""
+        found: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for path in paths:
+            result = json.loads(path.read_text())
+            if result["model"] != model:
+                continue
+            for row in result["rows"]:
+                if row["mode"] in ROW_WIDTHS and not row.get("out_of_memory") and row.get("full_batch_step_ms"):
+                    found[row["batch_size"]][ROW_WIDTHS[row["mode"]]].append(row["full_batch_step_ms"])
+        table = {batch: dict(widths) for batch, widths in self.table.items()}
+        for batch, widths in found.items():
+            for width, values in widths.items():
+                table.setdefault(batch, {})[width] = statistics.median(values)
+        return MeasuredSteps(table)
+
     def at_batch(self, batch: int, width: int) -> float:
         widths = self.table[batch]
         known = list(widths)
@@ -127,31 +158,57 @@ def graph_rows(max_batch: int) -> Callable[[int], int]:
     return partial(padded_batch, batch_buckets(max_batch))
 
 
+def tree_path(parents: list[int], kids: list[list[int]], alpha: float, sibling: float, draw) -> list[int]:
+    """A static tree's kept path, root first, as SyntheticAcceptance draws it: at each level draw(level) keeps a
+    child by rank (ranked_child), the path ending where the child kept is not in the tree."""
+    path = [0]
+    while kids[path[-1]]:
+        rank = ranked_child(draw(len(path) - 1), alpha, sibling, len(kids[path[-1]]))
+        if rank is None:
+            break
+        path.append(kids[path[-1]][rank])
+    return path
+
+
 def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws: Draws,
               policy: AdaptivePolicy | None = None, chain: int = 0, first_id: int = 0,
               refill: float = REFILL, rows: Callable[[int], int] = lambda rows: rows,
-              fold_seconds: float = 0.0, shadows: bool = False) -> tuple[int, float]:
+              fold_seconds: float = 0.0, shadows: bool = False, tree: TreeShape | None = None,
+              sibling: float = SIBLING_ACCEPTANCE) -> tuple[int, float]:
     """B requests of `tokens` new tokens each to the end (request first_id + i on text i), every step planned by
-    `policy` (else `chain` drafts per row, 0 for plain decoding), each costing the rows it runs (`rows`: the graph
-    batch it pads up to) and fold_seconds for each row whose buffer folds in it: a row's buffer (empty after its
-    prompt) takes the entries its steps commit, one a plain step, the kept drafts and the root a drafting step, and
-    folds when it would reach FLUSH_LENGTH, as the KVBuffer's does. shadows: each plain step's rows told the policy
-    whether their first draft would have been kept (AdaptivePolicy.observe_shadows: a drafter whose drafts cost
-    nothing). -> (tokens emitted, seconds)."""
+    `policy` (else `chain` drafts per row, 0 for plain decoding, or every step `tree` where chain is 0 and a tree is
+    given), each costing the rows it runs (`rows`: the graph batch it pads up to) and fold_seconds for each row whose
+    buffer folds in it: a row's buffer (empty after its prompt) takes the entries its steps commit, one a plain step,
+    the kept drafts and the root a drafting step, and folds when it would reach FLUSH_LENGTH, as the KVBuffer's
+    does. A tree step's rows keep the path tree_path draws (sibling: a later sibling's acceptance). shadows: each
+    plain step's rows told the policy whether their first draft would have been kept
+    (AdaptivePolicy.observe_shadows: a drafter whose drafts cost nothing). -> (tokens emitted, seconds)."""
     left = {first_id + i: tokens for i in range(batch)}
     buffered = dict.fromkeys(left, 0)
     emitted, seconds, plain_run, pending = 0, 0.0, 0, None
+    tree = tree or (policy.config.tree if policy is not None else None)
+    parents = static_tree_parents(tree) if tree is not None else []
+    kids = [[j for j, parent in enumerate(parents) if parent == node] for node in range(len(parents))]
     while left:
         ids = list(left)
         contexts = [PROMPT_TOKENS + tokens - left[rid] for rid in ids]
-        steps = policy.plan(ids, contexts).steps if policy is not None else chain
+        if policy is not None:
+            plan = policy.plan(ids, contexts)
+            steps, tree_step = plan.steps, plan.tree
+        else:
+            steps, tree_step = (chain, False) if chain or tree is None else (tree.budget, True)
         plain_run = plain_run + 1 if steps == 0 else 0
         cost = step_time(rows(len(ids)), steps + 1) * (1 + refill if plain_run == 1 and policy is not None else 1)
-        kept = []
+        kept, paths = [], []
         for rid, context in zip(ids, contexts, strict=True):
-            k = 0
-            while k < steps and draws(rid - first_id, context + k) < alpha:
-                k += 1
+            if tree_step:
+                paths.append(tree_path(parents, kids, alpha, sibling,
+                                       lambda level, rid=rid, context=context: draws(rid - first_id, context + level)))
+                k = len(paths[-1]) - 1
+            else:
+                k = 0
+                while k < steps and draws(rid - first_id, context + k) < alpha:
+                    k += 1
             kept.append(k)
             out = min(k + 1, left[rid])
             emitted += out
@@ -166,7 +223,8 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
                 pending = None
             outcome = (ids, [steps] * len(ids), kept, cost if steps > 0 or plain_run >= 3 else None)
             if steps > 0:
-                pending = (*outcome, policy.take_planned())
+                trees = [(parents, path) for path in paths] if tree_step else None
+                pending = (*outcome, policy.take_planned(), trees)
             else:
                 policy.observe(*outcome)
                 if shadows and policy.wants_shadows:
@@ -185,14 +243,16 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
 
 def replay(step_time: StepTime, batches: list[int], accepted_length: float, prior: Callable | None = None,
            seed: int = 0, new_tokens: int = NEW_TOKENS, fold_seconds: float = 0.0,
-           shadows: bool = False) -> list[dict]:
-    """The study's three rows per batch (plain, fixed 4-chains, adaptive) in tokens/s, with the adaptive shapes;
-    fold_seconds: each row's fold, shadows: the plain steps' shadow drafts told (run_batch)."""
+           shadows: bool = False, trees: bool = False, sibling: float = SIBLING_ACCEPTANCE) -> list[dict]:
+    """The study's rows per batch (plain, fixed 4-chains, with `trees` the fixed tree, and adaptive, offered the
+    tree too) in tokens/s, with the adaptive shapes; fold_seconds: each row's fold, shadows: the plain steps' shadow
+    drafts told, sibling: a tree's later sibling's acceptance (run_batch)."""
     alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
     draws = text_draws(seed)
-    padded = partial(run_batch, rows=graph_rows(max(batches)), fold_seconds=fold_seconds, shadows=shadows)
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN), **({"prior": prior} if prior else {}),
-                            step_rows=graph_rows(max(batches)))
+    padded = partial(run_batch, rows=graph_rows(max(batches)), fold_seconds=fold_seconds, shadows=shadows,
+                     sibling=sibling)
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN, tree=TREE if trees else None),
+                            **({"prior": prior} if prior else {}), step_rows=graph_rows(max(batches)))
     rows, next_id = [], 0
     for batch in batches:
         padded(step_time, batch, FLUSH_LENGTH + WARMUP_TOKENS, alpha, draws, policy, first_id=next_id)
@@ -201,11 +261,15 @@ def replay(step_time: StepTime, batches: list[int], accepted_length: float, prio
         tokens, seconds = padded(step_time, batch, new_tokens, alpha, draws, policy, first_id=next_id)
         next_id += batch
         shapes = policy.counts - before
-        plain = padded(step_time, batch, new_tokens, alpha, draws)
-        fixed = padded(step_time, batch, new_tokens, alpha, draws, chain=CHAIN)
-        rates = {"plain": plain[0] / plain[1], "fixed": fixed[0] / fixed[1], "adaptive": tokens / seconds}
+        fixed = {"plain": padded(step_time, batch, new_tokens, alpha, draws),
+                 "fixed": padded(step_time, batch, new_tokens, alpha, draws, chain=CHAIN)}
+        if trees:
+            fixed["tree"] = padded(step_time, batch, new_tokens, alpha, draws, tree=TREE)
+        rates = {name: emitted / spent for name, (emitted, spent) in fixed.items()}
+        best = max(rates.values())
+        rates["adaptive"] = tokens / seconds
         total = sum(shapes.values())
-        rows.append({"batch": batch, **rates, "of_best": rates["adaptive"] / max(rates["plain"], rates["fixed"]),
+        rows.append({"batch": batch, **rates, "of_best": rates["adaptive"] / best,
                      "shapes": {label: count / total for label, count in shapes.most_common()}})
     return rows
 
@@ -223,26 +287,40 @@ def main() -> None:
     parser.add_argument("--fold-us", type=float, default=0.0,
                         help="what a row's fold adds to a step, all layers (0: folds not simulated; Qwen3.5-9B at "
                              "batch 256 on the H200: ~52, the lockstep plain steps' excess, adaptive_h200_2026-12-04g)")
+    parser.add_argument("--trees", action="store_true",
+                        help="offer the study's tree (--topk 2, 16 drafts) to the policy, and replay it fixed too")
+    parser.add_argument("--sibling", type=float, default=SIBLING_ACCEPTANCE,
+                        help="a tree's later sibling's acceptance (the synthetic drafts'; default %(default)s)")
+    parser.add_argument("--study-rows", type=Path, nargs="+", default=[],
+                        help="benchmarks.study JSON files whose plain, fixed 4-chain and fixed tree rows give the "
+                             "step times the traces lack (the tree's, with --trees)")
     parser.add_argument("--shadow-drafts", action="store_true",
                         help="the plain steps' rows tell the policy whether their first draft would have been kept "
                              "(a drafter that drafts for nothing: n-gram, synthetic)")
     args = parser.parse_args()
     paths = args.traces or sorted(TRACES.glob(f"trace_{args.model}*.jsonl*"))
-    steps = MeasuredSteps.from_traces(paths, args.fold_us * 1e-3)
+    steps = MeasuredSteps.from_traces(paths, args.fold_us * 1e-3).with_study_rows(args.study_rows, args.model)
+    if args.trees and any(TREE.budget + 1 not in steps.table.get(batch, {}) for batch in args.batches):
+        parser.error(f"--trees needs the tree's step time (width {TREE.budget + 1}) at every batch replayed: give "
+                     "--study-rows with its fixed tree rows (benchmarks.study --only kvbuffer tree)")
     prior = roofline_step_cost(SHAPES[args.model][0](), H200, FLUSH_LENGTH)
     runs = [replay(steps, args.batches, args.accepted_length, prior, seed, args.new_tokens,
-                   fold_seconds=args.fold_us * 1e-6, shadows=args.shadow_drafts) for seed in range(args.seeds)]
-    print(f"{args.model}, accepted {args.accepted_length}, step times from {', '.join(p.name for p in paths)}; "
-          f"mean of {args.seeds} replays of {args.new_tokens} tokens a request (simulated: no host time, no noise)")
-    print("| batch | plain tok/s | fixed tok/s | adaptive tok/s | adaptive / best | worst replay | shapes (seed 0) |")
-    print("|---|---|---|---|---|---|---|")
+                   fold_seconds=args.fold_us * 1e-6, shadows=args.shadow_drafts, trees=args.trees,
+                   sibling=args.sibling) for seed in range(args.seeds)]
+    sources = [p.name for p in paths] + [p.name for p in args.study_rows]
+    print(f"{args.model}, accepted {args.accepted_length}, step times from {', '.join(sources)}; mean of "
+          f"{args.seeds} replays of {args.new_tokens} tokens a request (simulated: no host time, no noise)")
+    names = ("plain", "fixed", "tree", "adaptive") if args.trees else ("plain", "fixed", "adaptive")
+    print(f"| batch | {' | '.join(f'{name} tok/s' for name in names)} | adaptive / best | worst replay | "
+          "shapes (seed 0) |")
+    print("|---|" + "---|" * (len(names) + 3))
     for index, batch in enumerate(args.batches):
-        mean = {key: statistics.mean(run[index][key] for run in runs) for key in ("plain", "fixed", "adaptive")}
+        mean = {key: statistics.mean(run[index][key] for run in runs) for key in names}
         of_best = statistics.mean(run[index]["of_best"] for run in runs)
         worst = min(run[index]["of_best"] for run in runs)
         shapes = ", ".join(f"{label} {share:.0%}" for label, share in runs[0][index]["shapes"].items())
-        print(f"| {batch} | {mean['plain']:.0f} | {mean['fixed']:.0f} | {mean['adaptive']:.0f} | {of_best:.2f}x | "
-              f"{worst:.2f}x | {shapes} |")
+        print(f"| {batch} | {' | '.join(f'{mean[name]:.0f}' for name in names)} | {of_best:.2f}x | {worst:.2f}x | "
+              f"{shapes} |")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from benchmarks.adaptive_replay import MeasuredSteps, replay, run_batch, text_draws
-from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
+from benchmarks.adaptive_replay import TREE, MeasuredSteps, replay, run_batch, text_draws
+from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, TreeLayout
 
 
 def test_step_times_interpolate_between_batches_and_widths(tmp_path):
@@ -80,3 +80,34 @@ def test_plain_steps_teach_their_cost_from_the_third_of_a_run():
         run = run + 1 if steps == 0 else 0
         assert (seconds is None) == (steps == 0 and run < 3)
     assert sum(steps == 0 for steps, _ in told) > 20
+
+
+def test_trees_replayed_beside_the_chains_where_their_width_is_cheap():
+    """--trees: the fixed tree replayed as its own row and offered to the policy; where its 17 nodes a row cost
+    little more than a 4-chain's 5 the policy drafts it, where they cost a full step each it does not."""
+    cheap = MeasuredSteps({b: {1: 10.0, 2: 10.2, 3: 10.4, 5: 10.8, 17: 12.0} for b in (1, 16)})
+    dear = MeasuredSteps({b: {1: 10.0, 2: 12.0, 3: 14.0, 5: 18.0, 17: 42.0} for b in (1, 16)})
+    for row in replay(cheap, [1, 16], 2.72, trees=True, new_tokens=128):
+        assert row["tree"] > 1.1 * row["fixed"] and row["of_best"] > 0.9
+        assert max(row["shapes"], key=row["shapes"].get) == "tree-16"
+    for row in replay(dear, [1, 16], 2.72, trees=True, new_tokens=128):
+        assert row["tree"] < row["fixed"] and row["of_best"] > 0.9 and row["shapes"].get("tree-16", 0) < 0.1
+
+
+def test_a_replayed_tree_keeps_what_the_synthetic_acceptance_keeps():
+    """The replay's tree paths are SyntheticAcceptance's: the same draws give the same mean kept length, which the
+    rank model prices (TreeLayout)."""
+    tokens, seconds = run_batch(lambda rows, width: 1e-3, 1, 3000, 0.7, text_draws(0), tree=TREE, sibling=0.5)
+    expected = TreeLayout.of(TREE).expected_tokens([0.7] * 4, 0.5)
+    assert tokens / (seconds / 1e-3) == pytest.approx(expected, rel=0.05)  # (~860 steps: within ~1.5%)
+
+
+def test_study_rows_put_their_step_times_over_the_traces(tmp_path):
+    rows = [{"mode": "tree", "batch_size": 1, "full_batch_step_ms": 7.0},
+            {"mode": "speculative", "batch_size": 1, "full_batch_step_ms": 5.5},
+            {"mode": "adaptive", "batch_size": 1, "full_batch_step_ms": 9.0}]  # (no one width: left out)
+    (tmp_path / "study.json").write_text(json.dumps({"model": "qwen3.5-9b", "rows": rows}))
+    (tmp_path / "other.json").write_text(json.dumps({"model": "nemotron-3-nano", "rows": rows}))
+    steps = MeasuredSteps({1: {1: 5.0, 5: 6.0}}).with_study_rows([tmp_path / "study.json", tmp_path / "other.json"],
+                                                                 "qwen3.5-9b")
+    assert steps.table == {1: {1: 5.0, 5: 5.5, 17: 7.0}}
