@@ -16,6 +16,8 @@ def test_the_shapes_offered_follow_the_drafter():
     assert (static.topk, static.budget, static.dynamic) == (2, 16, False)
     assert draft_model["fixed 4-chains"].shape.budget == 4
     assert with_features["adaptive (chains of 1, 2, 4 or none)"].speculation == "adaptive"
+    offered_tree = draft_model["adaptive (chains, the static tree or none)"]
+    assert offered_tree.speculation == "adaptive" and offered_tree.shape == static
     assert draft_model["plain decoding"] is None
 
 

@@ -15,7 +15,7 @@ from specdec.speculation import SamplingParams
 class RequestStats:
     """steps: target forwards after the prefill; emitted_per_step: tokens each step emitted (accepted drafts plus
     the bonus token); drafted_per_step: draft tokens proposed on each step's accepted path's tree; shapes: steps per
-    speculation shape the adaptive policy chose ("plain", "chain-2", ...; empty for fixed speculation)."""
+    speculation shape the adaptive policy chose ("plain", "chain-2", "tree-16", ...; empty for fixed speculation)."""
 
     steps: int = 0
     emitted_per_step: list[int] = field(default_factory=list)

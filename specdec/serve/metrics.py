@@ -48,7 +48,7 @@ class Metrics:
                                      registry=r)
         self.speculation_shapes = Counter(
             f"{PREFIX}_speculation_shape_steps", "Request-steps by the speculation shape the adaptive policy chose "
-            "(plain, chain-N; none with --speculation fixed)", ["shape"], registry=r)
+            "(plain, chain-N, tree-N; none with --speculation fixed)", ["shape"], registry=r)
         self.step_seconds = Histogram(f"{PREFIX}_step_seconds", "Wall time of one engine step (a prefill and / or "
                                       "one speculative step of the batch)", buckets=STEP_BUCKETS, registry=r)
         self.request_seconds = Histogram(f"{PREFIX}_request_seconds", "Arrival to last token",
