@@ -8,6 +8,7 @@ more per call than the first table shows.
     python -m benchmarks.policy_host_time                     # this checkout
     PYTHONPATH=/path/to/other/checkout python -m benchmarks.policy_host_time --label before   # another, to compare
     python -m benchmarks.policy_host_time --warm-buckets      # a policy that has measured costs in every bucket
+    python -m benchmarks.policy_host_time --tree              # offered a static tree too (topk 2, 16 drafts)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from dataclasses import replace
 
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
+from specdec.speculation.tree import TreeShape, static_tree_parents
 
 BATCHES = (1, 4, 16, 128, 256, 512)
 WARM_UP, STEPS, RUNS = 30, 200, 3
@@ -26,27 +28,40 @@ WARM_UP, STEPS, RUNS = 30, 200, 3
 # --warm-buckets: the study's batch sizes, which one process's policy runs in turn (benchmarks.study), so that its
 # step costs hold measurements in every bucket as a study's or a long-running server's do
 STUDY_BATCHES = (1, 16, 64, 128, 256)
+TREE = TreeShape(steps=4, topk=2, max_tokens=16)  # --tree: the study's (benchmarks/study.py TREE)
 
 
-def seconds_per_step(batch: int, seed: int = 0, warm_buckets: bool = False) -> float:
+def seconds_per_step(batch: int, seed: int = 0, warm_buckets: bool = False, tree: bool = False) -> float:
     """The best of RUNS runs: mean seconds of plan + observe over STEPS steps of `batch` rows."""
-    return min(one_run(batch, seed, warm_buckets) for _ in range(RUNS))
+    return min(one_run(batch, seed, warm_buckets, tree) for _ in range(RUNS))
 
 
-def one_run(batch: int, seed: int, warm_buckets: bool = False) -> float:
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4))
+def first_ranked_path(kept: int) -> list[int]:
+    """TREE's path through its first-ranked children, `kept` drafts long: a tree step's outcome as the engine tells
+    it (the policy's bookkeeping of a path does not depend on which children it took)."""
+    parents, path = static_tree_parents(TREE), [0]
+    for _ in range(kept):
+        path.append(parents.index(path[-1]))
+    return path
+
+
+def one_run(batch: int, seed: int, warm_buckets: bool = False, tree: bool = False) -> float:
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE if tree else None))
+    parents = static_tree_parents(TREE)
+    paths = [first_ranked_path(k) for k in range(5)]
     if warm_buckets:  # other requests first, WARM_UP steps at each of the study's batch sizes, then finished
         for size in STUDY_BATCHES:
             run_steps(policy, list(range(10**6 * size, 10**6 * size + size)), WARM_UP, seed)
     ids, contexts = list(range(batch)), [300] * batch
     rng = random.Random(seed)
     draws = [[rng.randint(0, 4) for _ in range(batch)] for _ in range(WARM_UP + STEPS)]
-    kept = {steps: [[min(d, steps) for d in row] for row in draws] for steps in policy.config.shapes}
+    kept = {steps: [[min(d, steps) for d in row] for row in draws] for steps in policy.config.shapes}  # (a tree: 0-4)
     for index in range(WARM_UP + STEPS):
         if index == WARM_UP:
             start = time.perf_counter()
         plan = policy.plan(ids, contexts)
-        policy.observe(ids, [plan.steps] * batch, kept[plan.steps][index], 0.02)
+        trees = [(parents, paths[k]) for k in kept[plan.steps][index]] if plan.tree else None
+        policy.observe(ids, [plan.steps] * batch, kept[plan.steps][index], 0.02, trees=trees)
     return (time.perf_counter() - start) / STEPS
 
 
@@ -95,14 +110,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--engine", action="store_true", help="the in-engine table too (the shipped pair, ~1 min)")
+    parser.add_argument("--tree", action="store_true", help="the policy offered a static tree too (topk 2, 16 "
+                        "drafts), each tree step's rows told their paths")
     parser.add_argument("--warm-buckets", action="store_true",
                         help="the policy first runs the study's batch sizes in turn (costs in every bucket)")
     args = parser.parse_args()
     warm = ", warmed over the study's batch sizes" if args.warm_buckets else ""
+    warm += ", tree offered" if args.tree else ""
     print(f"| batch | plan + observe ms a step ({args.label}{warm}) |")
     print("|---|---|")
     for batch in BATCHES:
-        print(f"| {batch} | {1e3 * seconds_per_step(batch, warm_buckets=args.warm_buckets):.3f} |", flush=True)
+        ms = 1e3 * seconds_per_step(batch, warm_buckets=args.warm_buckets, tree=args.tree)
+        print(f"| {batch} | {ms:.3f} |", flush=True)
     if args.engine:
         print(f"\n| engine, batch 1 ({args.label}) | ms a step | plan us a step | observe us a step |")
         print("|---|---|---|---|")

@@ -30,3 +30,22 @@ def test_times_plan_and_observe_and_prints_a_row_per_batch(monkeypatch, capsys):
 def test_in_engine_times_the_policys_calls_of_each_step():
     step_ms, plan_us, observe_us = policy_host_time.in_engine(held=True, prompts=1, new_tokens=8)
     assert 0 < plan_us and 0 < observe_us and 1e-3 * (plan_us + observe_us) < step_ms
+
+
+def test_a_tree_offered_is_told_its_paths(monkeypatch):
+    monkeypatch.setattr(policy_host_time, "WARM_UP", 2)
+    monkeypatch.setattr(policy_host_time, "STEPS", 30)
+    monkeypatch.setattr(policy_host_time, "RUNS", 1)
+    told = []
+    observe = policy_host_time.AdaptivePolicy.observe
+
+    def recorded(self, ids, drafted, kept, seconds, planned=None, trees=None):
+        told.append(trees)
+        return observe(self, ids, drafted, kept, seconds, planned, trees)
+    monkeypatch.setattr(policy_host_time.AdaptivePolicy, "observe", recorded)
+    assert policy_host_time.seconds_per_step(4, tree=True) > 0
+    tree_steps = [trees for trees in told if trees is not None]
+    assert tree_steps, "the flat cost prices the tree best: it is drafted"
+    assert all(path[0] == 0 and all(parents[b] == a for a, b in zip(path, path[1:], strict=False))
+               for trees in tree_steps for parents, path in trees)
+    assert policy_host_time.first_ranked_path(2) == [0, 1, 3]  # (the first-ranked child of node 1 is node 3)

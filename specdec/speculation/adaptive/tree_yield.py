@@ -15,6 +15,7 @@ the shipped MTP's static trees fit q = 0.52, its EAGLE-3 head's 0.15 (the CPU fi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,16 +52,26 @@ class TreeLayout:
 
     def expected_tokens(self, p: Sequence[float], q: float) -> float:
         """Expected tokens a step of this tree emits (the bonus token included), at chain acceptance p[d] per depth
-        d (at least self.depth values) and sibling acceptance q. [nodes] multiply-adds: priced per row every plan."""
-        kept, total = [], 1.0
-        for parent, parent_depth, rank in zip(self.parents, self.parent_depths, self.ranks, strict=True):
-            at = p[parent_depth]
-            chance = at if rank == 0 else (1.0 - at) * (1.0 - q) ** (rank - 1) * q
-            if parent >= 0:
-                chance *= kept[parent]
+        d (at least self.depth values) and sibling acceptance q. [nodes] multiply-adds: priced per row whenever its
+        counts change (~2 us at 16 nodes on a 2-core CPU)."""
+        missed = [1.0 - at for at in p]
+        sibling = [0.0] + [q * (1.0 - q) ** (rank - 1) for rank in range(1, self.widest)]  # (rank >= 1)
+        kept, total = [1.0], 1.0  # (kept[0]: the root; node j of the layout is kept[j + 1])
+        for parent, parent_depth, rank in self._nodes:
+            chance = kept[parent] * (p[parent_depth] if rank == 0 else missed[parent_depth] * sibling[rank])
             kept.append(chance)
             total += chance
         return total
+
+    @functools.cached_property
+    def _nodes(self) -> tuple[tuple[int, int, int], ...]:
+        """(parent's index in expected_tokens' kept list, parent's depth, rank) per drafted node."""
+        return tuple(zip((parent + 1 for parent in self.parents), self.parent_depths, self.ranks, strict=True))
+
+    @functools.cached_property
+    def widest(self) -> int:
+        """The most children any node has."""
+        return max(self.ranks, default=-1) + 1
 
 
 def rank_outcome(parents: Sequence[int], path: Sequence[int]) -> tuple[list[bool], int, int]:
