@@ -119,9 +119,9 @@ class RunningAcceptance:
                     totals.append(total)
                     spread.append((hoped - total) ** 2)
             if tree is not None:
-                tokens = tree.expected_tokens(p_at, sibling)
+                tokens, hoped_tokens = tree.expected_pair(p_at, hoped_at, sibling)
                 totals.append(tokens)
-                spread.append((tree.expected_tokens(hoped_at, sibling) - tokens) ** 2)
+                spread.append((hoped_tokens - tokens) ** 2)
             figures = (tuple(totals), tuple(spread))
         self._expected = (arguments, figures)
         return figures

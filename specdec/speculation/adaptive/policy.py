@@ -41,7 +41,7 @@ from specdec.speculation.tree import TreeShape
 
 from .acceptance_stats import RunningAcceptance
 from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
-from .tree_yield import SiblingAcceptance, TreeLayout, rank_outcome
+from .tree_yield import SiblingAcceptance, TreeLayout, child_lists, rank_outcome
 
 # a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
 # nothing, up to PROBE_BACKOFF times probe_every (a probe's drafts cost a wider step for nothing, ~6% of the steps
@@ -378,7 +378,10 @@ class AdaptivePolicy:
         if plan.tree:
             if trees is None:
                 raise ValueError("a tree step's outcome needs its rows' trees and accepted paths")
-            outcomes = [rank_outcome(parents, path) for parents, path in trees]
+            shared: dict[int, list[list[int]]] = {}  # id(parents) -> its child lists (rows share one tree's parents)
+            outcomes = [rank_outcome(parents, path, shared.get(id(parents))
+                                     or shared.setdefault(id(parents), child_lists(parents)))
+                        for parents, path in trees]
             for _, tried, kept in outcomes:  # (first: every row's figures below are priced at the new figure)
                 self.siblings.observe(tried, kept)
         for i, (rid, drafts, kept) in enumerate(zip(request_ids, drafted, accepted, strict=True)):

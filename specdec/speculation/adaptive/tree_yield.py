@@ -52,16 +52,27 @@ class TreeLayout:
 
     def expected_tokens(self, p: Sequence[float], q: float) -> float:
         """Expected tokens a step of this tree emits (the bonus token included), at chain acceptance p[d] per depth
-        d (at least self.depth values) and sibling acceptance q. [nodes] multiply-adds: priced per row whenever its
-        counts change (~2 us at 16 nodes on a 2-core CPU)."""
-        missed = [1.0 - at for at in p]
+        d (at least self.depth values) and sibling acceptance q."""
+        return self.expected_pair(p, p, q)[0]
+
+    def expected_pair(self, p: Sequence[float], hoped: Sequence[float], q: float) -> tuple[float, float]:
+        """expected_tokens at p and at `hoped` (the row's hopeful acceptance: RunningAcceptance.expected), in one
+        walk of the nodes: the policy prices every row this way whenever its counts change (~3 us a row at 16 nodes
+        on a 2-core CPU, half of it the walk)."""
         sibling = [0.0] + [q * (1.0 - q) ** (rank - 1) for rank in range(1, self.widest)]  # (rank >= 1)
-        kept, total = [1.0], 1.0  # (kept[0]: the root; node j of the layout is kept[j + 1])
-        for parent, parent_depth, rank in self._nodes:
-            chance = kept[parent] * (p[parent_depth] if rank == 0 else missed[parent_depth] * sibling[rank])
+        kept, hope = [1.0], [1.0]  # (index 0: the root; node j of the layout is at j + 1)
+        total = hoped_total = 1.0
+        for parent, depth, rank in self._nodes:
+            if rank == 0:
+                chance, hoped_chance = kept[parent] * p[depth], hope[parent] * hoped[depth]
+            else:
+                chance = kept[parent] * (1.0 - p[depth]) * sibling[rank]
+                hoped_chance = hope[parent] * (1.0 - hoped[depth]) * sibling[rank]
             kept.append(chance)
+            hope.append(hoped_chance)
             total += chance
-        return total
+            hoped_total += hoped_chance
+        return total, hoped_total
 
     @functools.cached_property
     def _nodes(self) -> tuple[tuple[int, int, int], ...]:
@@ -74,18 +85,26 @@ class TreeLayout:
         return max(self.ranks, default=-1) + 1
 
 
-def rank_outcome(parents: Sequence[int], path: Sequence[int]) -> tuple[list[bool], int, int]:
+def child_lists(parents: Sequence[int]) -> list[list[int]]:
+    """Every node's children in rank order, from a tree's parents (root first)."""
+    kids: list[list[int]] = [[] for _ in parents]
+    for node, parent in enumerate(parents[1:], 1):
+        kids[parent].append(node)
+    return kids
+
+
+def rank_outcome(parents: Sequence[int], path: Sequence[int],
+                 children: list[list[int]] | None = None) -> tuple[list[bool], int, int]:
     """What a verified tree (its parents, root first) and its accepted path (node indices from the root) tell the
     rank model: per depth along the path, whether the node there had its first-ranked child kept (depths whose node
     has no children tell nothing and end the list); and the later-ranked siblings tried and kept (a sibling is tried
     where every sibling ranked before it was not kept). A chain of s drafts with a kept gives [True] * a + [False]
-    (a < s) and no siblings."""
-    children: dict[int, list[int]] = {}
-    for node, parent in enumerate(parents[1:], 1):
-        children.setdefault(parent, []).append(node)
+    (a < s) and no siblings. children: child_lists(parents), where the caller has them (a batch's rows share one
+    tree's parents)."""
+    children = children if children is not None else child_lists(parents)
     first_kept, tried, kept = [], 0, 0
     for at, node in enumerate(path):
-        kids = children.get(node)
+        kids = children[node]
         if not kids:
             break
         nxt = path[at + 1] if at + 1 < len(path) else None
