@@ -24,9 +24,9 @@ from specdec.speculation.tree import TreeShape, static_tree_parents
 
 @dataclass(frozen=True, eq=False)  # (compared by identity: a policy holds one, a memo key of every row's figures)
 class TreeLayout:
-    """A static tree's drafted nodes (the root left out), topologically ordered: each node's parent (an index into
-    this layout, -1: the root), its parent's depth (the chain position deciding its first-ranked child) and its rank
-    among its siblings (0: the first-ranked)."""
+    """A static tree's drafted nodes (the root left out), topologically ordered: each node's parent (its index in the
+    whole tree, root first: 0 the root, node j of this layout j + 1), its parent's depth (the chain position deciding
+    its first-ranked child) and its rank among its siblings (0: the first-ranked)."""
 
     parents: tuple[int, ...]
     parent_depths: tuple[int, ...]
@@ -40,7 +40,7 @@ class TreeLayout:
         for node in range(1, len(full)):
             parent = full[node]
             depth[node] = depth[parent] + 1
-            parents.append(parent - 1)
+            parents.append(parent)
             parent_depths.append(depth[parent])
             ranks.append(seen[parent])
             seen[parent] += 1
@@ -62,7 +62,7 @@ class TreeLayout:
         sibling = [0.0] + [q * (1.0 - q) ** (rank - 1) for rank in range(1, self.widest)]  # (rank >= 1)
         kept, hope = [1.0], [1.0]  # (index 0: the root; node j of the layout is at j + 1)
         total = hoped_total = 1.0
-        for parent, depth, rank in self._nodes:
+        for parent, depth, rank in self._nodes:  # (kept[parent]: the parent's chance, the root's 1)
             if rank == 0:
                 chance, hoped_chance = kept[parent] * p[depth], hope[parent] * hoped[depth]
             else:
@@ -76,8 +76,8 @@ class TreeLayout:
 
     @functools.cached_property
     def _nodes(self) -> tuple[tuple[int, int, int], ...]:
-        """(parent's index in expected_tokens' kept list, parent's depth, rank) per drafted node."""
-        return tuple(zip((parent + 1 for parent in self.parents), self.parent_depths, self.ranks, strict=True))
+        """(parent, parent's depth, rank) per drafted node, walked by expected_pair."""
+        return tuple(zip(self.parents, self.parent_depths, self.ranks, strict=True))
 
     @functools.cached_property
     def widest(self) -> int:
