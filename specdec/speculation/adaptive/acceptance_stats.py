@@ -79,7 +79,7 @@ class RunningAcceptance:
         return self.accepted[k] / self.reached[k]
 
     def expected(self, shapes: int, collapse: float, optimism: float, tree: TreeLayout | None = None,
-                 sibling: float = 0.0) -> tuple[tuple[float, ...], ...] | None:
+                 sibling: float = 0.0, hoped_sibling: float | None = None) -> tuple[tuple[float, ...], ...] | None:
         """None if p[0] < collapse (a collapsed row); else, for s = 0..shapes - 1, the expected tokens a step with a
         chain of s drafts emits (as expected_emitted) and the square of what it would emit more with each p[k] taken
         `optimism` deviations higher: the deviation of p[k]'s estimate sqrt(p (1 - p) / (n + 1 + SURE_OF)) after n
@@ -119,7 +119,8 @@ class RunningAcceptance:
                     totals.append(total)
                     spread.append((hoped - total) ** 2)
             if tree is not None:
-                tokens, hoped_tokens = tree.expected_pair(p_at, hoped_at, sibling)
+                tokens, hoped_tokens = tree.expected_pair(p_at, hoped_at, sibling,
+                                                          sibling if hoped_sibling is None else hoped_sibling)
                 totals.append(tokens)
                 spread.append((hoped_tokens - tokens) ** 2)
             figures = (tuple(totals), tuple(spread))

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from specdec.speculation.tree import TreeShape
 
-from .acceptance_stats import RunningAcceptance
+from .acceptance_stats import SURE_OF, RunningAcceptance
 from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
 from .tree_yield import SiblingAcceptance, TreeLayout, child_lists, rank_outcome
 
@@ -318,7 +318,7 @@ class AdaptivePolicy:
         """A row's expected tokens and squared shortfalls per column (_columns), or None where it collapsed."""
         c = self.config
         return self._stats(request_id).expected(c.max_steps + 1, c.collapse, c.optimism, c.tree_layout,
-                                                self.siblings.value)
+                                                self.siblings.value, self.siblings.hoped(c.optimism, SURE_OF))
 
     @functools.cached_property
     def _columns(self) -> tuple[int, ...]:
