@@ -126,6 +126,10 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
     (tmp_path / "study_qwen3.5-9b_b512_kvbuffer_acc2.72.json").write_text(json.dumps(
         {"model": "qwen3.5-9b", "settings": {"draft": "synthetic:2.72"}, "rows": big}))
     assert table(tmp_path)[3] == "| qwen3.5-9b | 2.72 | 512 | 300 | out of memory | out of memory | — | — |  |"
+    for path in tmp_path.glob("*_plain_*"):  # a point run without plain decoding: against the fixed shapes alone
+        path.unlink()
+    assert table(tmp_path)[2] == ("| qwen3.5-9b | 2.72 | 16 | — | 160 | 170 / 190 | 1.06x | — | "
+                                  "chain-4 30, plain 2 |")
 
 
 def test_an_adaptive_folder_names_its_devices_and_sittings_and_keeps_its_notes(tmp_path):
