@@ -237,7 +237,8 @@ def study_model_lines(result: dict, plot: Path | None, adaptive_runs: list[tuple
     adaptive = adaptive_table(result, adaptive_runs)
     if len(adaptive) > 2:
         lines += [f"Adaptive speculation (chains of 1, 2 or 4 drafts or none per step, and in runs of main bd5de2a "
-                  f"onwards the fixed tree rows' static tree too, accepted at {accepted}), KVBuffer:", "", *adaptive, ""]
+                  f"onwards the fixed tree rows' static tree too, accepted at {accepted}), KVBuffer:", "",
+                  *adaptive, ""]
     lines += ["Memory:", "", *memory_table(result), ""]
     parts = roofline_parts_table(result)
     if parts:
