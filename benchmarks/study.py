@@ -97,9 +97,10 @@ def run_date(result: dict) -> str:
     return f"{date}, {sitting}" if sitting else date
 
 
-def merge(results: list[dict]) -> list[dict]:
+def merge(results: list[dict], per_day: bool = False) -> list[dict]:
     """One result per model, layer count and acceptance: runs split over processes and device calls joined (the
-    first part's settings and peaks head the section; each row keeps its own roofline)."""
+    first part's settings and peaks head the section; each row keeps its own roofline). per_day: each point keeps
+    its runs of its latest day, whatever their sittings (median_rows)."""
     merged: dict[tuple[str, int, str], dict] = {}
     for result in results:
         key = (result["model"], result["layers"], result.get("settings", {}).get("draft"))
@@ -113,24 +114,27 @@ def merge(results: list[dict]) -> list[dict]:
             merged[key]["rows"] += rows
             merged[key]["transformers"] += reference
     # (transformers' reference too: a batch re-run keeps its latest run, not both beside each other)
-    return [{**result, "rows": median_rows(result["rows"]), "transformers": median_rows(result["transformers"])}
-            for result in merged.values()]
+    return [{**result, "rows": median_rows(result["rows"], per_day),
+             "transformers": median_rows(result["transformers"], per_day)} for result in merged.values()]
 
 
-def median_rows(rows: list[dict]) -> list[dict]:
+def median_rows(rows: list[dict], per_day: bool = False) -> list[dict]:
     """One row per (backend, mode, batch): the runs of its latest date only (a point re-run after a change
     replaces the earlier code's runs; the section names the re-run points: report.rerun_note), and of an engine run
     in several processes that day (study_on_device.sh REPEATS), the run with the median tokens/s (the lower one of an
     even count), its `runs` the tokens/s of all. An engine's step time moves by up to 8% from one process to the next
     on the H200 (2026-12-03: the same adaptive engine's 4-chain steps 6.9-7.0 ms in one process, 7.5-7.6 in the
-    next), more than the adaptive targets' margins."""
+    next), more than the adaptive targets' margins. The latest date is the latest sitting (run_date), or with per_day
+    the latest day: a folder of adaptive runs (adaptive_folders) gathers its runs of one code on purpose, some from
+    calls of their own, and its README (benchmarks/adaptive_runs.py) takes every run's median."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row.get("backend"), row.get("mode"), row.get("batch_size")), []).append(row)
     out = []
     for group in groups.values():
-        latest = max(row.get("date", "") for row in group)
-        group = [row for row in group if row.get("date", "") == latest]
+        day = (lambda row: row.get("date", "").split(",")[0]) if per_day else (lambda row: row.get("date", ""))
+        latest = max(day(row) for row in group)
+        group = [row for row in group if day(row) == latest]
         if len(group) == 1:
             out.append(group[0])
             continue
@@ -202,7 +206,7 @@ def adaptive_folders(results: Path = RESULTS) -> dict[tuple, list[tuple[str, dic
     per model, layers and acceptance (study_report.section_key) -> [(folder, joined result)]."""
     found: dict[tuple, list[tuple[str, dict]]] = {}
     for folder in sorted(p for p in results.glob("adaptive_*") if p.is_dir()):
-        for joined in merge([json.loads(p.read_text()) for p in sorted(folder.glob("study_*.json"))]):
+        for joined in merge([json.loads(p.read_text()) for p in sorted(folder.glob("study_*.json"))], per_day=True):
             found.setdefault(section_key(joined), []).append((folder.as_posix(), joined))
     return found
 

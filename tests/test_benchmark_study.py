@@ -181,6 +181,11 @@ def test_a_later_sitting_of_the_same_day_replaces_the_earlier_runs():
     assert kept[128]["tokens_per_second"] == 10700.0 and kept[128]["runs"] == [10700.0, 10896.0]
     assert kept[1]["tokens_per_second"] == 500.0
     assert "Re-run on 2026-12-04, 10:12 UTC" in rerun_note(joined)
+    # a folder of adaptive runs (study.adaptive_folders) keeps every run of its latest day, as its README does
+    (folder,) = merge([part("09:47 UTC", 10000.0), part("10:12 UTC", 10896.0), part("10:12 UTC", 10700.0),
+                       {**part("10:00 UTC", 9000.0), "date": "2026-12-03"}], per_day=True)
+    assert folder["rows"][0]["runs"] == [10000.0, 10700.0, 10896.0]
+    assert folder["rows"][0]["tokens_per_second"] == 10700.0
 
 
 def test_transformers_reference_re_run_keeps_its_latest_run():
