@@ -59,6 +59,7 @@ from specdec.eval.synthetic import SIBLING_ACCEPTANCE, SyntheticAcceptance, Text
 from specdec.models.real_shapes import SHAPES
 from specdec.runner.cuda_graphs import batch_buckets, padded_batch
 from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy
+from specdec.speculation.adaptive.tree_yield import child_lists
 from specdec.speculation.tree import TreeShape, static_tree_parents
 
 TRACES = Path("benchmarks/results/policy_traces_h200")
@@ -188,7 +189,7 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
     emitted, seconds, plain_run, pending = 0, 0.0, 0, None
     tree = tree or (policy.config.tree if policy is not None else None)
     parents = static_tree_parents(tree) if tree is not None else []
-    kids = [[j for j, parent in enumerate(parents) if parent == node] for node in range(len(parents))]
+    kids = child_lists(parents)
     while left:
         ids = list(left)
         contexts = [PROMPT_TOKENS + tokens - left[rid] for rid in ids]

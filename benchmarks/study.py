@@ -130,9 +130,9 @@ def median_rows(rows: list[dict], per_day: bool = False) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row.get("backend"), row.get("mode"), row.get("batch_size")), []).append(row)
+    day = (lambda row: row.get("date", "").split(",")[0]) if per_day else (lambda row: row.get("date", ""))
     out = []
     for group in groups.values():
-        day = (lambda row: row.get("date", "").split(",")[0]) if per_day else (lambda row: row.get("date", ""))
         latest = max(day(row) for row in group)
         group = [row for row in group if day(row) == latest]
         if len(group) == 1:
