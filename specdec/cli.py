@@ -138,9 +138,12 @@ def check_output(path: Path | None) -> None:
 
 # ---- specdec run ------------------------------------------------------------------------------------------------
 def check_run(args) -> None:
+    from specdec.eval.acceptance_prior import adaptive_settings
+
     read_prompts(args)
     check_output(args.output)
     check_tree(args)
+    adaptive_settings(args)
 
 
 def run(args) -> None:
@@ -149,13 +152,14 @@ def run(args) -> None:
     check_tree(args)
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
+    from specdec.eval.acceptance_prior import adaptive_settings
     from specdec.presets import drafter_asked
 
     config = EngineConfig.from_flags(
         max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
         dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph, speculation=args.speculation,
-        max_prefill_tokens=args.max_prefill_tokens)
+        adaptive=adaptive_settings(args), max_prefill_tokens=args.max_prefill_tokens)
     llm = LLM(args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft), device=args.device,
               dtype=args.dtype, config=config, state_memory_gb=args.state_memory_gb, tp=args.tp)
     chat = llm.has_chat_template if args.chat is None else args.chat

@@ -106,6 +106,11 @@ def add_speculation_mode_argument(parser, several: bool = False) -> None:
                         "a chain of up to --num-steps drafts, the static tree of --topk > 1 if given, or none, "
                         "chosen from the running acceptance and the measured step time (no --dynamic-tree)"
                         + ("; both: one run of each, side by side" if several else ""))
+    parser.add_argument("--acceptance-prior", type=Path, nargs="+", default=None, metavar="EVAL",
+                        help="with --speculation adaptive: start each request's acceptance from this pair's figures, "
+                        "the output folder of a `specdec eval` of a chain (--topk 1), and optionally of a static "
+                        "tree's beside it for the sibling acceptance (default: 0.75 a position and 0.3, the shipped "
+                        "Qwen3.5 drafters' on MT-bench)")
 
 
 def add_engine_arguments(parser) -> None:

@@ -44,12 +44,13 @@ class EngineConfig:
                    num_state_slots: int | None = None, linear_state: str = "kvbuffer", num_steps: int = 4,
                    topk: int = 1, num_draft_tokens: int | None = None, dynamic_tree: bool = False,
                    cuda_graphs: bool = True, speculation: str = "fixed",
-                   max_prefill_tokens: int = 16384) -> EngineConfig:
-        """From the flags of `specdec run / eval / bench`, one to one. Intermediate states keep no buffer: their
+                   adaptive: AdaptiveConfig | None = None, max_prefill_tokens: int = 16384) -> EngineConfig:
+        """From the flags of `specdec run / eval / bench`, one to one (adaptive: --acceptance-prior's,
+        specdec/options.py adaptive_settings). Intermediate states keep no buffer: their
         cache runs with flush length 1 whatever flush_length says."""
         cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, num_state_slots=num_state_slots,
                             flush_length=1 if linear_state == "intermediate" else flush_length,
                             linear_state=linear_state)
         shape = TreeShape(steps=num_steps, topk=topk, max_tokens=num_draft_tokens, dynamic=dynamic_tree)
-        return cls(cache, shape, cuda_graphs, speculation, max_prefill_tokens=max_prefill_tokens)
+        return cls(cache, shape, cuda_graphs, speculation, adaptive or AdaptiveConfig(), max_prefill_tokens)
 

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from specdec.cache.budget import state_bytes
 from specdec.engine.heap import GcPauses, freeze_heap
 from specdec.eval import device_memory
+from specdec.eval.acceptance_prior import adaptive_config
 from specdec.eval.peaks import Peaks, measure_peaks
 from specdec.eval.roofline import Workload, expected_experts, run_roofline
 from specdec.eval.step_cost import roofline_step_cost
@@ -73,6 +74,7 @@ class BenchSettings:
     policy_trace: str | None = None  # a JSONL file for adaptive speculation's step decisions (AdaptivePolicy.trace)
     capture_ahead: bool = True      # every batch's steps captured before the first row is timed (capture_ahead)
     max_prefill_tokens: int = 16384  # padded prompt tokens a prefill forward (engine/prefill.py; before the clock)
+    acceptance_prior: tuple[str, ...] = ()  # adaptive rows: the evals their prior is read from (acceptance_prior.py)
 
     def __post_init__(self):
         if not self.speculation or not set(self.speculation) <= set(SPECULATION_MODES):
@@ -213,7 +215,7 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
         flush_length=settings.flush_length, linear_state=LINEAR_STATE[backend], num_steps=settings.num_steps,
         topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
         cuda_graphs=settings.cuda_graphs, speculation="adaptive" if mode == "adaptive" else "fixed",
-        max_prefill_tokens=settings.max_prefill_tokens)
+        adaptive=adaptive_config(settings.acceptance_prior), max_prefill_tokens=settings.max_prefill_tokens)
     draft, acceptance = settings.draft if mode != "plain" else None, None
     if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
         draft, acceptance = synthetic_speculation(draft, config.shape.depth)

@@ -96,10 +96,12 @@ def add_commands(commands) -> None:
 def check_before_loading(args: argparse.Namespace, draft_name: bool) -> None:
     """The device, the drafter's name (the speculative runs load it after the plain ones) and the tree size."""
     from specdec.api import check_device, check_draft_name
+    from specdec.eval.acceptance_prior import adaptive_settings
     from specdec.presets import DEFAULT_TARGET, drafter_asked
 
     check_device(args.device)
     check_tree(args)
+    adaptive_settings(args)
     draft = drafter_asked(args.target, args.draft)
     if draft_name and draft is not None:
         check_draft_name(args.target or DEFAULT_TARGET, draft)
@@ -154,7 +156,7 @@ def bench(args: argparse.Namespace) -> None:
         cuda_graphs=not args.disable_cuda_graph, hf_reference=args.hf_reference, peak_copy_gbs=args.peak_copy_gbs,
         peak_gemm_tflops=args.peak_gemm_tflops, tp=args.tp, speculation=tuple(args.speculation),
         policy_trace=str(args.policy_trace) if args.policy_trace else None, capture_ahead=not args.capture_per_row,
-        max_prefill_tokens=args.max_prefill_tokens)
+        acceptance_prior=tuple(map(str, args.acceptance_prior or ())), max_prefill_tokens=args.max_prefill_tokens)
     peaks = bench_peaks(settings)
     print(f"[specdec] roofline peaks: {peaks}")
     rows = run_bench(settings, peaks)
@@ -177,7 +179,7 @@ def evaluate(args: argparse.Namespace) -> None:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, num_steps=args.num_steps,
         topk=args.topk, num_draft_tokens=args.num_draft_tokens, dynamic_tree=args.dynamic_tree,
         flush_length=args.flush_length, device=args.device, dtype=args.dtype, tp=args.tp,
-        max_prefill_tokens=args.max_prefill_tokens)
+        acceptance_prior=tuple(map(str, args.acceptance_prior or ())), max_prefill_tokens=args.max_prefill_tokens)
     try:
         prompts = load_prompts(args.dataset, args.num_prompts, chat=args.chat)
     except UnicodeDecodeError as error:

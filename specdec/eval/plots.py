@@ -36,7 +36,7 @@ def write_plots(out: Path, rows: list[RunSummary], emitted_per_step: list[int], 
         ax.legend()
         written.append(save_figure(fig, out / PLOTS[1]))
     fig, ax = plt.subplots(figsize=(6, 4))
-    for mode in ("plain", "speculative"):
+    for mode in ("plain", "speculative", "adaptive"):
         points = sorted((row.batch_size, row.tokens_per_second) for row in rows if row.mode == mode)
         if points:
             ax.plot(*zip(*points, strict=True), marker="o", label=mode)

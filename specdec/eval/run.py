@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from specdec.eval.acceptance_prior import adaptive_config
 from specdec.eval.datasets import EvalPrompt
 from specdec.eval.plots import write_plots
 from specdec.eval.summary import (
@@ -61,6 +62,7 @@ class EvalSettings:
     dtype: str | None = None
     tp: int = 1  # tensor-parallel ranks: every rank runs the eval, rank 0 alone writes
     max_prefill_tokens: int = 16384  # padded prompt tokens a prefill forward (engine/prefill.py)
+    acceptance_prior: tuple[str, ...] = ()  # adaptive runs: the evals their prior is read from (acceptance_prior.py)
 
 
 def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: list[int], out: Path,
@@ -163,6 +165,7 @@ def load_llm(settings: EvalSettings, mode: str, max_batch: int):
                                      num_steps=settings.num_steps, topk=settings.topk,
                                      num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
                                      speculation="adaptive" if mode == "adaptive" else "fixed",
+                                     adaptive=adaptive_config(settings.acceptance_prior),
                                      max_prefill_tokens=settings.max_prefill_tokens)
     return LLM(settings.target, settings.draft if mode != "plain" else None, device=settings.device,
                dtype=settings.dtype, config=config, tp=settings.tp)
@@ -182,7 +185,7 @@ def run_key(mode: str, batch_size: int) -> str:
 def check_settings(out: Path, settings: EvalSettings) -> None:
     """Write the settings into a new folder; in a used one, insist they are the same."""
     path = out / "eval.json"
-    wanted = asdict(settings)
+    wanted = json.loads(json.dumps(asdict(settings)))  # (as the file holds it: a tuple comes back a list)
     if path.is_file():
         found = {field.name: field.default for field in fields(EvalSettings)} | json.loads(path.read_text())
         changed = {key: (found.get(key), value) for key, value in wanted.items() if found.get(key) != value}

@@ -40,14 +40,20 @@ def add_command(commands) -> None:
 
 def check_serve(args) -> None:
     """What fails before any model loads (with --tp, before the ranks start): the tree, the port."""
+    from specdec.eval.acceptance_prior import adaptive_settings
+
     check_tree(args)
+    adaptive_settings(args)
     listen(args.host, args.port).close()
 
 
 def serve_command(args) -> None:
     """Load, listen, serve until Ctrl-C. Under --tp, rank 0 listens and serves and the other ranks mirror its
     engine (specdec/serve/ranks.py)."""
+    from specdec.eval.acceptance_prior import adaptive_settings
+
     check_tree(args)
+    adaptive = adaptive_settings(args)
     try:
         import uvicorn
 
@@ -66,7 +72,7 @@ def serve_command(args) -> None:
         max_batch=args.max_batch, max_seq_len=args.max_seq_len, flush_length=args.flush_length,
         num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens,
         dynamic_tree=args.dynamic_tree, cuda_graphs=not args.disable_cuda_graph, speculation=args.speculation,
-        max_prefill_tokens=args.max_prefill_tokens)
+        adaptive=adaptive, max_prefill_tokens=args.max_prefill_tokens)
     target = args.target or DEFAULT_TARGET
     llm = LLM(target, drafter_asked(args.target, args.draft), device=args.device, dtype=args.dtype, config=config,
               state_memory_gb=args.state_memory_gb, tp=args.tp)
