@@ -47,6 +47,11 @@ def evals(tmp_path_factory):
     return root
 
 
+def test_the_eval_names_the_flag(evals, capsys):
+    assert main([*EVAL, "--output", str(evals / "chain")]) == 0  # (resumes: nothing left to run)
+    assert f"--acceptance-prior {evals / 'chain'} (a chain's)" in capsys.readouterr().out
+
+
 def test_the_prior_read_from_the_pairs_evals(evals):
     chain = json.loads((evals / "chain" / "summary.json").read_text())["runs"][0]
     tree = json.loads((evals / "tree" / "summary.json").read_text())["runs"][0]

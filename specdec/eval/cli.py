@@ -189,6 +189,9 @@ def evaluate(args: argparse.Namespace) -> None:
                     speculation=tuple(args.speculation), rounds=args.rounds)
     print(markdown_table(rows))
     print(f"[specdec] results in {out}")
+    if any(row.mode == "speculative" and row.position_acceptance for row in rows) and not args.dynamic_tree:
+        kind = "a chain's" if args.topk == 1 else "a static tree's (beside a chain's eval)"
+        print(f"[specdec] adaptive speculation can start from this pair's figures: --acceptance-prior {out} ({kind})")
 
 
 def output_folder(args: argparse.Namespace) -> Path:
