@@ -453,23 +453,27 @@ class AdaptivePolicy:
 
     def _explore(self, batch: int, rates: dict[int, float], best_shape: int, drafting: bool = True) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up; the tree only where its rate is
-        within BORROWED_CONTENDER of the best, as priced by the prior: at batch 512 a tree's 17 nodes a row cost a
-        step ~2x a 4-chain's); else, once the batch's bucket
-        has run EXPLORE_AFTER steps, a shape not yet measured in this bucket whose rate is within BORROWED_CONTENDER of
-        the best (its cost borrowed can be far off, and only a shape that runs corrects its cost: the H200 study of
-        2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at 1.2, plain decoding never measured there
-        and borrowed at 1.6x its cost); else every
+        within CONTENDER of the best, as priced by the prior: at batch 512 a tree's 17 nodes a row cost a step ~2x a
+        4-chain's); else, once the batch's bucket has run EXPLORE_AFTER steps, a shape not yet measured in this bucket
+        whose rate is within BORROWED_CONTENDER of the best (its cost borrowed can be far off, and only a shape that
+        runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at
+        1.2, plain decoding never measured there and borrowed at 1.6x its cost), the tree within CONTENDER (its price
+        held when measured: in the H100 runs of 2026-12-06, of 11 trees explored at 0.50-0.75 of the best, one came
+        out the best, Qwen3.5-9B at 28 rows in a warm-up; ten stayed at 0.55-0.91 of it, each a step of up to 2x a
+        4-chain's time, 1-2% of a run of 256 tokens at Qwen3.5-9B batch 64 and Nemotron-3-Nano batch 1 and 128);
+        else every
         refresh_every steps (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF
         times), of the contenders (_contender), the one measured least recently in this bucket (so that a cost
         measured while the machine was busy is not trusted for ever). drafting False: no drafting shape is explored
         or refreshed (a batch whose rows collapsed, watched by their shadow drafts)."""
         bucket, best = self._bucket(batch), max(rates.values())
         for steps in self.config.shapes:  # (the tree only where it may pay: its width is dear at large batches)
-            if self._kept(steps) < 1 and (not self.config.is_tree(steps) or rates[steps] >= BORROWED_CONTENDER * best):
+            if self._kept(steps) < 1 and (not self.config.is_tree(steps) or rates[steps] >= CONTENDER * best):
                 return steps
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes if drafting else (0,):
-                if self._kept(steps, bucket) < 1 and rates[steps] >= BORROWED_CONTENDER * best:
+                needed = CONTENDER if self.config.is_tree(steps) else BORROWED_CONTENDER
+                if self._kept(steps, bucket) < 1 and rates[steps] >= needed * best:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
@@ -484,8 +488,8 @@ class AdaptivePolicy:
         """The share of the best rate a shape needs to be refreshed: BORROWED_CONTENDER while its cost in the bucket
         rests on a single step (which can be far off: on the CPU, plain decoding measured once in a warm-up at 1.5x
         its cost was not refreshed for 33 steps of drafting that lost to it), CONTENDER from the second on (a wider
-        net for every shape cost the H200 traces' replay 1-3%: their costs are steady)."""
-        return CONTENDER if self._kept(steps, bucket) >= 2 else BORROWED_CONTENDER
+        net for every shape cost the H200 traces' replay 1-3%: their costs are steady), and always for the tree."""
+        return CONTENDER if self.config.is_tree(steps) or self._kept(steps, bucket) >= 2 else BORROWED_CONTENDER
 
     def _kept(self, steps: int, bucket: int | None = None) -> int:
         """Measurements of a shape its cost keeps (a bucket's first is its warm-up), in one bucket or all, the step in
