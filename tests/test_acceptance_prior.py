@@ -126,3 +126,12 @@ def test_bad_priors_are_one_line_before_any_model_loads(files, extra, message, t
     assert main(["run", "--draft", "mtp", "--speculation", "adaptive", *extra, "--acceptance-prior", *paths]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["eval", "--num-prompts", "1"],
+                                     ["bench", "--batch-sizes", "1"]])
+def test_every_command_with_the_flag_refuses_a_folder_without_an_eval(command, tmp_path, capsys, no_model_loads):
+    argv = [*command, "--draft", "mtp", "--speculation", "adaptive", "--acceptance-prior", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--acceptance-prior {tmp_path}: no summary.json there" in err and len(err.strip().splitlines()) == 1, err
