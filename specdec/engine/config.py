@@ -46,7 +46,7 @@ class EngineConfig:
                    cuda_graphs: bool = True, speculation: str = "fixed",
                    adaptive: AdaptiveConfig | None = None, max_prefill_tokens: int = 16384) -> EngineConfig:
         """From the flags of `specdec run / eval / bench`, one to one (adaptive: --acceptance-prior's,
-        specdec/options.py adaptive_settings). Intermediate states keep no buffer: their
+        specdec/eval/acceptance_prior.py adaptive_settings). Intermediate states keep no buffer: their
         cache runs with flush length 1 whatever flush_length says."""
         cache = CacheConfig(max_requests=max_batch, max_seq_len=max_seq_len, num_state_slots=num_state_slots,
                             flush_length=1 if linear_state == "intermediate" else flush_length,

@@ -36,9 +36,8 @@ class AcceptancePrior:
     sibling: float | None = None
 
     def applied(self, config: AdaptiveConfig) -> AdaptiveConfig:
-        if self.sibling is None:
-            return replace(config, prior_acceptance=self.acceptance)
-        return replace(config, prior_acceptance=self.acceptance, sibling_prior=self.sibling)
+        sibling = config.sibling_prior if self.sibling is None else self.sibling
+        return replace(config, prior_acceptance=self.acceptance, sibling_prior=sibling)
 
 
 def adaptive_settings(args) -> AdaptiveConfig:
@@ -71,14 +70,14 @@ def read_acceptance_prior(paths: Sequence[str | Path]) -> AcceptancePrior:
         kinds = ", ".join(f"{path} ({'a chain' if shape.topk == 1 else 'a tree'})" for path, shape, _ in evals)
         raise ValueError(f"--acceptance-prior needs one eval of a chain (--topk 1), and at most one of a static tree "
                          f"beside it (a tree's figures mix the chain's acceptance with its siblings'); got {kinds}")
-    path, shape, run = chains[0]
+    path, _, run = chains[0]
     acceptance = conditional_acceptance(run["position_acceptance"])
     if not acceptance or acceptance[0] == 0.0:
         raise ValueError(f"--acceptance-prior {path}: its speculative run kept no draft at any position, so every "
                          f"request would start with speculation off; evaluate the pair with more prompts or tokens")
     sibling = None
     if trees:
-        tree_path, tree_shape, tree_run = trees[0]
+        _, tree_shape, tree_run = trees[0]
         sibling = fit_sibling(acceptance, TreeLayout.of(tree_shape), tree_run["mean_accepted_length"])
     return AcceptancePrior(acceptance, sibling)
 

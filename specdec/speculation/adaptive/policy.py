@@ -457,15 +457,13 @@ class AdaptivePolicy:
         4-chain's); else, once the batch's bucket has run EXPLORE_AFTER steps, a shape not yet measured in this bucket
         whose rate is within BORROWED_CONTENDER of the best (its cost borrowed can be far off, and only a shape that
         runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at
-        1.2, plain decoding never measured there and borrowed at 1.6x its cost), the tree within CONTENDER (its price
-        held when measured: in the H100 runs of 2026-12-06, of 11 trees explored at 0.50-0.75 of the best, one came
-        out the best, Qwen3.5-9B at 28 rows in a warm-up; ten stayed at 0.55-0.91 of it, each a step of up to 2x a
-        4-chain's time, 1-2% of a run of 256 tokens at Qwen3.5-9B batch 64 and Nemotron-3-Nano batch 1 and 128);
-        else every
-        refresh_every steps (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF
-        times), of the contenders (_contender), the one measured least recently in this bucket (so that a cost
-        measured while the machine was busy is not trusted for ever). drafting False: no drafting shape is explored
-        or refreshed (a batch whose rows collapsed, watched by their shadow drafts)."""
+        1.2, plain decoding never measured there and borrowed at 1.6x its cost), the tree within CONTENDER (in the
+        H100 runs of 2026-12-06, ten of 11 trees explored at 0.50-0.75 of the best stayed below it once measured,
+        each a step of up to 2x a 4-chain's: 1-2% of a run at Qwen3.5-9B batch 64); else every refresh_every steps
+        (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF times), of the
+        contenders (_contender), the one measured least recently in this bucket (so that a cost measured while the
+        machine was busy is not trusted for ever). drafting False: no drafting shape is explored or refreshed (a
+        batch whose rows collapsed, watched by their shadow drafts)."""
         bucket, best = self._bucket(batch), max(rates.values())
         for steps in self.config.shapes:  # (the tree only where it may pay: its width is dear at large batches)
             if self._kept(steps) < 1 and (not self.config.is_tree(steps) or rates[steps] >= CONTENDER * best):
