@@ -4,6 +4,8 @@ generations; on a GPU the captured graphs must give the eager engine's tokens ex
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -403,6 +405,34 @@ def test_captured_steps_generate_what_eager_steps_generate(checkpoint, drafter, 
     assert steps and all(step.ctx is None for step in steps), "a captured step keeps no scratch in the graphs' pool"
     if drafter == "model":
         assert graphed.drafter.runner.graphs is not None, "the draft model's steps are captured too"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_a_capture_that_fails_before_any_graph_holds_the_pool_leaves_one_to_capture_into(checkpoint, monkeypatch):
+    """Out of memory in the first step captured (the widest and largest): torch forgets the pool's last user, and a
+    capture into it again stopped on its allocator's internal assert (the H100 study of 2026-12-06, Qwen3.5-9B's
+    adaptive engine at batch 512). The next capture, memory freed, builds its steps, which generate the eager
+    engine's tokens."""
+    eager = engine_for(checkpoint, "ngram", 3, cuda_graphs=False, device="cuda")
+    graphed = engine_for(checkpoint, "ngram", 3, cuda_graphs=True, device="cuda")
+    graphs, forward = graphed.runner.graphs, StepGraphs._forward
+
+    def out_of_memory_while_capturing(self, step, *args, **kwargs):
+        if torch.cuda.is_current_stream_capturing():
+            raise torch.OutOfMemoryError("CUDA out of memory (raised by the test)")
+        return forward(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(StepGraphs, "_forward", out_of_memory_while_capturing)
+    stale = graphs._pool.handle
+    with pytest.raises(torch.OutOfMemoryError):
+        graphed.runner.capture(3, 8, 64)
+    gc.collect()  # (the failed graph freed, as a caller that frees memory before trying again frees it)
+    torch.cuda.empty_cache()
+    assert not graphs._steps and graphs._pool.handle != stale
+    monkeypatch.setattr(StepGraphs, "_forward", forward)
+    assert graphed.runner.capture(3, 8, 64) > 0 and graphs._pool.held >= len(graphs._steps) > 0
+    assert generate(graphed) == generate(eager)
 
 
 @pytest.mark.gpu

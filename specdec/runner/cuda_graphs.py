@@ -121,6 +121,22 @@ def _capturing(graph: torch.cuda.CUDAGraph, pool) -> Iterator[None]:
             gc.enable()
 
 
+class _GraphPool:
+    """The memory pool that a runner's graphs share (torch.cuda.graph_pool_handle), and how many built steps' graphs
+    hold it. torch frees a pool's bookkeeping for reuse once its last graph is gone, and a later capture into that
+    pool stops on an internal assert of its caching allocator ("it->second->use_count > 0"): so a capture that
+    fails while no built step holds the pool (out of memory in the first step captured, the widest and largest: the
+    H100 study of 2026-12-06, Qwen3.5-9B's adaptive engine at batch 512) leaves a fresh pool for the next."""
+
+    def __init__(self):
+        self.handle = torch.cuda.graph_pool_handle()
+        self.held = 0  # built steps whose graphs were captured into the pool
+
+    def capture_failed(self) -> None:
+        if self.held == 0:
+            self.handle = torch.cuda.graph_pool_handle()
+
+
 @dataclass
 class _Bucket:
     """One bucket: packed inputs on the host (pinned on CUDA) and the device, the graphs, and their outputs (the
@@ -188,7 +204,7 @@ class StepGraphs:
         self.replays: Counter[int] = Counter()
         self.buckets = batch_buckets(max_batch)
         # one pool for every width and bucket (and the graphs sharing it)
-        self._pool = share._pool if share is not None else torch.cuda.graph_pool_handle() if capture else None
+        self._pool = share._pool if share is not None else _GraphPool() if capture else None
         self._steps: dict[tuple[int, int, int], _Bucket] = {}  # (width, batch bucket, key length) -> its step
         self._logits: torch.Tensor | None = None  # flat, every step's logits at its start (module docstring)
         self._vocab: int | None = None  # the logits' last dimension, from the first forward (a capture's warm-up)
@@ -250,32 +266,41 @@ class StepGraphs:
         device = self.cache.device
         step = _Bucket(lay, kv_len, host_inputs, host_inputs[0].to(device), host_commit, host_commit[0].to(device))
         if self.capture:
-            # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
-            self._forward(step)
-            if not self.decodes:
-                self._commit(step)
-            self._outputs(bucket, width)  # (the shared output buffers allocated now, outside the capture)
-            if self._decode_folds_apart:
-                # first, so that the bucket's context and outputs stay the common step's (the logits: one buffer)
-                self._forward(step, every_row_folds=True)
-                torch.cuda.synchronize()
-                step.folding_graph = torch.cuda.CUDAGraph()
-                with torch.inference_mode(), _capturing(step.folding_graph, self._pool):
-                    self._forward(step, shared_outputs=True, every_row_folds=True)
-            torch.cuda.synchronize()
-            step.forward_graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), _capturing(step.forward_graph, self._pool):
-                self._forward(step, shared_outputs=True)
-            if not self.decodes:
-                step.commit_graph = torch.cuda.CUDAGraph()
-                with torch.inference_mode(), _capturing(step.commit_graph, self._pool):
-                    self._commit(step)
-            # the context's scratch (what the forward leaves for the commit: the conv inputs, the tree's entries) is
-            # read only by this step's commit, which replays right after its forward with no other graph of the
-            # pool between them: freed, later captures reuse its memory (kept, every bucket, width and key length
-            # would hold its own: 24 GiB of an H100 at Qwen3.5-9B's speculative batch 512, 2026-12-05)
-            step.ctx = None
+            try:
+                self._capture(step, bucket, width)
+            except BaseException:  # (out of memory, mostly: the caller may free some and capture again)
+                self._pool.capture_failed()
+                raise
+            self._pool.held += 1
         return step
+
+    def _capture(self, step: _Bucket, bucket: int, width: int) -> None:
+        """Capture a step's graphs: its forward (and, where every row folds apart, the folding forward) and commit."""
+        # warm-up on padding rows only (compiles the kernels, settles the allocator), then capture
+        self._forward(step)
+        if not self.decodes:
+            self._commit(step)
+        self._outputs(bucket, width)  # (the shared output buffers allocated now, outside the capture)
+        if self._decode_folds_apart:
+            # first, so that the bucket's context and outputs stay the common step's (the logits: one buffer)
+            self._forward(step, every_row_folds=True)
+            torch.cuda.synchronize()
+            step.folding_graph = torch.cuda.CUDAGraph()
+            with torch.inference_mode(), _capturing(step.folding_graph, self._pool.handle):
+                self._forward(step, shared_outputs=True, every_row_folds=True)
+        torch.cuda.synchronize()
+        step.forward_graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), _capturing(step.forward_graph, self._pool.handle):
+            self._forward(step, shared_outputs=True)
+        if not self.decodes:
+            step.commit_graph = torch.cuda.CUDAGraph()
+            with torch.inference_mode(), _capturing(step.commit_graph, self._pool.handle):
+                self._commit(step)
+        # the context's scratch (what the forward leaves for the commit: the conv inputs, the tree's entries) is
+        # read only by this step's commit, which replays right after its forward with no other graph of the
+        # pool between them: freed, later captures reuse its memory (kept, every bucket, width and key length
+        # would hold its own: 24 GiB of an H100 at Qwen3.5-9B's speculative batch 512, 2026-12-05)
+        step.ctx = None
 
     def _outputs(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits [rows, width, vocab], features [rows, width, F] or None for decode steps, which hand back none)
