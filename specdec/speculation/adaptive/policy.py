@@ -17,23 +17,23 @@ requests that recovered are seen (and twice as long after each probe that change
 times). Where drafting costs nothing (n-gram, synthetic drafts), plain steps check each collapsed row's first draft
 against the token they emit (shadow drafts, observe_shadows), and such a batch is probed only when its shadows say
 it may have recovered, nor does it explore or refresh a drafting shape meanwhile. A request's acceptance is learnt
-from its drafting steps, and while it does not draft it relaxes toward the pooled acceptance
-(RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain
-decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch
-of one on plain steps for the rest of its run after three), and a batch that decodes plainly because drafting costs
-more than it brings is not probed. A new request's acceptance starts from the acceptance pooled over the requests
-seen (the drafter's figures before any): at 1.2 accepted, the H200 study's new requests drafted 4-chains for their
-first steps from the drafter's 0.75.
+from its drafting steps, and while it does not draft it relaxes toward the pooled acceptance (RunningAcceptance.relax):
+a short run of rejections can make drafting look worse than plain decoding while it is not (at batch 1 a 4-chain step
+costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch of one on plain steps for the rest of its run after
+three), and a batch that decodes plainly because drafting costs more than it brings is not probed. A new request's
+acceptance starts from the acceptance pooled over the requests seen (the drafter's figures before any): at 1.2
+accepted, the H200 study's new requests drafted 4-chains for their first steps from the drafter's 0.75.
 
 Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
-factor, and is measured there once the bucket has run a few steps if it may be the best (_explore); a shape chosen
-to be measured is held until a step of it teaches a cost (_held: plain steps teach one from the third of a run).
+factor, and is measured there once the bucket has run a few steps, the batch not shrinking, if it may be the best
+(_explore); a shape chosen to be measured is held until a step of it teaches a cost (_held: plain steps teach one
+from the third of a run).
 """
 
 from __future__ import annotations
 
 import functools
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,22 +51,20 @@ PROBE_BACKOFF = 4
 # steps; a batch's collapsed rows call a probe when theirs, pooled, lies above the collapse by SHADOW_SURE deviations
 SHADOW_DECAY = 0.95
 SHADOW_SURE = 1.0
-# steps a batch bucket runs before its unmeasured shapes are explored (a shrinking batch's tail passes through small
-# buckets in a few steps each: not worth measuring every shape there)
+# steps a batch bucket runs before its unmeasured shapes are explored; none is explored or refreshed while the batch is
+# smaller than in any of its last EXPLORE_AFTER steps (a shrinking tail passes a bucket in 4-8 steps, where a
+# measurement serves a step or two: 2-3% of Nemotron-3-Nano's run at batch 128 in the H100 study of 2026-12-06)
 EXPLORE_AFTER = 4
 CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is worth measuring
 # ... or within 2x of it while its cost in the batch's bucket is borrowed (a borrowed cost was 1.6-3x off in the H200
-# study and on the CPU: plain decoding at batch 4, priced from the 4-chains' factor, was never measured there). 0.7
-# was tried on 2026-12-03: the H200 traces' replay put it 0.01-0.02 up at three points, but the CPU eval of the
-# draft model (MT-bench, one sitting each) read 1.01x / 0.98x of plain at batch 1 / 4 against 0.98x / 1.09x at 0.5,
-# within the CPU's noise: kept at 0.5 until a study row tells them apart.
+# study and on the CPU). 0.7 (2026-12-03): replayed 0.01-0.02 up at three points; the CPU eval of the draft model read
+# 1.01x / 0.98x of plain at batch 1 / 4 against 0.98x / 1.09x at 0.5, within its noise: kept until a study row tells.
 BORROWED_CONTENDER = 0.5
 # refreshes that confirm the best shape come twice as far apart, up to REFRESH_BACKOFF times refresh_every (each
 # costs a step of a worse shape and, between plain steps, the pipeline's refill: at batch 256 the H200 study's
 # refreshes every 16 steps cost ~5% of plain decoding's tokens/s)
 REFRESH_BACKOFF = 4
-# the memory of the acceptance pooled over requests, a new request's prior (per observation of a position: a window
-# of ~100 rows' drafts)
+# the memory of the acceptance pooled over requests, a new request's prior (per observation of a position: ~100 rows)
 POPULATION_DECAY = 0.99
 # steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
 # plain steps, from the third of a run on, and a new bucket's first measurement is dropped: four plain steps)
@@ -194,6 +192,7 @@ class AdaptivePolicy:
         self.since_drafting = 0  # batch steps since the last step in which anyone drafted
         self.last_measured: dict[tuple[int, int], int] = {}  # (bucket, shape) -> step it last ran
         self.bucket_steps: Counter[int] = Counter()  # steps run per batch bucket
+        self.recent_batches: deque[int] = deque(maxlen=EXPLORE_AFTER)  # the batches of the last steps observed
         self.probe_interval = config.probe_every  # plain steps before the next probe (doubled while probes fail)
         self.trace: list[dict] | None = None  # a list to record each step's decision in (`specdec bench
         # --policy-trace`): batch, steps chosen, each shape's estimated ms and tokens/s, then its measured ms
@@ -289,10 +288,9 @@ class AdaptivePolicy:
 
     def warm(self, request_ids: Sequence[int]) -> None:
         """Work out the rows' figures for the next plan of these requests now (_batch_tokens), while the device
-        verifies: a drafting step's plan runs between the acceptance read and the next launch, where the device idles
-        (benchmarks.host_step --adaptive-drafting: 0.11 ms of its 0.65 ms of critical path at batch 128 on a 2-core
-        CPU). The next plan finds them if its batch holds the same requests and no outcome was told in between (the
-        engine tells a step's outcome after the next step's launch, so in a run of drafting steps it does not)."""
+        verifies, off the critical path between the acceptance read and the next launch (0.11 ms of 0.65 at batch
+        128 on a 2-core CPU: benchmarks.host_step --adaptive-drafting). The next plan finds them if its batch holds
+        the same requests and no outcome was told in between (in a run of drafting steps none is)."""
         self._batch_tokens(request_ids)
 
     def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[dict[int, float], list[bool]]:
@@ -356,6 +354,7 @@ class AdaptivePolicy:
         batch, context, plan, backlog = planned.batch, planned.context, planned.plan, planned.backlog
         bucket = self._bucket(batch)
         self.bucket_steps[bucket] += 1
+        self.recent_batches.append(batch)
         if self.trace is not None:
             self.trace.append({**(planned.decision or {}), "measured_ms": None if seconds is None else 1e3 * seconds,
                                "accepted": sum(accepted)})
@@ -454,20 +453,21 @@ class AdaptivePolicy:
     def _explore(self, batch: int, rates: dict[int, float], best_shape: int, drafting: bool = True) -> int | None:
         """A shape to measure now: one never measured (twice: the first is a warm-up; the tree only where its rate is
         within CONTENDER of the best, as priced by the prior: at batch 512 a tree's 17 nodes a row cost a step ~2x a
-        4-chain's); else, once the batch's bucket has run EXPLORE_AFTER steps, a shape not yet measured in this bucket
-        whose rate is within BORROWED_CONTENDER of the best (its cost borrowed can be far off, and only a shape that
-        runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains accepted at
-        1.2, plain decoding never measured there and borrowed at 1.6x its cost), the tree within CONTENDER (in the
-        H100 runs of 2026-12-06, ten of 11 trees explored at 0.50-0.75 of the best stayed below it once measured,
-        each a step of up to 2x a 4-chain's: 1-2% of a run at Qwen3.5-9B batch 64); else every refresh_every steps
-        (twice as long after each refresh that left the best shape the best, up to REFRESH_BACKOFF times), of the
-        contenders (_contender), the one measured least recently in this bucket (so that a cost measured while the
-        machine was busy is not trusted for ever). drafting False: no drafting shape is explored or refreshed (a
-        batch whose rows collapsed, watched by their shadow drafts)."""
+        4-chain's). Else nothing while the batch shrinks (EXPLORE_AFTER). Else, once the batch's bucket has run
+        EXPLORE_AFTER steps, a shape not yet measured in it whose rate is within BORROWED_CONTENDER of the best (only a
+        shape that runs corrects its cost: the H200 study of 2026-12-02 kept Nemotron-3-Nano at batch 128 on 4-chains
+        accepted at 1.2, plain decoding borrowed at 1.6x its cost), the tree within CONTENDER (in the H100 runs of
+        2026-12-06, ten of 11 trees explored at 0.50-0.75 of the best stayed below it once measured, each a step of up
+        to 2x a 4-chain's). Else every refresh_every steps (twice as long after each refresh that left the best shape
+        the best, up to REFRESH_BACKOFF times), of the contenders (_contender), the one measured least recently in this
+        bucket (a cost measured while the machine was busy is not trusted for ever). drafting False: no drafting shape
+        is explored or refreshed (a batch whose rows collapsed, watched by their shadow drafts)."""
         bucket, best = self._bucket(batch), max(rates.values())
         for steps in self.config.shapes:  # (the tree only where it may pay: its width is dear at large batches)
             if self._kept(steps) < 1 and (not self.config.is_tree(steps) or rates[steps] >= CONTENDER * best):
                 return steps
+        if any(earlier > batch for earlier in self.recent_batches):  # (shrinking: requests end, none take their place)
+            return None
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in self.config.shapes if drafting else (0,):
                 needed = CONTENDER if self.config.is_tree(steps) else BORROWED_CONTENDER
