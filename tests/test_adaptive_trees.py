@@ -7,6 +7,7 @@ unchanged, tree steps counted among the shapes."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -127,6 +128,22 @@ def test_a_tree_priced_well_below_the_best_is_not_explored():
     first = policy.trace[0]["tokens_per_second"]
     assert BORROWED_CONTENDER < first[16] / max(first.values()) < CONTENDER  # (a chain there would be measured)
     assert policy.counts["tree-16"] == 0 and policy.counts["chain-4"] > 150
+
+
+@pytest.mark.parametrize("sibling, label", [(0.5, "tree-16"), (0.0, "plain")])
+def test_a_row_whose_chain_collapsed_drafts_the_tree_where_its_siblings_are_kept(sibling, label):
+    """A chain's first draft kept 1 time in 10 (a collapsed row: it counts one token whatever a chain drafts), while
+    the tree's second-ranked children are kept half the time (the synthetic drafts at 1.2 accepted: a tree step at
+    batch 16 emitted 1.6x a plain step's tokens on the H100, 2026-12-06). Priced as one token a row the tree was
+    drafted only while a request's first figures were hopeful; priced by the rank model, it is drafted where its
+    width is cheap, and not where its siblings are never kept."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE, prior_acceptance=(0.1,), probe_every=1000))
+    plans = tree_trace(policy, memory_bound, 300, alpha=0.1, sibling=sibling)
+    late = [plan.label for plan in plans[150:]]
+    assert max(set(late), key=late.count) == label, Counter(late)
+    layout = TreeLayout.of(TREE)
+    assert layout.keeps_a_first_draft(0.1, 0.5) == pytest.approx(1 - 0.9 * 0.5)  # (the root's two children)
+    assert layout.keeps_a_first_draft(0.1, 0.0) == pytest.approx(0.1)
 
 
 def test_the_sibling_acceptance_is_learnt_from_tree_steps():

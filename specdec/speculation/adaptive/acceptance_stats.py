@@ -80,7 +80,10 @@ class RunningAcceptance:
 
     def expected(self, shapes: int, collapse: float, optimism: float, tree: TreeLayout | None = None,
                  sibling: float = 0.0, hoped_sibling: float | None = None) -> tuple[tuple[float, ...], ...] | None:
-        """None if p[0] < collapse (a collapsed row); else, for s = 0..shapes - 1, the expected tokens a step with a
+        """None if p[0] < collapse and the tree, if any, keeps a first draft less often than that too (a collapsed
+        row: the synthetic drafts' trees keep later siblings at 0.5 whatever p[0], and at 1.2 accepted a tree step at
+        batch 16 emitted 1.6x a plain step's tokens, priced as one token a row); else, for s = 0..shapes - 1, the
+        expected tokens a step with a
         chain of s drafts emits (as expected_emitted) and the square of what it would emit more with each p[k] taken
         `optimism` deviations higher: the deviation of p[k]'s estimate sqrt(p (1 - p) / (n + 1 + SURE_OF)) after n
         observations of its own (`observed`), at most the first position's (a later position is reached through the
@@ -100,7 +103,7 @@ class RunningAcceptance:
         shift = (1 - keep) * self.weight
         first = (keep * accepted[0] + shift * toward[0]) / (keep * reached[0] + shift) if positions else 0.0
         figures = None
-        if first >= collapse:
+        if first >= collapse or (tree is not None and tree.keeps_a_first_draft(first, sibling) >= collapse):
             totals, spread = [1.0], [0.0]
             total, reach, hoped, hope, level = 1.0, 1.0, 1.0, 1.0, 1.0
             p_at, hoped_at = [], []  # (per position: the estimate, and at its hopeful yield)

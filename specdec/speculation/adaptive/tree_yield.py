@@ -77,6 +77,16 @@ class TreeLayout:
             hoped_total += hoped_chance
         return total, hoped_total
 
+    def keeps_a_first_draft(self, p0: float, q: float) -> float:
+        """The chance that a step of this tree keeps one of the root's children, at first-position acceptance p0 and
+        sibling acceptance q: where a chain's first draft is rarely kept (a collapsed row), the tree's siblings may
+        still be (RunningAcceptance.expected)."""
+        return 1.0 - (1.0 - p0) * (1.0 - q) ** max(self._root_children - 1, 0)
+
+    @functools.cached_property
+    def _root_children(self) -> int:
+        return sum(1 for parent in self.parents if parent == 0)
+
     @functools.cached_property
     def _nodes(self) -> tuple[tuple[int, int, int], ...]:
         """(parent, parent's depth, rank) per drafted node, walked by expected_pair."""
