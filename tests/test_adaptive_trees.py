@@ -146,6 +146,21 @@ def test_a_row_whose_chain_collapsed_drafts_the_tree_where_its_siblings_are_kept
     assert layout.keeps_a_first_draft(0.1, 0.0) == pytest.approx(0.1)
 
 
+def test_the_tree_is_offered_only_up_to_its_largest_batch():
+    """Above tree_max_batch the tree is neither planned, explored nor priced (no CUDA graph of its width is captured
+    there: StepGraphs.set_widths); at or below it, where its width is cheap, it is drafted."""
+    for batch, label in ((2, "tree-16"), (3, "chain-4")):
+        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE, prior_acceptance=(0.7,), tree_max_batch=2))
+        policy.trace = []
+        plans = tree_trace(policy, memory_bound, 200, alpha=0.7, sibling=0.5, batch=batch)
+        late = [plan.label for plan in plans[100:]]
+        assert max(set(late), key=late.count) == label, Counter(late)
+        priced = {shape for entry in policy.trace for shape in entry["tokens_per_second"]}
+        assert (TREE.budget in priced) == (batch <= 2) and (policy.counts["tree-16"] > 0) == (batch <= 2)
+    with pytest.raises(ValueError, match="tree_max_batch"):
+        AdaptiveConfig(tree=TREE, tree_max_batch=0)
+
+
 def test_the_sibling_acceptance_is_learnt_from_tree_steps():
     """Trees whose later siblings are never kept yield what their first-ranked chain does: the policy learns a
     sibling acceptance near 0 and, the tree's 17 nodes a row dearer than a 4-chain's 5, drops it; trees whose siblings

@@ -108,6 +108,26 @@ def test_capturing_ahead_builds_every_step_the_batches_will_replay(tmp_path):
         graphed.set_widths([6])
 
 
+def test_a_width_capped_in_rows_has_graphs_and_outputs_only_up_to_its_bucket(tmp_path):
+    """Adaptive speculation's tree at small batches only (AdaptiveConfig.tree_max_batch): no step of its width is
+    built above its bucket, such a step runs eagerly (fits: False), and the shared outputs are sized for the most
+    rows x width a graph runs (the tree's 17 at 8 rows against the 4-chains' 5 at 32, not 17 at 32)."""
+    save_tiny(CONFIGS["qwen3_5"](), tmp_path, seed=1)
+    runner = ModelRunner.create(load_model(tmp_path, device="cpu"), CacheConfig(max_requests=40, max_seq_len=1000))
+    graphed = StepGraphs(runner, width=17, max_batch=32, capture=False)
+    graphed.set_widths([2, 3, 5], max_rows={17: 6})  # (6 rows: the bucket of 8)
+    graphed.capture_buckets(rows=32, shortest=200, longest=200)
+    sizes = {width: {size for w, size, _ in graphed._steps if w == width} for width in graphed.widths}
+    assert sizes[17] == {1, 2, 4, 8} and sizes[5] == sizes[2] == {1, 2, 4, 8, 16, 24, 32}
+    def step_of(rows):  # (17 nodes a row: only the tree's graphs hold it)
+        return StepBatch.chains(list(range(rows)), [list(range(17))] * rows, prefill=False)
+
+    assert graphed.fits(step_of(8)) and not graphed.fits(step_of(9))
+    graphed._vocab, graphed._feature_shape = 10, (4, torch.float32)  # (what a first forward sets)
+    logits, _ = graphed._outputs(8, 17)
+    assert graphed._logits.numel() == max(32 * 5, 8 * 17) * 10 and logits.shape == (8, 17, 10)
+
+
 def test_each_width_replays_the_narrowest_static_step_and_gives_the_plain_logits(checkpoint):
     """Steps of 1 to 5 nodes per row (chains, with rows narrower than the step) on static steps captured at widths
     1, 2, 3 and 5: each replays the narrowest width that holds it (the runner's record) and gives the plain logits."""

@@ -21,7 +21,8 @@ holds about one step's working memory, not one per graph. Nothing a step's graph
 context's scratch is read by its own commit only (which replays right after its forward), and its outputs, valid
 until the next replay of any of these graphs (no caller outlives that: a step is scored, accepted and committed
 before the next one replays), go to two buffers outside the pool that every graph writes its rows into, sized for
-the largest bucket at the widest width: the logits (rows x width x vocab, in the LM head's dtype
+the most rows x width a graph runs (the largest bucket at the widest width, but where set_widths caps a width's
+batch: adaptive speculation's tree): the logits (rows x width x vocab, in the LM head's dtype
 (model.logits_dtype): 0.6 GB in bf16 for 256 rows of 5 nodes at Qwen3.5's 248k vocabulary; the LM head's GEMM
 writes there) and the features (rows x width x F, copied there). Kept per graph, the sum over batch buckets, widths
 and key lengths would be many times that.
@@ -206,21 +207,30 @@ class StepGraphs:
         # one pool for every width and bucket (and the graphs sharing it)
         self._pool = share._pool if share is not None else _GraphPool() if capture else None
         self._steps: dict[tuple[int, int, int], _Bucket] = {}  # (width, batch bucket, key length) -> its step
+        self._top_bucket: dict[int, int] = {}  # width -> its largest batch bucket, where below the largest (set_widths)
         self._logits: torch.Tensor | None = None  # flat, every step's logits at its start (module docstring)
         self._vocab: int | None = None  # the logits' last dimension, from the first forward (a capture's warm-up)
         self._features: torch.Tensor | None = None  # flat, every step's features at its start, likewise
         self._feature_shape: tuple[int, torch.dtype] | None = None  # their last dimension and dtype, likewise
 
-    def set_widths(self, widths: Iterable[int]) -> None:
+    def set_widths(self, widths: Iterable[int], max_rows: dict[int, int] | None = None) -> None:
         """Capture these step widths too (each from 1 to `width`): a step replays the narrowest that holds it, so a
         step that drafts less than the widest (adaptive speculation) costs what its own width costs. Not for decode
-        graphs (width 1 alone: nothing narrower)."""
+        graphs (width 1 alone: nothing narrower). max_rows: a width's largest batch (AdaptiveConfig.tree_max_batch),
+        above which its steps run eagerly: no graph of it is captured there, nor are the shared outputs sized for
+        it."""
         widths = set(widths)
         if not all(1 <= w <= self.width for w in widths):
             raise ValueError(f"graph widths must lie in [1, {self.width}] (the widest step), got {sorted(widths)}")
         for width in widths - set(self.layouts):
             self.layouts[width] = _Layout(width, self.padding_slot)
         self.widths = tuple(sorted(self.layouts))
+        for width, rows in (max_rows or {}).items():
+            self._top_bucket[width] = min(padded_batch(self.buckets, rows), self.buckets[-1])
+
+    def top_bucket(self, width: int) -> int:
+        """The largest batch bucket whose steps of this width replay a graph."""
+        return self._top_bucket.get(width, self.buckets[-1])
 
     def padded_rows(self, rows: int) -> int:
         """The batch a step of `rows` requests replays (padded_batch)."""
@@ -248,7 +258,8 @@ class StepGraphs:
                 break
             kv_len = min(2 * kv_len, self.cache.config.max_seq_len)
         keys = [(width, size, kv_len) for width in reversed(self.widths)
-                for size in reversed([size for size in self.buckets if size <= top]) for kv_len in reversed(kv_lens)]
+                for size in reversed([size for size in self.buckets if size <= min(top, self.top_bucket(width))])
+                for kv_len in reversed(kv_lens)]
         built = [key for key in keys if key not in self._steps]
         for key in built:
             self._steps[key] = self._build(*key)
@@ -305,11 +316,11 @@ class StepGraphs:
     def _outputs(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits [rows, width, vocab], features [rows, width, F] or None for decode steps, which hand back none)
         at the start of the shared output buffers: the LM head writes the logits there (in model.logits_dtype, no
-        cast), the forward copies the features there. Sized for the largest bucket at the widest width, from an
+        cast), the forward copies the features there. Sized for the most rows x width a graph runs (top_bucket), from an
         earlier forward's outputs; allocated on first use, which _build makes come before its capture: a tensor
         allocated during a capture would sit in the graphs' pool."""
         if self._logits is None:
-            size = self.buckets[-1] * self.width
+            size = max(self.top_bucket(width) * width for width in self.widths)
             self._logits = torch.empty(size * self._vocab, dtype=self.runner.model.logits_dtype,
                                        device=self.cache.device)
             dim, dtype = self._feature_shape
@@ -365,7 +376,7 @@ class StepGraphs:
     def fits(self, batch: StepBatch, decode: bool = False) -> bool:
         """Whether the graphs run this step: a decode step (committed in its forward) or a step to score."""
         return (decode == self.decodes and not batch.prefill and batch.width <= self.width
-                and len(batch.req_slots) <= self.buckets[-1])
+                and len(batch.req_slots) <= self.top_bucket(self.step_width(batch.width)))
 
     @torch.inference_mode()
     def score_all(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, GraphStep]:

@@ -5,7 +5,8 @@ AdaptivePolicy.plan before proposing and tells it a step's outcome once the next
 (Engine.hold_outcome), while the device runs it."""
 
 from .acceptance_stats import RunningAcceptance
-from .policy import AdaptiveConfig, AdaptivePolicy, PlannedStep, StepPlan
+from .config import AdaptiveConfig
+from .policy import AdaptivePolicy, PlannedStep, StepPlan
 from .step_cost import StepCost, StepCostPrior, StepRows, flat_prior, unpadded
 from .tree_yield import SiblingAcceptance, TreeLayout, rank_outcome
 

@@ -37,11 +37,10 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdec.speculation.tree import TreeShape
-
 from .acceptance_stats import SURE_OF, RunningAcceptance
+from .config import AdaptiveConfig
 from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
-from .tree_yield import SiblingAcceptance, TreeLayout, child_lists, rank_outcome
+from .tree_yield import SiblingAcceptance, child_lists, rank_outcome
 
 # a collapsed batch's probes come every probe_every plain steps, then twice as far apart after each probe that changed
 # nothing, up to PROBE_BACKOFF times probe_every (a probe's drafts cost a wider step for nothing, ~6% of the steps
@@ -72,82 +71,6 @@ MEASURE_FOR = 4
 # the drafting steps a drafter's catch-up is spread over when a drafting shape is priced (CatchUpCost): it is paid
 # once, by the first of a run of drafting steps, and a run lasts at least the steps a measured shape is held for
 CATCH_UP_STEPS = MEASURE_FOR
-
-
-@dataclass(frozen=True)
-class AdaptiveConfig:
-    """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), where the
-    acceptance pooled over requests starts, which a new request starts from (default: the shipped Qwen3.5 drafters on
-    MT-bench, about 0.75 at each position); prior_weight: its weight in observations; decay: per observation of a
-    position (and 1 - decay: how far an idle request's estimate relaxes toward the pooled one per plain step).
-    collapse: a request whose first-position acceptance falls below this counts as emitting one token whatever it
-    drafts. probe_every: steps a batch holding such requests runs without drafting before a probe step drafts
-    (every row). refresh_every: steps between re-measuring the contender (a shape within 20% of the best) measured
-    least recently in the batch's bucket (a cost drifts with context, and with whatever else the machine runs),
-    twice as long after each refresh that confirmed the best shape, up to REFRESH_BACKOFF times. optimism: how many
-    deviations of its estimate above it each row's acceptance is taken at when shapes are compared, the rows'
-    shortfalls added in quadrature (plan; 0: compared at the estimates). max_steps: the
-    longest chain (the engine's TreeShape depth); chains: the lengths offered (default: 1, 2, 4, ... up to
-    max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA graph of its own width, `widths`).
-    tree: a static tree (topk > 1, at most max_steps deep) offered beside the chains, its shape keyed by the drafts
-    it holds (its budget, more than any chain's); sibling_prior: the rank model's sibling acceptance before any tree
-    step (tree_yield.py; the shipped MTP's trees fit 0.52, its EAGLE-3 head's 0.15)."""
-
-    max_steps: int = 4
-    chains: tuple[int, ...] | None = None
-    prior_acceptance: tuple[float, ...] = (0.75,)
-    prior_weight: float = 2.0
-    decay: float = 0.9
-    collapse: float = 0.2
-    probe_every: int = 16
-    refresh_every: int = 16
-    optimism: float = 1.0
-    tree: TreeShape | None = None
-    sibling_prior: float = 0.3
-
-    def __post_init__(self):
-        if self.max_steps < 1 or any(not 1 <= s <= self.max_steps for s in self.chain_lengths):
-            raise ValueError(f"chain lengths must lie in [1, max_steps={self.max_steps}], got {self.chains}")
-        if not self.prior_acceptance or not all(0.0 <= p <= 1.0 for p in self.prior_acceptance):
-            raise ValueError(f"prior_acceptance needs values in [0, 1], got {self.prior_acceptance}")
-        if not 0.0 < self.decay < 1.0 or self.prior_weight <= 0 or self.probe_every < 1 or self.optimism < 0:
-            raise ValueError("need 0 < decay < 1, prior_weight > 0, probe_every >= 1 and optimism >= 0")
-        if self.tree is not None and (self.tree.dynamic or self.tree.topk < 2 or self.tree.depth > self.max_steps
-                                      or self.tree.budget <= self.max_steps):
-            raise ValueError(f"the tree offered must be static, branch (topk > 1, more drafts than max_steps) and "
-                             f"reach at most max_steps={self.max_steps} deep, got {self.tree}")
-        if not 0.0 <= self.sibling_prior <= 1.0:
-            raise ValueError(f"sibling_prior must lie in [0, 1], got {self.sibling_prior}")
-
-    # (worked out once a config: the policy reads them several times a plan, between a drafting step's acceptance
-    # read and the next launch)
-    @functools.cached_property
-    def chain_lengths(self) -> tuple[int, ...]:
-        if self.chains:
-            return tuple(sorted(set(self.chains)))
-        return tuple(sorted({1 << k for k in range(self.max_steps.bit_length())} | {self.max_steps}))
-
-    @functools.cached_property
-    def shapes(self) -> tuple[int, ...]:
-        """Drafts per row of each shape offered: 0 (no drafting), the chains, and the tree's budget."""
-        return (0, *self.chain_lengths, *((self.tree.budget,) if self.tree is not None else ()))
-
-    @functools.cached_property
-    def tree_layout(self) -> TreeLayout | None:
-        return TreeLayout.of(self.tree) if self.tree is not None else None
-
-    def is_tree(self, steps: int) -> bool:
-        """Whether the shape of `steps` drafts per row is the tree (its budget: no chain is as long)."""
-        return self.tree is not None and steps == self.tree.budget
-
-    @functools.cached_property
-    def widths(self) -> tuple[int, ...]:
-        """Nodes per row of each shape's step (the root and its drafts): the step widths to capture."""
-        return tuple(steps + 1 for steps in self.shapes)
-
-    def prior_at(self, positions: int) -> tuple[float, ...]:
-        p = self.prior_acceptance
-        return tuple(p[min(k, len(p) - 1)] for k in range(positions))
 
 
 @dataclass(frozen=True)
@@ -235,13 +158,14 @@ class AdaptivePolicy:
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
         self.wants_shadows = collapsed > 0
         catch_up = self.catch_up.seconds(backlog)
-        seconds = {s: self.cost.seconds(batch, s + 1, context) for s in self.config.shapes}
+        shapes = self.config.shapes if batch <= self.config.tree_max_batch else self.config.chain_shapes
+        seconds = {s: self.cost.seconds(batch, s + 1, context) for s in shapes}
         rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up / CATCH_UP_STEPS if s else 0.0))
-                 for s in self.config.shapes}
+                 for s in shapes}
         # a shape tried for a step or two (_explore) pays the whole catch-up: on the CPU, refreshes of a draft model's
         # chains read 391 tokens of prompts in a 71 ms step among plain ones of 10
         trial_rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up if s else 0.0))
-                       for s in self.config.shapes}
+                       for s in shapes}
         # (a margin that drafting must beat plain decoding by, against the pipeline's refill and the ragged end of a
         # batch whose requests end together, was replayed on the H200 traces of 2026-12-04: 6% lifted Qwen3.5-9B at
         # batch 256 from 0.94 to 0.975 of the best and cost the points where drafting wins by a little, Qwen3.5-9B at
@@ -463,19 +387,19 @@ class AdaptivePolicy:
         bucket (a cost measured while the machine was busy is not trusted for ever). drafting False: no drafting shape
         is explored or refreshed (a batch whose rows collapsed, watched by their shadow drafts)."""
         bucket, best = self._bucket(batch), max(rates.values())
-        for steps in self.config.shapes:  # (the tree only where it may pay: its width is dear at large batches)
+        for steps in rates:  # (the shapes offered at this batch; the tree only where it may pay)
             if self._kept(steps) < 1 and (not self.config.is_tree(steps) or rates[steps] >= CONTENDER * best):
                 return steps
         if any(earlier > batch for earlier in self.recent_batches):  # (shrinking: requests end, none take their place)
             return None
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
-            for steps in self.config.shapes if drafting else (0,):
+            for steps in rates if drafting else (0,):
                 needed = CONTENDER if self.config.is_tree(steps) else BORROWED_CONTENDER
                 if self._kept(steps, bucket) < 1 and rates[steps] >= needed * best:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
-            contenders = [s for s in (self.config.shapes if drafting else (0,))
+            contenders = [s for s in (rates if drafting else (0,))
                           if rates[s] >= self._contender(bucket, s) * best]
             if contenders:  # (none where a watched batch's plain decoding, its one shape, is far behind the best)
                 self._best_at_refresh = best_shape
