@@ -14,24 +14,24 @@ from .tree_yield import TreeLayout
 @dataclass(frozen=True)
 class AdaptiveConfig:
     """prior_acceptance: the drafter's conditional acceptance per draft position (the last value repeats), where the
-    acceptance pooled over requests starts, which a new request starts from (default: the shipped Qwen3.5 drafters on
-    MT-bench, about 0.75 at each position); prior_weight: its weight in observations; decay: per observation of a
+    acceptance pooled over requests starts, which a new request starts from (default: the shipped Qwen3.5 drafters
+    on MT-bench, about 0.75 at each position); prior_weight: its weight in observations; decay: per observation of a
     position (and 1 - decay: how far an idle request's estimate relaxes toward the pooled one per plain step).
-    collapse: a request whose first-position acceptance falls below this counts as emitting one token whatever it
-    drafts. probe_every: steps a batch holding such requests runs without drafting before a probe step drafts
-    (every row). refresh_every: steps between re-measuring the contender (a shape within 20% of the best) measured
-    least recently in the batch's bucket (a cost drifts with context, and with whatever else the machine runs),
-    twice as long after each refresh that confirmed the best shape, up to REFRESH_BACKOFF times. optimism: how many
-    deviations of its estimate above it each row's acceptance is taken at when shapes are compared, the rows'
-    shortfalls added in quadrature (plan; 0: compared at the estimates). max_steps: the
-    longest chain (the engine's TreeShape depth); chains: the lengths offered (default: 1, 2, 4, ... up to
-    max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA graph of its own width, `widths`).
-    tree: a static tree (topk > 1, at most max_steps deep) offered beside the chains, its shape keyed by the drafts
-    it holds (its budget, more than any chain's), to batches of at most tree_max_batch requests (the GPU studies of
-    2026-12-05/06: the study's tree was the best shape only at <= 26 rows, at >= 64 its step cost >= 2x a 4-chain's;
-    above, no CUDA graph of its width is captured nor its logits held: 4.3 GB at batch 512 and Qwen3.5's vocabulary);
-    sibling_prior: the rank model's sibling acceptance before any tree step (tree_yield.py; the shipped MTP's trees
-    fit 0.52, its EAGLE-3 head's 0.15)."""
+    collapse: a request whose first-position acceptance falls below this (and whose tree, where one is offered,
+    keeps one of the root's children less often too) counts as emitting one token whatever it drafts. probe_every:
+    steps a batch holding such requests runs without drafting before a probe step drafts (every row). refresh_every:
+    steps between re-measuring the contender (a shape within 20% of the best) measured least recently in the batch's
+    bucket (a cost drifts with context, and with whatever else the machine runs), twice as long after each refresh
+    that confirmed the best shape, up to REFRESH_BACKOFF times. optimism: how many deviations of its estimate above
+    it each row's acceptance is taken at when shapes are compared, the rows' shortfalls added in quadrature (plan;
+    0: compared at the estimates). max_steps: the longest chain (the engine's TreeShape depth); chains: the lengths
+    offered (default: 1, 2, 4, ... up to max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA
+    graph of its own width, `widths`). tree: a static tree (topk > 1, at most max_steps deep) offered beside the
+    chains, its shape keyed by the drafts it holds (its budget, more than any chain's), to batches of at most
+    tree_max_batch requests (the GPU studies of 2026-12-05/06: the study's tree was the best shape only at <= 26
+    rows, at >= 64 its step cost >= 2x a 4-chain's; above, no CUDA graph of its width is captured nor its logits
+    held: 4.3 GB at batch 512 and Qwen3.5's vocabulary); sibling_prior: the rank model's sibling acceptance before
+    any tree step (tree_yield.py; the shipped MTP's trees fit 0.52, its EAGLE-3 head's 0.15)."""
 
     max_steps: int = 4
     chains: tuple[int, ...] | None = None

@@ -11,8 +11,9 @@ In a drafting step every row drafts: the step's width, and so its cost, is the b
 would emit one token where drafting costs the target nothing more. (The first policy switched rows off one by one;
 in the H200 study of 2026-12-02 at batch 64 and acceptance 2.72 its batch took 49 steps where fixed chains took 31,
 each step still paying the widest row's width: 0.65x the fixed chains' tokens/s.) A request whose first draft is
-rarely accepted (p[0] < collapse) counts as emitting one token in the rates, its drafts not worth a wider step;
-once a batch holding such requests has run `probe_every` steps without drafting, a probe step drafts again, so that
+rarely accepted (p[0] < collapse, and its tree's first level as rarely) counts as emitting one token in the rates,
+its drafts not worth a wider step; once a batch holding such requests has run `probe_every` steps without drafting,
+a probe step drafts again, so that
 requests that recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF
 times). Where drafting costs nothing (n-gram, synthetic drafts), plain steps check each collapsed row's first draft
 against the token they emit (shadow drafts, observe_shadows), and such a batch is probed only when its shadows say
