@@ -7,23 +7,22 @@ on a GPU).
 A tree's E_i comes from the same per-position acceptance as the chains' and a sibling acceptance pooled over
 requests (tree_yield.py: the rank model), both learnt from its steps as well as the chains'.
 
-In a drafting step every row drafts: the step's width, and so its cost, is the batch's, and a row left out of it
-would emit one token where drafting costs the target nothing more. (The first policy switched rows off one by one;
-in the H200 study of 2026-12-02 at batch 64 and acceptance 2.72 its batch took 49 steps where fixed chains took 31,
-each step still paying the widest row's width: 0.65x the fixed chains' tokens/s.) A request whose first draft is
-rarely accepted (p[0] < collapse, and its tree's first level as rarely) counts as emitting one token in the rates,
-its drafts not worth a wider step; once a batch holding such requests has run `probe_every` steps without drafting,
-a probe step drafts again, so that
-requests that recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF
+In a drafting step every row drafts: the step's width, and so its cost, is the batch's, and a row left out of it would
+emit one token where drafting costs the target nothing more. (The first policy switched rows off one by one; in the H200
+study of 2026-12-02 at batch 64 and acceptance 2.72 its batch took 49 steps where fixed chains took 31, each step still
+paying the widest row's width: 0.65x the fixed chains' tokens/s.) A request whose first draft is rarely accepted (p[0] <
+collapse, and its tree's first level as rarely) counts as emitting one token in the rates, its drafts not worth a wider
+step; once a batch holding such requests has run `probe_every` steps without drafting, a probe step drafts again, so
+that requests that recovered are seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF
 times). Where drafting costs nothing (n-gram, synthetic drafts), plain steps check each collapsed row's first draft
-against the token they emit (shadow drafts, observe_shadows), and such a batch is probed only when its shadows say
-it may have recovered, nor does it explore or refresh a drafting shape meanwhile. A request's acceptance is learnt
-from its drafting steps, and while it does not draft it relaxes toward the pooled acceptance (RunningAcceptance.relax):
-a short run of rejections can make drafting look worse than plain decoding while it is not (at batch 1 a 4-chain step
-costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch of one on plain steps for the rest of its run after
-three), and a batch that decodes plainly because drafting costs more than it brings is not probed. A new request's
-acceptance starts from the acceptance pooled over the requests seen (the drafter's figures before any): at 1.2
-accepted, the H200 study's new requests drafted 4-chains for their first steps from the drafter's 0.75.
+against the token they emit (shadow drafts, observe_shadows), and such a batch is probed only when its shadows say it
+may have recovered, nor does it explore or refresh a drafting shape meanwhile. A request's acceptance is learnt from its
+drafting steps, and while it does not draft it relaxes toward the pooled acceptance (RunningAcceptance.relax): a short
+run of rejections can make drafting look worse than plain decoding while it is not (at batch 1 a 4-chain step costs ~1.8
+plain ones; the H200 study of 2026-12-02 held a batch of one on plain steps for the rest of its run after three), and a
+batch that decodes plainly because drafting costs more than it brings is not probed. A new request's acceptance starts
+from the acceptance pooled over the requests seen (the drafter's figures before any): at 1.2 accepted, the H200 study's
+new requests drafted 4-chains for their first steps from the drafter's 0.75.
 
 Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
 factor, and is measured there once the bucket has run a few steps, the batch not shrinking, if it may be the best
