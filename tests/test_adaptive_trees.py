@@ -157,6 +157,8 @@ def test_the_tree_is_offered_only_up_to_its_largest_batch():
         assert max(set(late), key=late.count) == label, Counter(late)
         priced = {shape for entry in policy.trace for shape in entry["tokens_per_second"]}
         assert (TREE.budget in priced) == (batch <= 2) and (policy.counts["tree-16"] > 0) == (batch <= 2)
+    assert AdaptiveConfig(tree=TREE, tree_max_batch=2).width_max_batch == {TREE.budget + 1: 2}
+    assert AdaptiveConfig().width_max_batch == {}, "no tree: every width at every batch"
     with pytest.raises(ValueError, match="tree_max_batch"):
         AdaptiveConfig(tree=TREE, tree_max_batch=0)
 

@@ -90,8 +90,7 @@ class Engine:
             self.policy = AdaptivePolicy(adaptive, step_cost or flat_prior,
                                          graphs.padded_rows if graphs is not None else unpadded)
             if graphs is not None:  # a graph per width the policy may choose: none padded to the widest
-                graphs.set_widths(self.verify_widths,
-                                  {tree.budget + 1: adaptive.tree_max_batch} if tree is not None else None)
+                graphs.set_widths(self.verify_widths, adaptive.width_max_batch)
 
     @property
     def verify_widths(self) -> tuple[int, ...]:

@@ -92,6 +92,11 @@ class AdaptiveConfig:
         """Nodes per row of each shape's step (the root and its drafts): the step widths to capture."""
         return tuple(steps + 1 for steps in self.shapes)
 
+    @functools.cached_property
+    def width_max_batch(self) -> dict[int, int]:
+        """Widths offered only up to a batch: the tree's, up to tree_max_batch (StepGraphs.set_widths' max_rows)."""
+        return {self.tree.budget + 1: self.tree_max_batch} if self.tree is not None else {}
+
     def prior_at(self, positions: int) -> tuple[float, ...]:
         p = self.prior_acceptance
         return tuple(p[min(k, len(p) - 1)] for k in range(positions))
