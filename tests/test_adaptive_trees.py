@@ -146,6 +146,26 @@ def test_a_row_whose_chain_collapsed_drafts_the_tree_where_its_siblings_are_kept
     assert layout.keeps_a_first_draft(0.1, 0.0) == pytest.approx(0.1)
 
 
+def cheap_chain_dear_tree(batch, width):  # a 1-chain 1.1x a plain step, the tree's 17 nodes 2.6x
+    return 1e-3 * (1 + 0.1 * (width - 1))
+
+
+@pytest.mark.parametrize("batch, tree_max_batch", [(8, 64), (8, 4)])
+def test_a_row_whose_tree_alone_is_worth_drafting_drafts_no_chain(batch, tree_max_batch):
+    """At p[0] = 0.17 a 1-chain's step emits 1.17x a plain step's tokens at 1.1x its time, but the row's chain
+    collapsed (p[0] < collapse): the tree keeping its siblings at 0.5 keeps it worth pricing, not worth a chain
+    (the H100 study of 2026-12-06 at 1.2 accepted and batch 64 drafted 1-chains in 209 of 229 steps, and the ragged
+    tail that the spread of the requests' ends made cost more than they won: 0.986x of plain decoding). With the tree
+    dear the batch decodes plainly; above tree_max_batch such a row counts as collapsed, its shadow drafts wanted."""
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE, prior_acceptance=(0.17,), probe_every=1000,
+                                           tree_max_batch=tree_max_batch))
+    plans = tree_trace(policy, cheap_chain_dear_tree, 300, alpha=0.17, sibling=0.5, batch=batch)
+    late = [plan.label for plan in plans[150:]]
+    assert max(set(late), key=late.count) == "plain", Counter(late)
+    assert late.count("chain-1") <= 2, Counter(late)
+    assert policy.wants_shadows == (batch > tree_max_batch)
+
+
 def test_the_tree_is_offered_only_up_to_its_largest_batch():
     """Above tree_max_batch the tree is neither planned, explored nor priced (no CUDA graph of its width is captured
     there: StepGraphs.set_widths); at or below it, where its width is cheap, it is drafted."""
