@@ -183,6 +183,24 @@ def test_the_tree_is_offered_only_up_to_its_largest_batch():
         AdaptiveConfig(tree=TREE, tree_max_batch=0)
 
 
+def test_rows_above_the_trees_largest_batch_are_priced_without_it(monkeypatch):
+    """Above tree_max_batch no plan may choose the tree, so no row's figures price it (at 128-512 rows that was about
+    half the policy's host time a step: benchmarks/results/policy_host_time_tree_cap_cpu_2026-12-06.md); at or below,
+    they do."""
+    priced = Counter()
+    original = TreeLayout.expected_pair
+
+    def counted(self, *args):
+        priced["tree"] += 1
+        return original(self, *args)
+    monkeypatch.setattr(TreeLayout, "expected_pair", counted)
+    for batch in (3, 2):
+        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, tree=TREE, prior_acceptance=(0.7,), tree_max_batch=2))
+        priced.clear()
+        tree_trace(policy, memory_bound, 50, alpha=0.7, sibling=0.5, batch=batch)
+        assert (priced["tree"] > 0) == (batch <= 2), (batch, priced)
+
+
 def test_the_sibling_acceptance_is_learnt_from_tree_steps():
     """Trees whose later siblings are never kept yield what their first-ranked chain does: the policy learns a
     sibling acceptance near 0 and, the tree's 17 nodes a row dearer than a 4-chain's 5, drops it; trees whose siblings

@@ -12,19 +12,19 @@ emit one token where drafting costs the target nothing more. (The first policy s
 study of 2026-12-02 at batch 64 and acceptance 2.72 its batch took 49 steps where fixed chains took 31, each step still
 paying the widest row's width: 0.65x the fixed chains' tokens/s.) A request whose first draft is rarely accepted (p[0] <
 collapse, and its tree's first level as rarely) counts as emitting one token in the rates, its drafts not worth a wider
-step (one whose tree alone keeps a first draft more often, one token in every chain's rate, and collapsed where the tree
-is not offered); once a batch holding such requests has run `probe_every` steps without drafting, a probe step drafts
-again, so that requests that recovered are seen (and twice as long after each probe that changed nothing, up to
-PROBE_BACKOFF times). Where drafting costs nothing (n-gram, synthetic drafts), plain steps check each collapsed row's
-first draft against the token they emit (shadow drafts, observe_shadows), and such a batch is probed only when its
-shadows say it may have recovered, nor does it explore or refresh a drafting shape meanwhile. A request's acceptance is
-learnt from its drafting steps, and while it does not draft it relaxes toward the pooled acceptance
-(RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain decoding while it is not
-(at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch of one on plain steps for
-the rest of its run after three), and a batch that decodes plainly because drafting costs more than it brings is not
-probed. A new request's acceptance starts from the acceptance pooled over the requests seen (the drafter's figures
-before any): at 1.2 accepted, the H200 study's new requests drafted 4-chains for their first steps from the drafter's
-0.75.
+step (one whose tree alone keeps a first draft more often: one token in every chain's rate, and collapsed where the tree
+is not offered, above tree_max_batch, where rows are priced as if none were configured); once a batch holding such
+requests has run `probe_every` steps without drafting, a probe step drafts again, so that requests that recovered are
+seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF times). Where drafting costs nothing
+(n-gram, synthetic drafts), plain steps check each collapsed row's first draft against the token they emit (shadow
+drafts, observe_shadows), and such a batch is probed only when its shadows say it may have recovered, nor does it
+explore or refresh a drafting shape meanwhile. A request's acceptance is learnt from its drafting steps, and while it
+does not draft it relaxes toward the pooled acceptance (RunningAcceptance.relax): a short run of rejections can make
+drafting look worse than plain decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study
+of 2026-12-02 held a batch of one on plain steps for the rest of its run after three), and a batch that decodes plainly
+because drafting costs more than it brings is not probed. A new request's acceptance starts from the acceptance pooled
+over the requests seen (the drafter's figures before any): at 1.2 accepted, the H200 study's new requests drafted
+4-chains for their first steps from the drafter's 0.75.
 
 Step costs (step_cost.py) are measured per batch bucket; a shape not yet measured in the batch's bucket borrows a
 factor, and is measured there once the bucket has run a few steps, the batch not shrinking, if it may be the best
@@ -136,7 +136,7 @@ class AdaptivePolicy:
         # benchmarks/results/adaptive_shadow_replay_cpu_2026-12-04.md)
         self.wants_shadows = False
         # the rows' figures of the last batch priced (_batch_tokens), and a count of the changes to any row's figures
-        self._batch_memo: tuple[tuple, tuple[dict[int, float], list[bool], list[bool]]] | None = None
+        self._batch_memo: tuple[tuple, tuple[dict[int, float], list[bool]]] | None = None
         self._figures_version = 0
 
     def prepare(self, rows: int, shortest: int, longest: int) -> None:
@@ -156,13 +156,11 @@ class AdaptivePolicy:
         must read before it drafts for them (Drafter.backlog: a draft model's steps sat out, unread prompts), which a
         drafting step pays on top of its shape's cost, spread over CATCH_UP_STEPS."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
-        emitted, priced, chains_worth = self._batch_tokens(request_ids)
-        collapsed = batch - sum(priced)  # a collapsed row counts one token, whatever it drafts
-        tree_offered = batch <= self.config.tree_max_batch
-        shapes = self.config.shapes if tree_offered else self.config.chain_shapes
-        worth = priced if tree_offered else chains_worth  # (a row worth only the tree's drafts is collapsed without it)
-        self.wants_shadows = not all(worth)
+        emitted, worth = self._batch_tokens(request_ids)
+        collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
+        self.wants_shadows = collapsed > 0
         catch_up = self.catch_up.seconds(backlog)
+        shapes = self.config.shapes if self._tree_offered(batch) else self.config.chain_shapes
         seconds = {s: self.cost.seconds(batch, s + 1, context) for s in shapes}
         rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up / CATCH_UP_STEPS if s else 0.0))
                  for s in shapes}
@@ -221,32 +219,40 @@ class AdaptivePolicy:
         the same requests and no outcome was told in between (in a run of drafting steps none is)."""
         self._batch_tokens(request_ids)
 
-    def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[dict[int, float], list[bool], list[bool]]:
-        """-> (per drafts per row of each chain length up to max_steps and the tree: the batch's expected tokens,
-        each shape at its hopeful yield (optimism); per row: whether it is worth drafting for, not collapsed, and
-        whether it is worth a chain's drafts, not only the tree's: RunningAcceptance.expected). Rows'
+    def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[dict[int, float], list[bool]]:
+        """-> (per drafts per row of each chain length up to max_steps and the tree where it is offered: the batch's
+        expected tokens, each shape at its hopeful yield (optimism); per row: whether it is worth drafting for, not
+        collapsed). Rows'
         shortfalls add in quadrature, so a batch of one explores a chain that a few unlucky drafts undersold, and a
         batch of 256 is priced within ~1/16 of a row's. Kept for the same requests until the figures next change
         (observe, finish: warm)."""
         key = (tuple(request_ids), self._figures_version)
         if self._batch_memo is not None and self._batch_memo[0] == key:
             return self._batch_memo[1]
-        columns = self._columns
-        figures = [self._row_figures(rid) for rid in request_ids]
+        tree = self._tree_offered(len(request_ids))
+        columns = self._columns if tree else self._columns[:self.config.max_steps + 1]
+        figures = [self._row_figures(rid, tree) for rid in request_ids]
         worth = [f is not None for f in figures]
-        chains_worth = [f is not None and f[0][1] > 1.0 for f in figures]  # (a 1-chain's figure: 1 + p[0])
         kept = [f for f in figures if f is not None] or [((0.0,) * len(columns),) * 2]
         tokens = zip(*(f[0] for f in kept), strict=True)  # (columns: a shape's figures over the rows)
         shortfalls = zip(*(f[1] for f in kept), strict=True)
         emitted = {s: sum(t) + sum(v) ** 0.5 for s, t, v in zip(columns, tokens, shortfalls, strict=True)}
-        self._batch_memo = (key, (emitted, worth, chains_worth))
-        return emitted, worth, chains_worth
+        self._batch_memo = (key, (emitted, worth))
+        return emitted, worth
 
-    def _row_figures(self, request_id: int) -> tuple[tuple[float, ...], ...] | None:
-        """A row's expected tokens and squared shortfalls per column (_columns), or None where it collapsed."""
+    def _row_figures(self, request_id: int, tree: bool) -> tuple[tuple[float, ...], ...] | None:
+        """A row's expected tokens and squared shortfalls per column (_columns, the tree's left out where `tree` is
+        False), or None where it collapsed."""
         c = self.config
+        if not tree or c.tree_layout is None:
+            return self._stats(request_id).expected(c.max_steps + 1, c.collapse, c.optimism)
         return self._stats(request_id).expected(c.max_steps + 1, c.collapse, c.optimism, c.tree_layout,
                                                 self.siblings.value, self.siblings.hoped(c.optimism, SURE_OF))
+
+    def _tree_offered(self, batch: int) -> bool:
+        """Whether a batch of this many rows is offered the tree and its rows priced for it (tree_max_batch: above,
+        no CUDA graph of its width is captured, and pricing it was ~30% of the policy's host time a step)."""
+        return self.config.tree is not None and batch <= self.config.tree_max_batch
 
     @functools.cached_property
     def _columns(self) -> tuple[int, ...]:
@@ -322,7 +328,8 @@ class AdaptivePolicy:
                 else:
                     stats.observe(drafts, kept)
                     self.population.observe(drafts, kept)
-                self._row_figures(rid)  # (worked out now, for the next plan: see RunningAcceptance.expected)
+                self._row_figures(rid, self._tree_offered(batch))  # (worked out now, for the next plan: see
+                # RunningAcceptance.expected)
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
                 self._stats(rid).relax(pooled, 1 - self.config.decay)
 
