@@ -84,7 +84,7 @@ class RunningAcceptance:
         row: the synthetic drafts' trees keep later siblings at 0.5 whatever p[0], and at 1.2 accepted a tree step at
         batch 16 emitted 1.6x a plain step's tokens, priced as one token a row); where only the tree keeps one that
         often, every chain's figure is still one token (at p[0] = 0.17 a 1-chain's step emits 1.17x a plain step's
-        tokens at 1.11x its time on the H100 at batch 64, but the requests' ends spread: 17 steps of a ragged tail
+        tokens at 1.12x its time on the H100 at batch 64, but the requests' ends spread: 17 steps of a ragged tail
         made it 0.986x of plain decoding, 2026-12-06e); else, for s = 0..shapes - 1, the expected tokens a step with
         a chain of s drafts emits (as expected_emitted) and the square of what it would emit more with each p[k] taken
         `optimism` deviations higher: the deviation of p[k]'s estimate sqrt(p (1 - p) / (n + 1 + SURE_OF)) after n

@@ -222,10 +222,9 @@ class AdaptivePolicy:
     def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[dict[int, float], list[bool]]:
         """-> (per drafts per row of each chain length up to max_steps and the tree where it is offered: the batch's
         expected tokens, each shape at its hopeful yield (optimism); per row: whether it is worth drafting for, not
-        collapsed). Rows'
-        shortfalls add in quadrature, so a batch of one explores a chain that a few unlucky drafts undersold, and a
-        batch of 256 is priced within ~1/16 of a row's. Kept for the same requests until the figures next change
-        (observe, finish: warm)."""
+        collapsed). Rows' shortfalls add in quadrature, so a batch of one explores a chain that a few unlucky drafts
+        undersold, and a batch of 256 is priced within ~1/16 of a row's. Kept for the same requests until the figures
+        next change (observe, finish: warm)."""
         key = (tuple(request_ids), self._figures_version)
         if self._batch_memo is not None and self._batch_memo[0] == key:
             return self._batch_memo[1]
@@ -328,8 +327,8 @@ class AdaptivePolicy:
                 else:
                     stats.observe(drafts, kept)
                     self.population.observe(drafts, kept)
-                self._row_figures(rid, self._tree_offered(batch))  # (worked out now, for the next plan: see
-                # RunningAcceptance.expected)
+                # (worked out now, for the next plan: see RunningAcceptance.expected)
+                self._row_figures(rid, self._tree_offered(batch))
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
                 self._stats(rid).relax(pooled, 1 - self.config.decay)
 
