@@ -26,6 +26,9 @@ def test_step_cost_drops_the_warm_up_ignores_stalls_and_borrows_factors():
     assert cost.factor(8, 2) == cost.factor(4, 2)  # same width, nearest bucket
     assert cost.factor(4, 5) == cost.factor(4, 2)  # same bucket, nearest width
     assert cost.factor(16, 5) == cost.factor(4, 2)
+    cost.observe(16, 2, 0.0, 1.0)  # another bucket's warm-up: kept by no count
+    assert cost.measured_in(4, 2) == 8 and cost.measured_in(16, 2) == 0
+    assert cost.kept_by_width == {2: 8}  # (what the policy reads a plan: the kept measurements over every bucket)
     with pytest.raises(ValueError, match="window"):
         StepCost(window=0)
     with pytest.raises(ValueError, match="stall"):

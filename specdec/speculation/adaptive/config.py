@@ -83,9 +83,14 @@ class AdaptiveConfig:
     def tree_layout(self) -> TreeLayout | None:
         return TreeLayout.of(self.tree) if self.tree is not None else None
 
+    @functools.cached_property
+    def tree_budget(self) -> int | None:
+        """The tree's drafts per row (TreeShape.budget, a sum over its levels each time it is read), None without."""
+        return self.tree.budget if self.tree is not None else None
+
     def is_tree(self, steps: int) -> bool:
         """Whether the shape of `steps` drafts per row is the tree (its budget: no chain is as long)."""
-        return self.tree is not None and steps == self.tree.budget
+        return steps == self.tree_budget
 
     @functools.cached_property
     def widths(self) -> tuple[int, ...]:

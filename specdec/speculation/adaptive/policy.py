@@ -204,7 +204,7 @@ class AdaptivePolicy:
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
             shadowed = [self.shadows[rid] for rid in request_ids if rid in self.shadows]
             decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
-                        "estimated_ms": {s: 1e3 * self.cost.seconds(batch, s + 1, context) for s in rates},
+                        "estimated_ms": {s: 1e3 * seconds[s] for s in rates},
                         "tokens_per_second": rates, "probe": probing,
                         # the rows' shadow drafts kept, pooled (None: no row has any)
                         "shadow_kept": (sum(h for _, h in shadowed) / sum(n for n, _ in shadowed)
@@ -400,14 +400,14 @@ class AdaptivePolicy:
         is explored or refreshed (a batch whose rows collapsed, watched by their shadow drafts)."""
         bucket, best = self._bucket(batch), max(rates.values())
         for steps in rates:  # (the shapes offered at this batch; the tree only where it may pay)
-            if self._kept(steps) < 1 and (not self.config.is_tree(steps) or rates[steps] >= CONTENDER * best):
+            if (not self.config.is_tree(steps) or rates[steps] >= CONTENDER * best) and self._kept(steps) < 1:
                 return steps
         if any(earlier > batch for earlier in self.recent_batches):  # (shrinking: requests end, none take their place)
             return None
         if self.bucket_steps[bucket] >= EXPLORE_AFTER:
             for steps in rates if drafting else (0,):
                 needed = CONTENDER if self.config.is_tree(steps) else BORROWED_CONTENDER
-                if self._kept(steps, bucket) < 1 and rates[steps] >= needed * best:
+                if rates[steps] >= needed * best and self._kept(steps, bucket) < 1:
                     return steps
         if self.config.refresh_every and self.steps - self._last_refresh >= self.refresh_interval:
             self._last_refresh = self.steps
@@ -429,8 +429,8 @@ class AdaptivePolicy:
         """Measurements of a shape its cost keeps (a bucket's first is its warm-up), in one bucket or all, the step in
         flight counted: its outcome, told after the next step is planned (take_planned), will be one."""
         samples = self.cost.samples_by_width.get(steps + 1, {})
-        if self._in_flight is not None and self._in_flight[1] == steps:
-            samples = {**samples, self._in_flight[0]: samples.get(self._in_flight[0], 0) + 1}
+        flying = self._in_flight[0] if self._in_flight is not None and self._in_flight[1] == steps else None
         if bucket is not None:
-            return max(samples.get(bucket, 0) - 1, 0)
-        return sum(max(n - 1, 0) for n in samples.values())
+            return max(samples.get(bucket, 0) + (bucket == flying) - 1, 0)
+        # (the step in flight adds one where its bucket's warm-up is already measured)
+        return self.cost.kept_by_width.get(steps + 1, 0) + (flying is not None and samples.get(flying, 0) >= 1)

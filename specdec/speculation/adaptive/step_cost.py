@@ -69,6 +69,7 @@ class StepCost:
         self.samples: dict[tuple[int, int], int] = {}  # measurements seen, the dropped warm-up included
         # the same by width: width -> {bucket: measurements} (the policy counts a shape's buckets in every plan)
         self.samples_by_width: dict[int, dict[int, int]] = {}
+        self.kept_by_width: dict[int, int] = {}  # width -> measurements kept over every bucket (warm-ups left out)
 
     def seconds(self, batch: int, width: int, context: float) -> float:
         rows = self.rows(batch)
@@ -103,6 +104,7 @@ class StepCost:
         self.samples_by_width.setdefault(width, {})[key[0]] = self.samples[key]
         if self.samples[key] == 1:
             return
+        self.kept_by_width[width] = self.kept_by_width.get(width, 0) + 1
         ratio = seconds / self.prior(rows, width, context)
         if self.factors:  # (the very first factor has nothing to be held against)
             ratio = min(ratio, self.clip * self.factor(*key))
