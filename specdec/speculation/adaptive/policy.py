@@ -63,8 +63,10 @@ CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is wort
 BORROWED_CONTENDER = 0.5
 # refreshes that confirm the best shape come twice as far apart, up to REFRESH_BACKOFF times refresh_every (each
 # costs a step of a worse shape and, between plain steps, the pipeline's refill: at batch 256 the H200 study's
-# refreshes every 16 steps cost ~5% of plain decoding's tokens/s)
-REFRESH_BACKOFF = 4
+# refreshes every 16 steps cost ~5% of plain decoding's tokens/s; at 1.2 accepted and batch 64 in the H100 study of
+# 2026-12-06 10:09 UTC, refreshes of 2-chains and trees every 64 steps cost ~1%: 8, replayed, lifted those points by
+# 0.4% and moved no other by more than 0.1%: benchmarks/results/adaptive_replay_refresh_backoff_cpu_2026-12-06.md)
+REFRESH_BACKOFF = 8
 # the memory of the acceptance pooled over requests, a new request's prior (per observation of a position: ~100 rows)
 POPULATION_DECAY = 0.99
 # steps a shape chosen to be measured is held for until a step of it teaches a cost (the engine times only pipelined
