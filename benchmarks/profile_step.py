@@ -4,6 +4,8 @@ between kernels), the kernels that take it, and beside them the roofline of the 
 (specdec/eval/roofline.py, peaks measured at the start). Printed, and with --out written as markdown, e.g.
     python -m benchmarks.profile_step --target random:nemotron-3-nano --draft synthetic:2.58 --batch 128 \\
         --out benchmarks/results/profile_h200/nemotron-3-nano_spec_b128.md
+    python -m benchmarks.profile_step --target random:qwen3.5-9b --draft synthetic:2.72 --batch 1 \
+        --backends kvbuffer --mode tree     (then --mode adaptive: the study's fixed tree and adaptive rows' engines)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import kernel_settings
+from benchmarks.study import TREE
 from specdec.eval.bench import (
     BenchSettings,
     bench_peaks,
@@ -36,7 +39,7 @@ from specdec.models.expert_traffic import ExpertTraffic
 
 def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int, top: int,
                     peaks: Peaks) -> list[str]:
-    llm = load_llm(settings, backend, mode)
+    llm = load_llm(settings, backend, "speculative" if mode == "tree" else mode)  # (a tree: fixed speculation)
     with_roofline_prior(llm, settings, backend, peaks)  # (adaptive: the policy's prior, as the study's)
     traffic = ExpertTraffic(llm.model)  # before any graph is captured, as the study's: the counts are captured too
     requests = warm_up_and_prefill(llm, bench_prompts(llm, settings, batch), batch, settings)
@@ -111,8 +114,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--backends", nargs="+", default=["kvbuffer", "recurrent"])
-    parser.add_argument("--mode", choices=("plain", "speculative", "adaptive"), default=None,
-                        help="default: speculative with --draft, else plain (plain with --draft: the same prompts)")
+    parser.add_argument("--mode", choices=("plain", "speculative", "tree", "adaptive"), default=None,
+                        help="default: speculative with --draft, else plain (plain with --draft: the same prompts); "
+                             "tree: fixed static trees, the study's (benchmarks.study TREE), which adaptive "
+                             "speculation is offered beside its chains, as in the study")
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this markdown file")
     parser.add_argument("--eager", action="store_true",
@@ -125,7 +130,8 @@ def main() -> None:
         raise SystemExit(f"--mode {mode} needs a drafter: add --draft (e.g. synthetic:2.6)")
     settings = BenchSettings(target=args.target, draft=args.draft, batch_sizes=(args.batch,),
                              max_new_tokens=args.new_tokens, device="cuda", cuda_graphs=not args.eager,
-                             speculation=("adaptive",) if mode == "adaptive" else ("fixed",))
+                             speculation=("adaptive",) if mode == "adaptive" else ("fixed",),
+                             **(TREE if mode in ("tree", "adaptive") else {}))
     peaks = bench_peaks(settings)
     text = [f"# Step profile: `python -m benchmarks.profile_step --target {args.target}"
             + (f" --draft {args.draft}" if args.draft else "") + (f" --mode {args.mode}" if args.mode else "")
