@@ -5,7 +5,8 @@
 # tracked tree leaves little of the call's 64 MiB), each step runs under its own time limit with
 # its own log, a step that fails or runs out of time loses only itself, a step that would not fit in what is left of
 # TOTAL seconds (default 570) is skipped, and everything the steps wrote is packed into one file,
-# $OUT/call.tar.gz (read it back with `tar xzf`), beside the last lines of each log on stdout.
+# $OUT/call.tar.gz (read it back with `tar xzf`), beside the last lines of each log on stdout. It is packed again
+# after every step, so a call killed at the run's own limit still hands back the steps that ended.
 #
 # Steps are "SECONDS:COMMAND", run in order from the repository root; each sees STEP_OUT, a folder of its own
 # for its files, and its stdout and stderr go to STEP_OUT/log.txt. E.g. (the 2026-12-03 seventh sitting's calls):
@@ -45,6 +46,9 @@ if [ -n "${KERNEL_WINNERS_FROM:-}" ]; then
 else
   echo "{}" >"$KERNEL_WINNERS"
 fi
+pack() {  # (after every step too: a call killed from outside, at the run's own limit, still hands back what ran)
+  tar czf "$out/call.tar.gz.part" -C "$work" . && mv -f "$out/call.tar.gz.part" "$out/call.tar.gz"
+}
 index=0
 for step in "$@"; do
   index=$((index + 1))
@@ -61,6 +65,7 @@ for step in "$@"; do
   STEP_OUT=$dir timeout "$limit" bash -c "$command" >"$dir/log.txt" 2>&1
   echo "[call] step $index exit $? at ${SECONDS}s"
   tail -n 6 "$dir/log.txt"
+  pack
 done
-tar czf "$out/call.tar.gz" -C "$work" .
+pack
 echo "[call] packed $(du -h "$out/call.tar.gz" | cut -f1) into call.tar.gz at ${SECONDS}s"

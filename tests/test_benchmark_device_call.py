@@ -29,6 +29,17 @@ def test_steps_packed_timed_out_and_skipped(tmp_path):
         assert archive.extractfile("./step01/log.txt").read() == b"step one done\n"
 
 
+def test_a_call_killed_from_outside_hands_back_the_steps_that_ended(tmp_path):
+    """The run's own limit kills the whole call (2026-12-06: a cold machine's compile outlasted the call, and nothing
+    came back): the archive, packed after every step, holds those that ended."""
+    steps = ['5:echo kept > "$STEP_OUT/result.txt"', "10:sleep 10"]  # (the sleep outlives the test by ~7 s)
+    run = subprocess.run(["timeout", "3", "bash", str(SCRIPT), *steps], env={"OUT": str(tmp_path), **PATH},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 124  # (killed while the second step slept)
+    with tarfile.open(tmp_path / "call.tar.gz") as archive:
+        assert archive.extractfile("./step01/result.txt").read() == b"kept\n"
+
+
 def test_out_is_required(tmp_path):
     run = subprocess.run(["bash", str(SCRIPT), "5:true"], env=PATH, capture_output=True,
                          text=True, timeout=60)
