@@ -4,7 +4,7 @@ between kernels), the kernels that take it, and beside them the roofline of the 
 (specdec/eval/roofline.py, peaks measured at the start). Printed, and with --out written as markdown, e.g.
     python -m benchmarks.profile_step --target random:nemotron-3-nano --draft synthetic:2.58 --batch 128 \\
         --out benchmarks/results/profile_h200/nemotron-3-nano_spec_b128.md
-    python -m benchmarks.profile_step --target random:qwen3.5-9b --draft synthetic:2.72 --batch 1 \
+    python -m benchmarks.profile_step --target random:qwen3.5-9b --draft synthetic:2.72 --batch 1 \\
         --backends kvbuffer --mode tree     (then --mode adaptive: the study's fixed tree and adaptive rows' engines)
 """
 

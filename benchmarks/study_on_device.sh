@@ -53,9 +53,9 @@ for item in "${items[@]}"; do
       echo "[study] $name, ${left}s left" | tee -a "$log"
       # (an item that repeats an earlier one of the call, e.g. '64:adaptive plain' '64:adaptive', writes beside its
       # file, not over it: the 2026-12-06 10:18 UTC call lost a run so; the report reads both as runs of the point)
-      file="$out/study_${model}_b${batch//,/-}_${backend}_${mode}${suffix}${runs}" again=1
-      while [ -e "$file$([ "$again" -gt 1 ] && echo "_again$again").json" ]; do again=$((again + 1)); done
-      file="$file$([ "$again" -gt 1 ] && echo "_again$again").json"
+      base="$out/study_${model}_b${batch//,/-}_${backend}_${mode}${suffix}${runs}" again=1
+      file="$base.json"
+      while [ -e "$file" ]; do again=$((again + 1)) file="${base}_again$again.json"; done
       timeout "$left" python -m benchmarks.study --model "$model" --batches ${batch//,/ } --only "$backend" "$mode" \
         "${acc_args[@]}" "${trace[@]}" --out "$file" "$@" \
         >>"$log" 2>&1 \
