@@ -14,6 +14,14 @@ if not torch.cuda.is_available():
 
 sys.modules["fla"] = None  # `import fla` raises ImportError and importlib.util.find_spec("fla") is None
 
+# pytest-xdist's workers (pyproject's addopts: -n 2) share the machine's cores: each takes its share of torch's threads,
+# and so does each process a test starts (OMP_NUM_THREADS), rather than all of them contending for every core
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    _threads = max(1, (os.cpu_count() or 1) // _workers)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    torch.set_num_threads(_threads)
+
 
 @pytest.fixture
 def nan_empty(monkeypatch):
