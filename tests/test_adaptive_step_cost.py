@@ -122,3 +122,53 @@ def test_catch_up_cost_is_affine_in_the_backlog():
     assert one.seconds(100) == pytest.approx(24e-3)  # one token count: proportional to the mean excess
     one.observe(60, -5e-3)  # (a step faster than its shape's cost: no catch-up, not a negative one)
     assert one.samples[-1] == (60, 0.0)
+
+
+def test_what_a_measured_shape_would_borrow_leaves_its_own_measurements_out():
+    cost = StepCost(prior=lambda batch, width, context: 1e-3 * width)
+    assert cost.borrowed(4, 2) == 1.0  # nothing measured
+    for seconds in (1.0, 4e-3):  # width 2 at batch 4: twice its prior (the first a warm-up)
+        cost.observe(4, 2, 0.0, seconds)
+    for seconds in (1.0, 3e-3):  # width 1 at batch 4: three times its prior
+        cost.observe(4, 1, 0.0, seconds)
+    assert cost.factor(4, 2) == pytest.approx(2.0) and cost.borrowed(4, 2) == pytest.approx(3.0)
+    assert cost.borrowed(4, 5) == cost.factor(4, 5) == pytest.approx(2.0)  # unmeasured: the same either way
+    for width, seconds in ((1, 1.0), (1, 1e-3), (2, 1.0), (2, 4e-3)):  # at batch 16: width 1 at its prior, 2 at twice
+        cost.observe(16, width, 0.0, seconds)
+    # at batch 4, width 2 as width 1's factor there times the two widths' relation at batch 16 (2 / 1)
+    assert cost.borrowed(4, 2) == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_a_shape_measured_once_is_refreshed_as_any_other_unless_its_step_looks_stalled(stalled):
+    """A model of the step (a roofline-like prior, here exact: every shape costs its prior) and drafts never kept:
+    plain decoding is best, 1-chains reach 0.77 of its rate, 2-chains 0.63, 4-chains 0.53. Once each chain has one
+    kept measurement agreeing with what the others make of it, none is within CONTENDER (0.8) of plain decoding and
+    no refresh drafts again. A 1-chain whose two first steps stalled at 1.3x (its kept one 1.3x what the others make
+    of it) is refreshed, at BORROWED_CONTENDER (0.5), until a second measurement stands beside the first."""
+    prior = lambda batch, width, context: 1e-3 * (1 + 0.3 * (width - 1))  # noqa: E731
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=16), prior=prior)
+    chain_1_steps = 0
+
+    def cost(batch, width):
+        nonlocal chain_1_steps
+        chain_1_steps += width == 2
+        return prior(batch, width, 0.0) * (1.3 if stalled and width == 2 and chain_1_steps <= 2 else 1.0)
+
+    plans = run_plans(policy, cost, 200)
+    drafted = [plan.steps for plan in plans]
+    assert sorted(drafted[:8]) == [0, 0, 1, 1, 2, 2, 4, 4]  # every shape explored first (a warm-up and a kept step)
+    later = drafted[8:]
+    assert later.count(1) == (1 if stalled else 0)  # (once measured twice, a 1-chain is not a contender either)
+    assert later.count(2) == later.count(4) == 0
+
+
+def run_plans(policy: AdaptivePolicy, cost, steps: int, batch: int = 4) -> list:
+    """Drive the policy for `steps` steps whose drafts are never kept, each step timed at cost(batch, width)."""
+    ids, plans = list(range(batch)), []
+    for _ in range(steps):
+        plan = policy.plan(ids, [100] * batch)
+        drafted = [plan.steps if d else 0 for d in plan.drafting]
+        policy.observe(ids, drafted, [0] * batch, cost(batch, plan.steps + 1))
+        plans.append(plan)
+    return plans

@@ -78,20 +78,27 @@ class StepCost:
     def factor(self, bucket: int, width: int) -> float:
         if (bucket, width) in self.factors:
             return self.factors[(bucket, width)]
-        in_bucket = sorted((abs(w - width), w) for (b, w) in self.factors if b == bucket)
+        return self.borrowed(bucket, width)
+
+    def borrowed(self, bucket: int, width: int) -> float:
+        """The factor (bucket, width) borrows while it is not measured, as the class says; of a measured one, what it
+        would borrow without its own measurements (what the others make of it: AdaptivePolicy._contender)."""
+        others = self.factors
+        if (bucket, width) in others:  # (a copy only then: an unmeasured shape borrows in every plan)
+            others = {key: f for key, f in others.items() if key != (bucket, width)}
+        in_bucket = sorted((abs(w - width), w) for (b, w) in others if b == bucket)
         for _, near in in_bucket:  # a measured width of this bucket, and the two widths' relation elsewhere
-            both = [(abs(b.bit_length() - bucket.bit_length()), b) for (b, w) in self.factors
-                    if w == width and (b, near) in self.factors]
+            both = [(abs(b.bit_length() - bucket.bit_length()), b) for (b, w) in others
+                    if w == width and (b, near) in others]
             if both:
                 other = min(both)[1]
-                return self.factors[(bucket, near)] * self.factors[(other, width)] / self.factors[(other, near)]
+                return others[(bucket, near)] * others[(other, width)] / others[(other, near)]
         if in_bucket:
-            return self.factors[(bucket, in_bucket[0][1])]
-        same_width = [(abs(b.bit_length() - bucket.bit_length()), f) for (b, w), f in self.factors.items()
-                      if w == width]
+            return others[(bucket, in_bucket[0][1])]
+        same_width = [(abs(b.bit_length() - bucket.bit_length()), f) for (b, w), f in others.items() if w == width]
         if same_width:
             return min(same_width)[1]
-        return sum(self.factors.values()) / len(self.factors) if self.factors else 1.0
+        return sum(others.values()) / len(others) if others else 1.0
 
     def measured_in(self, bucket: int, width: int) -> int:
         """Measurements of this width kept in this batch bucket."""
