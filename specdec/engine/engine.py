@@ -100,9 +100,9 @@ class Engine:
 
     def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
         """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs
-        on a GPU), as benchmarks and servers that warm up do; the rest is built when first needed. Then freeze the
-        heap (heap.py: a full garbage collection over all that was built stalls a step for hundreds of ms). -> how
-        many step graphs were built."""
+        on a GPU), as benchmarks do (`specdec serve` does not warm up yet); the rest is built when first needed.
+        Then freeze the heap (heap.py: a full garbage collection over all that was built stalls a step for hundreds
+        of ms). -> how many step graphs were built."""
         width = self.config.shape.budget + 1 if self.drafter else 1
         if self.policy is not None:  # (its step costs' prior too: computed on first use, on the steps' critical path)
             self.policy.prepare(rows, prompt_tokens, prompt_tokens + max_new_tokens + width)

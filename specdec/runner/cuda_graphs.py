@@ -246,10 +246,11 @@ class StepGraphs:
 
     def capture_buckets(self, rows: int, shortest: int, longest: int) -> int:
         """Build now every step that batches of up to `rows` requests will replay while their longest row needs
-        `shortest` to `longest` key positions (committed tokens + the step's nodes), as a server does at start-up:
-        later steps, batches shrinking as requests finish included, then never stop to capture; at every width, the
-        widest and largest first (the narrower and smaller captures then fit in the scratch they freed). Returns
-        how many steps were built."""
+        `shortest` to `longest` key positions (committed tokens + the step's nodes), as a warm-up does (`specdec
+        bench`'s; `specdec serve` does not warm up yet, its steps capture on first use): later steps, batches
+        shrinking as requests finish included, then never stop to capture; at every width, the widest and largest
+        first (the narrower and smaller captures then fit in the scratch they freed). Returns how many steps were
+        built."""
         top = next((size for size in self.buckets if size >= rows), self.buckets[-1])
         kv_lens, kv_len = [], self.kv_bucket(shortest)
         while True:
