@@ -172,3 +172,43 @@ def run_plans(policy: AdaptivePolicy, cost, steps: int, batch: int = 4) -> list:
         policy.observe(ids, drafted, [0] * batch, cost(batch, plan.steps + 1))
         plans.append(plan)
     return plans
+
+
+def test_an_engine_on_a_gpu_takes_the_roofline_prior_at_the_peaks_measured_there(monkeypatch):
+    """What `specdec bench` gives the policy, any engine gets (device_step_cost): on a GPU the roofline of its step
+    at the peaks measured on it, the flat prior where that measurement does not fit, none on the CPU."""
+    import types
+
+    import torch
+
+    from specdec.eval import step_cost
+    from specdec.models.real_shapes import SHAPES
+
+    config = SHAPES["qwen3.5-9b"][0](4)
+    measured = step_cost.Peaks(3e12, 600e12, "measured")
+    asked = []
+    monkeypatch.setattr(step_cost, "measure_peaks", lambda device, dtype: asked.append((device, dtype)) or measured)
+    gpu = types.SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.bfloat16, hf_config=config)
+    prior = step_cost.device_step_cost(gpu, 16)
+    assert asked == [(gpu.device, torch.bfloat16)]
+    expected = step_cost.roofline_step_cost(config, measured, 16, 2)
+    assert prior(64, 3, 500.0) == pytest.approx(expected(64, 3, 500.0))
+    assert prior(64, 3, 500.0) != pytest.approx(step_cost.roofline_step_cost(config, step_cost.H200)(64, 3, 500.0))
+
+    def no_room(device, dtype):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(step_cost, "measure_peaks", no_room)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert step_cost.device_step_cost(gpu, 16) is None
+    cpu = types.SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32, hf_config=config)
+    assert step_cost.device_step_cost(cpu, 16) is None
+
+
+def test_an_engine_on_the_cpu_keeps_the_flat_prior():
+    from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
+    from specdec.speculation.adaptive import flat_prior
+
+    config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, speculation="adaptive")
+    assert LLM("qwen3.5", "ngram", config=config).engine.policy.cost.prior is flat_prior

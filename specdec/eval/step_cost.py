@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.eval.peaks import Peaks
+from specdec.eval.peaks import Peaks, measure_peaks
 from specdec.eval.roofline import Workload, roofline
 from specdec.speculation.adaptive import StepCostPrior
 
@@ -55,6 +55,24 @@ def grid_points(batch: int) -> tuple[int, int]:
     if power < 2:
         return power, 2
     return (power, middle) if batch < middle else (middle, 2 * power)
+
+
+def device_step_cost(model, flush_length: int) -> StepCostPrior | None:
+    """The prior `specdec bench` and the study give the adaptive policy, for any engine of `model` (`specdec run`,
+    `serve`, `eval`, the API): the roofline of its step at the peaks measured on its GPU now (measure_peaks: about a
+    second, 2 GiB for that while). None on the CPU, where the flat prior stands (every shape measured before it is
+    trusted; the CPU eval's), and where the measurement does not fit beside the weights. Why on a GPU: under the flat
+    prior a batch size not seen yet borrows another's step time as it stands, whatever the rows (AdaptivePolicy
+    prices a chain at 64 rows as one at 16 until it has run there); the roofline scales it.
+    flush_length: the KVBuffer's entries before a fold, 1 for the intermediate-state baseline (bench's)."""
+    if model.device.type != "cuda":
+        return None
+    try:
+        peaks = measure_peaks(model.device, model.dtype)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+    return roofline_step_cost(model.hf_config, peaks, flush_length, model.dtype.itemsize)
 
 
 def default_peaks(device: torch.device) -> Peaks:
