@@ -21,7 +21,6 @@ from specdec.cache.budget import cache_for_budget
 from specdec.cache.spec import CacheConfig
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.engine.request import Request, RequestStats
-from specdec.eval.step_cost import device_step_cost
 from specdec.models import load_model
 from specdec.models.checkpoint import resolve_checkpoint
 from specdec.models.tokenizer import load_tokenizer
@@ -64,8 +63,8 @@ class LLM:
         (`specdec ... --tp N` or torchrun), each running the same calls; device "cuda" (or None) means the rank's
         own GPU.
     step_cost: with config.speculation = "adaptive", the prior cost of a step, (batch, width, context) -> seconds
-        (default: on a GPU the roofline of the target's step at the peaks measured there, specdec/eval/step_cost.py
-        device_step_cost; on the CPU flat, each shape measured before it is trusted).
+        (default flat: each shape is measured before it is trusted; `specdec run`, `serve` and `eval` give a GPU
+        engine the roofline of its step at the peaks measured there, specdec/eval/step_cost.py with_device_prior).
     """
 
     def __init__(self, target: str | os.PathLike = "qwen3.5", draft: str | os.PathLike | Drafter | None = None, *,
@@ -103,8 +102,6 @@ class LLM:
             draft = make_drafter(draft, DraftContext(self.model, target, self.tokenizer, cache, config.shape,
                                                      draft_flush, device, dtype, config.cuda_graphs))
         self.drafter = draft
-        if step_cost is None and draft is not None and config.speculation == "adaptive":
-            step_cost = device_step_cost(self.model, cache.flush_length if cache.linear_state == "kvbuffer" else 1)
         self.engine = Engine(self.model, self.drafter, config, acceptance, step_cost)
 
     # ---- generation ------------------------------------------------------------------------------------------

@@ -153,6 +153,7 @@ def run(args) -> None:
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
     from specdec.eval.acceptance_prior import adaptive_settings
+    from specdec.eval.step_cost import with_device_prior
     from specdec.presets import drafter_asked
 
     config = EngineConfig.from_flags(
@@ -162,6 +163,7 @@ def run(args) -> None:
         adaptive=adaptive_settings(args), max_prefill_tokens=args.max_prefill_tokens)
     llm = LLM(args.target or DEFAULT_TARGET, drafter_asked(args.target, args.draft), device=args.device,
               dtype=args.dtype, config=config, state_memory_gb=args.state_memory_gb, tp=args.tp)
+    with_device_prior(llm)
     chat = llm.has_chat_template if args.chat is None else args.chat
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, seed=args.seed, chat=chat, stop=args.stop)

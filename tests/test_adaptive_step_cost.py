@@ -205,10 +205,26 @@ def test_an_engine_on_a_gpu_takes_the_roofline_prior_at_the_peaks_measured_there
     assert step_cost.device_step_cost(cpu, 16) is None
 
 
-def test_an_engine_on_the_cpu_keeps_the_flat_prior():
+def test_the_commands_engines_take_the_device_prior_and_a_cpu_keeps_the_flat_one(monkeypatch):
+    """with_device_prior (what `specdec run`, `serve` and `eval` call on the engine they build): the policy's prior
+    becomes device_step_cost's, at the engine's flush length; on the CPU it stays flat."""
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
+    from specdec.eval import step_cost
     from specdec.speculation.adaptive import flat_prior
 
-    config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, speculation="adaptive")
-    assert LLM("qwen3.5", "ngram", config=config).engine.policy.cost.prior is flat_prior
+    config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, flush_length=8, speculation="adaptive")
+    llm = LLM("qwen3.5", "ngram", config=config)
+    step_cost.with_device_prior(llm)
+    assert llm.engine.policy.cost.prior is flat_prior
+
+    def prior(batch, width, context):
+        return 1.0
+
+    asked = []
+    monkeypatch.setattr(step_cost, "device_step_cost", lambda model, flush: asked.append((model, flush)) or prior)
+    step_cost.with_device_prior(llm)
+    assert asked == [(llm.model, 8)] and llm.engine.policy.cost.prior is prior
+    plain = LLM("qwen3.5", None, config=config)  # (no drafter, no policy: nothing to measure for)
+    step_cost.with_device_prior(plain)
+    assert len(asked) == 1

@@ -37,7 +37,6 @@ from specdec.eval.summary import shape_shares
 from specdec.eval.synthetic import PREFIX as SYNTHETIC
 from specdec.eval.synthetic import synthetic_speculation
 from specdec.models.expert_traffic import ExpertTraffic
-from specdec.speculation.adaptive import flat_prior
 
 BACKENDS = ("kvbuffer", "recurrent")
 # the linear state each backend's engine runs (specdec/cache/linear_state.py): "recurrent" is the baseline of
@@ -220,9 +219,8 @@ def load_llm(settings: BenchSettings, backend: str, mode: str):
     draft, acceptance = settings.draft if mode != "plain" else None, None
     if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
         draft, acceptance = synthetic_speculation(draft, config.shape.depth)
-    # (the flat prior until with_roofline_prior gives the run's own, at the peaks the run measured once)
     return LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config,
-               acceptance=acceptance, tp=settings.tp, step_cost=flat_prior)
+               acceptance=acceptance, tp=settings.tp)
 
 
 def capture_ahead(llm, rows: int, settings: BenchSettings) -> None:

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from specdec.eval.acceptance_prior import adaptive_config
 from specdec.eval.datasets import EvalPrompt
 from specdec.eval.plots import write_plots
+from specdec.eval.step_cost import with_device_prior
 from specdec.eval.summary import (
     RunSummary,
     Segment,
@@ -167,8 +168,10 @@ def load_llm(settings: EvalSettings, mode: str, max_batch: int):
                                      speculation="adaptive" if mode == "adaptive" else "fixed",
                                      adaptive=adaptive_config(settings.acceptance_prior),
                                      max_prefill_tokens=settings.max_prefill_tokens)
-    return LLM(settings.target, settings.draft if mode != "plain" else None, device=settings.device,
-               dtype=settings.dtype, config=config, tp=settings.tp)
+    llm = LLM(settings.target, settings.draft if mode != "plain" else None, device=settings.device,
+              dtype=settings.dtype, config=config, tp=settings.tp)
+    with_device_prior(llm)
+    return llm
 
 
 def peak_memory_gib(device: torch.device) -> float:

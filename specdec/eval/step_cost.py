@@ -58,13 +58,10 @@ def grid_points(batch: int) -> tuple[int, int]:
 
 
 def device_step_cost(model, flush_length: int) -> StepCostPrior | None:
-    """The prior `specdec bench` and the study give the adaptive policy, for any engine of `model` (`specdec run`,
-    `serve`, `eval`, the API): the roofline of its step at the peaks measured on its GPU now (measure_peaks: about a
-    second, 2 GiB for that while). None on the CPU, where the flat prior stands (every shape measured before it is
-    trusted; the CPU eval's), and where the measurement does not fit beside the weights. Why on a GPU: under the flat
-    prior a batch size not seen yet borrows another's step time as it stands, whatever the rows (AdaptivePolicy
-    prices a chain at 64 rows as one at 16 until it has run there); the roofline scales it.
-    flush_length: the KVBuffer's entries before a fold, 1 for the intermediate-state baseline (bench's)."""
+    """The roofline of `model`'s step at the peaks measured on its GPU now (measure_peaks: about a second, 2 GiB for
+    that while): the prior `specdec bench` and the study give the adaptive policy. None on the CPU, where the flat
+    prior stands (every shape measured before it is trusted; the CPU eval's), and where the measurement does not fit
+    beside the weights. flush_length: the KVBuffer's entries before a fold, 1 for the intermediate-state baseline."""
     if model.device.type != "cuda":
         return None
     try:
@@ -73,6 +70,21 @@ def device_step_cost(model, flush_length: int) -> StepCostPrior | None:
         torch.cuda.empty_cache()
         return None
     return roofline_step_cost(model.hf_config, peaks, flush_length, model.dtype.itemsize)
+
+
+def with_device_prior(llm) -> None:
+    """Give an adaptive engine's policy device_step_cost's prior (`specdec run`, `serve` and `eval` call it once the
+    engine is built; `bench` sets its own, at the peaks it measured once). Why on a GPU: under the flat prior a batch
+    size not seen yet borrows another's step time as it stands, whatever its rows (a chain at 64 rows priced as at
+    16 until it has run there); the roofline scales it. Before 2026-12-06 only bench and the study had it, so the GPU
+    study measured the policy under a prior the commands' users did not get."""
+    policy = llm.engine.policy
+    if policy is None:
+        return
+    cache = llm.engine.config.cache
+    prior = device_step_cost(llm.model, cache.flush_length if cache.linear_state == "kvbuffer" else 1)
+    if prior is not None:
+        policy.cost.prior = prior
 
 
 def default_peaks(device: torch.device) -> Peaks:

@@ -64,6 +64,7 @@ def serve_command(args) -> None:
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
     from specdec.engine.heap import freeze_heap
+    from specdec.eval.step_cost import with_device_prior
     from specdec.presets import DEFAULT_TARGET, drafter_asked
 
     primary = os.environ.get("RANK", "0") == "0"  # the rank that serves (torchrun sets RANK)
@@ -76,6 +77,7 @@ def serve_command(args) -> None:
     target = args.target or DEFAULT_TARGET
     llm = LLM(target, drafter_asked(args.target, args.draft), device=args.device, dtype=args.dtype, config=config,
               state_memory_gb=args.state_memory_gb, tp=args.tp)
+    with_device_prior(llm)
     freeze_heap()  # what loading built is never walked by a collection between steps (specdec/engine/heap.py)
     if not primary:
         from .ranks import follow
