@@ -54,9 +54,8 @@ from specdec.eval.bench import (
     free_device_memory,
     synchronize,
     warm_up_and_prefill,
-    with_roofline_prior,
 )
-from specdec.eval.step_cost import default_peaks
+from specdec.eval.step_cost import default_peaks, with_device_prior
 from specdec.eval.synthetic import synthetic_speculation
 from specdec.speculation.adaptive import AdaptiveConfig
 from specdec.speculation.adaptive.policy import StepPlan
@@ -248,8 +247,7 @@ def time_variant(target: str, config: EngineConfig, draft: str | None, change: s
         llm.engine.policy.plan = lambda ids, *_: StepPlan(held_steps, (held_steps > 0,) * len(ids))
         llm.engine.policy.observe = lambda *args, **kwargs: None
     if change == "study policy":  # as `specdec bench --policy-trace` sets it up
-        with_roofline_prior(llm, BenchSettings(target=target, device=device), "kvbuffer",
-                            default_peaks(torch.device(device)))
+        with_device_prior(llm, default_peaks(torch.device(device)))
         llm.engine.policy.trace = []
     if change == "busy launch 2":  # the same work between the launch and the wait for the step before
         runner.decode_next = busy_after(runner.decode_next, 2e-3)

@@ -30,17 +30,17 @@ from specdec.eval.bench import (
     load_llm,
     step_workloads,
     warm_up_and_prefill,
-    with_roofline_prior,
 )
 from specdec.eval.peaks import Peaks
 from specdec.eval.roofline import roofline
+from specdec.eval.step_cost import with_device_prior
 from specdec.models.expert_traffic import ExpertTraffic
 
 
 def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int, top: int,
                     peaks: Peaks) -> list[str]:
     llm = load_llm(settings, backend, "speculative" if mode == "tree" else mode)  # (a tree: fixed speculation)
-    with_roofline_prior(llm, settings, backend, peaks)  # (adaptive: the policy's prior, as the study's)
+    with_device_prior(llm, peaks)  # (adaptive: the policy's prior, as the study's)
     traffic = ExpertTraffic(llm.model)  # before any graph is captured, as the study's: the counts are captured too
     requests = warm_up_and_prefill(llm, bench_prompts(llm, settings, batch), batch, settings)
     traffic.reset()

@@ -174,40 +174,14 @@ def run_plans(policy: AdaptivePolicy, cost, steps: int, batch: int = 4) -> list:
     return plans
 
 
-def test_an_engine_on_a_gpu_takes_the_roofline_prior_at_the_peaks_measured_there(monkeypatch):
-    """What `specdec bench` gives the policy, any engine gets (device_step_cost): on a GPU the roofline of its step
-    at the peaks measured on it, the flat prior where that measurement does not fit, none on the CPU."""
+def test_an_engines_prior_is_the_roofline_at_the_peaks_given_or_measured_on_its_gpu(monkeypatch):
+    """with_device_prior (`specdec bench` with its run's peaks; `specdec run`, `serve` and `eval` without, once the
+    engine is built): the roofline of the target's step at the engine's flush length; without peaks, at those
+    measured on its GPU, and the flat prior on the CPU or where that measurement does not fit."""
     import types
 
     import torch
 
-    from specdec.eval import step_cost
-    from specdec.models.real_shapes import SHAPES
-
-    config = SHAPES["qwen3.5-9b"][0](4)
-    measured = step_cost.Peaks(3e12, 600e12, "measured")
-    asked = []
-    monkeypatch.setattr(step_cost, "measure_peaks", lambda device, dtype: asked.append((device, dtype)) or measured)
-    gpu = types.SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.bfloat16, hf_config=config)
-    prior = step_cost.device_step_cost(gpu, 16)
-    assert asked == [(gpu.device, torch.bfloat16)]
-    expected = step_cost.roofline_step_cost(config, measured, 16, 2)
-    assert prior(64, 3, 500.0) == pytest.approx(expected(64, 3, 500.0))
-    assert prior(64, 3, 500.0) != pytest.approx(step_cost.roofline_step_cost(config, step_cost.H200)(64, 3, 500.0))
-
-    def no_room(device, dtype):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
-
-    monkeypatch.setattr(step_cost, "measure_peaks", no_room)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    assert step_cost.device_step_cost(gpu, 16) is None
-    cpu = types.SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32, hf_config=config)
-    assert step_cost.device_step_cost(cpu, 16) is None
-
-
-def test_the_commands_engines_take_the_device_prior_and_a_cpu_keeps_the_flat_one(monkeypatch):
-    """with_device_prior (what `specdec run`, `serve` and `eval` call on the engine they build): the policy's prior
-    becomes device_step_cost's, at the engine's flush length; on the CPU it stays flat."""
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
     from specdec.eval import step_cost
@@ -215,16 +189,35 @@ def test_the_commands_engines_take_the_device_prior_and_a_cpu_keeps_the_flat_one
 
     config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, flush_length=8, speculation="adaptive")
     llm = LLM("qwen3.5", "ngram", config=config)
+    hf_config, itemsize = llm.model.hf_config, llm.model.dtype.itemsize
     step_cost.with_device_prior(llm)
-    assert llm.engine.policy.cost.prior is flat_prior
+    assert llm.engine.policy.cost.prior is flat_prior  # (the CPU, no peaks given)
 
-    def prior(batch, width, context):
-        return 1.0
+    def roofline_at(peaks):
+        return step_cost.roofline_step_cost(hf_config, peaks, 8, itemsize)(64, 3, 500.0)
+
+    given, measured = step_cost.Peaks(20e9, 200e9, "given"), step_cost.Peaks(3e12, 600e12, "measured")
+    step_cost.with_device_prior(llm, given)
+    assert llm.engine.policy.cost.prior(64, 3, 500.0) == pytest.approx(roofline_at(given))
 
     asked = []
-    monkeypatch.setattr(step_cost, "device_step_cost", lambda model, flush: asked.append((model, flush)) or prior)
-    step_cost.with_device_prior(llm)
-    assert asked == [(llm.model, 8)] and llm.engine.policy.cost.prior is prior
+    monkeypatch.setattr(step_cost, "measure_peaks", lambda device, dtype: asked.append(device) or measured)
+    gpu = types.SimpleNamespace(engine=LLM("qwen3.5", "ngram", config=config).engine,
+                                model=types.SimpleNamespace(device=torch.device("cuda", 0), dtype=llm.model.dtype,
+                                                            hf_config=hf_config))
+    step_cost.with_device_prior(gpu)
+    assert asked == [torch.device("cuda", 0)]
+    assert gpu.engine.policy.cost.prior(64, 3, 500.0) == pytest.approx(roofline_at(measured))
+    assert roofline_at(measured) != pytest.approx(roofline_at(given))
+
+    def no_room(device, dtype):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(step_cost, "measure_peaks", no_room)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    gpu.engine = LLM("qwen3.5", "ngram", config=config).engine
+    step_cost.with_device_prior(gpu)
+    assert gpu.engine.policy.cost.prior is flat_prior
     plain = LLM("qwen3.5", None, config=config)  # (no drafter, no policy: nothing to measure for)
-    step_cost.with_device_prior(plain)
-    assert len(asked) == 1
+    step_cost.with_device_prior(plain, given)
+    assert plain.engine.policy is None

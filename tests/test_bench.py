@@ -215,7 +215,8 @@ def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen(tmp_path):
     decision, the warm-up's and the timed ones."""
     import json
 
-    from specdec.eval.bench import load_llm, with_roofline_prior
+    from specdec.eval.bench import load_llm
+    from specdec.eval.step_cost import with_device_prior
 
     trace = tmp_path / "policy.jsonl"
     settings = BenchSettings(target="qwen3.5", draft="synthetic:1.2", batch_sizes=(2,), max_new_tokens=8,
@@ -239,7 +240,7 @@ def test_adaptive_rows_beside_plain_and_fixed_with_the_shapes_chosen(tmp_path):
     table = markdown_table([row], 40.0)
     assert "shapes chosen" in table and "| kvbuffer | adaptive | 2 |" in table
     llm = load_llm(settings, "kvbuffer", "adaptive")
-    with_roofline_prior(llm, settings, "kvbuffer", peaks)
+    with_device_prior(llm, peaks)
     prior = llm.engine.policy.cost.prior
     assert 0 < prior(1, 2, 100.0) < prior(64, 5, 100.0)
     with pytest.raises(ValueError, match=r"modes \['plain', 'speculative'\]"):

@@ -32,7 +32,7 @@ from specdec.eval import device_memory
 from specdec.eval.acceptance_prior import adaptive_config
 from specdec.eval.peaks import Peaks, measure_peaks
 from specdec.eval.roofline import Workload, expected_experts, run_roofline
-from specdec.eval.step_cost import roofline_step_cost
+from specdec.eval.step_cost import with_device_prior
 from specdec.eval.summary import shape_shares
 from specdec.eval.synthetic import PREFIX as SYNTHETIC
 from specdec.eval.synthetic import synthetic_speculation
@@ -134,7 +134,7 @@ def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[Bench
                 free_device_memory()
                 continue
             log_memory(llm, f"{backend} {mode}: built")
-            with_roofline_prior(llm, settings, backend, peaks)
+            with_device_prior(llm, peaks)
             traffic = ExpertTraffic(llm.model)  # before any graph is captured: the counts are captured with it
             per_request = linear_state_bytes(llm, settings, backend, mode)
             fits = int(settings.state_memory_gb * 2**30 // per_request) if per_request else 0
@@ -238,15 +238,6 @@ def capture_ahead(llm, rows: int, settings: BenchSettings) -> None:
         if not out_of_memory(error):
             raise
         free_device_memory()
-
-
-def with_roofline_prior(llm, settings: BenchSettings, backend: str, peaks: Peaks) -> None:
-    """An adaptive engine's policy assumes, of a step it has not measured yet, the roofline of the target's step at
-    the run's peaks (specdec/eval/step_cost.py); its measured factors take over from there."""
-    policy = llm.engine.policy
-    if policy is not None:
-        flush_length = 1 if backend == "recurrent" else settings.flush_length
-        policy.cost.prior = roofline_step_cost(llm.model.hf_config, peaks, flush_length, llm.model.dtype.itemsize)
 
 
 def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSettings, backend: str, mode: str,

@@ -57,34 +57,29 @@ def grid_points(batch: int) -> tuple[int, int]:
     return (power, middle) if batch < middle else (middle, 2 * power)
 
 
-def device_step_cost(model, flush_length: int) -> StepCostPrior | None:
-    """The roofline of `model`'s step at the peaks measured on its GPU now (measure_peaks: about a second, 2 GiB for
-    that while): the prior `specdec bench` and the study give the adaptive policy. None on the CPU, where the flat
-    prior stands (every shape measured before it is trusted; the CPU eval's), and where the measurement does not fit
-    beside the weights. flush_length: the KVBuffer's entries before a fold, 1 for the intermediate-state baseline."""
-    if model.device.type != "cuda":
-        return None
-    try:
-        peaks = measure_peaks(model.device, model.dtype)
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return None
-    return roofline_step_cost(model.hf_config, peaks, flush_length, model.dtype.itemsize)
-
-
-def with_device_prior(llm) -> None:
-    """Give an adaptive engine's policy device_step_cost's prior (`specdec run`, `serve` and `eval` call it once the
-    engine is built; `bench` sets its own, at the peaks it measured once). Why on a GPU: under the flat prior a batch
-    size not seen yet borrows another's step time as it stands, whatever its rows (a chain at 64 rows priced as at
-    16 until it has run there); the roofline scales it. Before 2026-12-06 only bench and the study had it, so the GPU
-    study measured the policy under a prior the commands' users did not get."""
-    policy = llm.engine.policy
+def with_device_prior(llm, peaks: Peaks | None = None) -> None:
+    """Give an adaptive engine's policy the roofline of its target's step at `peaks` (`specdec bench`: the run's,
+    measured once) or, without, at the peaks measured on its GPU now (measure_peaks: about a second, 2 GiB for that
+    while; `specdec run`, `serve` and `eval` call it once the engine is built). Without peaks on the CPU, or where the
+    measurement does not fit beside the weights, the flat prior stands (every shape measured before it is trusted;
+    the CPU eval's). Why on a GPU: under the flat prior a batch size not seen yet borrows another's step time as it
+    stands, whatever its rows (a chain at 64 rows priced as at 16 until it has run there); the roofline scales it.
+    Before 2026-12-06 only bench and the study had it, so the GPU study measured the policy under a prior the
+    commands' users did not get. The prior's flush length is the engine's (1 for the intermediate-state baseline)."""
+    policy, model = llm.engine.policy, llm.model
     if policy is None:
         return
+    if peaks is None:
+        if model.device.type != "cuda":
+            return
+        try:
+            peaks = measure_peaks(model.device, model.dtype)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return
     cache = llm.engine.config.cache
-    prior = device_step_cost(llm.model, cache.flush_length if cache.linear_state == "kvbuffer" else 1)
-    if prior is not None:
-        policy.cost.prior = prior
+    flush_length = cache.flush_length if cache.linear_state == "kvbuffer" else 1
+    policy.cost.prior = roofline_step_cost(model.hf_config, peaks, flush_length, model.dtype.itemsize)
 
 
 def default_peaks(device: torch.device) -> Peaks:
