@@ -38,8 +38,8 @@ def run_all() -> None:
     from specdec.eval.run import EvalSettings, run_eval
 
     # one torch thread (as OMP_NUM_THREADS=1 before `specdec eval`): on the 2-core machines these runs are made on, the
-    # tiny shipped models decoded plainly at 44 tok/s (batch 1) on torch's default two threads, adaptive / plain
-    # 0.75-1.09 part by part, and at 67-71 tok/s on one, 0.94-1.20 part by part (the draft model, 2026-12-06)
+    # draft model's row decoded plainly at 43.9 tok/s (batch 1) on torch's default two threads, adaptive / plain
+    # 0.75-1.09 part by part (the table of 208aa0f), and at 71.0 on one, 0.95-1.12 part by part (c749104's)
     torch.set_num_threads(1)
     prompts = load_prompts("mt-bench", NUM_PROMPTS)
     for draft in DRAFTERS:
