@@ -11,6 +11,7 @@ from tests.test_conv_kernels import DEVICE, conv_layer, conv_pool, trees
 from verify_kernels.conv import (
     GateInputs,
     QKVHeads,
+    causal_conv1d_tree,
     causal_conv1d_tree_qkv,
     causal_conv1d_tree_qkv_ref,
     conv_decode_qkv,
@@ -113,6 +114,60 @@ def test_tree_conv_qkv_stores_the_gates_of_every_node(form, dtype):
     assert_outputs(ours, theirs, TOL[torch.float32] if dtype == torch.float32 else 1e-2)
     with pytest.raises(ValueError, match=r"the gates' a \(3, 4, 4\) must be \[3, 5, HV\]"):
         causal_conv1d_tree_qkv(*args, None, HEADS, 0.25, gates=gate_inputs(gen, (3, T - 1), dtype))
+
+
+@pytest.mark.parametrize("T", [40, 57])
+def test_a_prompt_longer_than_a_node_block_matches_the_references(T):
+    """A prefill's rows (a prompt of T > tree_conv.ROWS_MAX_NODES tokens, a ragged row of T // 2, an empty one) are
+    cut into node blocks of a program each, gates included; fused, bf16, sources from the parents walk."""
+    gen = torch.Generator().manual_seed(T)
+    D, W = HEADS.channels, 4
+    parents, num_nodes = trees(gen, "chain", T)
+    pool, req_slots = conv_pool(gen, 3, D, W, torch.bfloat16)
+    weight, bias = conv_layer(gen, D, W, True, torch.bfloat16)
+    x = pad_nodes(torch.randn(3, T, D, generator=gen), num_nodes.cpu()).to(DEVICE, torch.bfloat16)
+    gates = gate_inputs(gen, (3, T), torch.bfloat16)
+    args = (x, parents, num_nodes, pool, req_slots, weight, bias, "silu")
+    ours = causal_conv1d_tree_qkv(*args, None, HEADS, 0.25, gates=gates)
+    theirs = causal_conv1d_tree_qkv_ref(*args, None, HEADS, 0.25, gates=gates)
+    assert T > tree_conv.ROWS_MAX_NODES
+    assert_outputs(ours, theirs, 1e-2)
+
+
+def test_prompt_lengths_share_the_compiled_kernels(monkeypatch):
+    """The rows kernels take the nodes per row as a runtime argument: prompts of 40 and 57 tokens launch them with
+    the same compile-time arguments (as a constexpr, each new prompt length compiled them anew on a GPU: seconds of
+    a request's prefill), and only the node block, at most ROWS_MAX_NODES, follows the step's width."""
+    launches = {}
+
+    class Recorder:
+        def __init__(self, name, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.setdefault(self.name, []).append(kwargs)
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(conv_qkv, "conv_tree_qkv_kernel", Recorder("qkv", conv_qkv.conv_tree_qkv_kernel))
+    monkeypatch.setattr(tree_conv, "causal_conv1d_tree_rows_kernel",
+                        Recorder("conv", tree_conv.causal_conv1d_tree_rows_kernel))
+    gen = torch.Generator().manual_seed(3)
+    D, W = HEADS.channels, 4
+    for T in (40, 57, 5):
+        parents, num_nodes = trees(gen, "chain", T)
+        pool, req_slots = conv_pool(gen, 3, D, W, torch.float32)
+        weight, _ = conv_layer(gen, D, W, False)
+        x = pad_nodes(torch.randn(3, T, D, generator=gen), num_nodes.cpu()).to(DEVICE)
+        causal_conv1d_tree_qkv(x, parents, num_nodes, pool, req_slots, weight, None, "silu", None, HEADS, 0.25)
+        causal_conv1d_tree(x, parents, num_nodes, pool, req_slots, weight, None, "silu")
+    assert set(launches) == {"qkv", "conv"}
+    for name, calls in launches.items():
+        assert len(calls) == 3, name
+        assert calls[0] == calls[1], name  # 40 and 57 tokens: the same compiled kernel
+        assert calls[0]["BT"] == tree_conv.ROWS_MAX_NODES and calls[2]["BT"] == 8, name
+        assert "T" not in calls[0], name
 
 
 def test_decode_conv_qkv_stores_the_gates(form):

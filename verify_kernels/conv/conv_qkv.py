@@ -55,17 +55,18 @@ def store_qkv(b_y, rows, m_r, i_d, q, k, v, q_scale, eps, H: tl.constexpr, K: tl
 @triton.jit
 def conv_tree_qkv_kernel(
     x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, q, k, v, stride_xb, stride_xt, q_scale, eps,
-    a, b, A_log, dt_bias, g, beta, stride_a, stride_b,
-    T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
+    a, b, A_log, dt_bias, g, beta, stride_a, stride_b, T,
+    D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
     HAS_SOURCES: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr, H: tl.constexpr, K: tl.constexpr,
     HV: tl.constexpr, V: tl.constexpr, ROUND: tl.constexpr, QK_VALUES: tl.constexpr, GATES: tl.constexpr,
     NHV: tl.constexpr,
 ):
-    """tree_conv's rows kernel, its output stored as q / k / v (store_qkv); with GATES the programs of channel
-    block 0 also store the row's nodes' g and beta from a and b (rows of stride_a / stride_b: store_gate_rows)."""
-    i_b, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    """tree_conv's rows kernel (node block program_id(2)), its output stored as q / k / v (store_qkv); with GATES
+    the programs of channel block 0 also store their nodes' g and beta from a and b (rows of stride_a / stride_b:
+    store_gate_rows)."""
+    i_b, i_d, i_t = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     b_y, o_t, _ = tree_conv_rows(x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, i_b, i_d,
-                                 stride_xb, stride_xt, T, D, W, BT, BLOCK_D, HAS_SOURCES, HAS_BIAS, SILU)
+                                 i_t * BT, stride_xb, stride_xt, T, D, W, BT, BLOCK_D, HAS_SOURCES, HAS_BIAS, SILU)
     store_qkv(b_y, i_b * T + o_t, o_t < T, i_d, q, k, v, q_scale, eps, H, K, HV, V, BLOCK_D, ROUND, QK_VALUES)
     if GATES:
         if i_d == 0:  # every node of the row, padding ones too (as gdn_gates: what reads them masks them)
@@ -149,10 +150,11 @@ def causal_conv1d_tree_qkv(x, parents, num_nodes, conv_pool, req_slots, weight, 
     q, k, v, qk_dtype = _outputs((B, T), heads, qk_dtype, qk_storage, x.device)
     gate_args, gate_flags, gate_outs = _gate_arguments(gates, x)
     if q.numel():
-        conv_tree_qkv_kernel[(B, triton.cdiv(D, block))](
+        node_block = tree_conv.rows_node_block(T)
+        conv_tree_qkv_kernel[(B, triton.cdiv(D, block), triton.cdiv(T, node_block))](
             x, parents, parents if sources is None else sources, num_nodes, conv_pool, req_slots, weight,
-            weight if bias is None else bias, q, k, v, x.stride(0), x.stride(1), q_scale, eps, *gate_args,
-            T=T, D=D, W=W, BT=triton.next_power_of_2(T), BLOCK_D=block, HAS_SOURCES=sources is not None,
+            weight if bias is None else bias, q, k, v, x.stride(0), x.stride(1), q_scale, eps, *gate_args, T,
+            D=D, W=W, BT=node_block, BLOCK_D=block, HAS_SOURCES=sources is not None,
             HAS_BIAS=bias is not None, SILU=activation == "silu", H=heads.H, K=heads.K, HV=heads.HV, V=heads.V,
             ROUND=TRITON_DTYPES[x.dtype], QK_VALUES=TRITON_DTYPES[qk_dtype], **gate_flags,
             num_warps=tree_conv.ROWS_WARPS,

@@ -45,14 +45,21 @@ ROWS = True
 ROWS_BLOCK_D = 256
 ROWS_WARPS = 2
 
+# ROWS_MAX_NODES: the most nodes of a row one rows program holds (a [BT, BLOCK_D] fp32 tile); a longer row (a
+# prefill's prompt) is cut into blocks of that many, a program each. T (the nodes per row) is a runtime argument of
+# every kernel here, not a constexpr: as one, each new prompt length compiled the kernels anew (3-7 s of a request's
+# prefill on an H100 in the GPU eval of 2026-12-06, prompts of 41-76 tokens), and a prompt of thousands of tokens made
+# a tile of thousands of rows.
+ROWS_MAX_NODES = 32
+
 WIDTHS = (2, 3, 4)
 FLOAT_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
 def causal_conv1d_tree_kernel(
-    x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
-    T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOURCES: tl.constexpr,
+    x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt, T,
+    D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOURCES: tl.constexpr,
     HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
 ):
     i_b, i_t, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
@@ -94,29 +101,31 @@ def causal_conv1d_tree_kernel(
 
 @triton.jit
 def causal_conv1d_tree_rows_kernel(
-    x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt,
-    T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
+    x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt, T,
+    D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
     HAS_SOURCES: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
 ):
-    """causal_conv1d_tree_kernel's work for all of a row's nodes ([BT, BLOCK_D] tiles, BT >= T): each window
-    column a gather of node inputs or committed columns, from the sources (one load each, all independent) or
-    from the window walk vectorised over the nodes (W - 1 dependent loads before the gathers)."""
-    i_b, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    """causal_conv1d_tree_kernel's work for BT of a row's nodes at once ([BT, BLOCK_D] tiles; node block
+    program_id(2)): each window column a gather of node inputs or committed columns, from the sources (one load
+    each, all independent) or from the window walk vectorised over the nodes (W - 1 dependent loads before the
+    gathers)."""
+    i_b, i_d, i_t = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     b_y, o_t, o_d = tree_conv_rows(x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, i_b, i_d,
-                                   stride_xb, stride_xt, T, D, W, BT, BLOCK_D, HAS_SOURCES, HAS_BIAS, SILU)
+                                   i_t * BT, stride_xb, stride_xt, T, D, W, BT, BLOCK_D, HAS_SOURCES, HAS_BIAS,
+                                   SILU)
     tl.store(y + (i_b * T + o_t[:, None]) * D + o_d[None, :], b_y.to(y.dtype.element_ty),
              mask=(o_t < T)[:, None] & (o_d < D)[None, :])
 
 
 @triton.jit
-def tree_conv_rows(x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, i_b, i_d, stride_xb, stride_xt,
-                   T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
+def tree_conv_rows(x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, i_b, i_d, t0, stride_xb,
+                   stride_xt, T, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
                    HAS_SOURCES: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr):
-    """Row i_b's nodes through channel block i_d: -> (y [BT, BLOCK_D] fp32, zeros at padding nodes; its nodes o_t
-    [BT] and channels o_d [BLOCK_D])."""
+    """Row i_b's nodes t0 .. t0 + BT - 1 through channel block i_d: -> (y [BT, BLOCK_D] fp32, zeros at padding
+    nodes; its nodes o_t [BT] and channels o_d [BLOCK_D])."""
     nn = tl.minimum(tl.load(num_nodes + i_b), T)
     i_r = tl.load(req_slots + i_b).to(tl.int64)
-    o_t = tl.arange(0, BT)
+    o_t = t0 + tl.arange(0, BT)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_t = o_t < nn
     m_d = o_d < D
@@ -232,22 +241,29 @@ def _check_tree_inputs(x, parents, num_nodes, conv_pool, req_slots, weight, bias
     return B, T, D, W
 
 
+def rows_node_block(nodes: int) -> int:
+    """The nodes of a row one rows program holds: all of a step's (a power of two, up to ROWS_MAX_NODES), else
+    blocks of ROWS_MAX_NODES."""
+    return min(triton.next_power_of_2(nodes), ROWS_MAX_NODES)
+
+
 def causal_conv1d_tree_fwd(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources):
     """Launcher: checks, window sources, allocation, grid."""
     B, T, D, W = _check_tree_inputs(x, parents, num_nodes, conv_pool, req_slots, weight, bias, activation, sources)
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
     if y.numel() and ROWS:  # (ROWS' comment)
-        causal_conv1d_tree_rows_kernel[(B, triton.cdiv(D, ROWS_BLOCK_D))](
+        node_block = rows_node_block(T)
+        causal_conv1d_tree_rows_kernel[(B, triton.cdiv(D, ROWS_BLOCK_D), triton.cdiv(T, node_block))](
             x, parents, parents if sources is None else sources, num_nodes, conv_pool, req_slots, weight,
-            weight if bias is None else bias, y, x.stride(0), x.stride(1), T=T, D=D, W=W,
-            BT=triton.next_power_of_2(T), BLOCK_D=ROWS_BLOCK_D, HAS_SOURCES=sources is not None,
+            weight if bias is None else bias, y, x.stride(0), x.stride(1), T, D=D, W=W,
+            BT=node_block, BLOCK_D=ROWS_BLOCK_D, HAS_SOURCES=sources is not None,
             HAS_BIAS=bias is not None, SILU=activation == "silu", num_warps=ROWS_WARPS,
         )
     elif y.numel():
         causal_conv1d_tree_kernel[(B, T, triton.cdiv(D, BLOCK_D))](
             x, parents, parents if sources is None else sources, num_nodes, conv_pool, req_slots, weight,
-            weight if bias is None else bias, y, x.stride(0), x.stride(1),
-            T=T, D=D, W=W, BLOCK_D=BLOCK_D, HAS_SOURCES=sources is not None, HAS_BIAS=bias is not None,
+            weight if bias is None else bias, y, x.stride(0), x.stride(1), T,
+            D=D, W=W, BLOCK_D=BLOCK_D, HAS_SOURCES=sources is not None, HAS_BIAS=bias is not None,
             SILU=activation == "silu",
             num_warps=NUM_WARPS,
         )
