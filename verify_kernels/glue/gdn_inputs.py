@@ -26,8 +26,8 @@ NUM_WARPS = 4
 
 @triton.jit
 def gdn_qkv_kernel(
-    qkv, q, k, v, stride_r, N, q_scale, eps,
-    H: tl.constexpr, K: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, NQK: tl.constexpr,
+    qkv, q, k, v, stride_r, N, q_scale, eps, NQK,  # NQK: q / k programs (runtime: it follows the rows)
+    H: tl.constexpr, K: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_HV: tl.constexpr, BLOCK_V: tl.constexpr,
     QK_VALUES: tl.constexpr,  # the dtype whose values q and k are rounded to (then stored in q's and k's dtype)
 ):
@@ -118,8 +118,8 @@ def gdn_qkv(qkv: torch.Tensor, num_k_heads: int, head_k_dim: int, num_v_heads: i
         block_h, block_hv = tile_rows(N * 2 * H, block_k), tile_rows(N * HV, block_v)
         nqk = triton.cdiv(N * 2 * H, block_h)
         gdn_qkv_kernel[(nqk + triton.cdiv(N * HV, block_hv),)](
-            rows, q, k, v, rows.stride(0), N, q_scale, eps,
-            H=H, K=K, HV=HV, V=V, NQK=nqk, BLOCK_H=block_h, BLOCK_K=block_k, BLOCK_HV=block_hv, BLOCK_V=block_v,
+            rows, q, k, v, rows.stride(0), N, q_scale, eps, nqk,
+            H=H, K=K, HV=HV, V=V, BLOCK_H=block_h, BLOCK_K=block_k, BLOCK_HV=block_hv, BLOCK_V=block_v,
             QK_VALUES=TRITON_DTYPES[qk_dtype], num_warps=NUM_WARPS,
         )
     return q, k, v

@@ -3,7 +3,9 @@
 One launch instead of about ten (three splits made contiguous and cast, dt's cast, bias, softplus and clamp, A's
 cast, exp and negation, D's cast). Programs first cover [BLOCK_R rows, BLOCK_D channels] tiles of the conv output,
 storing each channel to x (fp32), B or C (the conv output's dtype) by its range, contiguous; then flat (token, head)
-blocks of dt; the first dt program also writes A = -exp(A_log) and D in fp32.
+blocks of dt; the first dt program also writes A = -exp(A_log) and D in fp32. The tiles' count NC is a runtime
+argument: it follows the step's rows, and as a constexpr each new prompt length (a prefill's rows) compiled the kernel
+again on a GPU (tests/test_prefill_compiles.py).
 """
 
 import torch
@@ -19,8 +21,8 @@ NUM_WARPS = 4
 
 @triton.jit
 def mamba2_inputs_kernel(
-    xbc, dt, dt_bias, A_log, D, x, dt_out, bm, cm, A_out, D_out, stride_x, stride_dt, N, dt_min, dt_max,
-    NH: tl.constexpr, XD: tl.constexpr, GD: tl.constexpr, NC: tl.constexpr, NCD: tl.constexpr,
+    xbc, dt, dt_bias, A_log, D, x, dt_out, bm, cm, A_out, D_out, stride_x, stride_dt, N, dt_min, dt_max, NC,
+    NH: tl.constexpr, XD: tl.constexpr, GD: tl.constexpr, NCD: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, DT_BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
     i_p = tl.program_id(0)
@@ -81,7 +83,7 @@ def mamba2_inputs(xbc: torch.Tensor, dt: torch.Tensor, dt_bias: torch.Tensor, A_
     nc = triton.cdiv(N, block_r) * ncd
     mamba2_inputs_kernel[(nc + max(1, triton.cdiv(N * NH, DT_BLOCK)),)](
         rows, dt_rows, dt_bias, A_log, D, x, dt_out, bm, cm, A_out, D_out, rows.stride(0), dt_rows.stride(0), N,
-        float(dt_limit[0]), float(dt_limit[1]), NH=NH, XD=XD, GD=GD, NC=nc, NCD=ncd, BLOCK_R=block_r,
+        float(dt_limit[0]), float(dt_limit[1]), nc, NH=NH, XD=XD, GD=GD, NCD=ncd, BLOCK_R=block_r,
         BLOCK_D=block_d, DT_BLOCK=DT_BLOCK, BLOCK_H=triton.next_power_of_2(NH), num_warps=NUM_WARPS,
     )
     return x, dt_out, bm, cm, A_out, D_out

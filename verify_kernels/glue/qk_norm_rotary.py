@@ -1,12 +1,13 @@
 """Triton q / k norm and rotary of Qwen3.5's attention, as qk_norm_rotary_ref (naive.py gives the contract).
 
 Programs first cover the (token, query head) pairs, then the (token, key head) pairs, several heads each
-(rows.tile_rows). A program loads its heads and, for the rotary channels, the same heads at the partner channels
-(c +- R / 2), so no shuffle of registers is needed: both loads are normalised with the head's one rstd and weight
-(1 + w), rounded to the model dtype as the norm's output is, then rotated as transformers does in the model dtype
-(each product and the sum rounded). Channels past R pass through normalised. The query is read in place from
-q_proj's output (interleaved with the gate). Torch runs this as about thirty kernels per layer (two norms of eight,
-slices, cats, products).
+(rows.tile_rows; the query programs' count NQ a runtime argument, since it follows the tokens: as a constexpr each new
+prompt length compiled the kernel again on a GPU, tests/test_prefill_compiles.py). A program loads its heads and, for
+the rotary channels, the same heads at the partner channels (c +- R / 2), so no shuffle of registers is needed: both
+loads are normalised with the head's one rstd and weight (1 + w), rounded to the model dtype as the norm's output is,
+then rotated as transformers does in the model dtype (each product and the sum rounded). Channels past R pass through
+normalised. The query is read in place from q_proj's output (interleaved with the gate). Torch runs this as about
+thirty kernels per layer (two norms of eight, slices, cats, products).
 
 fla has no fused norm + rotary (its rotary is a separate kernel), hence our own.
 """
@@ -53,8 +54,8 @@ def _norm_rotary_heads(x, y, weight, cos, sin, i_p, stride_t, stride_h, NP, eps,
 
 @triton.jit
 def qk_norm_rotary_kernel(
-    q, k, q_out, k_out, q_weight, k_weight, cos, sin, stride_qt, stride_qh, stride_kt, stride_kh, N, eps,
-    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr, NQ: tl.constexpr,
+    q, k, q_out, k_out, q_weight, k_weight, cos, sin, stride_qt, stride_qh, stride_kt, stride_kh, N, eps, NQ,
+    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     i_p = tl.program_id(0)
@@ -104,7 +105,7 @@ def qk_norm_rotary(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tenso
         nq = triton.cdiv(N * H, block_p)
         qk_norm_rotary_kernel[(nq + triton.cdiv(N * HKV, block_p),)](
             q3, k3, q_out, k_out, q_weight, k_weight, cos, sin, q3.stride(0), q3.stride(1), k3.stride(0),
-            k3.stride(1), N, eps, H=H, HKV=HKV, D=D, R=R, NQ=nq, BLOCK_P=block_p, BLOCK_D=block_d,
+            k3.stride(1), N, eps, nq, H=H, HKV=HKV, D=D, R=R, BLOCK_P=block_p, BLOCK_D=block_d,
             num_warps=NUM_WARPS,
         )
     return q_out, k_out

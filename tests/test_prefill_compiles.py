@@ -1,0 +1,68 @@
+"""A prompt's length must not reach a Triton kernel as a compile-time argument: on a GPU each new value compiles the
+kernel again, seconds of a request's prefill (the GPU eval of 2026-12-06: 3-7 s for each new prompt length of 41-76
+tokens, when the tree conv kernels took the node count as a constexpr). Here every kernel launched while prompts of
+two lengths are prefilled, on the Triton backend in its CPU interpreter (natively on a GPU), is recorded with its
+constexpr arguments, and the two prefills must launch the same set. (Triton also specialises a runtime integer on
+being 1 or a multiple of 16, and block sizes follow the rows in powers of two: a bounded number of compiles,
+which is why both lengths here lie in one such bucket and are neither.)"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from specdec import CacheConfig, ModelRunner, load_model
+from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
+
+# (one power-of-two bucket, 62 tokens apart: a block size bucketed by powers of two is the same for both, while a
+# count of 16-row blocks or the length itself is not)
+LENGTHS = (65, 127)
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="records launches in Triton's interpreter")
+
+
+def constexpr_names(fn) -> tuple[str, ...]:
+    return tuple(name for name, parameter in inspect.signature(fn).parameters.items()
+                 if "constexpr" in str(parameter.annotation))
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """-> the list that each interpreted kernel launch appends (kernel name, its constexpr arguments) to."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    recorded, run = [], InterpretedFunction.run
+
+    def recording_run(self, *args, grid, warmup, **kwargs):
+        bound = dict(zip(self.arg_names, args, strict=False)) | kwargs
+        constants = tuple((name, repr(bound.get(name))) for name in constexpr_names(self.fn))
+        recorded.append((self.fn.__name__, constants))
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", recording_run)
+    return recorded
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "nemotron_h"])
+def test_prompt_lengths_launch_the_same_kernels(family, tmp_path, monkeypatch, launches):
+    if family.startswith("qwen3_5"):
+        config = qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16, moe=family.endswith("moe"))
+    else:
+        config = nemotron_h_config(mamba_head_dim=16, ssm_state_size=16)
+    save_tiny(config, tmp_path, seed=9)
+    model = load_model(tmp_path, device="cpu", dtype=torch.float32)
+    monkeypatch.setenv("SPECDEC_BACKEND", "triton")
+    runner = ModelRunner.create(model, CacheConfig(max_requests=2, max_seq_len=128, flush_length=4))
+    signatures = []
+    for length in LENGTHS:
+        slot = runner.cache.allocate_request()
+        launches.clear()
+        runner.prefill([slot], [[(7 * i + length) % 50 + 3 for i in range(length)]])
+        signatures.append(set(launches))
+        runner.cache.release_request(slot)
+    assert signatures[0], "no Triton kernel ran: the test would prove nothing"
+    only_first, only_second = signatures[0] - signatures[1], signatures[1] - signatures[0]
+    assert not only_first and not only_second, (
+        f"kernels compiled for one prompt length only: {sorted(only_first)} / {sorted(only_second)}")
