@@ -100,7 +100,7 @@ class Engine:
 
     def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
         """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs
-        on a GPU), as benchmarks do (`specdec serve` does not warm up yet); the rest is built when first needed.
+        on a GPU), as benchmarks and `specdec serve` do; the rest is built when first needed.
         Then freeze the heap (heap.py: a full garbage collection over all that was built stalls a step for hundreds
         of ms). -> how many step graphs were built."""
         width = self.config.shape.budget + 1 if self.drafter else 1

@@ -247,7 +247,7 @@ class StepGraphs:
     def capture_buckets(self, rows: int, shortest: int, longest: int) -> int:
         """Build now every step that batches of up to `rows` requests will replay while their longest row needs
         `shortest` to `longest` key positions (committed tokens + the step's nodes), as a warm-up does (`specdec
-        bench`'s; `specdec serve` does not warm up yet, its steps capture on first use): later steps, batches
+        bench`'s, and `specdec serve`'s at its start): later steps, batches
         shrinking as requests finish included, then never stop to capture; at every width, the widest and largest
         first (the narrower and smaller captures then fit in the scratch they freed). Returns how many steps were
         built."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 from specdec.options import (
     add_engine_arguments,
@@ -78,6 +79,7 @@ def serve_command(args) -> None:
     llm = LLM(target, drafter_asked(args.target, args.draft), device=args.device, dtype=args.dtype, config=config,
               state_memory_gb=args.state_memory_gb, tp=args.tp)
     with_device_prior(llm)
+    capture_graphs(llm, announce=primary)
     freeze_heap()  # what loading built is never walked by a collection between steps (specdec/engine/heap.py)
     if not primary:
         from .ranks import follow
@@ -87,6 +89,36 @@ def serve_command(args) -> None:
     server = Server(llm, args.served_model_name or target)
     print(f"[specdec] serving {server.model_name!r} on http://{args.host}:{sock.getsockname()[1]}/v1", flush=True)
     uvicorn.Server(uvicorn.Config(server.app, log_level=args.log_level)).run(sockets=[sock])
+
+
+def capture_graphs(llm, announce: bool) -> None:
+    """Capture now the CUDA graphs of every step the server may run: batches up to --max-batch, requests up to
+    --max-seq-len tokens (Engine.prepare_steps: graphs bucketed by batch, step width and key length), so that no
+    request's step stops to capture one (on first use that costs a step ~0.1-1 s, a stall for the whole batch).
+    Where they do not all fit in GPU memory beside the pools, the rest are captured on first use. Under --tp every
+    rank captures the same graphs in the same order (their collectives pair up); rank 0 announces them."""
+    import torch
+
+    engine = llm.engine
+    graphs = engine.runner.graphs
+    if graphs is None or not graphs.capture:  # (the CPU, --disable-cuda-graph, a model that cannot be captured)
+        return
+    cache = engine.config.cache
+    width = engine.config.shape.budget + 1 if engine.drafter is not None else 1
+    if announce:
+        print(f"[specdec] capturing CUDA graphs for batches of up to {cache.max_requests} requests of up to "
+              f"{cache.max_seq_len} tokens", flush=True)
+    start = time.perf_counter()
+    try:
+        built = engine.prepare_steps(cache.max_requests, 1, max(cache.max_seq_len - 1 - width, 1))
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        if announce:
+            print("[specdec] not every CUDA graph fits beside the KVBuffer pools: the rest are captured on first use "
+                  "(lower --max-batch, --max-seq-len or --state-memory-gb to make room)", flush=True)
+        return
+    if announce:
+        print(f"[specdec] {built} CUDA graphs captured in {time.perf_counter() - start:.1f} s", flush=True)
 
 
 def listen(host: str, port: int) -> socket.socket:

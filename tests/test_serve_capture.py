@@ -1,0 +1,57 @@
+"""`specdec serve` captures, at its start, the CUDA graphs of every batch and request length it may be sent
+(specdec/serve/cli.py capture_graphs). There are no CUDA graphs on the CPU, so the engine's graphs are stood in for
+by their capture switch and its prepare_steps by a recorder: what is checked is what the start asks for, what it
+prints, and that a capture that runs out of GPU memory leaves the server to capture the rest on first use."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specdec.api import LLM
+from specdec.engine.engine import EngineConfig
+from specdec.serve.cli import capture_graphs
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("qwen3.5", draft="small", device="cpu", config=EngineConfig.from_flags(max_batch=4, max_seq_len=256))
+
+
+def test_nothing_is_captured_without_cuda_graphs(llm, capsys):
+    assert llm.engine.runner.graphs is None  # (the CPU)
+    capture_graphs(llm, announce=True)
+    assert capsys.readouterr().out == ""
+
+
+def test_every_batch_and_length_is_asked_for_and_announced(llm, capsys, monkeypatch):
+    asked = []
+
+    def prepare_steps(rows, prompt_tokens, max_new_tokens):
+        asked.append((rows, prompt_tokens, max_new_tokens))
+        return 40
+
+    monkeypatch.setattr(llm.engine.runner, "graphs", SimpleNamespace(capture=True))
+    monkeypatch.setattr(llm.engine, "prepare_steps", prepare_steps)
+    capture_graphs(llm, announce=True)
+    width = llm.engine.config.shape.budget + 1  # the root and its drafts
+    # batches up to --max-batch; the longest row: prompt + new tokens + one step's nodes = --max-seq-len
+    assert asked == [(4, 1, 256 - 1 - width)]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[specdec] capturing CUDA graphs for batches of up to 4 requests of up to 256 tokens"
+    assert lines[1].startswith("[specdec] 40 CUDA graphs captured in ") and len(lines) == 2
+    capture_graphs(llm, announce=False)  # (the other ranks under --tp capture the same, silently)
+    assert len(asked) == 2 and capsys.readouterr().out == ""
+
+
+def test_graphs_that_do_not_fit_are_left_to_first_use(llm, capsys, monkeypatch):
+    def out_of_memory(*args):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(llm.engine.runner, "graphs", SimpleNamespace(capture=True))
+    monkeypatch.setattr(llm.engine, "prepare_steps", out_of_memory)
+    capture_graphs(llm, announce=True)  # (no exception: the server starts)
+    out = capsys.readouterr().out
+    assert "not every CUDA graph fits beside the KVBuffer pools: the rest are captured on first use" in out
