@@ -45,24 +45,52 @@ def launches(monkeypatch):
     return recorded
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "nemotron_h"])
-def test_prompt_lengths_launch_the_same_kernels(family, tmp_path, monkeypatch, launches):
+def tiny_runner(family: str, directory, monkeypatch, max_requests: int) -> ModelRunner:
+    """A tiny model of the family on the Triton backend (head dims of 16: the smallest the kernels take)."""
     if family.startswith("qwen3_5"):
         config = qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16, moe=family.endswith("moe"))
     else:
         config = nemotron_h_config(mamba_head_dim=16, ssm_state_size=16)
-    save_tiny(config, tmp_path, seed=9)
-    model = load_model(tmp_path, device="cpu", dtype=torch.float32)
+    save_tiny(config, directory, seed=9)
+    model = load_model(directory, device="cpu", dtype=torch.float32)
     monkeypatch.setenv("SPECDEC_BACKEND", "triton")
-    runner = ModelRunner.create(model, CacheConfig(max_requests=2, max_seq_len=128, flush_length=4))
+    return ModelRunner.create(model, CacheConfig(max_requests=max_requests, max_seq_len=160, flush_length=4))
+
+
+def assert_same_kernels(signatures: list[set], what: str) -> None:
+    assert signatures[0], "no Triton kernel ran: the test would prove nothing"
+    only_first, only_second = signatures[0] - signatures[1], signatures[1] - signatures[0]
+    assert not only_first and not only_second, (
+        f"kernels compiled for one {what} only: {sorted(only_first)} / {sorted(only_second)}")
+
+
+def prompt(length: int) -> list[int]:
+    return [(7 * i + length) % 50 + 3 for i in range(length)]
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "nemotron_h"])
+def test_prompt_lengths_launch_the_same_kernels(family, tmp_path, monkeypatch, launches):
+    runner = tiny_runner(family, tmp_path, monkeypatch, max_requests=2)
     signatures = []
     for length in LENGTHS:
         slot = runner.cache.allocate_request()
         launches.clear()
-        runner.prefill([slot], [[(7 * i + length) % 50 + 3 for i in range(length)]])
+        runner.prefill([slot], [prompt(length)])
         signatures.append(set(launches))
         runner.cache.release_request(slot)
-    assert signatures[0], "no Triton kernel ran: the test would prove nothing"
-    only_first, only_second = signatures[0] - signatures[1], signatures[1] - signatures[0]
-    assert not only_first and not only_second, (
-        f"kernels compiled for one prompt length only: {sorted(only_first)} / {sorted(only_second)}")
+    assert_same_kernels(signatures, "prompt length")
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h"])
+def test_batch_sizes_of_one_bucket_decode_on_the_same_kernels(family, tmp_path, monkeypatch, launches):
+    """Steps that run eagerly (--disable-cuda-graph, or a model whose steps cannot be captured) take the batch as it
+    is: decode steps of 5 and 7 requests (one power-of-two bucket) must launch the same compiled kernels."""
+    runner = tiny_runner(family, tmp_path, monkeypatch, max_requests=7)
+    slots = [runner.cache.allocate_request() for _ in range(7)]
+    runner.prefill(slots, [prompt(9 + row) for row in range(7)])
+    signatures = []
+    for batch in (5, 7):
+        launches.clear()
+        runner.decode(slots[:batch], [11] * batch)
+        signatures.append(set(launches))
+    assert_same_kernels(signatures, "batch size")
