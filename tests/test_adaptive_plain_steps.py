@@ -161,7 +161,9 @@ def test_prepare_steps_builds_the_decode_graphs_beside_the_verify_graphs(checkpo
     engine = adaptive_engine(checkpoint)
     engine.runner.enable_graphs(3, max_batch=3, capture=False, decode_steps=True)
     engine.runner.graphs.set_widths(engine.verify_widths)
-    assert engine.prepare_steps(rows=3, prompt_tokens=30, max_new_tokens=20) == 12
+    built = []  # (built_one: a call after each graph, a server's progress)
+    assert engine.prepare_steps(rows=3, prompt_tokens=30, max_new_tokens=20, built_one=lambda: built.append(1)) == 12
+    assert len(built) == 12
     assert set(engine.runner.decode_graphs._steps) == {(1, rows, kv) for rows in (1, 2, 3) for kv in (32, 64)}
     assert set(engine.runner.graphs._steps) == {(width, rows, 64) for width in (2, 3) for rows in (1, 2, 3)}
 

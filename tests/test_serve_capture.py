@@ -12,6 +12,7 @@ import torch
 
 from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
+from specdec.serve import cli as serve_cli
 from specdec.serve.cli import capture_graphs
 
 
@@ -29,19 +30,24 @@ def test_nothing_is_captured_without_cuda_graphs(llm, capsys):
 def test_every_batch_and_length_is_asked_for_and_announced(llm, capsys, monkeypatch):
     asked = []
 
-    def prepare_steps(rows, prompt_tokens, max_new_tokens):
+    def prepare_steps(rows, prompt_tokens, max_new_tokens, built_one):
         asked.append((rows, prompt_tokens, max_new_tokens))
+        for _ in range(40):
+            built_one()
         return 40
 
     monkeypatch.setattr(llm.engine.runner, "graphs", SimpleNamespace(capture=True))
     monkeypatch.setattr(llm.engine, "prepare_steps", prepare_steps)
+    monkeypatch.setattr(serve_cli, "PROGRESS_SECONDS", 0.0)  # (a progress line after every graph)
     capture_graphs(llm, announce=True)
     width = llm.engine.config.shape.budget + 1  # the root and its drafts
     # batches up to --max-batch; the longest row: prompt + new tokens + one step's nodes = --max-seq-len
     assert asked == [(4, 1, 256 - 1 - width)]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "[specdec] capturing CUDA graphs for batches of up to 4 requests of up to 256 tokens"
-    assert lines[1].startswith("[specdec] 40 CUDA graphs captured in ") and len(lines) == 2
+    assert [line.split(" (")[0] for line in lines[1:-1]] == [f"[specdec] {n} CUDA graphs captured" for n in
+                                                              range(1, 41)]
+    assert lines[-1].startswith("[specdec] 40 CUDA graphs captured in ") and len(lines) == 42
     capture_graphs(llm, announce=False)  # (the other ranks under --tp capture the same, silently)
     assert len(asked) == 2 and capsys.readouterr().out == ""
 

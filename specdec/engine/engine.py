@@ -98,15 +98,15 @@ class Engine:
         decode steps where plain_decodes."""
         return tuple(w for w in self.policy.config.widths if w > 1 or not self.plain_decodes)
 
-    def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
+    def prepare_steps(self, rows: int, prompt_tokens: int, max_new_tokens: int, built_one=None) -> int:
         """Build ahead of time whatever the steps of up to `rows` requests of these lengths will need (CUDA graphs
-        on a GPU), as benchmarks and `specdec serve` do; the rest is built when first needed.
+        on a GPU; built_one() after each), as benchmarks and `specdec serve` do; the rest is built when first needed.
         Then freeze the heap (heap.py: a full garbage collection over all that was built stalls a step for hundreds
         of ms). -> how many step graphs were built."""
-        width = self.config.shape.budget + 1 if self.drafter else 1
+        width, longest = (self.config.shape.budget + 1 if self.drafter else 1), prompt_tokens + max_new_tokens
         if self.policy is not None:  # (its step costs' prior too: computed on first use, on the steps' critical path)
-            self.policy.prepare(rows, prompt_tokens, prompt_tokens + max_new_tokens + width)
-        built = self.runner.capture(rows, prompt_tokens + width, prompt_tokens + max_new_tokens + width)
+            self.policy.prepare(rows, prompt_tokens, longest + width)
+        built = self.runner.capture(rows, prompt_tokens + width, longest + width, built_one)
         freeze_heap()
         return built
 

@@ -244,13 +244,13 @@ class StepGraphs:
         """The key length a step reads when its longest row needs `longest` positions."""
         return min(self.cache.config.max_seq_len, max(MIN_KV_LEN, 1 << (longest - 1).bit_length()))
 
-    def capture_buckets(self, rows: int, shortest: int, longest: int) -> int:
+    def capture_buckets(self, rows: int, shortest: int, longest: int, built_one=None) -> int:
         """Build now every step that batches of up to `rows` requests will replay while their longest row needs
         `shortest` to `longest` key positions (committed tokens + the step's nodes), as a warm-up does (`specdec
         bench`'s, and `specdec serve`'s at its start): later steps, batches
         shrinking as requests finish included, then never stop to capture; at every width, the widest and largest
-        first (the narrower and smaller captures then fit in the scratch they freed). Returns how many steps were
-        built."""
+        first (the narrower and smaller captures then fit in the scratch they freed); built_one() after each.
+        Returns how many steps were built."""
         top = next((size for size in self.buckets if size >= rows), self.buckets[-1])
         kv_lens, kv_len = [], self.kv_bucket(shortest)
         while True:
@@ -264,6 +264,8 @@ class StepGraphs:
         built = [key for key in keys if key not in self._steps]
         for key in built:
             self._steps[key] = self._build(*key)
+            if built_one is not None:
+                built_one()
         return len(built)
 
     def _host_rows(self, row: torch.Tensor, bucket: int) -> torch.Tensor:

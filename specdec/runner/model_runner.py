@@ -86,15 +86,17 @@ class ModelRunner:
             self.decode_graphs = StepGraphs(self, 1, max_batch, capture, share=self.graphs)
         self.graph_note = None if capture else "static steps run eagerly"
 
-    def capture(self, rows: int, shortest: int, longest: int) -> int:
+    def capture(self, rows: int, shortest: int, longest: int, built_one=None) -> int:
         """Build now every graph that batches of up to `rows` requests will replay while their longest row needs
         `shortest` to `longest` key positions (a server's or a benchmark's warm-up; `shortest`: the widest step's
-        first, so decode graphs beside verify ones start that width less one lower). -> graphs built (0 without)."""
+        first, so decode graphs beside verify ones start that width less one lower), calling built_one() after
+        each (a server's progress). -> graphs built (0 without)."""
         if self.graphs is None:
             return 0
-        built = self.graphs.capture_buckets(rows, shortest, longest)  # verify graphs first: the larger scratch
+        built = self.graphs.capture_buckets(rows, shortest, longest, built_one)  # verify graphs first: more scratch
         if self.decode_graphs is not None and self.decode_graphs is not self.graphs:
-            built += self.decode_graphs.capture_buckets(rows, max(1, shortest - self.graphs.width + 1), longest)
+            built += self.decode_graphs.capture_buckets(rows, max(1, shortest - self.graphs.width + 1), longest,
+                                                        built_one)
         return built
 
     # ---- a step: score, then commit ----------------------------------------------------------------------------

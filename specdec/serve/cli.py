@@ -16,6 +16,8 @@ from specdec.options import (
     check_tree,
 )
 
+PROGRESS_SECONDS = 10.0  # between the start-up capture's progress lines (capture_graphs)
+
 
 def add_command(commands) -> None:
     """Register `serve`, with `specdec run`'s model / speculation / engine option groups (specdec/options.py) and
@@ -108,9 +110,19 @@ def capture_graphs(llm, announce: bool) -> None:
     if announce:
         print(f"[specdec] capturing CUDA graphs for batches of up to {cache.max_requests} requests of up to "
               f"{cache.max_seq_len} tokens", flush=True)
-    start = time.perf_counter()
+    start = last = time.perf_counter()
+    count = 0
+
+    def built_one() -> None:  # (a line every PROGRESS_SECONDS: a large --max-batch and --max-seq-len take a while)
+        nonlocal count, last
+        count += 1
+        now = time.perf_counter()
+        if announce and now - last >= PROGRESS_SECONDS:
+            print(f"[specdec] {count} CUDA graphs captured ({now - start:.0f} s)", flush=True)
+            last = now
+
     try:
-        built = engine.prepare_steps(cache.max_requests, 1, max(cache.max_seq_len - 1 - width, 1))
+        built = engine.prepare_steps(cache.max_requests, 1, max(cache.max_seq_len - 1 - width, 1), built_one)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         if announce:
