@@ -96,7 +96,7 @@ def serve_command(args) -> None:
 def capture_graphs(llm, announce: bool) -> None:
     """Capture now the CUDA graphs of every step the server may run: batches up to --max-batch, requests up to
     --max-seq-len tokens (Engine.prepare_steps: graphs bucketed by batch, step width and key length), so that no
-    request's step stops to capture one (on first use that costs a step ~0.1-1 s, a stall for the whole batch).
+    request's step stops to capture one (on first use a capture runs inside a step: a stall for the whole batch).
     Where they do not all fit in GPU memory beside the pools, the rest are captured on first use. Under --tp every
     rank captures the same graphs in the same order (their collectives pair up); rank 0 announces them."""
     import torch
