@@ -103,6 +103,15 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
         members.append(set(ids))
         observe(ids, drafted, accepted, seconds, planned, trees)
     engine.policy.observe = recorded
+    firsts = []  # after the first plain step of each run: whether its tokens were left in flight
+    plain_step = engine.plain_step
+
+    def watched(requests, start):
+        first = engine._plain_run == 0
+        plain_step(requests, start)
+        if first:
+            firsts.append(engine._decoding is not None)
+    engine.plain_step = watched
     adaptive, in_flight = run(engine, SamplingParams(), eos)
 
     assert [r.output for r in adaptive] == [r.output for r in plain]
@@ -115,6 +124,8 @@ def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, 
         assert observed[i][0] == "plain" and (i < 2 or [label for label, _ in observed[i - 2:i]] != ["plain"] * 2)
     assert all(seconds is not None for label, seconds in observed if label != "plain")
     assert any(in_flight), "no plain step was left in flight (pipelined)"
+    # the first of a run too: the host plans and launches the next step while the device runs it
+    assert len(firsts) > 1 and all(firsts)
     counts = engine.policy.counts
     assert calls == {"decode_next": counts["plain"], "score_all": sum(counts.values()) - counts["plain"]}
     assert counts["plain"] > 0 and calls["score_all"] > 0

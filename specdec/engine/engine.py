@@ -75,7 +75,7 @@ class Engine:
         self.prefills = PrefillQueue(self.runner, config.max_prefill_tokens)  # admitted, prompts not all committed
         self._ids = itertools.count()
         self._decoding = None  # (requests, DecodeHandle, adaptive) of the plain decoding step in flight
-        self._plain_run = False  # adaptive: the step before was a plain step, and no emit drained the pipeline since
+        self._plain_run = 0  # adaptive: plain steps in a row so far, no speculative step nor emit draining them since
         self._greedy_rows: dict[int, SamplerRows] = {}  # batch size -> the sampler's rows of a greedy batch
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
         self.policy = None  # chooses each step's shape (adaptive speculation)
@@ -200,7 +200,7 @@ class Engine:
         results = self.accept_and_commit(requests, trees, logits, scored)
         self.emit(requests, trees, results, features, plan)
         self.hold_outcome(requests, trees, results, time.perf_counter() - start)
-        self._plain_run = False
+        self._plain_run = 0
 
     def adaptive_step(self, requests: list[Request]) -> None:
         """Adaptive speculation whose plain steps decode (plain_decodes): the plan's plain step, or a speculative
@@ -226,23 +226,22 @@ class Engine:
         """A step in which nobody drafts, as plain decoding runs it (decode_step: committed in its forward, the next
         token sampled on the device, the host one step ahead). The first of a run of plain steps (after a
         speculative step, a prefill or a drained pipeline) writes the rows' newest tokens to the device first (the
-        runner's tokens, which a speculative step leaves behind), and is waited for and emitted at once; the later
-        ones emit the step before them. The policy is told the time of a pipelined step only, from the third of a
-        run on (the time between two steps: what a plain step costs in a run of them, which is what choosing plain
-        decoding buys): the first's includes the pipeline's refill, the second's is a launch alone with no step
-        before it to wait for (the H200 study of 2026-12-02: at batch 256 the first of a run took 15.5-20.5 ms where
-        a pipelined step takes 14.0, and plain decoding, priced from first steps, lost to 2-chains it beats by 8%;
-        at batch 1 the second took 0.6 ms of a 6 ms step). Emitted tokens are told to the drafter as skipped rows'
-        are (emit_decoded)."""
-        first, waits = not self._plain_run, self._decoding is not None  # (the first two of a run: no step before)
-        if first:
+        runner's tokens, which a speculative step leaves behind); every step, the first too, emits the step before
+        it while the device runs it (the first was waited for and emitted at once until 2026-12-06: after every
+        drafting step the device idled through a plain step's host work). The policy is told the time of a
+        pipelined step only, from the third of a run on (the time between two steps: what a plain step costs in a
+        run of them, which is what choosing plain decoding buys): the first's includes the pipeline's refill, the
+        second's only what is left of the first (the H200 study of 2026-12-02: at batch 256 the first of a run took
+        15.5-20.5 ms where a pipelined step takes 14.0, and plain decoding, priced from first steps, lost to
+        2-chains it beats by 8%; at batch 1 the second took 0.6 ms of a 6 ms step). Emitted tokens are told to the
+        drafter as skipped rows' are (emit_decoded)."""
+        run = self._plain_run  # (the plain steps before this one in its run)
+        if not run:
             self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
         self.decode_step(requests, adaptive=True)
-        if first:
-            self.finish_decode()
-        self._plain_run = True
+        self._plain_run = run + 1
         zeros = [0] * len(requests)
-        seconds = time.perf_counter() - start if waits and not first else None  # (a pipelined step only)
+        seconds = time.perf_counter() - start if run >= 2 else None  # (a pipelined step only)
         self.observe_pending()  # (outcomes in the order of their steps)
         self.policy.observe([r.request_id for r in requests], zeros, zeros, seconds)
 
@@ -339,7 +338,7 @@ class Engine:
     def finish_decode(self) -> None:
         """Emit the step in flight, if any (before a prefill, a speculative step, and at the end); a plain step
         after it then starts a new run (plain_step)."""
-        self._plain_run = False
+        self._plain_run = 0
         if self._decoding is not None:
             previous, self._decoding = self._decoding, None
             self.emit_decoded(*previous)
