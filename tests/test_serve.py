@@ -166,7 +166,10 @@ def test_speculation_per_request(served, client):
     assert off.choices[0].text == one.choices[0].text == solo[(prompt, False)].text
     assert after_off["specdec_draft_tokens_total"] == before["specdec_draft_tokens_total"]  # nothing drafted
     first, second = (f"specdec_draft_position_proposed_total{{position={n}}}" for n in (1, 2))
-    assert after_one[first] > after_off[first] and after_one[second] == after_off[second]
+    # (a position's series appears with its first count: absent here if no speculative request ran before this test,
+    # as the test order of a pytest-xdist worker may have it)
+    assert after_one[first] > after_off.get(first, 0.0)
+    assert after_one.get(second, 0.0) == after_off.get(second, 0.0)
     with pytest.raises(openai.BadRequestError, match="at most 4"):
         client.completions.create(model=MODEL, prompt=prompt, max_tokens=TOKENS, extra_body={"num_draft_tokens": 5})
 
