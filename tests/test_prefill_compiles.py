@@ -45,7 +45,7 @@ def launches(monkeypatch):
     return recorded
 
 
-def tiny_runner(family: str, directory, monkeypatch, max_requests: int) -> ModelRunner:
+def tiny_runner(family: str, directory, monkeypatch, max_requests: int, flush_length: int = 4) -> ModelRunner:
     """A tiny model of the family on the Triton backend (head dims of 16: the smallest the kernels take)."""
     if family.startswith("qwen3_5"):
         config = qwen35_text_config(linear_key_head_dim=16, linear_value_head_dim=16, moe=family.endswith("moe"))
@@ -54,7 +54,8 @@ def tiny_runner(family: str, directory, monkeypatch, max_requests: int) -> Model
     save_tiny(config, directory, seed=9)
     model = load_model(directory, device="cpu", dtype=torch.float32)
     monkeypatch.setenv("SPECDEC_BACKEND", "triton")
-    return ModelRunner.create(model, CacheConfig(max_requests=max_requests, max_seq_len=160, flush_length=4))
+    return ModelRunner.create(model, CacheConfig(max_requests=max_requests, max_seq_len=160,
+                                                 flush_length=flush_length))
 
 
 def assert_same_kernels(signatures: list[set], what: str) -> None:
@@ -69,10 +70,13 @@ def prompt(length: int) -> list[int]:
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "nemotron_h"])
-def test_prompt_lengths_launch_the_same_kernels(family, tmp_path, monkeypatch, launches):
-    runner = tiny_runner(family, tmp_path, monkeypatch, max_requests=2)
+@pytest.mark.parametrize(("flush_length", "lengths"), [(4, LENGTHS), (32, (9, 13))], ids=["chunked", "buffered"])
+def test_prompt_lengths_launch_the_same_kernels(family, flush_length, lengths, tmp_path, monkeypatch, launches):
+    """chunked: prompts longer than the buffer (the chunked prefill); buffered: prompts the buffer holds (scored as
+    chains through the linear state's verify kernels; 9 and 13 tokens: one power-of-two bucket)."""
+    runner = tiny_runner(family, tmp_path, monkeypatch, max_requests=2, flush_length=flush_length)
     signatures = []
-    for length in LENGTHS:
+    for length in lengths:
         slot = runner.cache.allocate_request()
         launches.clear()
         runner.prefill([slot], [prompt(length)])
