@@ -40,9 +40,8 @@ def test_every_batch_and_length_is_asked_for_and_announced(llm, capsys, monkeypa
     monkeypatch.setattr(llm.engine, "prepare_steps", prepare_steps)
     monkeypatch.setattr(serve_cli, "PROGRESS_SECONDS", 0.0)  # (a progress line after every graph)
     capture_graphs(llm, announce=True)
-    width = llm.engine.config.shape.budget + 1  # the root and its drafts
-    # batches up to --max-batch; the longest row: prompt + new tokens + one step's nodes = --max-seq-len
-    assert asked == [(4, 1, 256 - 1 - width)]
+    # batches up to --max-batch; rows up to --max-seq-len (a one-token prompt and 255 new tokens)
+    assert asked == [(4, 1, 255)]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "[specdec] capturing CUDA graphs for batches of up to 4 requests of up to 256 tokens"
     assert [line.split(" (")[0] for line in lines[1:-1]] == [f"[specdec] {n} CUDA graphs captured" for n in

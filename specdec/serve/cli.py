@@ -106,7 +106,6 @@ def capture_graphs(llm, announce: bool) -> None:
     if graphs is None or not graphs.capture:  # (the CPU, --disable-cuda-graph, a model that cannot be captured)
         return
     cache = engine.config.cache
-    width = engine.config.shape.budget + 1 if engine.drafter is not None else 1
     if announce:
         print(f"[specdec] capturing CUDA graphs for batches of up to {cache.max_requests} requests of up to "
               f"{cache.max_seq_len} tokens", flush=True)
@@ -122,7 +121,8 @@ def capture_graphs(llm, announce: bool) -> None:
             last = now
 
     try:
-        built = engine.prepare_steps(cache.max_requests, 1, max(cache.max_seq_len - 1 - width, 1), built_one)
+        # (a step's key length is bucketed up to max_seq_len at most: prompt + new tokens of max_seq_len reach it)
+        built = engine.prepare_steps(cache.max_requests, 1, cache.max_seq_len - 1, built_one)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         if announce:
