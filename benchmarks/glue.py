@@ -26,7 +26,7 @@ import torch
 
 from benchmarks.timing import copy_bandwidth, time_calls
 from specdec.backend import GlueOps, glue_ops
-from verify_kernels.gdn import fla_available
+from verify_kernels.fla_support import fla_available
 
 TOKENS = (1, 64, 256, 512)
 DEVICE = "cuda"  # tests/test_benchmark_glue.py runs the cases on the CPU

@@ -9,8 +9,8 @@ kernels on a CPU, where they run in Triton's interpreter (set TRITON_INTERPRET=1
 Layers whose head dims the kernels do not take (they need 16, 32, 64 or 128; attention 16 to 256) run on the
 references anywhere. MoE experts follow the same choice (specdec/models/moe.py: the fused experts of
 verify_kernels/moe on Triton).
-Chunked prefill: GDN layers of bf16 / fp16 models on the Triton backend use fla-core's chunk kernel when fla is
-installed (gdn_chunk_prefill); fp32 models and Mamba2 layers use the references.
+Chunked prefill: GDN and Mamba2 layers of bf16 / fp16 models on the Triton backend use fla-core's chunk kernels when
+fla is installed (chunk_prefill); fp32 models use the references.
 The layer glue (norms with the residual add, gated norms, the mixers' inputs, activations, q / k norm + rotary:
 verify_kernels/glue) follows the device the same way, picked per call by the modules (glue_ops_for).
 """
@@ -27,6 +27,7 @@ import torch
 
 import verify_kernels.attention as attention
 import verify_kernels.conv as conv
+import verify_kernels.fla_support as fla_support
 import verify_kernels.gdn as gdn
 import verify_kernels.glue as glue
 import verify_kernels.intermediate as intermediate
@@ -130,13 +131,14 @@ def gdn_ops(backend: str) -> MixerOps:
                     partial(gdn.gdn_decode_commit, flushed=False, every_row_folds=True))
 
 
-def gdn_chunk_prefill(backend: str, dtype: torch.dtype) -> Callable:
-    """The GDN chunked prefill for a layer of this dtype: fla-core's chunk kernel on the Triton backend for bf16 /
-    fp16 models when fla is installed (its TF32 products sit below their rounding); the reference otherwise, so
-    fp32 models stay exact."""
-    if backend == "triton" and dtype != torch.float32 and gdn.fla_available():
-        return gdn.gdn_chunk_prefill_fla
-    return gdn.gdn_chunk_prefill_ref
+def chunk_prefill(mixer: str, backend: str, dtype: torch.dtype) -> Callable:
+    """The chunked prefill for a `mixer` ("gdn" / "mamba2") layer of this dtype: fla-core's chunk kernel on the Triton
+    backend for bf16 / fp16 models when fla is installed (its half / TF32 products sit below the model's rounding);
+    the reference otherwise, so fp32 models stay exact."""
+    with_fla = backend == "triton" and dtype != torch.float32 and fla_support.fla_available()
+    if mixer == "gdn":
+        return gdn.gdn_chunk_prefill_fla if with_fla else gdn.gdn_chunk_prefill_ref
+    return partial(mamba2.mamba2_chunk_prefill_fla, dtype=dtype) if with_fla else mamba2.mamba2_chunk_prefill_ref
 
 
 @functools.cache

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.backend import backend_for, conv_ops, gdn_chunk_prefill, gdn_ops, intermediate_ops, mamba2_ops
+from specdec.backend import backend_for, chunk_prefill, conv_ops, gdn_ops, intermediate_ops, mamba2_ops
 
 from .linear_state import IntermediateStates, KVBufferState, MixerInputs, TreeScratch
 from .spec import LinearLayerSpec
@@ -56,7 +56,7 @@ class LinearLayerPool:
         backend = backend_for(torch.device(device), spec.key_shape[-1], spec.value_shape[-1])
         ops = _MIXER_OPS[spec.mixer](backend)
         self.conv_ops = conv_ops(backend)
-        self.chunk_prefill = gdn_chunk_prefill(backend, dtype) if spec.mixer == "gdn" else ops.chunk_prefill
+        self.chunk_prefill = chunk_prefill(spec.mixer, backend, dtype)
         if linear_state == "kvbuffer":
             self.linear_state = KVBufferState(self, ops)
         else:

@@ -2,7 +2,7 @@
 references (naive.py) and Triton kernels of the same signatures (decode.py, verify.py with its state pass in
 verify_state.py, commit.py and fold.py); chunked prefill through fla-core where it is installed (fla_chunk.py)."""
 
-from verify_kernels.gdn.fla_chunk import fla_available, gdn_chunk_prefill_fla
+from verify_kernels.gdn.fla_chunk import gdn_chunk_prefill_fla
 from verify_kernels.gdn.naive import (
     gdn_chunk_prefill_ref,
     gdn_commit_ref,
@@ -14,7 +14,6 @@ from verify_kernels.gdn.naive import (
 from verify_kernels.lazy import kernels_on_first_use
 
 __all__ = [
-    "fla_available",
     "gdn_chunk_prefill_fla",
     "gdn_chunk_prefill_ref",
     "gdn_commit_ref",

@@ -2,21 +2,10 @@
 install of fla-core >= 0.6), behind gdn_chunk_prefill_ref's signature. fla multiplies in TF32 (about 1e-3
 relative), so the runtime takes it for bf16 / fp16 models only (specdec/backend.py) and keeps fp32 models exact.
 
-fla is imported only when called: with fla installed, transformers' Qwen3.5 fails on the CPU, so nothing here may
-import it on a machine that merely has the package.
+fla is imported only when called (verify_kernels/fla_support.py says why and whether it is installed).
 """
 
-import importlib.util
-
 import torch
-
-
-def fla_available() -> bool:
-    """Whether fla can be imported (False also when it is hidden, as the tests do with sys.modules['fla'] = None)."""
-    try:
-        return importlib.util.find_spec("fla") is not None
-    except ValueError:  # a module object without a spec
-        return False
 
 
 def gdn_chunk_prefill_fla(

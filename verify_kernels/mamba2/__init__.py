@@ -1,7 +1,9 @@
 """Mamba2 (Nemotron-H): recurrence, chunked prefill and KVBuffer decode / verify / commit / flush, as torch references
-(naive.py) and Triton kernels of the same signatures (decode.py, verify.py, commit.py)."""
+(naive.py) and Triton kernels of the same signatures (decode.py, verify.py, commit.py); chunked prefill through
+fla-core where it is installed (fla_chunk.py)."""
 
 from verify_kernels.lazy import kernels_on_first_use
+from verify_kernels.mamba2.fla_chunk import mamba2_chunk_prefill_fla
 from verify_kernels.mamba2.naive import (
     mamba2_chunk_prefill_ref,
     mamba2_commit_ref,
@@ -12,6 +14,7 @@ from verify_kernels.mamba2.naive import (
 )
 
 __all__ = [
+    "mamba2_chunk_prefill_fla",
     "mamba2_chunk_prefill_ref",
     "mamba2_commit_ref",
     "mamba2_decode_ref",
