@@ -17,16 +17,9 @@ import torch
 from verify_kernels.kvbuffer import expand_heads
 
 
-def mamba2_chunk_prefill_fla(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    Bm: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor,
-    initial_state: torch.Tensor | None = None,
-    dtype: torch.dtype = torch.bfloat16,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def mamba2_chunk_prefill_fla(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, C: torch.Tensor,
+                             D: torch.Tensor, initial_state: torch.Tensor | None = None,
+                             dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
     """As mamba2_chunk_prefill_ref: x [B, T, NH, P]; dt [B, T, NH] (softplus'ed, 0 at padding tokens, which leave
     the state as it was); A, D [NH]; Bm, C [B, T, NG, N]; initial_state [B, NH, P, N] or None (zeros).
     dtype: the half dtype fla multiplies in (the model's). -> y [B, T, NH, P], final state [B, NH, P, N], float32."""
