@@ -8,7 +8,7 @@ group's read by its heads), v = dt x and g = dt A, fla's state S [NH, P, N] (its
 which is naive.py's recurrence. The reference carries the state across 64-token chunks in a Python loop (six small
 launches a chunk and layer: ~9000 for a 4096-token prompt through Nemotron-3-Nano's 23 Mamba2 layers); fla does the
 whole prompt in three kernels. Its products are in the model's half dtype (dt x rounded to it), so the runtime takes
-it for bf16 / fp16 models only (specdec/backend.py mamba2_chunk_prefill), as for GDN; fla is imported only when
+it for bf16 / fp16 models only (specdec/backend.py chunk_prefill), as for GDN; fla is imported only when
 called (verify_kernels/fla_support.py).
 """
 
