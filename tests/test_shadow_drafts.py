@@ -123,3 +123,22 @@ def test_adaptive_plain_steps_tell_the_ngram_drafters_shadows_and_generate_the_p
     assert told and sum(len(ids) for ids, _ in told) >= engine.policy.counts["plain"]
     assert all(len(ids) == len(kept) and all(isinstance(k, bool) for k in kept) for ids, kept in told)
 
+
+
+def good_then_collapsed(step: int) -> float:
+    return 0.9 if step < 40 else 0.05
+
+
+def test_shadows_hold_a_collapsed_rows_chains_while_its_estimate_relaxes_toward_a_better_pool():
+    """A row whose drafts collapsed relaxes toward the acceptance pooled over requests while it decodes plainly
+    (RunningAcceptance.relax), which after a good start stays high: without more, its chains came back every ~15
+    plain steps, and failed (the replay of Nemotron-3-Nano at batch 1 and 1.2 accepted, a text that started well:
+    0.95x of plain decoding). Its shadow drafts hold its chains at one token until they show it recovered."""
+    config = AdaptiveConfig(max_steps=4, probe_every=8, refresh_every=0)
+    policy = AdaptivePolicy(config)
+    chosen = run_shadowed(policy, good_then_collapsed, 300, shadows=True)
+    assert all(s > 0 for s in chosen[10:40])  # drafting while it paid
+    # no drafting step once the shadows have seen the collapse (before they held it: 18 steps of 4-chains in 80-140,
+    # until their failures had pulled the pooled acceptance below the collapse too)
+    assert not any(chosen[80:])
+    assert policy.population.conditional(0) > config.collapse  # the pool still remembers the good start

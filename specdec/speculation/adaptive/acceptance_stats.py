@@ -79,7 +79,8 @@ class RunningAcceptance:
         return self.accepted[k] / self.reached[k]
 
     def expected(self, shapes: int, collapse: float, optimism: float, tree: TreeLayout | None = None,
-                 sibling: float = 0.0, hoped_sibling: float | None = None) -> tuple[tuple[float, ...], ...] | None:
+                 sibling: float = 0.0, hoped_sibling: float | None = None,
+                 chains_held: bool = False) -> tuple[tuple[float, ...], ...] | None:
         """None if p[0] < collapse and the tree, if any, keeps a first draft less often than that too (a collapsed
         row: the synthetic drafts' trees keep later siblings at 0.5 whatever p[0], and at 1.2 accepted a tree step at
         batch 16 emitted 1.6x a plain step's tokens, priced as one token a row); where only the tree keeps one that
@@ -95,8 +96,10 @@ class RunningAcceptance:
         every row each step, and a drafting step's plan, between the acceptance read and the next launch while the
         device idles, finds them worked out by the observe of the step before (which runs while the device
         verifies). tree: a static tree offered too, priced by the rank model at sibling acceptance `sibling`
-        (tree_yield), its figures a last column after the chains' (positions: at least the tree's depth)."""
-        arguments = (shapes, collapse, optimism, tree, sibling)
+        (tree_yield), its figures a last column after the chains' (positions: at least the tree's depth).
+        chains_held: priced as if p[0] < collapse whatever the estimate (AdaptivePolicy: a row whose drafts showed it
+        collapsed, its shadow drafts not recovered since)."""
+        arguments = (shapes, collapse, optimism, tree, sibling, chains_held)
         if self._expected is not None and self._expected[0] == arguments:
             return self._expected[1]
         accepted, reached, toward = self.accepted, self.reached, self._toward
@@ -105,7 +108,8 @@ class RunningAcceptance:
         shift = (1 - keep) * self.weight
         first = (keep * accepted[0] + shift * toward[0]) / (keep * reached[0] + shift) if positions else 0.0
         figures = None
-        if first >= collapse or (tree is not None and tree.keeps_a_first_draft(first, sibling) >= collapse):
+        chains_collapsed = first < collapse or chains_held
+        if not chains_collapsed or (tree is not None and tree.keeps_a_first_draft(first, sibling) >= collapse):
             totals, spread = [1.0], [0.0]
             total, reach, hoped, hope, level = 1.0, 1.0, 1.0, 1.0, 1.0
             p_at, hoped_at = [], []  # (per position: the estimate, and at its hopeful yield)
@@ -123,7 +127,7 @@ class RunningAcceptance:
                 if k < shapes:
                     totals.append(total)
                     spread.append((hoped - total) ** 2)
-            if first < collapse:  # (the tree alone is worth drafting: the chains still count one token)
+            if chains_collapsed:  # (the tree alone is worth drafting: the chains still count one token)
                 totals, spread = [1.0] * len(totals), [0.0] * len(spread)
             if tree is not None:
                 tokens, hoped_tokens = tree.expected_pair(p_at, hoped_at, sibling,

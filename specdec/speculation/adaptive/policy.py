@@ -18,11 +18,13 @@ requests has run `probe_every` steps without drafting, a probe step drafts again
 seen (and twice as long after each probe that changed nothing, up to PROBE_BACKOFF times). Where drafting costs nothing
 (n-gram, synthetic drafts), plain steps check each collapsed row's first draft against the token they emit (shadow
 drafts, observe_shadows), and such a batch is probed only when its shadows say it may have recovered, nor does it
-explore or refresh a drafting shape meanwhile. A request's acceptance is learnt from its drafting steps, and while it
-does not draft it relaxes toward the pooled acceptance (RunningAcceptance.relax): a short run of rejections can make
-drafting look worse than plain decoding while it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study
-of 2026-12-02 held a batch of one on plain steps for the rest of its run after three), and a batch that decodes plainly
-because drafting costs more than it brings is not probed. A new request's acceptance starts from the acceptance pooled
+explore or refresh a drafting shape meanwhile; they hold the chains of a row whose own drafts collapsed, too
+(chains_collapsed), which relaxing toward the pooled acceptance (below) brought back every ~15 plain steps. A
+request's acceptance is learnt from its drafting steps, and while it does not draft it relaxes toward the pooled
+acceptance (RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain decoding while
+it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch of one on plain
+steps for the rest of its run after three), and a batch that decodes plainly because drafting costs more than it
+brings is not probed. A new request's acceptance starts from the acceptance pooled
 over the requests seen (the drafter's figures before any): at 1.2 accepted, the H200 study's new requests drafted
 4-chains for their first steps from the drafter's 0.75.
 
@@ -136,6 +138,10 @@ class AdaptivePolicy:
         self._planned: PlannedStep | None = None  # the last plan, awaiting its outcome
         # request -> its shadow drafts' (seen, kept), decayed by SHADOW_DECAY (observe_shadows)
         self.shadows: dict[int, tuple[float, float]] = {}
+        # requests whose first draft their own drafts last showed collapsed (p[0] < collapse): while their shadow
+        # drafts, where the drafter makes them, do not show them recovered, their chains stay priced at one token,
+        # whatever relaxing toward the pooled acceptance made of their estimate since (_row_figures)
+        self.chains_collapsed: set[int] = set()
         # whether the last plan's batch held a collapsed row, whose shadows could call a probe: the engine checks
         # them only then (0.13-0.26 ms of Python a plain step at batch 256 on a 2-core CPU: benchmarks.host_step,
         # benchmarks/results/adaptive_shadow_replay_cpu_2026-12-04.md)
@@ -163,7 +169,7 @@ class AdaptivePolicy:
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
         emitted, worth = self._batch_tokens(request_ids)
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
-        self.wants_shadows = collapsed > 0
+        self.wants_shadows = collapsed > 0 or not self.chains_collapsed.isdisjoint(request_ids)
         catch_up = self.catch_up.seconds(backlog)
         shapes = self.config.shapes if self._tree_offered(batch) else self.config.chain_shapes
         seconds = {s: self.cost.seconds(batch, s + 1, context) for s in shapes}
@@ -248,10 +254,11 @@ class AdaptivePolicy:
         """A row's expected tokens and squared shortfalls per column (_columns, the tree's left out where `tree` is
         False), or None where it collapsed."""
         c = self.config
+        held = request_id in self.chains_collapsed and not self._shadows_recovered(request_id)
         if not tree or c.tree_layout is None:
-            return self._stats(request_id).expected(c.max_steps + 1, c.collapse, c.optimism)
+            return self._stats(request_id).expected(c.max_steps + 1, c.collapse, c.optimism, chains_held=held)
         return self._stats(request_id).expected(c.max_steps + 1, c.collapse, c.optimism, c.tree_layout,
-                                                self.siblings.value, self.siblings.hoped(c.optimism, SURE_OF))
+                                                self.siblings.value, self.siblings.hoped(c.optimism, SURE_OF), held)
 
     def _tree_offered(self, batch: int) -> bool:
         """Whether a batch of this many rows is offered the tree and its rows priced for it (tree_max_batch: above,
@@ -332,6 +339,10 @@ class AdaptivePolicy:
                 else:
                     stats.observe(drafts, kept)
                     self.population.observe(drafts, kept)
+                if stats.conditional(0) < self.config.collapse:
+                    self.chains_collapsed.add(rid)
+                else:
+                    self.chains_collapsed.discard(rid)
                 # (worked out now, for the next plan: see RunningAcceptance.expected)
                 self._row_figures(rid, self._tree_offered(batch))
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
@@ -344,6 +355,7 @@ class AdaptivePolicy:
         so (_shadows_call_a_probe); they do not enter the acceptance the shapes are priced at, which holds every
         position (a first position observed alone and deeper ones left at the drafter's figures overpriced chains
         in the replay of the H200 traces: Nemotron-3-Nano at batch 1 and 1.2 accepted, 0.96x -> 0.91x of plain)."""
+        self._figures_version += 1  # (a row whose chains collapsed is priced by its shadows: _row_figures)
         for rid, hit in zip(request_ids, kept, strict=True):
             seen, hits = self.shadows.get(rid, (0.0, 0.0))
             self.shadows[rid] = (SHADOW_DECAY * seen + 1.0, SHADOW_DECAY * hits + float(hit))
@@ -363,8 +375,18 @@ class AdaptivePolicy:
         p = hits / seen
         return p - SHADOW_SURE * (p * (1.0 - p) / seen) ** 0.5 >= self.config.collapse
 
+    def _shadows_recovered(self, request_id: int) -> bool:
+        """Whether a request's shadow drafts show its first draft kept more often than the collapse by SHADOW_SURE
+        deviations (True where it has none: a drafter without shadows, or none checked yet)."""
+        if request_id not in self.shadows:
+            return True
+        seen, hits = self.shadows[request_id]
+        p = hits / seen
+        return p - SHADOW_SURE * (p * (1.0 - p) / seen) ** 0.5 >= self.config.collapse
+
     def finish(self, request_id: int) -> None:
         self._figures_version += 1
+        self.chains_collapsed.discard(request_id)
         self.acceptance.pop(request_id, None)
         self.shadows.pop(request_id, None)
 
