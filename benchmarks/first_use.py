@@ -2,6 +2,7 @@
 
 1. `specdec serve`'s start-up capture (specdec/serve/cli.py capture_graphs: the CUDA graphs of every batch up to
    --max-batch and request length up to --max-seq-len): how many graphs, how long, and the GPU memory it reserves;
+   then its warm-up (warm_kernels: a request of each of WARM_UP_LENGTHS prompt tokens), how long, what it compiled;
 2. prefills at prompt lengths not seen before: each request's seconds and the Triton kernels compiled for it
    (triton.knobs.runtime.jit_post_compile_hook), then the same lengths again, compiled. Run it with a fresh
    TRITON_CACHE_DIR to count compiles rather than loads from the disk cache.
@@ -28,7 +29,7 @@ import triton
 from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
 from specdec.eval.step_cost import with_device_prior
-from specdec.serve.cli import capture_graphs
+from specdec.serve.cli import capture_graphs, warm_kernels
 
 LENGTHS = (41, 42, 57, 67, 74, 76, 100, 130, 1000, 3000)
 
@@ -69,6 +70,13 @@ def main() -> None:
     torch.cuda.synchronize()
     graphs = f"+{(torch.cuda.memory_reserved() - reserved) / 2**30:.2f} GiB reserved"
     rows.append(("start-up capture", "", f"{time.perf_counter() - start:.1f}", len(compiled), graphs))
+    compiled.clear()
+    start = time.perf_counter()
+    warmed = warm_kernels(llm, announce=True)
+    torch.cuda.synchronize()
+    which = ", ".join(f"{name} {n}" for name, n in collections.Counter(compiled).most_common(5))
+    rows.append(("start-up warm-up", " ".join(map(str, warmed)), f"{time.perf_counter() - start:.1f}",
+                 len(compiled), which))
     vocab = llm.model.hf_config.vocab_size
     for turn in ("new length", "again"):
         for length in args.lengths:

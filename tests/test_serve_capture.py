@@ -13,7 +13,7 @@ import torch
 from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
 from specdec.serve import cli as serve_cli
-from specdec.serve.cli import capture_graphs
+from specdec.serve.cli import capture_graphs, warm_kernels
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +60,37 @@ def test_graphs_that_do_not_fit_are_left_to_first_use(llm, capsys, monkeypatch):
     capture_graphs(llm, announce=True)  # (no exception: the server starts)
     out = capsys.readouterr().out
     assert "not every CUDA graph fits beside the KVBuffer pools: the rest are captured on first use" in out
+
+
+def test_nothing_is_warmed_up_on_the_cpu(llm, capsys, monkeypatch):
+    monkeypatch.setattr(llm, "generate", lambda *args, **kwargs: pytest.fail("a warm-up request on the CPU"))
+    warm_kernels(llm, announce=True)
+    assert capsys.readouterr().out == ""
+
+
+def test_the_warm_up_runs_a_request_of_each_length_that_fits_and_forgets_the_acceptance(capsys, monkeypatch):
+    """Where kernels compile on first use (a GPU: stood in for by compiles_kernels), one request of each warm-up
+    length that fits --max-seq-len runs before serving, through the real engine; adaptive speculation keeps what its
+    steps taught of their costs and forgets the acceptance its prompts of no text showed."""
+    adaptive = LLM("qwen3.5", draft="small", device="cpu",
+                   config=EngineConfig.from_flags(max_batch=4, max_seq_len=320, speculation="adaptive"))
+    policy = adaptive.engine.policy
+    prior = policy._pooled()
+    ran, add_request = [], adaptive.engine.add_request
+
+    def recorded(prompt, **kwargs):
+        ran.append(add_request(prompt, **kwargs))
+        return ran[-1]
+
+    monkeypatch.setattr(serve_cli, "compiles_kernels", lambda llm: True)
+    monkeypatch.setattr(adaptive.engine, "add_request", recorded)
+    warm_kernels(adaptive, announce=True)
+    # 47 and 256 prompt tokens fit 320 positions with 16 new tokens and a step's tree; 1000 does not
+    assert [(len(r.prompt), len(r.output), r.finished) for r in ran] == \
+        [(47, serve_cli.WARM_UP_NEW_TOKENS, True), (256, serve_cli.WARM_UP_NEW_TOKENS, True)]
+    assert adaptive.engine.scheduler.idle
+    assert policy.steps >= 2 * (serve_cli.WARM_UP_NEW_TOKENS // 5)  # (its steps were planned by the policy)
+    assert policy._pooled() == prior and not policy.counts
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[specdec] warming up the kernels: requests of 47, 256 prompt tokens"
+    assert lines[1].startswith("[specdec] kernels warm in ") and len(lines) == 2

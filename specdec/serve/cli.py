@@ -17,6 +17,13 @@ from specdec.options import (
 )
 
 PROGRESS_SECONDS = 10.0  # between the start-up capture's progress lines (capture_graphs)
+# prompt tokens of the start-up warm-up's requests (warm_kernels): one short and not a multiple of 16 (Triton compiles
+# an integer argument apart where it is one), one of several 64-token chunks and a multiple of 16, one long enough for
+# the attention's split-K launch (the H200's first requests of 2026-12-06, cold Triton cache: 50-62 s for the first
+# prompt, fla-core's autotuning of its chunk kernels most of it, 9 s for Nemotron-3-Nano's first prompt of another
+# class, 4.3 s for Qwen3.5's first of 1000 tokens: benchmarks/results/first_use_h200_2026-12-06.md)
+WARM_UP_LENGTHS = (47, 256, 1000)
+WARM_UP_NEW_TOKENS = 16  # a few drafting steps each: a draft model's own prefill and catch-up are warmed too
 
 
 def add_command(commands) -> None:
@@ -82,6 +89,7 @@ def serve_command(args) -> None:
               state_memory_gb=args.state_memory_gb, tp=args.tp)
     with_device_prior(llm)
     capture_graphs(llm, announce=primary)
+    warm_kernels(llm, announce=primary)
     freeze_heap()  # what loading built is never walked by a collection between steps (specdec/engine/heap.py)
     if not primary:
         from .ranks import follow
@@ -131,6 +139,43 @@ def capture_graphs(llm, announce: bool) -> None:
         return
     if announce:
         print(f"[specdec] {built} CUDA graphs captured in {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def warm_kernels(llm, announce: bool) -> list[int]:
+    """Run one request of each of WARM_UP_LENGTHS prompt tokens (those that fit --max-seq-len) on a GPU before
+    serving, so that the first requests do not wait for what a kernel's first launch at a shape costs there: Triton's
+    compiles and fla-core's autotuning of its prefill kernels, a minute on a cold Triton cache, well under a second
+    from a warm one. Under --tp every rank runs the same requests in the same order (their collectives pair up).
+    Adaptive speculation keeps the step costs they measured, not the acceptance: prompts of no text say nothing of
+    the requests to come (AdaptivePolicy.forget_acceptance). -> the prompt lengths run."""
+    if not compiles_kernels(llm):
+        return []
+    engine, vocab = llm.engine, llm.model.hf_config.vocab_size
+    # (the longest prompt Engine.check_request takes with WARM_UP_NEW_TOKENS: a step's tree lies beyond them)
+    room = engine.config.cache.max_seq_len - WARM_UP_NEW_TOKENS - (engine.scheduler.draft_budget + 1)
+    if engine.context_length is not None:
+        room = min(room, engine.context_length - WARM_UP_NEW_TOKENS)
+    lengths = [n for n in WARM_UP_LENGTHS if n <= room] or ([room] if room >= 1 else [])
+    if not lengths:
+        return []
+    if announce:
+        print(f"[specdec] warming up the kernels: requests of {', '.join(map(str, lengths))} prompt tokens",
+              flush=True)
+    start = time.perf_counter()
+    for length in lengths:  # (no end-of-text token: every request runs its WARM_UP_NEW_TOKENS)
+        engine.add_request([(7 * i + length) % (vocab - 10) + 5 for i in range(length)],
+                           max_new_tokens=WARM_UP_NEW_TOKENS)
+        engine.run()
+    if engine.policy is not None:
+        engine.policy.forget_acceptance()
+    if announce:
+        print(f"[specdec] kernels warm in {time.perf_counter() - start:.1f} s", flush=True)
+    return lengths
+
+
+def compiles_kernels(llm) -> bool:
+    """Whether the model runs where kernels are compiled on first use (a GPU; on the CPU: the torch references)."""
+    return llm.model.device.type == "cuda"
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -384,6 +384,16 @@ class AdaptivePolicy:
         p = hits / seen
         return p - SHADOW_SURE * (p * (1.0 - p) / seen) ** 0.5 >= self.config.collapse
 
+    def forget_acceptance(self) -> None:
+        """Back to the drafter's figures: the pooled acceptance (a new request's prior), the trees' sibling
+        acceptance and the shapes counted, as at the start; the step costs measured stay (`specdec serve`'s start-up
+        warm-up, whose prompts of no text say nothing of the requests to come: specdec/serve/cli.py warm_kernels)."""
+        c = self.config
+        self.population = RunningAcceptance(c.prior_at(c.max_steps), c.prior_weight, POPULATION_DECAY)
+        self.siblings = SiblingAcceptance(c.sibling_prior, c.prior_weight, POPULATION_DECAY)
+        self.counts.clear()
+        self._figures_version += 1
+
     def finish(self, request_id: int) -> None:
         self._figures_version += 1
         self.chains_collapsed.discard(request_id)
