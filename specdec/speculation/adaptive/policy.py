@@ -63,8 +63,14 @@ CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is wort
 # study and on the CPU). 0.7 (2026-12-03): replayed 0.01-0.02 up at three points; the CPU eval of the draft model read
 # 1.01x / 0.98x of plain at batch 1 / 4 against 0.98x / 1.09x at 0.5, within its noise: kept until a study row tells.
 BORROWED_CONTENDER = 0.5
-# ... but a shape measured once is a contender at CONTENDER where that step cost at most this much more than the
-# bucket's other measured shapes make of it (_contender)
+# a measured shape is refreshed where its expected rate is within 10% of the best (_contender): in the H100 study of
+# 2026-12-06 21:00 UTC at 1.2 accepted and batch 64 every drafting step of adaptive's timed runs was a refresh at
+# 0.80-0.93 of plain decoding's rate (13 in three runs of Nemotron-3-Nano, 0.988x of plain; 8 in two of Qwen3.5-9B,
+# 0.993x); replayed at 0.9 against 0.8, 9 of the 16 points rose by 0.05-0.4%, 3 fell by at most 0.09%
+# (benchmarks/results/adaptive_replay_refresh_contender_cpu_2026-12-06.md)
+REFRESH_CONTENDER = 0.9
+# ... but a shape measured once is a contender at REFRESH_CONTENDER where that step cost at most this much more than
+# the bucket's other measured shapes make of it (_contender)
 SINGLE_TRUSTED = 1.2
 # refreshes that confirm the best shape come twice as far apart, up to REFRESH_BACKOFF times refresh_every (each
 # costs a step of a worse shape and, between plain steps, the pipeline's refill: at batch 256 the H200 study's
@@ -458,22 +464,22 @@ class AdaptivePolicy:
     def _contender(self, bucket: int, steps: int) -> float:
         """The share of the best rate a shape needs to be refreshed: BORROWED_CONTENDER while its cost in the bucket
         rests on a single step that may be far off (on the CPU, plain decoding measured once in a warm-up at 1.5x
-        its cost was not refreshed for 33 steps of drafting that lost to it), CONTENDER from the second on (a wider
-        net for every shape cost the H200 traces' replay 1-3%: their costs are steady), always for the tree, and for a
-        single step no dearer than SINGLE_TRUSTED times what the bucket's other measurements make of it under a model
-        of the step (a stall makes a step dearer, never cheaper; the flat prior says nothing of how widths' costs
+        its cost was not refreshed for 33 steps of drafting that lost to it), REFRESH_CONTENDER from the second on (a
+        wider net for every shape cost the H200 traces' replay 1-3%: their costs are steady), always for the tree, and
+        for a single step no dearer than SINGLE_TRUSTED times what the bucket's other measurements make of it under a
+        model of the step (a stall makes a step dearer, never cheaper; the flat prior says nothing of how widths' costs
         compare). In the H100 study of 2026-12-06 13:43 UTC such refreshes of 2-chains at 0.67x of the tree's rate
         (Qwen3.5-9B at batch 1) and of 4-chains at 0.66x of plain decoding's (Nemotron-3-Nano at 1.2 accepted and
         batch 64) each cost a step; replayed: benchmarks/results/adaptive_replay_single_trusted_cpu_2026-12-06.md."""
         if self.config.is_tree(steps):
-            return CONTENDER
+            return REFRESH_CONTENDER
         kept = self._kept(steps, bucket)
         if kept >= 2:
-            return CONTENDER
+            return REFRESH_CONTENDER
         factor = self.cost.factors.get((bucket, steps + 1))
         if (kept == 1 and factor is not None and self.cost.prior is not flat_prior
                 and factor <= SINGLE_TRUSTED * self.cost.borrowed(bucket, steps + 1)):
-            return CONTENDER
+            return REFRESH_CONTENDER
         return BORROWED_CONTENDER
 
     def _kept(self, steps: int, bucket: int | None = None) -> int:
