@@ -67,7 +67,8 @@ BORROWED_CONTENDER = 0.5
 # 2026-12-06 21:00 UTC at 1.2 accepted and batch 64 every drafting step of adaptive's timed runs was a refresh at
 # 0.80-0.93 of plain decoding's rate (13 in three runs of Nemotron-3-Nano, 0.988x of plain; 8 in two of Qwen3.5-9B,
 # 0.993x); replayed at 0.9 against 0.8, 9 of the 16 points rose by 0.05-0.4%, 3 fell by at most 0.09%
-# (benchmarks/results/adaptive_replay_refresh_contender_cpu_2026-12-06.md)
+# (benchmarks/results/adaptive_replay_refresh_contender_cpu_2026-12-06.md). Plain decoding, the shape to fall back to,
+# keeps CONTENDER: where a noisy machine's costs (the CPU eval's) make a chain look best, it is still re-measured
 REFRESH_CONTENDER = 0.9
 # ... but a shape measured once is a contender at REFRESH_CONTENDER where that step cost at most this much more than
 # the bucket's other measured shapes make of it (_contender)
@@ -473,13 +474,14 @@ class AdaptivePolicy:
         batch 64) each cost a step; replayed: benchmarks/results/adaptive_replay_single_trusted_cpu_2026-12-06.md."""
         if self.config.is_tree(steps):
             return REFRESH_CONTENDER
+        narrowed = CONTENDER if steps == 0 else REFRESH_CONTENDER
         kept = self._kept(steps, bucket)
         if kept >= 2:
-            return REFRESH_CONTENDER
+            return narrowed
         factor = self.cost.factors.get((bucket, steps + 1))
         if (kept == 1 and factor is not None and self.cost.prior is not flat_prior
                 and factor <= SINGLE_TRUSTED * self.cost.borrowed(bucket, steps + 1)):
-            return REFRESH_CONTENDER
+            return narrowed
         return BORROWED_CONTENDER
 
     def _kept(self, steps: int, bucket: int | None = None) -> int:
