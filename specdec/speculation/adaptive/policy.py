@@ -465,7 +465,8 @@ class AdaptivePolicy:
     def _contender(self, bucket: int, steps: int) -> float:
         """The share of the best rate a shape needs to be refreshed: BORROWED_CONTENDER while its cost in the bucket
         rests on a single step that may be far off (on the CPU, plain decoding measured once in a warm-up at 1.5x
-        its cost was not refreshed for 33 steps of drafting that lost to it), REFRESH_CONTENDER from the second on (a
+        its cost was not refreshed for 33 steps of drafting that lost to it), REFRESH_CONTENDER (CONTENDER for plain
+        decoding) from the second on (a
         wider net for every shape cost the H200 traces' replay 1-3%: their costs are steady), always for the tree, and
         for a single step no dearer than SINGLE_TRUSTED times what the bucket's other measurements make of it under a
         model of the step (a stall makes a step dearer, never cheaper; the flat prior says nothing of how widths' costs
