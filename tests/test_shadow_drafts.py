@@ -138,7 +138,7 @@ def test_shadows_hold_a_collapsed_rows_chains_while_its_estimate_relaxes_toward_
     policy = AdaptivePolicy(config)
     chosen = run_shadowed(policy, good_then_collapsed, 300, shadows=True)
     assert all(s > 0 for s in chosen[10:40])  # drafting while it paid
-    # no drafting step once the shadows have seen the collapse (before they held it: 18 steps of 4-chains in 80-140,
+    # no drafting step once the shadows have seen the collapse (before they held it: 14 steps of 4-chains in 80-140,
     # until their failures had pulled the pooled acceptance below the collapse too)
     assert not any(chosen[80:])
     assert policy.population.conditional(0) > config.collapse  # the pool still remembers the good start
