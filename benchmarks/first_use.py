@@ -68,7 +68,7 @@ def main() -> None:
     start = time.perf_counter()
     capture_graphs(llm, announce=True)
     torch.cuda.synchronize()
-    graphs = f"+{(torch.cuda.memory_reserved() - reserved) / 2**30:.2f} GiB reserved"
+    graphs = f"{(torch.cuda.memory_reserved() - reserved) / 2**30:+.2f} GiB reserved"
     rows.append(("start-up capture", "", f"{time.perf_counter() - start:.1f}", len(compiled), graphs))
     compiled.clear()
     start = time.perf_counter()
