@@ -21,8 +21,11 @@ PROGRESS_SECONDS = 10.0  # between the start-up capture's progress lines (captur
 # an integer argument apart where it is one), one of several 64-token chunks and a multiple of 16, one long enough for
 # the attention's split-K launch (the H200's first requests of 2026-12-06, cold Triton cache: 50-62 s for the first
 # prompt, fla-core's autotuning of its chunk kernels most of it, 9 s for Nemotron-3-Nano's first prompt of another
-# class, 4.3 s for Qwen3.5's first of 1000 tokens: benchmarks/results/first_use_h200_2026-12-06.md)
-WARM_UP_LENGTHS = (47, 256, 1000)
+# class, 4.3 s for Qwen3.5's first of 1000 tokens: benchmarks/results/first_use_h200_2026-12-06.md), and one past the
+# MoE kernels' largest row bucket (more than 64 rows an expert, verify_kernels/moe/experts.py CONFIGS: 1366 tokens for
+# Nemotron-3-Nano's 128 experts and top-6, 2049 for Qwen3.5-35B-A3B's 256 and top-8; after the first three a
+# 4000-token Nemotron-3-Nano prompt still compiled its MoE kernels, 3.5 s on the H100)
+WARM_UP_LENGTHS = (47, 256, 1000, 3000)
 WARM_UP_NEW_TOKENS = 16  # a few drafting steps each: a draft model's own prefill and catch-up are warmed too
 
 
