@@ -63,8 +63,8 @@ def test_graphs_that_do_not_fit_are_left_to_first_use(llm, capsys, monkeypatch):
 
 
 def test_nothing_is_warmed_up_on_the_cpu(llm, capsys, monkeypatch):
-    monkeypatch.setattr(llm, "generate", lambda *args, **kwargs: pytest.fail("a warm-up request on the CPU"))
-    warm_kernels(llm, announce=True)
+    monkeypatch.setattr(llm.engine, "add_request", lambda *args, **kwargs: pytest.fail("a warm-up request on the CPU"))
+    assert warm_kernels(llm, announce=True) == []
     assert capsys.readouterr().out == ""
 
 

@@ -64,8 +64,8 @@ CONTENDER = 0.8  # a shape whose expected rate is within 20% of the best is wort
 # 1.01x / 0.98x of plain at batch 1 / 4 against 0.98x / 1.09x at 0.5, within its noise: kept until a study row tells.
 BORROWED_CONTENDER = 0.5
 # a measured shape is refreshed where its expected rate is within 10% of the best (_contender): in the H100 study of
-# 2026-12-06 21:00 UTC at 1.2 accepted and batch 64 every drafting step of adaptive's timed runs was a refresh at
-# 0.80-0.93 of plain decoding's rate (13 in three runs of Nemotron-3-Nano, 0.988x of plain; 8 in two of Qwen3.5-9B,
+# 2026-12-06 21:00 UTC at 1.2 accepted and batch 64, 19 of the 21 drafting steps of adaptive's timed runs were refreshes
+# at 0.80-0.90 of plain decoding's rate (11 in three runs of Nemotron-3-Nano, 0.988x of plain; 8 in two of Qwen3.5-9B,
 # 0.993x); replayed at 0.9 against 0.8, 9 of the 16 points rose by 0.05-0.4%, 3 fell by at most 0.09%
 # (benchmarks/results/adaptive_replay_refresh_contender_cpu_2026-12-06.md). Plain decoding, the shape to fall back to,
 # keeps CONTENDER: where a noisy machine's costs (the CPU eval's) make a chain look best, it is still re-measured
@@ -377,17 +377,16 @@ class AdaptivePolicy:
             if not row_worth and rid in self.shadows:
                 row_seen, row_hits = self.shadows[rid]
                 seen, hits = seen + row_seen, hits + row_hits
-        if not seen:
-            return True
-        p = hits / seen
-        return p - SHADOW_SURE * (p * (1.0 - p) / seen) ** 0.5 >= self.config.collapse
+        return not seen or self._above_collapse(seen, hits)
 
     def _shadows_recovered(self, request_id: int) -> bool:
         """Whether a request's shadow drafts show its first draft kept more often than the collapse by SHADOW_SURE
         deviations (True where it has none: a drafter without shadows, or none checked yet)."""
-        if request_id not in self.shadows:
-            return True
-        seen, hits = self.shadows[request_id]
+        return request_id not in self.shadows or self._above_collapse(*self.shadows[request_id])
+
+    def _above_collapse(self, seen: float, hits: float) -> bool:
+        """Whether first drafts kept `hits` times in `seen` (decayed counts) lie SHADOW_SURE deviations above the
+        collapse."""
         p = hits / seen
         return p - SHADOW_SURE * (p * (1.0 - p) / seen) ** 0.5 >= self.config.collapse
 
@@ -466,13 +465,13 @@ class AdaptivePolicy:
         """The share of the best rate a shape needs to be refreshed: BORROWED_CONTENDER while its cost in the bucket
         rests on a single step that may be far off (on the CPU, plain decoding measured once in a warm-up at 1.5x
         its cost was not refreshed for 33 steps of drafting that lost to it), REFRESH_CONTENDER (CONTENDER for plain
-        decoding) from the second on (a
-        wider net for every shape cost the H200 traces' replay 1-3%: their costs are steady), always for the tree, and
-        for a single step no dearer than SINGLE_TRUSTED times what the bucket's other measurements make of it under a
-        model of the step (a stall makes a step dearer, never cheaper; the flat prior says nothing of how widths' costs
-        compare). In the H100 study of 2026-12-06 13:43 UTC such refreshes of 2-chains at 0.67x of the tree's rate
-        (Qwen3.5-9B at batch 1) and of 4-chains at 0.66x of plain decoding's (Nemotron-3-Nano at 1.2 accepted and
-        batch 64) each cost a step; replayed: benchmarks/results/adaptive_replay_single_trusted_cpu_2026-12-06.md."""
+        decoding) from the second on (a wider net for every shape cost the H200 traces' replay 1-3%: their costs are
+        steady), always for the tree, and for a single step no dearer than SINGLE_TRUSTED times what the bucket's
+        other measurements make of it under a model of the step (a stall makes a step dearer, never cheaper; the flat
+        prior says nothing of how widths' costs compare). In the H100 study of 2026-12-06 13:43 UTC such refreshes
+        of 2-chains at 0.67x of the tree's rate (Qwen3.5-9B at batch 1) and of 4-chains at 0.66x of plain decoding's
+        (Nemotron-3-Nano at 1.2 accepted and batch 64) each cost a step; replayed:
+        benchmarks/results/adaptive_replay_single_trusted_cpu_2026-12-06.md."""
         if self.config.is_tree(steps):
             return REFRESH_CONTENDER
         narrowed = CONTENDER if steps == 0 else REFRESH_CONTENDER
