@@ -109,17 +109,17 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
     lines = table(tmp_path)
     assert len(lines) == 3  # the header, its rule, one row
     # each engine's lower run of two: adaptive 170 against fixed 180 and plain 90
-    assert lines[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 180 / 200 | 170 / 190 | 0.94x | 1.89x | "
+    assert lines[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 180 / 200 | 170 / 190 | 0.944x | 1.889x | "
                         "chain-4 30, plain 2 |")
     for path in tmp_path.glob("*_speculative_*"):  # a point run without fixed chains: against plain decoding alone
         path.unlink()
-    assert table(tmp_path)[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | — | 170 / 190 | 1.89x | 1.89x | "
+    assert table(tmp_path)[2] == ("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | — | 170 / 190 | 1.889x | 1.889x | "
                                   "chain-4 30, plain 2 |")
     # a run of REPEATS=1 names no run (study_on_device.sh): its file is read all the same
     single = tmp_path / "study_qwen3.5-9b_b16_kvbuffer_speculative_acc2.72.json"
     single.write_text(json.dumps({"model": "qwen3.5-9b", "settings": {"draft": "synthetic:2.72"}, "rows": [
         {"mode": "speculative", "backend": "kvbuffer", "batch_size": 16, "tokens_per_second": 160.0}]}))
-    assert table(tmp_path)[2].startswith("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 160 | 170 / 190 | 1.06x | 1.89x |")
+    assert table(tmp_path)[2].startswith("| qwen3.5-9b | 2.72 | 16 | 90 / 100 | 160 | 170 / 190 | 1.062x | 1.889x |")
     # engines that ran out of memory at a batch: said so, no ratio
     big = [{"mode": mode, "backend": "kvbuffer", "batch_size": 512, "tokens_per_second": speed,
             "out_of_memory": not speed} for mode, speed in (("plain", 300.0), ("speculative", 0.0), ("adaptive", 0.0))]
@@ -128,7 +128,7 @@ def test_repeated_adaptive_runs_are_tabled_from_each_engines_median_run(tmp_path
     assert table(tmp_path)[3] == "| qwen3.5-9b | 2.72 | 512 | 300 | out of memory | out of memory | — | — |  |"
     for path in tmp_path.glob("*_plain_*"):  # a point run without plain decoding: against the fixed shapes alone
         path.unlink()
-    assert table(tmp_path)[2] == ("| qwen3.5-9b | 2.72 | 16 | — | 160 | 170 / 190 | 1.06x | — | "
+    assert table(tmp_path)[2] == ("| qwen3.5-9b | 2.72 | 16 | — | 160 | 170 / 190 | 1.062x | — | "
                                   "chain-4 30, plain 2 |")
 
 
@@ -292,4 +292,4 @@ def test_fixed_trees_are_a_mode_of_their_own_and_a_column_where_measured(tmp_pat
     lines = table(tmp_path)
     assert "| fixed 4-chain tok/s | fixed tree tok/s | adaptive tok/s |" in lines[0]
     assert lines[1].count("|") == lines[0].count("|")
-    assert lines[2] == "| qwen3.5-9b | 2.72 | 16 | 100 | 200 | 250 | 210 | 0.84x | 2.10x | chain-4 10 |"
+    assert lines[2] == "| qwen3.5-9b | 2.72 | 16 | 100 | 200 | 250 | 210 | 0.840x | 2.100x | chain-4 10 |"
