@@ -50,9 +50,14 @@ def main() -> None:
         parser.error(f"--lengths up to {max(args.lengths)} need --max-seq-len of at least {max(args.lengths) + 40}")
 
     compiled: list[str] = []
+    # each compile's signature as Triton specialised it (its `repr`: an integer argument reads `i32:16` where it was a
+    # multiple of 16, `constexpr` where it was 1), printed for the compiles after the warm-up: what a new length
+    # brought that the warm-up's did not
+    signatures: list[str] = []
 
     def hook(*_, **kwargs):  # (a compile, not a load from the in-memory cache)
         compiled.append(getattr(kwargs.get("fn"), "name", "?").split(".")[-1])
+        signatures.append(str(kwargs.get("repr", "?")))
         return False
 
     triton.knobs.runtime.jit_post_compile_hook = hook
@@ -81,6 +86,7 @@ def main() -> None:
     for turn in ("new length", "again"):
         for length in args.lengths:
             compiled.clear()
+            signatures.clear()
             prompt = [(7 * i + length) % (vocab - 10) + 5 for i in range(length)]
             torch.cuda.synchronize()
             start = time.perf_counter()
@@ -89,6 +95,8 @@ def main() -> None:
             which = ", ".join(f"{name} {n}" for name, n in collections.Counter(compiled).most_common(5))
             rows.append((turn, length, f"{time.perf_counter() - start:.2f}", len(compiled), which))
             print(rows[-1], flush=True)
+            for signature in signatures:
+                print(f"[first_use] compiled at {length} tokens: {signature}", flush=True)
     table = [f"{args.target} + {args.draft} ({args.speculation}), max batch {args.max_batch}, max_seq_len "
              f"{args.max_seq_len}, on {torch.cuda.get_device_name()}, triton {triton.__version__}", "",
              "| what | prompt tokens | seconds | kernels compiled | notes |", "|---|---|---|---|---|"]
