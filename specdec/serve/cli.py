@@ -25,8 +25,9 @@ PROGRESS_SECONDS = 10.0  # between the start-up capture's progress lines (captur
 # MoE kernels' largest row bucket (more than 64 rows an expert, verify_kernels/moe/experts.py CONFIGS: 1366 tokens for
 # Nemotron-3-Nano's 128 experts and top-6, 2049 for Qwen3.5-35B-A3B's 256 and top-8; after the first three a
 # 4000-token Nemotron-3-Nano prompt still compiled its MoE kernels, 3.5 s on the H100), then the same past a multiple
-# of 16: kernels that take a long prompt's rows only (the MoE router's one-launch form, from 1024 tokens) are compiled
-# apart for each class, and after the first four a 4000-token prompt still compiled two (2.5 s, H100)
+# of 16: forms of a kernel that only a long prompt takes (the MoE router's one launch, from 1009 tokens; the attention
+# without key splits, from ~520 for Nemotron-3-Nano on an H100) are compiled apart for each class, and after the first
+# four a 4000-token prompt still compiled those two (2.5 s, H100)
 WARM_UP_LENGTHS = (47, 256, 1000, 3000, 3008)
 WARM_UP_NEW_TOKENS = 16  # a few drafting steps each: a draft model's own prefill and catch-up are warmed too
 
