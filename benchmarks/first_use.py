@@ -50,14 +50,17 @@ def main() -> None:
         parser.error(f"--lengths up to {max(args.lengths)} need --max-seq-len of at least {max(args.lengths) + 40}")
 
     compiled: list[str] = []
-    # each compile's signature as Triton specialised it (its `repr`: an integer argument reads `i32:16` where it was a
-    # multiple of 16, `constexpr` where it was 1), printed for the compiles after the warm-up: what a new length
-    # brought that the warm-up's did not
+    # each compile's signature as Triton specialised it (the argument types, constants, and the attributes of the
+    # arguments it specialised: `tt.divisibility` 16 where an integer was a multiple of 16), printed for the compiles
+    # after the warm-up: what a new length brought that the warm-up's did not. (The hook's `repr` alone printed no
+    # argument under triton 3.6.)
     signatures: list[str] = []
 
     def hook(*_, **kwargs):  # (a compile, not a load from the in-memory cache)
         compiled.append(getattr(kwargs.get("fn"), "name", "?").split(".")[-1])
-        signatures.append(str(kwargs.get("repr", "?")))
+        build = kwargs.get("compile") or {}
+        signatures.append(f"{compiled[-1]} signature {build.get('signature')} constants {build.get('constants')} "
+                          f"attributes {build.get('configs')}")
         return False
 
     triton.knobs.runtime.jit_post_compile_hook = hook

@@ -98,3 +98,51 @@ def test_batch_sizes_of_one_bucket_decode_on_the_same_kernels(family, tmp_path, 
         runner.decode(slots[:batch], [11] * batch)
         signatures.append(set(launches))
     assert_same_kernels(signatures, "batch size")
+
+
+def integer_classes(function, bound: dict) -> tuple[tuple[str, str], ...]:
+    """How Triton specialises a launch's integer arguments (on a GPU each class compiles apart): '1' for one, 'D' for
+    a multiple of 16, 'i' else, for every runtime integer the kernel does not exempt (do_not_specialize)."""
+    exempt = set(function.kwargs.get("do_not_specialize") or ()) | set(constexpr_names(function.fn))
+    return tuple((name, "1" if value == 1 else "D" if value % 16 == 0 else "i") for name, value in bound.items()
+                 if name in function.arg_names and name not in exempt  # (not the launch's options: num_warps ...)
+                 and isinstance(value, int) and not isinstance(value, bool))
+
+
+@pytest.fixture
+def specialisations(monkeypatch):
+    """-> the list that each interpreted kernel launch appends (kernel name, its integer classes) to."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    recorded, run = [], InterpretedFunction.run
+
+    def recording_run(self, *args, grid, warmup, **kwargs):
+        bound = dict(zip(self.arg_names, args, strict=False)) | kwargs
+        recorded.append((self.fn.__name__, integer_classes(self, bound)))
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", recording_run)
+    return recorded
+
+
+def test_the_moe_layout_compiles_once_for_every_token_count(specialisations):
+    """The MoE layout's launches (verify_kernels/moe/routing.py) take the step's assignments R = N k, their chunks P
+    and the layout's blocks NB as integers, which Triton would specialise on being multiples of 16: on the H100 a
+    2100-token Nemotron-3-Nano prompt (R = 12600) compiled expert_slots_kernel again after serve's warm-up, whose long
+    prompts of 3000 and 3008 tokens have R = 18000 and 18048 (benchmarks/results/first_use_h200_2026-12-06.md). Token
+    counts whose R, P and NB fall in every class must launch the same compiled kernels."""
+    from verify_kernels.moe.routing import expert_layout, num_blocks
+
+    experts, top_k, block_m, chunk = 16, 2, 16, 256  # (chunk: the layout's for 16 experts and R >= 256)
+    counts = (2048, 2050, 2056, 2176)  # R 4096 / 4100 / 4112 / 4352, P 16 / 17 / 17 / 17, NB 271 / 271 / 272 / 287
+    classes = {(rows % 16 == 0, -(-rows // chunk) % 16 == 0, num_blocks(rows, experts, block_m) % 16 == 0)
+               for rows in (n * top_k for n in counts)}
+    assert len(classes) == 4, "the counts must cover the classes the test is about"
+    signatures = []
+    for tokens in counts:
+        top_index = torch.randint(0, experts, (tokens, top_k), generator=torch.Generator().manual_seed(tokens))
+        specialisations.clear()
+        expert_layout(top_index, experts, block_m)
+        signatures.append(set(specialisations))
+    assert signatures[0], "no Triton kernel ran: the test would prove nothing"
+    assert all(s == signatures[0] for s in signatures), f"kernels specialised per token count: {signatures}"

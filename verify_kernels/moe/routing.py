@@ -43,7 +43,11 @@ def num_blocks(num_rows: int, num_experts: int, block_m: int) -> int:
     return (num_rows + min(num_experts, num_rows) * (block_m - 1)) // block_m
 
 
-@triton.jit
+# The counts below (R assignments, NB blocks, P chunks) follow the step's tokens: Triton would compile a kernel apart
+# for each that is a multiple of 16 or not (a 2100-token prompt on the H100 compiled expert_slots_kernel again, 1.1 s,
+# after serve's warm-up had run 3000 and 3008: benchmarks/results/first_use_h200_2026-12-06.md), and they only bound
+# loops and masks, so they are not specialised (tests/test_prefill_compiles.py).
+@triton.jit(do_not_specialize=["R"])
 def expert_counts_kernel(
     expert,         # [R] int32 / int64
     counts,         # [P, EP] int32: assignments of chunk p per expert
@@ -59,7 +63,7 @@ def expert_counts_kernel(
     tl.store(counts + i_p * EP + o_e, tl.sum(b_hot, 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["R", "NB", "P"])
 def expert_slots_kernel(
     expert,         # [R] int32 / int64
     counts,         # [P, EP] int32 (read when COUNTED)
