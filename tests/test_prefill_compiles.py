@@ -1,10 +1,14 @@
 """A prompt's length must not reach a Triton kernel as a compile-time argument: on a GPU each new value compiles the
 kernel again, seconds of a request's prefill (the GPU eval of 2026-12-06: 3-7 s for each new prompt length of 41-76
-tokens, when the tree conv kernels took the node count as a constexpr). Here every kernel launched while prompts of
-two lengths are prefilled, on the Triton backend in its CPU interpreter (natively on a GPU), is recorded with its
-constexpr arguments, and the two prefills must launch the same set. (Triton also specialises a runtime integer on
-being 1 or a multiple of 16, and block sizes follow the rows in powers of two: a bounded number of compiles,
-which is why both lengths here lie in one such bucket and are neither.)"""
+tokens, when the tree conv kernels took the node count as a constexpr). Nor as a class: Triton also specialises a
+runtime integer on being 1 or a multiple of 16, unless the kernel exempts it (do_not_specialize), and after `specdec
+serve`'s warm-up a 4000-token prompt compiled the MoE router and the attention again, a 2100-token one the MoE layout
+(H100, benchmarks/results/first_use_h200_2026-12-06.md). Here every kernel launched while prompts of several lengths
+are prefilled, on the Triton backend in its CPU interpreter (natively on a GPU), is recorded with its constexpr
+arguments and the classes of its runtime integers, and every length must launch the same set. (Block sizes follow the
+rows in powers of two: a bounded number of compiles, which is why the lengths compared lie in one such bucket. A
+tensor's strides are left out: at real shapes they are multiples of 16 whatever the length, the tiny models' are
+not.)"""
 
 from __future__ import annotations
 
@@ -16,9 +20,13 @@ import torch
 from specdec import CacheConfig, ModelRunner, load_model
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny
 
-# (one power-of-two bucket, 62 tokens apart: a block size bucketed by powers of two is the same for both, while a
-# count of 16-row blocks or the length itself is not)
-LENGTHS = (65, 127)
+# (one power-of-two bucket, 62 tokens apart: a block size bucketed by powers of two is the same for all, while a count
+# of 16-row blocks or the length itself is not; 80 a multiple of 16, 100 of 4, whose square, the prefill's ancestor
+# matrix's batch stride, is one of 16)
+LENGTHS = (65, 80, 100, 127)
+# (a prompt the buffer holds is scored by the linear state's verify kernels, whose node counts keep their classes: they
+# are the speculative steps' hot kernels, captured per step width, and a prompt of 16 tokens compiles them once more)
+BUFFERED_LENGTHS = (9, 12, 13)
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="records launches in Triton's interpreter")
 
@@ -28,9 +36,21 @@ def constexpr_names(fn) -> tuple[str, ...]:
                  if "constexpr" in str(parameter.annotation))
 
 
+def integer_classes(function, bound: dict, strides: bool = True) -> tuple[tuple[str, str], ...]:
+    """How Triton specialises a launch's runtime integers (on a GPU each class compiles apart): '1' for one, 'D' for a
+    multiple of 16, 'i' else, for every one the kernel does not exempt (do_not_specialize); strides: with the
+    arguments named stride_* or s_* too."""
+    exempt = set(function.kwargs.get("do_not_specialize") or ()) | set(constexpr_names(function.fn))
+    return tuple((name, "1" if value == 1 else "D" if value % 16 == 0 else "i") for name, value in bound.items()
+                 if name in function.arg_names and name not in exempt  # (not the launch's options: num_warps ...)
+                 and (strides or not name.startswith(("stride", "s_")))
+                 and isinstance(value, int) and not isinstance(value, bool))
+
+
 @pytest.fixture
 def launches(monkeypatch):
-    """-> the list that each interpreted kernel launch appends (kernel name, its constexpr arguments) to."""
+    """-> the list that each interpreted kernel launch appends (kernel name, its constexpr arguments, the classes of
+    its runtime integers but strides) to."""
     from triton.runtime.interpreter import InterpretedFunction
 
     recorded, run = [], InterpretedFunction.run
@@ -38,7 +58,7 @@ def launches(monkeypatch):
     def recording_run(self, *args, grid, warmup, **kwargs):
         bound = dict(zip(self.arg_names, args, strict=False)) | kwargs
         constants = tuple((name, repr(bound.get(name))) for name in constexpr_names(self.fn))
-        recorded.append((self.fn.__name__, constants))
+        recorded.append((self.fn.__name__, constants, integer_classes(self, bound, strides=False)))
         return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     monkeypatch.setattr(InterpretedFunction, "run", recording_run)
@@ -58,11 +78,12 @@ def tiny_runner(family: str, directory, monkeypatch, max_requests: int, flush_le
                                                  flush_length=flush_length))
 
 
-def assert_same_kernels(signatures: list[set], what: str) -> None:
+def assert_same_kernels(signatures: list[set], what: str, values: tuple) -> None:
     assert signatures[0], "no Triton kernel ran: the test would prove nothing"
-    only_first, only_second = signatures[0] - signatures[1], signatures[1] - signatures[0]
-    assert not only_first and not only_second, (
-        f"kernels compiled for one {what} only: {sorted(only_first)} / {sorted(only_second)}")
+    for value, signature in zip(values[1:], signatures[1:], strict=True):
+        only_first, only_this = signatures[0] - signature, signature - signatures[0]
+        assert not only_first and not only_this, (f"kernels compiled for one {what} only, {values[0]} / {value}: "
+                                                  f"{sorted(only_first)} / {sorted(only_this)}")
 
 
 def prompt(length: int) -> list[int]:
@@ -70,10 +91,11 @@ def prompt(length: int) -> list[int]:
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "nemotron_h"])
-@pytest.mark.parametrize(("flush_length", "lengths"), [(4, LENGTHS), (32, (9, 13))], ids=["chunked", "buffered"])
+@pytest.mark.parametrize(("flush_length", "lengths"), [(4, LENGTHS), (32, BUFFERED_LENGTHS)],
+                         ids=["chunked", "buffered"])
 def test_prompt_lengths_launch_the_same_kernels(family, flush_length, lengths, tmp_path, monkeypatch, launches):
     """chunked: prompts longer than the buffer (the chunked prefill); buffered: prompts the buffer holds (scored as
-    chains through the linear state's verify kernels; 9 and 13 tokens: one power-of-two bucket)."""
+    chains through the linear state's verify kernels; 9-13 tokens: one power-of-two bucket)."""
     runner = tiny_runner(family, tmp_path, monkeypatch, max_requests=2, flush_length=flush_length)
     signatures = []
     for length in lengths:
@@ -82,7 +104,7 @@ def test_prompt_lengths_launch_the_same_kernels(family, flush_length, lengths, t
         runner.prefill([slot], [prompt(length)])
         signatures.append(set(launches))
         runner.cache.release_request(slot)
-    assert_same_kernels(signatures, "prompt length")
+    assert_same_kernels(signatures, "prompt length", lengths)
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h"])
@@ -97,35 +119,11 @@ def test_batch_sizes_of_one_bucket_decode_on_the_same_kernels(family, tmp_path, 
         launches.clear()
         runner.decode(slots[:batch], [11] * batch)
         signatures.append(set(launches))
-    assert_same_kernels(signatures, "batch size")
+    assert_same_kernels(signatures, "batch size", (5, 7))
 
 
-def integer_classes(function, bound: dict) -> tuple[tuple[str, str], ...]:
-    """How Triton specialises a launch's integer arguments (on a GPU each class compiles apart): '1' for one, 'D' for
-    a multiple of 16, 'i' else, for every runtime integer the kernel does not exempt (do_not_specialize)."""
-    exempt = set(function.kwargs.get("do_not_specialize") or ()) | set(constexpr_names(function.fn))
-    return tuple((name, "1" if value == 1 else "D" if value % 16 == 0 else "i") for name, value in bound.items()
-                 if name in function.arg_names and name not in exempt  # (not the launch's options: num_warps ...)
-                 and isinstance(value, int) and not isinstance(value, bool))
 
-
-@pytest.fixture
-def specialisations(monkeypatch):
-    """-> the list that each interpreted kernel launch appends (kernel name, its integer classes) to."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    recorded, run = [], InterpretedFunction.run
-
-    def recording_run(self, *args, grid, warmup, **kwargs):
-        bound = dict(zip(self.arg_names, args, strict=False)) | kwargs
-        recorded.append((self.fn.__name__, integer_classes(self, bound)))
-        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
-
-    monkeypatch.setattr(InterpretedFunction, "run", recording_run)
-    return recorded
-
-
-def test_the_moe_layout_compiles_once_for_every_token_count(specialisations):
+def test_the_moe_layout_compiles_once_for_every_token_count(launches):
     """The MoE layout's launches (verify_kernels/moe/routing.py) take the step's assignments R = N k, their chunks P
     and the layout's blocks NB as integers, which Triton would specialise on being multiples of 16: on the H100 a
     2100-token Nemotron-3-Nano prompt (R = 12600) compiled expert_slots_kernel again after serve's warm-up, whose long
@@ -141,8 +139,8 @@ def test_the_moe_layout_compiles_once_for_every_token_count(specialisations):
     signatures = []
     for tokens in counts:
         top_index = torch.randint(0, experts, (tokens, top_k), generator=torch.Generator().manual_seed(tokens))
-        specialisations.clear()
+        launches.clear()
         expert_layout(top_index, experts, block_m)
-        signatures.append(set(specialisations))
+        signatures.append(set(launches))
     assert signatures[0], "no Triton kernel ran: the test would prove nothing"
     assert all(s == signatures[0] for s in signatures), f"kernels specialised per token count: {signatures}"

@@ -64,7 +64,7 @@ def _softmax_step(b_q, b_k, b_v, b_visible, b_m, b_l, b_acc, qk_scale, PRECISION
     return b_m_new, b_l, b_acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "splits", "s_ab", "s_at"])
 def tree_attention_kernel(
     q, k, v, k_pool, v_pool, req_slots, seq_lens, ancestors, o, o_part, ml_part,
     qk_scale, T, splits,
@@ -143,7 +143,7 @@ def tree_attention_kernel(
             tl.store(p_vr + (n_prefix + o_t)[:, None] * s_pp + o_d[None, :], b_vn.to(v_pool.dtype.element_ty), mask=m_t)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "splits"])
 def tree_attention_merge_kernel(
     o_part, ml_part, o, T, splits, s_ob, s_ot, s_oh,
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,

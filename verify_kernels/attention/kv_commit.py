@@ -15,7 +15,7 @@ import triton.language as tl
 NUM_WARPS = 1  # a [head_dim] row of K and of V per column: a few hundred bytes
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["A"])
 def commit_kv_kernel(key_pool, value_pool, req_slots, seq_lens, accepted, A,
                      S: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr):
     i_b, i_h = tl.program_id(0), tl.program_id(1)

@@ -52,7 +52,7 @@ def store_qkv(b_y, rows, m_r, i_d, q, k, v, q_scale, eps, H: tl.constexpr, K: tl
         tl.store(v + rows[:, None] * (HV * V) + o_v[None, :], b_y, mask=m_r[:, None] & (o_v < HV * V)[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def conv_tree_qkv_kernel(
     x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, q, k, v, stride_xb, stride_xt, q_scale, eps,
     a, b, A_log, dt_bias, g, beta, stride_a, stride_b, T,

@@ -99,7 +99,7 @@ def causal_conv1d_tree_kernel(
     tl.store(y + (i_b * T + i_t) * D + o_d, b_y.to(y.dtype.element_ty), mask=m_d)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def causal_conv1d_tree_rows_kernel(
     x, parents, sources, num_nodes, conv_pool, req_slots, weight, bias, y, stride_xb, stride_xt, T,
     D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -168,7 +168,7 @@ def committed_column(x, accepted, p_pool, i_b, n_acc, c, o_d, D, stride_xb, stri
     return tl.where(is_old, b_old, b_x.to(b_old.dtype))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["A"])
 def conv_commit_kernel(
     x, accepted, num_accepted, conv_pool, req_slots, stride_xb, stride_xt, A,
     D: tl.constexpr, W: tl.constexpr, BLOCK_D: tl.constexpr,

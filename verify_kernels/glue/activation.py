@@ -23,7 +23,7 @@ NUM_WARPS = 4
 ACTS = {"silu": 0, "sigmoid": 1, "relu2": 2}
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def activation_kernel(gate, up, y, stride_g, stride_u, N, D: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_D: tl.constexpr, ACT: tl.constexpr):
     i_r, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)

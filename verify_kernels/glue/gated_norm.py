@@ -22,7 +22,7 @@ import triton.language as tl
 from verify_kernels.glue.rows import as_rows, check_vector, row_warps, tile_rows
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NQ"])
 def rms_norm_gated_kernel(
     x, gate, weight, y, stride_x, stride_g, NQ, eps,
     NG: tl.constexpr, GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,

@@ -24,7 +24,7 @@ GATE_BLOCK = 1024  # (token, head) pairs of a gdn_gates program
 NUM_WARPS = 4
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "NQK"])
 def gdn_qkv_kernel(
     qkv, q, k, v, stride_r, N, q_scale, eps, NQK,  # NQK: q / k programs (runtime: it follows the rows)
     H: tl.constexpr, K: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,

@@ -19,7 +19,7 @@ DT_BLOCK = 1024  # (token, head) pairs of a dt program
 NUM_WARPS = 4
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "NC"])
 def mamba2_inputs_kernel(
     xbc, dt, dt_bias, A_log, D, x, dt_out, bm, cm, A_out, D_out, stride_x, stride_dt, N, dt_min, dt_max, NC,
     NH: tl.constexpr, XD: tl.constexpr, GD: tl.constexpr, NCD: tl.constexpr,

@@ -20,7 +20,7 @@ import triton.language as tl
 from verify_kernels.glue.rows import as_rows, check_vector, row_warps, tile_rows
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def rms_norm_kernel(
     x, residual, weight, y, residual_out, stride_x, stride_r, N, eps,
     D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, OFFSET: tl.constexpr, HAS_RESIDUAL: tl.constexpr,

@@ -52,7 +52,7 @@ def _norm_rotary_heads(x, y, weight, cos, sin, i_p, stride_t, stride_h, NP, eps,
     tl.store(y + o_p[:, None] * D + o_d[None, :], b_y.to(dtype), mask=m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "NQ"])
 def qk_norm_rotary_kernel(
     q, k, q_out, k_out, q_weight, k_weight, cos, sin, stride_qt, stride_qh, stride_kt, stride_kh, N, eps, NQ,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr,

@@ -202,7 +202,7 @@ def expert_down_kernel(
         tl.store(p_y, b_acc.to(y.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def expert_sum_kernel(
     y,              # [N * TOPK, D]
     out,            # [N, D]

@@ -89,7 +89,7 @@ def select_top_k(b_logits, bias, top_index, top_weight, o_m, m_m, o_e, m_e, scal
     tl.store(top_weight + p_out, b_w * scaling, mask=m_out)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def sigmoid_router_kernel(
     x,              # [N, D] (rows strided by stride_x)
     weight,         # [E, D]
@@ -119,7 +119,7 @@ def sigmoid_router_kernel(
     select_top_k(b_s, bias, top_index, top_weight, o_m, m_m, o_e, m_e, scaling, K, BM, BK, NORM)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def router_chunks_kernel(
     x, weight,      # [N, D] (rows strided by stride_x), [E, D]
     chunks,         # [C, N, E] fp32 out: chunk c's sums
@@ -141,7 +141,7 @@ def router_chunks_kernel(
     tl.store(chunks + (i_c * N + o_m[:, None]) * E + o_e[None, :], b_s, mask=m_m[:, None] & m_e[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "C"])
 def router_select_kernel(
     chunks,         # [C, N, E] fp32
     bias, top_index, top_weight,
@@ -164,7 +164,7 @@ def router_select_kernel(
     select_top_k(b_s, bias, top_index, top_weight, o_m, m_m, o_e, m_e, scaling, K, BM, BK, NORM)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def softmax_topk_kernel(
     logits,         # [N, E] (rows strided by stride_l)
     top_index,      # [N, K] int64 out
