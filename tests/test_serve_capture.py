@@ -85,12 +85,12 @@ def test_the_warm_up_runs_a_request_of_each_length_that_fits_and_forgets_the_acc
     monkeypatch.setattr(serve_cli, "compiles_kernels", lambda llm: True)
     monkeypatch.setattr(adaptive.engine, "add_request", recorded)
     warm_kernels(adaptive, announce=True)
-    # 47 and 256 prompt tokens fit 320 positions with 16 new tokens and a step's tree; 1000 does not
+    # 13, 47 and 256 prompt tokens fit 320 positions with 16 new tokens and a step's tree; 1000 does not
     assert [(len(r.prompt), len(r.output), r.finished) for r in ran] == \
-        [(47, serve_cli.WARM_UP_NEW_TOKENS, True), (256, serve_cli.WARM_UP_NEW_TOKENS, True)]
+        [(n, serve_cli.WARM_UP_NEW_TOKENS, True) for n in (13, 47, 256)]
     assert adaptive.engine.scheduler.idle
-    assert policy.steps >= 2 * (serve_cli.WARM_UP_NEW_TOKENS // 5)  # (its steps were planned by the policy)
+    assert policy.steps >= 3 * (serve_cli.WARM_UP_NEW_TOKENS // 5)  # (its steps were planned by the policy)
     assert policy._pooled() == prior and not policy.counts
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "[specdec] warming up the kernels: requests of 47, 256 prompt tokens"
+    assert lines[0] == "[specdec] warming up the kernels: requests of 13, 47, 256 prompt tokens"
     assert lines[1].startswith("[specdec] kernels warm in ") and len(lines) == 2

@@ -27,8 +27,10 @@ PROGRESS_SECONDS = 10.0  # between the start-up capture's progress lines (captur
 # 4000-token Nemotron-3-Nano prompt still compiled its MoE kernels, 3.5 s on the H100), then the same past a multiple
 # of 16: forms of a kernel that only a long prompt takes (the MoE router's one launch, from 1009 tokens; the attention
 # without key splits, from ~520 for Nemotron-3-Nano on an H100) are compiled apart for each class, and after the first
-# four a 4000-token prompt still compiled those two (2.5 s, H100)
-WARM_UP_LENGTHS = (47, 256, 1000, 3000, 3008)
+# four a 4000-token prompt still compiled those two (2.5 s, H100); and, first, one short enough for the linear
+# layers' buffer (--flush-length, 16 by default), which their verify kernels score as a chain of its length: a short
+# chat turn's path, which no other warm-up prompt takes
+WARM_UP_LENGTHS = (13, 47, 256, 1000, 3000, 3008)
 WARM_UP_NEW_TOKENS = 16  # a few drafting steps each: a draft model's own prefill and catch-up are warmed too
 
 
