@@ -24,13 +24,14 @@ PROGRESS_SECONDS = 10.0  # between the start-up capture's progress lines (captur
 # class, 4.3 s for Qwen3.5's first of 1000 tokens: benchmarks/results/first_use_h200_2026-12-06.md), and one past the
 # MoE kernels' largest row bucket (more than 64 rows an expert, verify_kernels/moe/experts.py CONFIGS: 1366 tokens for
 # Nemotron-3-Nano's 128 experts and top-6, 2049 for Qwen3.5-35B-A3B's 256 and top-8; after the first three a
-# 4000-token Nemotron-3-Nano prompt still compiled its MoE kernels, 3.5 s on the H100), then the same past a multiple
-# of 16: forms of a kernel that only a long prompt takes (the MoE router's one launch, from 1009 tokens; the attention
-# without key splits, from ~520 for Nemotron-3-Nano on an H100) are compiled apart for each class, and after the first
-# four a 4000-token prompt still compiled those two (2.5 s, H100); and, first, one short enough for the linear
-# layers' buffer (--flush-length, 16 by default), which their verify kernels score as a chain of its length: a short
-# chat turn's path, which no other warm-up prompt takes
-WARM_UP_LENGTHS = (13, 47, 256, 1000, 3000, 3008)
+# 4000-token Nemotron-3-Nano prompt still compiled its MoE kernels, 3.5 s on the H100); and, first, one short enough
+# for the linear layers' buffer (--flush-length, 16 by default), which their verify kernels score as a chain of its
+# length: a short chat turn's path, which no other warm-up prompt takes. No prompt is needed past a multiple of 16:
+# the prefill path's kernels take their token counts unspecialised (do_not_specialize), so 3000 warms the forms that
+# only a long prompt takes (the MoE router's one launch from 1009 tokens, the attention without key splits from ~520)
+# for every length (a 3008-token request did until 2026-12-07: on the H100 then, without it, no prompt of 528-6000
+# tokens compiled anything: benchmarks/results/exemptions_h100_2026-12-07/)
+WARM_UP_LENGTHS = (13, 47, 256, 1000, 3000)
 WARM_UP_NEW_TOKENS = 16  # a few drafting steps each: a draft model's own prefill and catch-up are warmed too
 
 
