@@ -125,8 +125,8 @@ def test_the_moe_layout_compiles_once_for_every_token_count(launches):
     """The MoE layout's launches (verify_kernels/moe/routing.py) take the step's assignments R = N k, their chunks P
     and the layout's blocks NB as integers, which Triton would specialise on being multiples of 16: on the H100 a
     2100-token Nemotron-3-Nano prompt (R = 12600) compiled expert_slots_kernel again after serve's warm-up, whose long
-    prompts were then 3000 and 3008 tokens, with R = 18000 and 18048 (benchmarks/results/first_use_h200_2026-12-06.md). Token
-    counts whose R, P and NB fall in every class must launch the same compiled kernels."""
+    prompts were then 3000 and 3008 tokens, with R = 18000 and 18048 (benchmarks/results/first_use_h200_2026-12-06.md).
+    Token counts whose R, P and NB fall in every class must launch the same compiled kernels."""
     from verify_kernels.moe.routing import expert_layout, num_blocks
 
     experts, top_k, block_m, chunk = 16, 2, 16, 256  # (chunk: the layout's for 16 experts and R >= 256)
