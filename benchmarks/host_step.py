@@ -22,6 +22,11 @@ nearly every step is plain (Engine.plain_step: the decode steps' host code):
     python -m benchmarks.host_step --batch 256
     python -m benchmarks.host_step --batch 256 --adaptive
     python -m benchmarks.host_step --batch 128 --adaptive-drafting   (against --speculative: adaptive's own cost)
+    python -m benchmarks.host_step --batch 1 --speculative --tree    (the study's tree: --topk 2, 16 drafts)
+    python -m benchmarks.host_step --batch 1 --adaptive-drafting --tree   (adaptive held to that tree)
+
+With --tree the stub's logits still follow node j + 1 from node j, which in a tree is a sibling as often as a child,
+so its steps keep fewer drafts than --accepted says: the tree path's host code, not its acceptance.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ from specdec.speculation.acceptance import AcceptedOnDevice
 from specdec.speculation.adaptive import AdaptiveConfig
 
 VOCAB = 32  # tensor ops run on this CPU: a tiny vocabulary keeps their compute (device work on a GPU) small
+
+
+TREE = {"topk": 2, "num_draft_tokens": 16}  # --tree's shape: the study's tree rows' (benchmarks/study.py TREE)
 
 
 def tiny_target(directory: str):
@@ -167,10 +175,11 @@ def outside_phases(engine: Engine) -> list[tuple[object, str, str]]:
 
 
 def build(batch: int, speculative: bool, acceptance: str, temperature: float, steps: int, accepted: float,
-          adaptive: bool = False, drafting: bool = False):
+          adaptive: bool = False, drafting: bool = False, tree: bool = False):
     """The engine and its stub forward, past its warm-up steps. adaptive: adaptive speculation held to plain steps;
     with drafting, held to `steps`-chains instead (the chains offered: that one alone), so that its steps run what
-    fixed speculation's do and the two compare: the policy's and the adaptive path's own host work."""
+    fixed speculation's do and the two compare: the policy's and the adaptive path's own host work. tree: the shape
+    is a static tree of `steps` levels (TREE), adaptive drafting held to it instead of the chains."""
     torch.set_num_threads(1)
     directory = tempfile.mkdtemp(prefix="host_step_")
     target = tiny_target(directory)
@@ -181,18 +190,20 @@ def build(batch: int, speculative: bool, acceptance: str, temperature: float, st
     # one request slot more than the batch: the graphs attached below take one for their padding rows (as
     # ModelRunner.create adds it on a GPU); without it a batch of 1 never left the queue
     config = EngineConfig.from_flags(max_batch=batch + 1, max_seq_len=2048, num_steps=steps, cuda_graphs=False,
-                                     speculation="adaptive" if adaptive else "fixed")
+                                     speculation="adaptive" if adaptive else "fixed", **(TREE if tree else {}))
     if adaptive and drafting:  # one chain length offered, no re-measuring of contenders
         config = replace(config, adaptive=AdaptiveConfig(chains=(steps,), refresh_every=0))
     elif adaptive:  # every request collapsed: plain steps, a probe every 64, no re-measuring of contenders
         config = replace(config, adaptive=AdaptiveConfig(collapse=1.01, probe_every=64, refresh_every=0))
     engine = Engine(target, drafter, config, acceptance=chosen)
     if adaptive:  # the stub's steps cost the host's time alone: the shape this mode measures is charged that, the
-        observe = engine.policy.observe  # other ten times it, so that the policy keeps to it on any machine
-        engine.policy.observe = lambda ids, drafted, kept, seconds, planned=None, trees=None: observe(
-            ids, drafted, kept, None if seconds is None else seconds * (10 if any(drafted) != drafting else 1),
-            planned, trees)
-    width = steps + 1 if speculative else 1
+        observe = engine.policy.observe  # others ten times it, so that the policy keeps to it on any machine
+
+        def held(ids, drafted, kept, seconds, planned=None, trees=None):
+            other = any(drafted) != drafting or (tree and any(drafted) and not (planned and planned.plan.tree))
+            observe(ids, drafted, kept, None if seconds is None else seconds * (10 if other else 1), planned, trees)
+        engine.policy.observe = held
+    width = config.shape.budget + 1 if speculative else 1
     # the CUDA-graph path's host code, run on the CPU (as ModelRunner.create and the engine set it up)
     engine.runner.enable_graphs(width, batch, capture=False, decode_steps=engine.plain_decodes)
     if adaptive:
@@ -250,7 +261,9 @@ def main() -> None:
     parser.add_argument("--adaptive", action="store_true", help="adaptive speculation, nearly every step plain")
     parser.add_argument("--adaptive-drafting", action="store_true",
                         help="adaptive speculation held to chains of --num-steps (against --speculative: its cost)")
-    parser.add_argument("--num-steps", type=int, default=4, help="drafts per chain")
+    parser.add_argument("--num-steps", type=int, default=4, help="drafts per chain (with --tree: its levels)")
+    parser.add_argument("--tree", action="store_true", help="a static tree of --num-steps levels, 2 children a "
+                        "node, 16 drafts (the study's), in place of the chains")
     parser.add_argument("--accepted", type=float, default=2.7, help="mean accepted length (the bonus included)")
     parser.add_argument("--acceptance", choices=("target", "synthetic"), default="target",
                         help="target: the engine's lossless acceptance; synthetic: `specdec bench`'s")
@@ -260,10 +273,11 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the timed steps, by own time")
     args = parser.parse_args()
     engine, stub = build(args.batch, args.speculative, args.acceptance, args.temperature, args.num_steps,
-                         args.accepted, args.adaptive or args.adaptive_drafting, args.adaptive_drafting)
-    mode = (f"adaptive speculation held to chains of {args.num_steps}" if args.adaptive_drafting else
+                         args.accepted, args.adaptive or args.adaptive_drafting, args.adaptive_drafting, args.tree)
+    drafts = f"a tree of {args.num_steps} levels" if args.tree else f"chains of {args.num_steps}"
+    mode = (f"adaptive speculation held to {drafts}" if args.adaptive_drafting else
             "adaptive speculation, plain steps but for probes" if args.adaptive else
-            f"speculative chains of {args.num_steps}, {args.acceptance} acceptance" if args.speculative
+            f"speculative {drafts}, {args.acceptance} acceptance" if args.speculative
             else "plain decoding")
     wall, phases, critical = measure(engine, stub, args.steps, args.repeats)
     print(f"host work, B={args.batch}, {mode}, temperature {args.temperature}: {wall:.3f} ms/step "

@@ -28,3 +28,19 @@ def test_host_step_measures_every_phase(mode):
     if speculative:  # the stub agrees with 0..4 drafts per row: rows emit more than one token a step
         emitted = [n for r in engine.scheduler.running for n in r.stats.emitted_per_step[1:]]
         assert max(emitted) > 1 and min(emitted) >= 1
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_host_step_runs_the_tree_path(adaptive):
+    """--tree: the study's static tree (16 drafts) at batch 1, fixed or adaptive held to it: the timed steps verify
+    the tree, at its width (17 nodes), with a critical path measured."""
+    engine, stub = build(batch=1, speculative=True, acceptance="target", temperature=0.0, steps=4, accepted=1.2,
+                         adaptive=adaptive, drafting=adaptive, tree=True)
+    assert engine.config.shape.budget == 16
+    before = engine.policy.counts.copy() if adaptive else None
+    replays = engine.runner.graphs.replays[17]
+    host_ms, phases, critical = measure(engine, stub, steps=3, repeats=2)
+    assert 0 < critical < host_ms
+    assert engine.runner.graphs.replays[17] - replays == 6  # 3 steps x 2 runs, all trees
+    if adaptive:
+        assert engine.policy.counts - before == {"tree-16": 6}
