@@ -15,8 +15,7 @@ import json
 from pathlib import Path
 
 from benchmarks.report import replace_section
-from specdec.eval.run import read_segments, run_key
-from specdec.eval.summary import Segment, shape_shares
+from specdec.eval.summary import shape_shares
 
 START, END = "<!-- cpu-eval:start -->", "<!-- cpu-eval:end -->"
 RESULTS = Path("benchmarks/results/eval_cpu")
@@ -70,12 +69,11 @@ def section() -> str:
     for draft, label in DRAFTERS.items():
         runs = {(r["mode"], r["batch_size"]): r for r in
                 json.loads((folder(draft) / "summary.json").read_text())["runs"]}
-        segments = read_segments(folder(draft))
         for batch in BATCHES:
             plain, spec = runs[("plain", batch)], runs[("speculative", batch)]
             adaptive = runs.get(("adaptive", batch))
             positions = ", ".join(f"{p:.2f}" for p in spec["position_acceptance"])
-            parts = part_ratios(segments, "adaptive", batch)
+            parts = adaptive and adaptive.get("speedup_by_part")
             spread = f"{min(parts):.2f}-{max(parts):.2f}" if parts else "—"
             adaptive_cells = "— | — | — | — |" if adaptive is None else (
                 f"{adaptive['tokens_per_second']:.1f} | {adaptive['speedup']:.2f}x | {spread} | "
@@ -85,16 +83,6 @@ def section() -> str:
                          f"{spec['mean_accepted_length']:.2f} | {positions} | {spec['same_as_plain']:.0%} | "
                          + adaptive_cells)
     return "\n".join([*lines, END])
-
-
-def part_ratios(segments: dict[str, list[Segment]], mode: str, batch: int) -> list[float]:
-    """A mode's tokens/s over plain decoding's, part by part (the same prompts, run in turn: run_eval's rounds), so the
-    table shows how far a machine's drift moves a ratio that one row of totals hides ([] without parts of both)."""
-    ours, plain = segments.get(run_key(mode, batch), []), segments.get(run_key("plain", batch), [])
-    if len(ours) != len(plain) or len(ours) < 2:
-        return []
-    return [(a.new_tokens / a.seconds) / (b.new_tokens / b.seconds) for a, b in zip(ours, plain, strict=True)
-            if a.seconds > 0 and b.seconds > 0]
 
 
 def main() -> None:

@@ -81,9 +81,9 @@ def test_interleaved_rounds_run_each_part_through_every_mode(tmp_path, monkeypat
     prompts = load_prompts("gsm8k", 3)
     calls, run_requests = [], run_module.run_requests
 
-    def recorded(llm, todo, batch_size, settings, path, progress, segments):
+    def recorded(llm, todo, batch_size, settings, path, progress, segments, part=None):
         calls.append((path.stem, [prompt.id for _, prompt in todo]))
-        run_requests(llm, todo, batch_size, settings, path, progress, segments)
+        run_requests(llm, todo, batch_size, settings, path, progress, segments, part)
 
     monkeypatch.setattr(run_module, "run_requests", recorded)
     run_eval(settings, prompts, [1], tmp_path / "rounds", speculation=("fixed", "adaptive"), rounds=3)
@@ -92,11 +92,20 @@ def test_interleaved_rounds_run_each_part_through_every_mode(tmp_path, monkeypat
                      ("speculative-b1", ["1"]), ("adaptive-b1", ["1"]), ("plain-b1", ["1"]),
                      ("adaptive-b1", ["2"]), ("plain-b1", ["2"]), ("speculative-b1", ["2"])]
     segments = json.loads((tmp_path / "rounds" / "segments.json").read_text())
-    assert {key: len(value) for key, value in segments.items()} == {"plain-b1": 3, "speculative-b1": 3,
-                                                                     "adaptive-b1": 3}
+    assert {key: [s["part"] for s in value] for key, value in segments.items()} == {
+        "plain-b1": [0, 1, 2], "speculative-b1": [0, 1, 2], "adaptive-b1": [0, 1, 2]}
+    rate = {key: [s["new_tokens"] / s["seconds"] for s in value] for key, value in segments.items()}
+    for row in json.loads((tmp_path / "rounds" / "summary.json").read_text())["runs"]:  # each part against plain's
+        key = f"{row['mode']}-b1"
+        by_part = [a / b for a, b in zip(rate[key], rate["plain-b1"], strict=True)]
+        assert row["speedup_by_part"] == (None if row["mode"] == "plain" else pytest.approx(by_part))
+    assert "speedup by part" in (tmp_path / "rounds" / "summary.md").read_text()
     calls.clear()
     run_eval(settings, prompts, [1], tmp_path / "one", speculation=("fixed", "adaptive"))
     assert [key for key, _ in calls] == ["plain-b1", "speculative-b1", "adaptive-b1"]
+    one = json.loads((tmp_path / "one" / "summary.json").read_text())["runs"]
+    assert all(row["speedup_by_part"] is None for row in one)  # one round: no parts
+    assert "speedup by part" not in (tmp_path / "one" / "summary.md").read_text()
     for key in ("plain-b1", "speculative-b1", "adaptive-b1"):  # greedy: the same tokens either way
         interleaved, in_turn = (read_records(tmp_path / folder / "requests" / f"{key}.jsonl")
                                 for folder in ("rounds", "one"))
@@ -145,3 +154,14 @@ def test_bad_arguments_are_one_clear_line(argv, message, tmp_path, capsys):
     assert cli_main(["eval", "--output", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_speedup_by_part_pairs_whole_parts_only():
+    """A part run in two segments (interrupted, resumed) or untagged is left out; fewer than two parts: None."""
+    from specdec.eval.summary import Segment, speedup_by_part
+
+    plain = [Segment(100, 1.0, 0.0, 0), Segment(100, 1.0, 0.0, 1), Segment(100, 2.0, 0.0, 2)]
+    ours = [Segment(100, 0.5, 0.0, 0), Segment(50, 0.4, 0.0, 1), Segment(50, 0.4, 0.0, 1), Segment(100, 1.0, 0.0, 2)]
+    assert speedup_by_part(ours, plain) == [2.0, 2.0]  # parts 0 and 2; part 1 ran in two stretches
+    assert speedup_by_part(ours[:3], plain) is None
+    assert speedup_by_part([Segment(100, 1.0, 0.0), Segment(100, 1.0, 0.0)], plain) is None

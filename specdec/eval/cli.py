@@ -49,8 +49,8 @@ def add_commands(commands) -> None:
                           help="skip the plain-decoding runs (no speedup column)")
     evaluate.add_argument("--rounds", type=int_at_least(1), default=1,
                           help="cut the prompts into N parts and run each part through every mode before the next, "
-                          "so a machine whose speed drifts (a shared CPU) slows every mode alike; keeps every mode's "
-                          "engine loaded (default: 1, mode after mode)")
+                          "so a machine whose speed drifts (a shared CPU) slows every mode alike, and report the "
+                          "speedup part by part too; keeps every mode's engine loaded (default: 1, mode after mode)")
     evaluate.add_argument("--output", type=Path, default=None,
                           help="results folder (default: eval-results/TARGET_DRAFT_DATASET)")
     evaluate.set_defaults(handler=evaluate_command, launch_check=check_eval)

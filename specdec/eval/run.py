@@ -117,7 +117,8 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
                             desc=key if rounds == 1 else f"{key} part {number + 1}/{len(parts)}",
                             unit="request", disable=not is_primary())
             try:
-                run_requests(llms[mode], todo, batch_size, settings, path, progress, segments.setdefault(key, []))
+                run_requests(llms[mode], todo, batch_size, settings, path, progress, segments.setdefault(key, []),
+                             part=number if rounds > 1 else None)
             finally:
                 progress.close()
                 write_segments(out, segments)
@@ -130,9 +131,10 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
 
 
 def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, settings: EvalSettings, path: Path,
-                 progress, segments: list[Segment]) -> None:
+                 progress, segments: list[Segment], part: int | None = None) -> None:
     """Queue the prompts, step the engine until all are done, append each request's record as it finishes. The
-    stretch is timed and appended to `segments` even when interrupted (its finished requests stay recorded)."""
+    stretch is timed and appended to `segments` (tagged with its part of the prompts, under --rounds) even when
+    interrupted (its finished requests stay recorded)."""
     engine = llm.engine
     engine.scheduler.max_batch = batch_size
     prompt_of = {}
@@ -155,7 +157,7 @@ def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, setti
     finally:
         for request_id in list(prompt_of):  # interrupted: leave the engine empty
             engine.abort(request_id)
-        segments.append(Segment(new_tokens, time.perf_counter() - start, peak_memory_gib(device)))
+        segments.append(Segment(new_tokens, time.perf_counter() - start, peak_memory_gib(device), part))
 
 
 def load_llm(settings: EvalSettings, mode: str, max_batch: int):
@@ -231,7 +233,9 @@ def write_summary(out: Path, settings: EvalSettings, modes: list[str]) -> list[R
                 plain[batch_size] = (row, records)
             else:
                 base, base_records = plain.get(batch_size, (None, []))
-                row = against_plain(row, base, records, base_records, greedy=settings.temperature == 0)
+                row = against_plain(row, base, records, base_records, greedy=settings.temperature == 0,
+                                    segments=segments.get(path.stem, []),
+                                    plain_segments=segments.get(run_key("plain", batch_size), []))
                 if not emitted:  # the histogram: the smallest batch size's steps
                     emitted = [n for record in records for n in record["emitted_per_step"]]
             rows.append(row)

@@ -53,11 +53,14 @@ def append_record(path: Path, record: dict) -> None:
 
 @dataclass(frozen=True)
 class Segment:
-    """One uninterrupted stretch of a run: its new tokens, wall seconds and peak memory."""
+    """One uninterrupted stretch of a run: its new tokens, wall seconds and peak memory; part: which of the prompts'
+    parts it ran (`specdec eval --rounds N`: every mode runs part 0, then every mode part 1, ...), None for a run of
+    the whole set (or one recorded before parts were)."""
 
     new_tokens: int
     seconds: float
     peak_memory_gib: float
+    part: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,9 @@ class RunSummary:
     speedup: float | None = None        # tokens/s over plain decoding at the same batch size, same run
     same_as_plain: float | None = None  # share of requests whose tokens equal plain decoding's (greedy evals)
     shapes: dict[str, int] = field(default_factory=dict)  # request-steps per shape adaptive speculation chose
+    # tokens/s over plain decoding's part by part (--rounds > 1; the same prompts, run in turn): how far the
+    # machine's drift moves the speedup, which the one figure of totals hides
+    speedup_by_part: list[float] | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -101,9 +107,10 @@ def summarize(mode: str, batch_size: int, records: list[dict], segments: list[Se
 
 
 def against_plain(row: RunSummary, plain: RunSummary | None, records: list[dict], plain_records: list[dict],
-                  greedy: bool) -> RunSummary:
-    """A speculative row with its speedup over the plain row of the same batch size and, for greedy evals, the
-    share of the requests both ran whose tokens are the same (lossless decoding gives 1.0)."""
+                  greedy: bool, segments: list[Segment] = (), plain_segments: list[Segment] = ()) -> RunSummary:
+    """A speculative row with its speedup over the plain row of the same batch size (and by part, from the two runs'
+    segments) and, for greedy evals, the share of the requests both ran whose tokens are the same (lossless decoding
+    gives 1.0)."""
     if plain is None or row.mode == "plain":
         return row
     speedup = row.tokens_per_second / plain.tokens_per_second if plain.tokens_per_second else None
@@ -112,24 +119,43 @@ def against_plain(row: RunSummary, plain: RunSummary | None, records: list[dict]
         plain_tokens = {record["id"]: record["token_ids"] for record in plain_records}
         both = [record for record in records if record["id"] in plain_tokens]
         same = sum(record["token_ids"] == plain_tokens[record["id"]] for record in both) / len(both) if both else None
-    return RunSummary(**{**row.as_dict(), "speedup": speedup, "same_as_plain": same})
+    return RunSummary(**{**row.as_dict(), "speedup": speedup, "same_as_plain": same,
+                         "speedup_by_part": speedup_by_part(segments, plain_segments)})
+
+
+def speedup_by_part(segments: list[Segment], plain_segments: list[Segment]) -> list[float] | None:
+    """tokens/s over plain decoding's, for each part both runs ran in one segment (an interrupted part, run in two,
+    is left out), in part order; None with fewer than two such parts."""
+    def by_part(run: list[Segment]) -> dict[int, Segment]:
+        counts = Counter(segment.part for segment in run)
+        return {segment.part: segment for segment in run
+                if segment.part is not None and counts[segment.part] == 1 and segment.seconds > 0}
+    ours, plain = by_part(segments), by_part(plain_segments)
+    parts = sorted(ours.keys() & plain.keys())
+    if len(parts) < 2:
+        return None
+    return [(ours[p].new_tokens / ours[p].seconds) / (plain[p].new_tokens / plain[p].seconds) for p in parts]
 
 
 def markdown_table(rows: list[RunSummary]) -> str:
-    """The runs as a table; a last column gives the shapes adaptive speculation chose (share of request-steps), when
-    a run has them."""
+    """The runs as a table; the speedup by part where a run has parts (--rounds), and a last column the shapes
+    adaptive speculation chose (share of request-steps), when a run has them."""
     adaptive = any(row.shapes for row in rows)
-    lines = ["| mode | batch | requests | new tokens | tokens/s | speedup | mean accepted length | "
+    parts = any(row.speedup_by_part for row in rows)
+    lines = ["| mode | batch | requests | new tokens | tokens/s | speedup | "
+             + ("speedup by part (lowest-highest) | " if parts else "") + "mean accepted length | "
              "draft acceptance | acceptance at position 1, 2, ... | same tokens as plain | peak memory (GiB) |"
              + (" shapes chosen |" if adaptive else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if adaptive else "")]
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if parts else "") + ("---|" if adaptive else "")]
     for row in rows:
         speedup = f"{row.speedup:.2f}x" if row.speedup is not None else ""
         rate = f"{row.draft_acceptance_rate:.1%}" if row.draft_acceptance_rate is not None else ""
         positions = ", ".join(f"{p:.2f}" for p in row.position_acceptance)
         same = f"{row.same_as_plain:.0%}" if row.same_as_plain is not None else ""
+        by_part = (f"{min(row.speedup_by_part):.2f}-{max(row.speedup_by_part):.2f} | " if row.speedup_by_part
+                   else "| ") if parts else ""
         lines.append(f"| {row.mode} | {row.batch_size} | {row.requests} | {row.new_tokens} | "
-                     f"{row.tokens_per_second:.1f} | {speedup} | {row.mean_accepted_length:.2f} | {rate} | "
+                     f"{row.tokens_per_second:.1f} | {speedup} | {by_part}{row.mean_accepted_length:.2f} | {rate} | "
                      f"{positions} | {same} | {row.peak_memory_gib:.2f} |" + (f" {shape_shares(row.shapes)} |"
                                                                              if adaptive else ""))
     return "\n".join(lines)
