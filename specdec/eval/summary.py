@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def summarize(mode: str, batch_size: int, records: list[dict], segments: list[Se
 
 
 def against_plain(row: RunSummary, plain: RunSummary | None, records: list[dict], plain_records: list[dict],
-                  greedy: bool, segments: list[Segment] = (), plain_segments: list[Segment] = ()) -> RunSummary:
+                  greedy: bool, segments: Sequence[Segment] = (), plain_segments: Sequence[Segment] = ()) -> RunSummary:
     """A speculative row with its speedup over the plain row of the same batch size (and by part, from the two runs'
     segments) and, for greedy evals, the share of the requests both ran whose tokens are the same (lossless decoding
     gives 1.0)."""
@@ -123,10 +124,10 @@ def against_plain(row: RunSummary, plain: RunSummary | None, records: list[dict]
                          "speedup_by_part": speedup_by_part(segments, plain_segments)})
 
 
-def speedup_by_part(segments: list[Segment], plain_segments: list[Segment]) -> list[float] | None:
+def speedup_by_part(segments: Sequence[Segment], plain_segments: Sequence[Segment]) -> list[float] | None:
     """tokens/s over plain decoding's, for each part both runs ran in one segment (an interrupted part, run in two,
     is left out), in part order; None with fewer than two such parts."""
-    def by_part(run: list[Segment]) -> dict[int, Segment]:
+    def by_part(run: Sequence[Segment]) -> dict[int, Segment]:
         counts = Counter(segment.part for segment in run)
         return {segment.part: segment for segment in run
                 if segment.part is not None and counts[segment.part] == 1 and segment.seconds > 0}
