@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3_5TextConfig
 
+from benchmarks.study import TREE  # --tree's shape: the study's tree rows'
 from specdec.engine.engine import Engine, EngineConfig
 from specdec.eval.synthetic import SyntheticDrafter, synthetic_speculation
 from specdec.models.loading import load_model
@@ -53,9 +54,6 @@ from specdec.speculation.acceptance import AcceptedOnDevice
 from specdec.speculation.adaptive import AdaptiveConfig
 
 VOCAB = 32  # tensor ops run on this CPU: a tiny vocabulary keeps their compute (device work on a GPU) small
-
-
-TREE = {"topk": 2, "num_draft_tokens": 16}  # --tree's shape: the study's tree rows' (benchmarks/study.py TREE)
 
 
 def tiny_target(directory: str):

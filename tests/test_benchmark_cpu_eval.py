@@ -18,4 +18,3 @@ def test_the_table_comes_from_the_results_folders():
            f"{runs['speculative', 1]['tokens_per_second']:.1f} | {runs['speculative', 1]['speedup']:.2f}x |" in text
     parts = runs["adaptive", 4]["speedup_by_part"]  # (summary.json's, from the parts' segments)
     assert len(parts) == 5 and f"{runs['adaptive', 4]['speedup']:.2f}x | {min(parts):.2f}-{max(parts):.2f} |" in text
-
