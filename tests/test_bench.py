@@ -58,6 +58,11 @@ def test_rows_are_consistent(tmp_path, capsys):
         assert 0.0 <= row["gc_pause_ms"] <= 1e3 * row["seconds"]  # (the collector's time within the timed steps)
         # one step of the whole batch: within the whole run
         assert 0.0 < row["full_batch_step_ms"] <= 1e3 * row["seconds"]
+        # every timed round, in order: together within the run's time (each rounded to 0.1 us)
+        rounds = row["step_ms"]
+        assert 0.0 < sum(rounds) <= 1e3 * row["seconds"] + 1e-4 * len(rounds)
+        if mode == "plain":  # (the whole batch runs every round: its median past the first two is the full-batch one)
+            assert row["full_batch_step_ms"] == pytest.approx(sorted(rounds[2:])[(len(rounds) - 3) // 2], abs=1e-4)
         check_roofline_columns(row, batch, peaks=Peaks(20e9, 0.5e12, "given"))
     # the same greedy decoding either way: the drafts are accepted alike
     for batch in (1, 2):

@@ -106,6 +106,9 @@ class BenchRow:
     experts_vs_uniform: float | None = None  # MoE: distinct experts read per call / uniform routing's (the roofline's)
     gc_pause_ms: float | None = None  # the garbage collector's time within the timed steps (specdec/engine/heap.py)
     full_batch_step_ms: float | None = None  # median time of the timed rounds that ran the whole batch (full_batch_ms)
+    # wall ms of each timed round in order (one engine.step(): where a run's time goes, e.g. an adaptive engine's
+    # rounds against plain decoding's, which a mean or a median hides)
+    step_ms: tuple[float, ...] | None = None
 
 
 def run_bench(settings: BenchSettings, peaks: Peaks | None = None) -> list[BenchRow]:
@@ -285,7 +288,8 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
                     roofline_ms_per_step=roofline_ms, x_roofline=ms_per_step / roofline_ms,
                     roofline_speedup_over_recurrent=ratio, roofline_ms_by_part=by_part, shapes=shapes,
                     experts_vs_uniform=factor, gc_pause_ms=1e3 * pauses.seconds,
-                    full_batch_step_ms=full_batch_ms(step_times, batch_size))
+                    full_batch_step_ms=full_batch_ms(step_times, batch_size),
+                    step_ms=tuple(round(1e3 * seconds, 4) for _, seconds in step_times))
 
 
 def run_timing_steps(engine) -> list[tuple[int, float]]:
