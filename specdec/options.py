@@ -103,8 +103,8 @@ def add_speculation_mode_argument(parser, several: bool = False) -> None:
     parser.add_argument("--speculation", choices=("fixed", "adaptive"), default=["fixed"] if several else "fixed",
                         nargs="+" if several else None,
                         help="fixed: every step drafts the --num-steps / --topk shape (default); adaptive: each step "
-                        "a chain of up to --num-steps drafts, the static tree of --topk > 1 if given, or none, "
-                        "chosen from the running acceptance and the measured step time (no --dynamic-tree)"
+                        "a chain of up to --num-steps drafts, the tree of --topk > 1 (static or --dynamic-tree) if "
+                        "given, or none, chosen from the running acceptance and the measured step time"
                         + ("; both: one run of each, side by side" if several else ""))
     parser.add_argument("--acceptance-prior", type=Path, nargs="+", default=None, metavar="EVAL",
                         help="with --speculation adaptive: start each request's acceptance from this pair's figures, "

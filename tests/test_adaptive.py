@@ -382,9 +382,7 @@ def test_a_backlog_keeps_plain_steps_where_drafting_wins_by_less_than_its_catch_
     assert policy.plan(list(range(4)), [100] * 4, backlog=300).steps == 0
 
 
-def test_adaptive_speculation_refuses_dynamic_trees_and_bad_settings():
-    with pytest.raises(ValueError, match="leave out --dynamic-tree"):
-        EngineConfig.from_flags(topk=2, dynamic_tree=True, speculation="adaptive")
+def test_adaptive_speculation_refuses_bad_settings():
     with pytest.raises(ValueError, match="speculation must be one of"):
         EngineConfig.from_flags(speculation="sometimes")
     with pytest.raises(ValueError, match="optimism >= 0"):

@@ -1,11 +1,12 @@
-"""Adaptive speculation offering the configured static tree beside the chains: the rank model's expected tokens
-against the synthetic acceptance that draws trees by it (and against a chain's closed form), what a verified tree
-teaches it, the policy choosing the tree where its width is cheap and chains where it is dear, learning the sibling
-acceptance from tree steps, and the engine with a tree configured: greedy outputs of the shipped Qwen3.5 pair
-unchanged, tree steps counted among the shapes."""
+"""Adaptive speculation offering the configured tree beside the chains: the rank model's expected tokens against the
+synthetic acceptance that draws trees by it (and against a chain's closed form), a dynamic tree's layout against every
+tree it could be, what a verified tree teaches it, the policy choosing the tree where its width is cheap and chains
+where it is dear, learning the sibling acceptance from tree steps, and the engine with a static or dynamic tree
+configured: greedy outputs of the shipped Qwen3.5 pair unchanged, tree steps counted among the shapes."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from dataclasses import replace
@@ -13,7 +14,6 @@ from dataclasses import replace
 import pytest
 
 from specdec.api import LLM
-from specdec.engine.engine import EngineConfig
 from specdec.eval.synthetic import SyntheticAcceptance
 from specdec.speculation import DraftTree
 from specdec.speculation.adaptive import (
@@ -27,7 +27,7 @@ from specdec.speculation.adaptive import (
 )
 from specdec.speculation.adaptive.acceptance_stats import SURE_OF
 from specdec.speculation.adaptive.policy import BORROWED_CONTENDER, CONTENDER
-from specdec.speculation.adaptive.tree_yield import SiblingAcceptance
+from specdec.speculation.adaptive.tree_yield import SiblingAcceptance, likeliest_tree_parents
 from specdec.speculation.tree import TreeShape, static_tree_parents
 from tests.test_adaptive import NEW_TOKENS, shipped  # noqa: F401  (the module's fixture)
 
@@ -256,18 +256,68 @@ def test_a_tree_steps_outcome_needs_its_trees():
         policy.observe([0], [16], [2], 1e-3)
 
 
-@pytest.mark.parametrize("tree", [TreeShape(steps=4, topk=2, dynamic=True), TreeShape(steps=3),
-                                  TreeShape(steps=5, topk=2)])
-def test_the_tree_offered_must_be_static_branch_and_fit_the_chains(tree):
-    with pytest.raises(ValueError, match="tree offered must be static"):
+@pytest.mark.parametrize("tree", [TreeShape(steps=3), TreeShape(steps=5, topk=2),
+                                  TreeShape(steps=5, topk=2, dynamic=True)])
+def test_the_tree_offered_must_branch_and_fit_the_chains(tree):
+    with pytest.raises(ValueError, match="tree offered must branch"):
         AdaptiveConfig(max_steps=4, tree=tree)
 
 
-def test_adaptive_speculation_with_a_tree_configured_is_greedy_lossless(shipped):  # noqa: F811
-    """--speculation adaptive --topk 2 --num-draft-tokens 8: chains of up to the tree's depth and the tree itself,
-    every output as plain decoding's; a dynamic tree is refused."""
+def rank_model_yield(nodes: set[tuple[int, ...]], p: list[float], q: float) -> float:
+    """The rank model's tokens a step for a tree given as its nodes' rank paths ((1, 0): the root's second child's
+    first child), summed straight from its definition."""
+    total = 1.0
+    for path in nodes:
+        chance = 1.0
+        for depth, rank in enumerate(path):
+            chance *= p[depth] if rank == 0 else (1 - p[depth]) * (1 - q) ** (rank - 1) * q
+        total += chance
+    return total
+
+
+@pytest.mark.parametrize("p, q", [([0.75, 0.7, 0.6], 0.3), ([0.4, 0.8, 0.8], 0.6), ([0.9, 0.2, 0.9], 0.1)])
+def test_a_dynamic_trees_layout_is_the_tree_the_rank_model_keeps_most_of(p, q):
+    """Every tree of 5 drafts, at most 3 deep, at most 3 children a node, taken in rank order (a drafter's likeliest
+    child first): none keeps more than likeliest_tree_parents' at those figures."""
+    shape = TreeShape(steps=3, topk=3, max_tokens=5, dynamic=True)
+    candidates = [path for depth in range(1, 4) for path in itertools.product(range(3), repeat=depth)]
+    best = 0.0
+    for nodes in map(set, itertools.combinations(candidates, 5)):
+        if all(path[:-1] in nodes or len(path) == 1 for path in nodes) and \
+                all(path[-1] == 0 or path[:-1] + (path[-1] - 1,) in nodes for path in nodes):
+            best = max(best, rank_model_yield(nodes, p, q))
+    parents = likeliest_tree_parents(shape, p, q)
+    layout = TreeLayout.of(shape, p, q)
+    assert len(parents) == 6 and parents[0] == -1 and layout.expected_tokens(p, q) == pytest.approx(best)
+    assert layout.depth <= 3 and layout.widest <= 3
+    with pytest.raises(ValueError, match="needs the acceptance"):
+        TreeLayout.of(shape)
+
+
+def test_a_dynamic_tree_is_priced_at_its_likeliest_layout_from_the_prior():
+    """Offered a dynamic tree (--topk 4, 16 drafts, as the CPU's shapes study ran the shipped MTP), the policy prices
+    it at the layout the rank model keeps most of at the drafter's prior figures: a layout of its own for each
+    sibling acceptance, each keeping more than the static tree of 16 drafts at those figures."""
+    dynamic = TreeShape(steps=4, topk=4, max_tokens=16, dynamic=True)
+    layouts = {}
+    for q in (0.15, 0.52):  # the shipped EAGLE-3 head's and MTP's fitted sibling acceptance
+        config = AdaptiveConfig(max_steps=4, tree=dynamic, sibling_prior=q)
+        assert config.widths == (1, 2, 3, 5, 17) and config.is_tree(16)
+        p = config.prior_at(4)
+        layouts[q] = config.tree_layout
+        assert layouts[q].parents == TreeLayout.of(dynamic, p, q).parents and len(layouts[q].parents) == 16
+        static = TreeLayout.of(TreeShape(steps=4, topk=2, max_tokens=16))
+        assert layouts[q].expected_tokens(p, q) > static.expected_tokens(p, q)
+    assert layouts[0.15].parents != layouts[0.52].parents
+
+
+@pytest.mark.parametrize("tree", [TreeShape(steps=3, topk=2, max_tokens=8),
+                                  TreeShape(steps=3, topk=2, max_tokens=8, dynamic=True)], ids=["static", "dynamic"])
+def test_adaptive_speculation_with_a_tree_configured_is_greedy_lossless(tree, shipped):  # noqa: F811
+    """--speculation adaptive --topk 2 --num-draft-tokens 8 [--dynamic-tree]: chains of up to the tree's depth and the
+    tree itself, every output as plain decoding's."""
     prompts, config, plain = shipped
-    config = replace(config, speculation="adaptive", shape=TreeShape(steps=3, topk=2, max_tokens=8))
+    config = replace(config, speculation="adaptive", shape=tree)
     llm = LLM("qwen3.5", "mtp", device="cpu", config=config)
     assert llm.engine.policy.config.tree == config.shape and llm.engine.policy.config.max_steps == 3
     outputs = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
@@ -275,5 +325,3 @@ def test_adaptive_speculation_with_a_tree_configured_is_greedy_lossless(shipped)
     counts = llm.engine.policy.counts
     assert counts["tree-8"] >= 1, counts  # the tree was drafted (its first measurement at least)
     assert sum(n for out in outputs for n in out.stats.shapes.values()) == sum(out.stats.steps for out in outputs)
-    with pytest.raises(ValueError, match="leave out --dynamic-tree"):
-        EngineConfig.from_flags(topk=2, dynamic_tree=True, speculation="adaptive")

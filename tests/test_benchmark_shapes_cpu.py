@@ -19,6 +19,10 @@ def test_the_shapes_offered_follow_the_drafter():
     offered_tree = draft_model["adaptive (chains, the static tree or none)"]
     assert offered_tree.speculation == "adaptive" and offered_tree.shape == static
     assert draft_model["plain decoding"] is None
+    offered_dynamic = with_features["adaptive (chains, the dynamic tree or none)"]
+    assert offered_dynamic.speculation == "adaptive"
+    assert offered_dynamic.shape == with_features["fixed dynamic tree, topk 4, 16 drafts"].shape
+    assert "adaptive (chains, the dynamic tree or none)" not in draft_model
 
 
 def test_decode_counts_tokens_and_steps():

@@ -233,8 +233,3 @@ def test_the_api_refuses_a_tree_the_kernels_cannot_verify():
     config = specdec.EngineConfig.from_flags(num_steps=8, topk=2, max_seq_len=64)  # 510 drafts
     with pytest.raises(ValueError, match="drafts 510 tokens per step, more than the 63"):
         specdec.api.LLM(draft="small", config=config)
-
-
-def test_adaptive_speculation_refuses_dynamic_trees(capsys, no_model_loads):
-    assert main(["run", "--speculation", "adaptive", "--topk", "2", "--dynamic-tree"]) == 2
-    one_line_error(capsys, "adaptive speculation chooses among chains and a static tree: leave out --dynamic-tree")

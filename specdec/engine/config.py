@@ -16,7 +16,7 @@ class EngineConfig:
     """cache: the target's pools; shape: what the drafter proposes per step; cuda_graphs: replay the decode /
     verify steps from CUDA graphs on a GPU where the model allows it (runner.graph_note says why not otherwise);
     speculation: "fixed" (every step drafts `shape`) or "adaptive" (each step a chain of up to shape's depth in
-    drafts, `shape` itself where it is a static tree, or none, chosen by specdec/speculation/adaptive; adaptive: its
+    drafts, `shape` itself where it is a tree, or none, chosen by specdec/speculation/adaptive; adaptive: its
     settings, max_steps and tree taken from shape);
     max_prefill_tokens: the padded prompt tokens one prefill forward takes (admitted requests prefill in groups of
     at most that many, a longer prompt alone in pieces of that many): bounds the prefill's activations, which grow
@@ -35,9 +35,6 @@ class EngineConfig:
             raise ValueError(f"speculation must be one of {SPECULATION}, got {self.speculation!r}")
         if self.max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
-        if self.speculation == "adaptive" and self.shape.dynamic:
-            raise ValueError("adaptive speculation chooses among chains and a static tree: leave out --dynamic-tree, "
-                             "or use --speculation fixed for dynamic trees")
 
     @classmethod
     def from_flags(cls, *, max_batch: int = 8, max_seq_len: int = 4096, flush_length: int = 16,

@@ -1,4 +1,4 @@
-"""Adaptive speculation (issue 17): per step, the chain length, the configured static tree or no drafting that
+"""Adaptive speculation (issue 17): per step, the chain length, the configured tree or no drafting that
 maximises expected emitted tokens per second, from each request's running acceptance per draft position (and, for the
 tree, a pooled sibling acceptance) and a step cost model corrected by measured step times. The engine asks
 AdaptivePolicy.plan before proposing and tells it a step's outcome once the next step's verify is launched

@@ -95,7 +95,7 @@ class RunningAcceptance:
         (AdaptivePolicy.plan). Kept until the counts next change (observe, relax): the policy prices every shape of
         every row each step, and a drafting step's plan, between the acceptance read and the next launch while the
         device idles, finds them worked out by the observe of the step before (which runs while the device
-        verifies). tree: a static tree offered too, priced by the rank model at sibling acceptance `sibling`
+        verifies). tree: the tree offered too, priced by the rank model at sibling acceptance `sibling`
         (tree_yield), its figures a last column after the chains' (positions: at least the tree's depth).
         chains_held: priced as if p[0] < collapse whatever the estimate (AdaptivePolicy: a row whose drafts showed it
         collapsed, its shadow drafts not recovered since)."""

@@ -1,4 +1,4 @@
-"""What adaptive speculation may choose among and how it learns (AdaptiveConfig): the chains and the static tree
+"""What adaptive speculation may choose among and how it learns (AdaptiveConfig): the chains and the tree
 offered, the drafter's prior acceptance, the collapse, the probes' and refreshes' intervals, the optimism."""
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ class AdaptiveConfig:
     it each row's acceptance is taken at when shapes are compared, the rows' shortfalls added in quadrature (plan;
     0: compared at the estimates). max_steps: the longest chain (the engine's TreeShape depth); chains: the lengths
     offered (default: 1, 2, 4, ... up to max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA
-    graph of its own width, `widths`). tree: a static tree (topk > 1, at most max_steps deep) offered beside the
-    chains, its shape keyed by the drafts it holds (its budget, more than any chain's), to batches of at most
+    graph of its own width, `widths`). tree: a tree (topk > 1, at most max_steps deep; static, or dynamic and priced at
+    the layout the rank model keeps most of at the prior figures, tree_yield.likeliest_tree_parents) offered beside
+    the chains, its shape keyed by the drafts it holds (its budget, more than any chain's), to batches of at most
     tree_max_batch requests (the GPU studies of 2026-12-05/06: the study's tree was the best shape only at <= 26
     rows, at >= 64 its step cost >= 2x a 4-chain's; above, no CUDA graph of its width is captured nor its logits
     held: 4.3 GB at batch 512 and Qwen3.5's vocabulary); sibling_prior: the rank model's sibling acceptance before
@@ -53,10 +54,10 @@ class AdaptiveConfig:
             raise ValueError(f"prior_acceptance needs values in [0, 1], got {self.prior_acceptance}")
         if not 0.0 < self.decay < 1.0 or self.prior_weight <= 0 or self.probe_every < 1 or self.optimism < 0:
             raise ValueError("need 0 < decay < 1, prior_weight > 0, probe_every >= 1 and optimism >= 0")
-        if self.tree is not None and (self.tree.dynamic or self.tree.topk < 2 or self.tree.depth > self.max_steps
+        if self.tree is not None and (self.tree.topk < 2 or self.tree.depth > self.max_steps
                                       or self.tree.budget <= self.max_steps):
-            raise ValueError(f"the tree offered must be static, branch (topk > 1, more drafts than max_steps) and "
-                             f"reach at most max_steps={self.max_steps} deep, got {self.tree}")
+            raise ValueError(f"the tree offered must branch (topk > 1, more drafts than max_steps) and reach at most "
+                             f"max_steps={self.max_steps} deep, got {self.tree}")
         if not 0.0 <= self.sibling_prior <= 1.0 or self.tree_max_batch < 1:
             raise ValueError(f"need sibling_prior in [0, 1] and tree_max_batch >= 1, got {self.sibling_prior} and "
                              f"{self.tree_max_batch}")
@@ -81,7 +82,9 @@ class AdaptiveConfig:
 
     @functools.cached_property
     def tree_layout(self) -> TreeLayout | None:
-        return TreeLayout.of(self.tree) if self.tree is not None else None
+        if self.tree is None:
+            return None
+        return TreeLayout.of(self.tree, self.prior_at(self.tree.depth), self.sibling_prior)
 
     @functools.cached_property
     def tree_budget(self) -> int | None:

@@ -1,5 +1,5 @@
 """The per-step choice of the speculation shape for a batch: no drafting, a chain of 1..S drafts, or the configured
-static tree, one width for the whole batch (the engine verifies one width per step, each a captured CUDA graph width
+tree, one width for the whole batch (the engine verifies one width per step, each a captured CUDA graph width
 on a GPU).
 
     rate(s) = sum_i E_i(s) / cost(B, s + 1),   E_i(s) = expected tokens request i emits with s drafts
@@ -92,7 +92,7 @@ CATCH_UP_STEPS = MEASURE_FOR
 @dataclass(frozen=True)
 class StepPlan:
     """steps: drafts per row (0: nobody drafts); drafting[i]: whether row i drafts (every row of a drafting step:
-    the policy's plans; the engine takes any mask); tree: the drafts are the configured static tree's, not a chain."""
+    the policy's plans; the engine takes any mask); tree: the drafts are the configured tree's, not a chain."""
 
     steps: int
     drafting: tuple[bool, ...]

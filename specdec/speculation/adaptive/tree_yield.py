@@ -1,4 +1,4 @@
-"""What a static draft tree is expected to emit, priced from a request's chain acceptance and a pooled sibling
+"""What a draft tree is expected to emit, priced from a request's chain acceptance and a pooled sibling
 acceptance (the rank model), and what a verified tree tells of both (rank_outcome).
 
 The rank model: below an accepted node at depth d, its first-ranked child (the drafter's most likely token) is kept
@@ -7,6 +7,8 @@ reached only when those ranked before it were not kept, is kept with probability
 rank, pooled over requests. A tree then keeps what the chain along its first-ranked path keeps, and more where a
 sibling catches a rejection. The synthetic drafter's trees follow it by construction (specdec/eval/synthetic.py);
 the shipped MTP's static trees fit q = 0.52, its EAGLE-3 head's 0.15 (the CPU fits of 2026-12-05, docs/design.md).
+A dynamic tree (EAGLE-2: the drafter keeps its likeliest nodes, a new shape each step) is priced at the shape the
+rank model keeps most of at the drafter's figures (likeliest_tree_parents).
 
     E[tokens] = 1 + sum over drafted nodes j of P(j kept),
     P(j kept) = P(parent kept) * (p[depth(parent)] if j is its parent's first child
@@ -16,6 +18,7 @@ the shipped MTP's static trees fit q = 0.52, its EAGLE-3 head's 0.15 (the CPU fi
 from __future__ import annotations
 
 import functools
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,17 +27,27 @@ from specdec.speculation.tree import TreeShape, static_tree_parents
 
 @dataclass(frozen=True, eq=False)  # (compared by identity: a policy holds one, a memo key of every row's figures)
 class TreeLayout:
-    """A static tree's drafted nodes (the root left out), topologically ordered: each node's parent (its index in the
-    whole tree, root first: 0 the root, node j of this layout j + 1), its parent's depth (the chain position deciding
-    its first-ranked child) and its rank among its siblings (0: the first-ranked)."""
+    """A tree's drafted nodes (the root left out), topologically ordered: each node's parent (its index in the whole
+    tree, root first: 0 the root, node j of this layout j + 1), its parent's depth (the chain position deciding its
+    first-ranked child) and its rank among its siblings (0: the first-ranked)."""
 
     parents: tuple[int, ...]
     parent_depths: tuple[int, ...]
     ranks: tuple[int, ...]
 
     @classmethod
-    def of(cls, shape: TreeShape) -> TreeLayout:
-        full = static_tree_parents(shape)  # (root first: node 0)
+    def of(cls, shape: TreeShape, p: Sequence[float] | None = None, q: float | None = None) -> TreeLayout:
+        """A static tree's layout; a dynamic tree's at chain acceptance p (per depth, at least shape.steps values)
+        and sibling acceptance q, the figures it is priced at: likeliest_tree_parents."""
+        if not shape.dynamic:
+            return cls.from_parents(static_tree_parents(shape))
+        if p is None or q is None:
+            raise ValueError("a dynamic tree's layout needs the acceptance it is drafted at (p, q)")
+        return cls.from_parents(likeliest_tree_parents(shape, p, q))
+
+    @classmethod
+    def from_parents(cls, full: Sequence[int]) -> TreeLayout:
+        """From a tree's parents, root first (-1), each node after its parent and siblings in rank order."""
         depth, seen = [0] * len(full), [0] * len(full)
         parents, parent_depths, ranks = [], [], []
         for node in range(1, len(full)):
@@ -96,6 +109,36 @@ class TreeLayout:
     def widest(self) -> int:
         """The most children any node has."""
         return max(self.ranks, default=-1) + 1
+
+
+def likeliest_tree_parents(shape: TreeShape, p: Sequence[float], q: float) -> list[int]:
+    """The parents (root first: -1) of the shape.budget drafted nodes a step keeps most often under the rank model at
+    chain acceptance p[d] per depth and sibling acceptance q, at most shape.steps deep, each node with at most
+    shape.topk children: chosen best first, a node's first-ranked child offered once it is chosen, a sibling once
+    the one ranked before it is (a node's chance is at most its parent's, a sibling's at most the one before it but
+    for the first child where p < (1 - p) q, and a drafter's likeliest child comes first).
+
+    What a dynamic tree is priced at: an EAGLE-2 drafter keeps the nodes of highest cumulative draft probability,
+    which are these where its confidence tracks the target's acceptance. A step whose confidences single out better
+    nodes keeps more, so this prices a dynamic tree low rather than high (the shipped MTP at batch 1 on the CPU,
+    benchmarks/results/shapes_cpu_2026-12-05.md: a dynamic tree of 16 drafts, --topk 4, kept 4.02 tokens a step, a
+    static one of 16, --topk 2, 3.73)."""
+    parents, depths, chances = [-1], [0], [1.0]
+    # candidates: (-chance, parent, rank), each a node's first child or the sibling after a chosen one
+    frontier = [(-p[0], 0, 0)] if shape.steps >= 1 else []
+    while frontier and len(parents) <= shape.budget:
+        negative, parent, rank = heapq.heappop(frontier)
+        node, depth = len(parents), depths[parent] + 1
+        parents.append(parent)
+        depths.append(depth)
+        chances.append(-negative)
+        if rank + 1 < shape.topk:  # its next-ranked sibling: reached where this one and those before are not kept
+            d = depths[parent]
+            sibling = chances[parent] * (1.0 - p[d]) * (1.0 - q) ** rank * q
+            heapq.heappush(frontier, (-sibling, parent, rank + 1))
+        if depth < shape.steps:  # its first-ranked child
+            heapq.heappush(frontier, (-chances[node] * p[depth], node, 0))
+    return parents
 
 
 def child_lists(parents: Sequence[int]) -> list[list[int]]:
