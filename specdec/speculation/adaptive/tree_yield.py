@@ -125,7 +125,7 @@ def likeliest_tree_parents(shape: TreeShape, p: Sequence[float], q: float) -> li
     static one of 16, --topk 2, 3.73)."""
     parents, depths, chances = [-1], [0], [1.0]
     # candidates: (-chance, parent, rank), each a node's first child or the sibling after a chosen one
-    frontier = [(-p[0], 0, 0)] if shape.steps >= 1 else []
+    frontier = [(-p[0], 0, 0)]
     while frontier and len(parents) <= shape.budget:
         negative, parent, rank = heapq.heappop(frontier)
         node, depth = len(parents), depths[parent] + 1
@@ -133,8 +133,7 @@ def likeliest_tree_parents(shape: TreeShape, p: Sequence[float], q: float) -> li
         depths.append(depth)
         chances.append(-negative)
         if rank + 1 < shape.topk:  # its next-ranked sibling: reached where this one and those before are not kept
-            d = depths[parent]
-            sibling = chances[parent] * (1.0 - p[d]) * (1.0 - q) ** rank * q
+            sibling = chances[parent] * (1.0 - p[depth - 1]) * (1.0 - q) ** rank * q
             heapq.heappush(frontier, (-sibling, parent, rank + 1))
         if depth < shape.steps:  # its first-ranked child
             heapq.heappush(frontier, (-chances[node] * p[depth], node, 0))
