@@ -59,7 +59,8 @@ class LLM:
     state_memory_gb: size the committed-state pool to this budget instead of config.cache.num_state_slots.
     acceptance: who decides which drafts are kept (default: the target, losslessly).
     tp: tensor-parallel ranks (specdec.parallel): the target sharded over `tp` GPUs of this host, the drafter
-        replicated (drafters/base.py says why), speculation "fixed" only; the process must be one of `tp` ranks
+        replicated (drafters/base.py says why; adaptive speculation's ranks plan from rank 0's step times, so
+        alike: specdec/parallel/__init__.py); the process must be one of `tp` ranks
         (`specdec ... --tp N` or torchrun), each running the same calls; device "cuda" (or None) means the rank's
         own GPU.
     step_cost: with config.speculation = "adaptive", the prior cost of a step, (batch, width, context) -> seconds
@@ -82,9 +83,6 @@ class LLM:
         target_path = resolve_checkpoint(resolve(target))
         if isinstance(draft, str):  # a misspelt drafter fails here, before any model loads
             check_draft_name(target, draft)
-        if tp > 1 and config.speculation == "adaptive":
-            raise ValueError("--speculation adaptive chooses each step's drafts from the step time each rank "
-                             "measures, so the ranks could choose apart; use --speculation fixed with --tp")
         self.tp = join(tp)
         if self.tp.size > 1 and device in (None, "cuda"):
             device = str(rank_device(self.tp))

@@ -162,10 +162,6 @@ def check_tp(args) -> None:
     size = args.tp
     if size == 1:
         return
-    speculation = getattr(args, "speculation", "fixed")
-    if "adaptive" in ([speculation] if isinstance(speculation, str) else speculation):  # eval / bench: a list
-        raise ValueError(f"--speculation adaptive chooses each step's drafts from the step time each rank measures, so "
-                         f"the ranks could choose apart; use --speculation fixed with --tp {size}")
     if getattr(args, "launch_check", None) is not None:  # the command's own, cheap checks first
         args.launch_check(args)
     import torch

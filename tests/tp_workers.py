@@ -5,6 +5,7 @@ the drafters are imported where used: a rank that only computes logits starts in
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 import traceback
@@ -24,6 +25,7 @@ NEW_TOKENS = 24
 SHIPPED_DRAFTERS = ("small", "mtp", "eagle3")
 SHIPPED_PROMPTS = ["The history of Rome", "def fibonacci(n):", "Once upon a time there was"]
 SHIPPED_TOKENS = 16
+ADAPTIVE_TOKENS = 32  # (its first steps explore every shape, the ones after choose)
 # `specdec eval` on two prompts of a shipped set, plain and speculative (the shipped draft)
 EVAL_ARGS = ["eval", "--device", "cpu", "--dataset", "mt-bench", "--num-prompts", "2", "--max-new-tokens", "12",
              "--batch-size", "2"]
@@ -94,6 +96,28 @@ def shipped_drafters(tp_size: int, device: str = "cpu") -> dict:
     return result
 
 
+def adaptive_answers(tp_size: int, rank: int) -> dict:
+    """Greedy answers of the shipped Qwen3.5 to SHIPPED_PROMPTS with adaptive speculation (the draft model) through
+    specdec.LLM in fp32, each rank but 0 on a clock of its own: its time.perf_counter reads up to 20 ms late at random,
+    so the step times it measures are nothing like rank 0's (steps of a few ms here), and its policy plans alike only
+    if it prices shapes at rank 0's times. -> the answers, each request's drafts per step, the policy's shapes."""
+    from specdec.api import LLM
+    from specdec.engine.engine import EngineConfig
+
+    config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3,
+                                     speculation="adaptive")
+    llm = LLM("qwen3.5", "small", device="cpu", dtype="fp32", config=config, tp=tp_size)
+    real, noise = time.perf_counter, random.Random(rank)
+    if rank:
+        time.perf_counter = lambda: real() + noise.uniform(0.0, 0.02)
+    try:
+        outputs = llm.generate(SHIPPED_PROMPTS, max_new_tokens=ADAPTIVE_TOKENS)
+    finally:
+        time.perf_counter = real
+    return {"answers": [out.token_ids for out in outputs], "drafted": [out.stats.drafted_per_step for out in outputs],
+            "shapes": dict(llm.engine.policy.counts)}
+
+
 def single_process(directory: Path | None, device: str = "cpu", what=logits_and_outputs):
     """The reference, in the test's process, on one thread as the ranks (several threads per process on the busy
     CI cores make torch's small matmuls a hundred times slower). what(directory, SINGLE, device); directory None:
@@ -108,7 +132,8 @@ def single_process(directory: Path | None, device: str = "cpu", what=logits_and_
 
 def rank_main(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
     """Each checkpoint through logits_and_outputs (-> OUT/rank{r}.pt); the shipped pair's drafters (-> OUT/
-    drafters{r}.pt); `specdec eval --tp` (-> OUT/eval/, rank 0's). Then the failures, each on a group of its own
+    drafters{r}.pt); adaptive speculation on clocks that disagree (-> OUT/adaptive{r}.pt); `specdec eval --tp` (->
+    OUT/eval/, rank 0's). Then the failures, each on a group of its own
     with a short collective timeout: the last rank stalls (alive, in no collective), and the others' prefill must
     fail when the timeout passes; then it exits, and their next prefill must fail at once, or at the latest when the
     timeout passes (-> OUT/failures{r}.pt: the stalled and the dead case)."""
@@ -120,6 +145,7 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
     torch.save([logits_and_outputs(directory, tp) for directory in directories], out / f"rank{rank}.pt")
     os.environ.update(WORLD_SIZE=str(size), RANK=str(rank))  # as torchrun's ranks: LLM(tp=) and the CLI join `tp`
     torch.save(shipped_drafters(size), out / f"drafters{rank}.pt")
+    torch.save(adaptive_answers(size, rank), out / f"adaptive{rank}.pt")
     from specdec.cli import main
 
     stdout = sys.stdout  # the CLI silences ranks other than 0

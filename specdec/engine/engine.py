@@ -20,6 +20,7 @@ import torch
 from drafters.base import Drafter, DraftRequest
 from specdec.cache.step import StepBatch, host_longs
 from specdec.models.base import HybridCausalLM
+from specdec.parallel import broadcast_seconds
 from specdec.runner import ModelRunner
 from specdec.speculation import (
     Acceptance,
@@ -241,7 +242,7 @@ class Engine:
         self.decode_step(requests, adaptive=True)
         self._plain_run = run + 1
         zeros = [0] * len(requests)
-        seconds = time.perf_counter() - start if run >= 2 else None  # (a pipelined step only)
+        seconds = self.agreed_seconds(time.perf_counter() - start) if run >= 2 else None  # (a pipelined step only)
         self.observe_pending()  # (outcomes in the order of their steps)
         self.policy.observe([r.request_id for r in requests], zeros, zeros, seconds)
 
@@ -489,7 +490,15 @@ class Engine:
             if planned is not None and planned.plan.tree:
                 paths = [(tree.parents, path) for tree, (path, _) in zip(trees, results, strict=True)]
             self.policy.observe([r.request_id for r in requests], [len(t) - 1 for t in trees],
-                                [len(path) - 1 for path, _ in results], seconds, planned, trees=paths)
+                                [len(path) - 1 for path, _ in results], self.agreed_seconds(seconds), planned,
+                                trees=paths)
+
+    def agreed_seconds(self, seconds: float) -> float:
+        """A step's wall time as the adaptive policy is told it: under tensor parallelism rank 0's on every rank
+        (each rank measures its own, and ranks whose policies chose apart would run different steps), else this
+        process's."""
+        tp = self.target.tp
+        return broadcast_seconds(seconds, tp) if tp.size > 1 else seconds
 
     @staticmethod
     def _draft_view(request: Request) -> DraftRequest:

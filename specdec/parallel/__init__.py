@@ -49,16 +49,18 @@ check_tp: a GPU per rank, heads the ranks can split, the command's own checks), 
 torchrun (one process per GPU); every rank runs the whole command, rank 0 alone prints and writes. Unseeded sampling
 draws from generators seeded alike on every rank (one seed broadcast at join). A server's requests arrive at rank 0
 alone: it broadcasts its engine's changes before each step and the other ranks mirror them (specdec/serve/ranks.py).
-Drafters are replicated, every rank drafting the same trees (drafters/base.py says why). Adaptive speculation is
-refused: it chooses from step times each rank measures apart.
+Drafters are replicated, every rank drafting the same trees (drafters/base.py says why). Adaptive speculation
+chooses each step's shape from the step times it measures, which differ from rank to rank: every rank's policy is
+told rank 0's times (comm.broadcast_seconds, host to host over a gloo group beside nccl's), so every rank plans
+alike (everything else it reads, the drafts kept and the drafter's backlog, is the same on every rank).
 
 Failure: the process group carries a collective timeout; a collective that fails (a peer died, or did not arrive
 within the timeout) raises TensorParallelError naming the rank and the timeout, so a dead rank ends the others
 with that error instead of a hang.
 """
 
-from .comm import TensorParallelError, all_gather_last, all_reduce, broadcast_int, broadcast_object
-from .group import SINGLE, TensorParallel, init_from_env, init_tensor_parallel, rank_device, shutdown
+from .comm import TensorParallelError, all_gather_last, all_reduce, broadcast_int, broadcast_object, broadcast_seconds
+from .group import SINGLE, TensorParallel, init_from_env, init_tensor_parallel, joined, rank_device, shutdown
 from .launch import is_primary, join, relaunch, under_launcher
 from .layers import (
     RowParallelLinear,
@@ -84,11 +86,13 @@ __all__ = [
     "all_reduce",
     "broadcast_int",
     "broadcast_object",
+    "broadcast_seconds",
     "column_linear",
     "init_from_env",
     "init_tensor_parallel",
     "is_primary",
     "join",
+    "joined",
     "rank_device",
     "relaunch",
     "row_linear",

@@ -59,6 +59,25 @@ def broadcast_int(value: int, tp: TensorParallel) -> int:
     return int(tensor.item())
 
 
+def broadcast_seconds(value: float, tp: TensorParallel) -> float:
+    """Rank 0's `value` (a time measured on the host) on every rank, sent host to host (tp.host_group, gloo): no
+    rank's host waits for its GPU, whose queue a plain decoding step keeps a step ahead. Adaptive speculation's
+    ranks measure each step apart and must still choose alike: every rank prices shapes by rank 0's times
+    (specdec/engine/engine.py Engine.agreed_seconds)."""
+    if tp.size == 1:
+        return value
+    group = tp.host_group or tp.group
+    if dist.get_backend(group) != "gloo":
+        raise ValueError(f"broadcast_seconds needs a gloo group to send host values; this group's backend is "
+                         f"{dist.get_backend(group)}: join through init_tensor_parallel, which makes one")
+    tensor = torch.tensor([value], dtype=torch.float64)
+    try:
+        dist.broadcast(tensor, src=0, group=group)
+    except (RuntimeError, dist.DistError) as error:
+        raise _failed("broadcast", tp, error) from error
+    return float(tensor.item())
+
+
 def broadcast_object(value, tp: TensorParallel):
     """Rank 0's `value` (any picklable object; the others pass None) on every rank: its pickled length, then its
     bytes. For inputs that arrive at rank 0 alone (a server's requests), once per engine step."""

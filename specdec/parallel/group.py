@@ -18,12 +18,16 @@ DEFAULT_TIMEOUT_S = 120.0
 @dataclass(frozen=True)
 class TensorParallel:
     """This process's place in the tensor-parallel group. size 1 (SINGLE): one process, no collectives.
-    group: the torch.distributed process group (None for size 1, and in tests that only build or load shards)."""
+    group: the torch.distributed process group (None for size 1, and in tests that only build or load shards).
+    host_group: a gloo group of the same ranks for values that live on the host (the adaptive policy's step times,
+    comm.broadcast_seconds), which a collective on an nccl group would first copy to the GPU and read back, waiting
+    for every kernel queued before it; None: `group` is gloo already and serves."""
 
     rank: int = 0
     size: int = 1
     group: dist.ProcessGroup | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    host_group: dist.ProcessGroup | None = None
 
     def __post_init__(self):
         if not 0 <= self.rank < self.size:
@@ -48,6 +52,7 @@ class TensorParallel:
 
 
 SINGLE = TensorParallel()
+_joined: TensorParallel | None = None  # the group init_tensor_parallel joined (joined())
 
 
 def init_tensor_parallel(rank: int, size: int, init_method: str = "env://", backend: str | None = None,
@@ -58,9 +63,17 @@ def init_tensor_parallel(rank: int, size: int, init_method: str = "env://", back
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
-                            timeout=timedelta(seconds=timeout_s))
-    return TensorParallel(rank, size, dist.group.WORLD, timeout_s)
+    timeout = timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, timeout=timeout)
+    host_group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
+    global _joined
+    _joined = TensorParallel(rank, size, dist.group.WORLD, timeout_s, host_group)
+    return _joined
+
+
+def joined() -> TensorParallel | None:
+    """The group this process joined (init_tensor_parallel), while it lasts (shutdown)."""
+    return _joined if dist.is_initialized() else None
 
 
 def init_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
@@ -79,5 +92,7 @@ def rank_device(tp: TensorParallel) -> torch.device:
 
 
 def shutdown(tp: TensorParallel) -> None:
+    global _joined
     if tp.group is not None and dist.is_initialized():
         dist.destroy_process_group()
+        _joined = None

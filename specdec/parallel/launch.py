@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .comm import broadcast_int
-from .group import DEFAULT_TIMEOUT_S, SINGLE, TensorParallel, init_from_env
+from .group import DEFAULT_TIMEOUT_S, SINGLE, TensorParallel, init_from_env, joined
 
 
 def under_launcher() -> bool:
@@ -50,8 +50,8 @@ def join(size: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
             f"them), or launch under `torchrun --nproc-per-node {size}`; this process has WORLD_SIZE="
             f"{os.environ.get('WORLD_SIZE', 'unset')}"
         )
-    if dist.is_initialized():
-        return TensorParallel(dist.get_rank(), size, dist.group.WORLD, timeout_s)
+    if dist.is_initialized():  # (joined before: by an earlier call, or by the caller, as the tests' ranks do)
+        return joined() or TensorParallel(dist.get_rank(), size, dist.group.WORLD, timeout_s)
     tp = init_from_env(timeout_s)
     seed = broadcast_int(random.randrange(2**62) if tp.rank == 0 else 0, tp)
     torch.manual_seed(seed)
