@@ -321,16 +321,19 @@ def test_serve_refuses_a_taken_port_or_a_bad_one_before_loading_models(capsys):
 
 
 def test_serve_under_tp_answers_as_one_process(served, tmp_path):
-    """`specdec serve --tp 2` on the CPU: two gloo ranks, rank 0 serving, rank 1 mirroring its engine
-    (specdec/serve/ranks.py). Concurrent clients (one cut by a stop string, so aborted mid-answer; one without
-    speculation; one chat) get the one-process answers; Ctrl-C stops every process. Started as `specdec serve --tp 2`
-    starts it, minus the launcher's checks (test_cli_refuses_tp_it_cannot_run)."""
+    """`specdec serve --tp 2 --speculation adaptive` on the CPU: two gloo ranks, rank 0 serving, rank 1 mirroring its
+    engine (specdec/serve/ranks.py), each rank's policy planning from rank 0's step times (rank 0 also answers the
+    clients between steps, so its clock and rank 1's disagree). Concurrent clients (one cut by a stop string, so
+    aborted mid-answer; one without speculation; one chat) get the one-process answers (fixed speculation's, greedy:
+    the same tokens); Ctrl-C stops every process. Started as `specdec serve --tp 2` starts it, minus the launcher's
+    checks (test_cli_refuses_tp_it_cannot_run)."""
     _, llm, solo = served
     log = tmp_path / "ranks.log"
     with open(log, "w") as stderr:
         launcher = subprocess.Popen(
             [*TORCHRUN, "-m", "specdec", "serve", "--tp", "2", "--device", "cpu", "--port", "0", "--max-batch", "16",
-             "--max-seq-len", "192", "--log-level", "warning"], cwd=ROOT, stdout=subprocess.PIPE,
+             "--max-seq-len", "192", "--speculation", "adaptive", "--log-level", "warning"], cwd=ROOT,
+            stdout=subprocess.PIPE,
             stderr=stderr, text=True, start_new_session=True)
     watchdog = threading.Timer(240, launcher.terminate)  # torchrun stops its ranks
     watchdog.start()
