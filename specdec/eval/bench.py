@@ -211,19 +211,25 @@ def free_device_memory() -> None:
 
 def load_llm(settings: BenchSettings, backend: str, mode: str):
     from specdec.api import LLM
-    from specdec.engine.engine import EngineConfig
 
-    config = EngineConfig.from_flags(
-        max_batch=max(settings.batch_sizes), max_seq_len=settings.prompt_tokens + settings.max_new_tokens + 64,
-        flush_length=settings.flush_length, linear_state=LINEAR_STATE[backend], num_steps=settings.num_steps,
-        topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
-        cuda_graphs=settings.cuda_graphs, speculation="adaptive" if mode == "adaptive" else "fixed",
-        adaptive=adaptive_config(settings.acceptance_prior), max_prefill_tokens=settings.max_prefill_tokens)
+    config = bench_engine_config(settings, backend, mode)
     draft, acceptance = settings.draft if mode != "plain" else None, None
     if draft is not None and draft.startswith(SYNTHETIC):  # random chains accepted at a set mean (benchmarks)
         draft, acceptance = synthetic_speculation(draft, config.shape.depth)
     return LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config,
                acceptance=acceptance, tp=settings.tp)
+
+
+def bench_engine_config(settings: BenchSettings, backend: str, mode: str):
+    """The EngineConfig of the sweep's engine for (backend, mode): pools for its largest batch and longest request."""
+    from specdec.engine.engine import EngineConfig
+
+    return EngineConfig.from_flags(
+        max_batch=max(settings.batch_sizes), max_seq_len=settings.prompt_tokens + settings.max_new_tokens + 64,
+        flush_length=settings.flush_length, linear_state=LINEAR_STATE[backend], num_steps=settings.num_steps,
+        topk=settings.topk, num_draft_tokens=settings.num_draft_tokens, dynamic_tree=settings.dynamic_tree,
+        cuda_graphs=settings.cuda_graphs, speculation="adaptive" if mode == "adaptive" else "fixed",
+        adaptive=adaptive_config(settings.acceptance_prior), max_prefill_tokens=settings.max_prefill_tokens)
 
 
 def capture_ahead(llm, rows: int, settings: BenchSettings) -> None:

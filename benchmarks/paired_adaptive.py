@@ -1,0 +1,143 @@
+"""Adaptive speculation against plain decoding in one process: two engines over one target (its weights shared), their
+timed runs alternated round by round (plain first in even rounds, adaptive first in odd ones), each round a paired
+ratio. The study (benchmarks/study.py) times each engine in processes of its own, and an engine's step time moves by
+up to 8% from one process to the next on the H200: at three repeats a point, a difference of 0.5% (issue 17's
+adaptive at a collapsed acceptance, batch 64: 0.995x of plain) cannot be told from that. Here whatever a process
+draws (allocations, kernel launches, clocks) falls on both engines alike. The adaptive engine is held from round to
+round, as a server holds it: its first round explores the shapes, later ones run what it learnt (a row per round).
+Both engines run the study's synthetic drafts (adaptive: chains up to 4 and the study's tree) and the same timed
+batch as `specdec bench` (time_batch: warm-up, prefill, then the timed steps).
+
+    python -m benchmarks.paired_adaptive --model qwen3.5-9b --batch 64 --accepted 1.2 --rounds 8 --out paired.json
+    python -m benchmarks.paired_adaptive --tiny --device cpu --batch 4 --rounds 2 --new-tokens 16   (a smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from benchmarks.study import ACCEPTED_LENGTH, SHAPES, TREE
+from specdec.engine.engine import Engine
+from specdec.eval.bench import (
+    BenchSettings,
+    bench_engine_config,
+    bench_peaks,
+    bench_prompts,
+    capture_ahead,
+    load_llm,
+    time_batch,
+)
+from specdec.eval.step_cost import with_device_prior
+from specdec.eval.synthetic import synthetic_speculation
+
+MODES = ("plain", "adaptive")
+
+
+def build(settings: BenchSettings) -> dict:
+    """mode -> LLM: the plain engine as `specdec bench` loads it, and an adaptive engine over its very target (a
+    shallow copy of the LLM with its own drafter and engine: its own pools and graphs, the weights shared)."""
+    plain = load_llm(settings, "kvbuffer", "plain")
+    config = bench_engine_config(settings, "kvbuffer", "adaptive")
+    drafter, acceptance = synthetic_speculation(settings.draft, config.shape.depth)
+    adaptive = copy.copy(plain)
+    adaptive.drafter = drafter
+    adaptive.engine = Engine(plain.model, drafter, config, acceptance)
+    return {"plain": plain, "adaptive": adaptive}
+
+
+def run(settings: BenchSettings, rounds: int) -> dict:
+    """Both engines, `rounds` timed runs each, alternated. -> the rounds' rows and their paired ratios."""
+    peaks = bench_peaks(settings)
+    llms = build(settings)
+    with_device_prior(llms["adaptive"], peaks)
+    batch = settings.batch_sizes[0]
+    prompts = bench_prompts(llms["plain"], settings, batch)
+    if settings.capture_ahead:
+        for llm in llms.values():
+            capture_ahead(llm, batch, settings)
+    runs: list[dict] = []
+    for number in range(rounds):
+        order = MODES if number % 2 == 0 else MODES[::-1]
+        rows = {mode: time_batch(llms[mode], prompts, batch, settings, "kvbuffer", mode, 0, 0, peaks)
+                for mode in order}
+        ratio = rows["adaptive"].tokens_per_second / rows["plain"].tokens_per_second
+        runs.append({"round": number, "order": list(order), "ratio": ratio,
+                     **{mode: {"tokens_per_second": row.tokens_per_second, "ms_per_step": row.ms_per_step,
+                               "full_batch_step_ms": row.full_batch_step_ms, "gc_pause_ms": row.gc_pause_ms,
+                               "shapes": row.shapes, "step_ms": row.step_ms} for mode, row in rows.items()}})
+        print(f"[paired] round {number + 1}/{rounds}: plain {rows['plain'].tokens_per_second:.1f} tok/s, adaptive "
+              f"{rows['adaptive'].tokens_per_second:.1f} ({ratio:.4f}x), shapes {rows['adaptive'].shapes}",
+              flush=True)
+    return {"runs": runs, **summary(runs)}
+
+
+def summary(runs: list[dict]) -> dict:
+    """The paired ratios adaptive / plain: all rounds', and those after the first (the held engine's, its shapes
+    explored): median, lowest, highest, and how many rounds adaptive was at least as fast."""
+    def figures(ratios: list[float]) -> dict:
+        return {"median": statistics.median(ratios), "lowest": min(ratios), "highest": max(ratios),
+                "at_least_plain": sum(r >= 1.0 for r in ratios), "rounds": len(ratios)} if ratios else {}
+
+    ratios = [r["ratio"] for r in runs]
+    return {"all_rounds": figures(ratios), "after_the_first": figures(ratios[1:])}
+
+
+def table(result: dict) -> str:
+    lines = [f"{result['model']}, batch {result['batch']}, {result['accepted']} accepted, {result['new_tokens']} "
+             f"new tokens, {result['device']}", "",
+             "| round | first | plain tok/s | adaptive tok/s | adaptive / plain | adaptive's shapes |",
+             "|---|---|---|---|---|---|"]
+    for run in result["runs"]:
+        shapes = ", ".join(f"{k} {v}" for k, v in sorted((run["adaptive"]["shapes"] or {}).items(),
+                                                         key=lambda item: -item[1]))
+        lines.append(f"| {run['round'] + 1} | {run['order'][0]} | {run['plain']['tokens_per_second']:.1f} | "
+                     f"{run['adaptive']['tokens_per_second']:.1f} | {run['ratio']:.4f}x | {shapes} |")
+    for name in ("all_rounds", "after_the_first"):
+        f = result[name]
+        if f:
+            lines.append(f"\n{name.replace('_', ' ')}: median {f['median']:.4f}x, {f['lowest']:.4f}-"
+                         f"{f['highest']:.4f}, adaptive >= plain in {f['at_least_plain']} of {f['rounds']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(ACCEPTED_LENGTH), default="qwen3.5-9b")
+    parser.add_argument("--layers", type=int, default=None, help="the first LAYERS of the model (default: all)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--accepted", type=float, default=1.2, help="the drafts' mean accepted length, bonus included")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: pass --device cpu --tiny for a smoke run")
+    if args.rounds < 1 or args.batch < 1:
+        raise SystemExit(f"--rounds and --batch take values >= 1, got {args.rounds} and {args.batch}")
+    layers = args.layers or SHAPES[args.model][1]
+    target = "qwen3.5" if args.tiny else f"random:{args.model}:{layers}"
+    settings = BenchSettings(target=target, draft=f"synthetic:{args.accepted}", batch_sizes=(args.batch,),
+                             max_new_tokens=args.new_tokens, prompt_tokens=128, device=args.device,
+                             speculation=("adaptive",), **TREE)
+    result = {"model": args.model if not args.tiny else "qwen3.5 (shipped)", "layers": layers, "target": target,
+              "batch": args.batch, "accepted": args.accepted, "new_tokens": args.new_tokens,
+              "date": datetime.date.today().isoformat(),
+              "device": torch.cuda.get_device_name() if args.device == "cuda" else "CPU", "torch": torch.__version__,
+              **run(settings, args.rounds)}
+    print(table(result), flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
