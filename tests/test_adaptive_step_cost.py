@@ -185,6 +185,7 @@ def test_an_engines_prior_is_the_roofline_at_the_peaks_given_or_measured_on_its_
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
     from specdec.eval import step_cost
+    from specdec.parallel import SINGLE
     from specdec.speculation.adaptive import flat_prior
 
     config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, flush_length=8, speculation="adaptive")
@@ -204,7 +205,7 @@ def test_an_engines_prior_is_the_roofline_at_the_peaks_given_or_measured_on_its_
     monkeypatch.setattr(step_cost, "measure_peaks", lambda device, dtype: asked.append(device) or measured)
     gpu = types.SimpleNamespace(engine=LLM("qwen3.5", "ngram", config=config).engine,
                                 model=types.SimpleNamespace(device=torch.device("cuda", 0), dtype=llm.model.dtype,
-                                                            hf_config=hf_config))
+                                                            hf_config=hf_config, tp=SINGLE))
     step_cost.with_device_prior(gpu)
     assert asked == [torch.device("cuda", 0)]
     assert gpu.engine.policy.cost.prior(64, 3, 500.0) == pytest.approx(roofline_at(measured))

@@ -184,8 +184,9 @@ def check_drafters(reference: dict, ranks: list[dict]) -> None:
 
 
 def test_adaptive_ranks_choose_alike_on_clocks_that_disagree(ranks):
-    """Adaptive speculation under TP: rank 1 measures its steps on a clock up to 20 ms off at random, yet every step
-    drafts alike on both ranks (their policies price shapes at rank 0's times), and greedy answers equal plain ones."""
+    """Adaptive speculation under TP: rank 1 is given other peaks for its roofline prior and measures its steps on a
+    clock up to 20 ms off at random, yet every step drafts alike on both ranks (their policies price shapes at rank
+    0's peaks and times), and greedy answers equal plain ones."""
     plain = ranks[2][0]["plain"]  # (SHIPPED_TOKENS of each answer; adaptive ran on to ADAPTIVE_TOKENS)
     answers = ranks[4]
     for rank, result in enumerate(answers):

@@ -97,16 +97,22 @@ def shipped_drafters(tp_size: int, device: str = "cpu") -> dict:
 
 
 def adaptive_answers(tp_size: int, rank: int) -> dict:
-    """Greedy answers of the shipped Qwen3.5 to SHIPPED_PROMPTS with adaptive speculation (the draft model) through
-    specdec.LLM in fp32, each rank but 0 on a clock of its own: its time.perf_counter reads up to 20 ms late at random,
-    so the step times it measures are nothing like rank 0's (steps of a few ms here), and its policy plans alike only
-    if it prices shapes at rank 0's times. -> the answers, each request's drafts per step, the policy's shapes."""
+    """Greedy answers of the shipped Qwen3.5 to SHIPPED_PROMPTS with adaptive speculation (the draft model's chains
+    and a static tree) through specdec.LLM in fp32, each rank given a roofline prior at peaks of its own, and each but
+    rank 0 on a clock of its own: its time.perf_counter reads up to 20 ms late at random, so the step times it
+    measures are nothing like rank 0's (steps of a few ms here). Its policy plans alike only if it prices shapes at
+    rank 0's peaks and times. -> the answers, each request's drafts per step, the policy's shapes."""
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
+    from specdec.eval.peaks import Peaks
+    from specdec.eval.step_cost import with_device_prior
 
-    config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3,
-                                     speculation="adaptive")
+    config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3, topk=2,
+                                     num_draft_tokens=6, speculation="adaptive")
     llm = LLM("qwen3.5", "small", device="cpu", dtype="fp32", config=config, tp=tp_size)
+    # each rank given peaks of its own, a memory-bound machine's on rank 0, compute-bound ones on the others: the
+    # policies' priors (the shapes' costs before any is measured) agree only if every rank takes rank 0's
+    with_device_prior(llm, Peaks(20e9 * (1 + 99 * rank), 200e9 / (1 + 99 * rank), f"rank {rank}'s"))
     real, noise = time.perf_counter, random.Random(rank)
     if rank:
         time.perf_counter = lambda: real() + noise.uniform(0.0, 0.02)

@@ -8,6 +8,7 @@ import torch
 
 from specdec.eval.peaks import Peaks, measure_peaks
 from specdec.eval.roofline import Workload, roofline
+from specdec.parallel import broadcast_object
 from specdec.speculation.adaptive import StepCostPrior
 
 # the ceilings assumed when none are measured: the H200 of 2026-11-29 (specdec/eval/peaks.py), and a nominal CPU
@@ -69,14 +70,16 @@ def with_device_prior(llm, peaks: Peaks | None = None) -> None:
     policy, model = llm.engine.policy, llm.model
     if policy is None:
         return
-    if peaks is None:
-        if model.device.type != "cuda":
-            return
+    tp = model.tp
+    if peaks is None and model.device.type == "cuda" and tp.rank == 0:
         try:
             peaks = measure_peaks(model.device, model.dtype)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
-            return
+    if tp.size > 1:  # every rank's policy prices shapes alike: at rank 0's peaks (its own or given), or none
+        peaks = broadcast_object(peaks, tp)
+    if peaks is None:
+        return
     cache = llm.engine.config.cache
     flush_length = cache.flush_length if cache.linear_state == "kvbuffer" else 1
     policy.cost.prior = roofline_step_cost(model.hf_config, peaks, flush_length, model.dtype.itemsize)
