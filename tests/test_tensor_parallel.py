@@ -199,6 +199,17 @@ def test_adaptive_ranks_choose_alike_on_clocks_that_disagree(ranks):
     assert shapes.get("plain", 0) > 0 and sum(n for label, n in shapes.items() if label != "plain") > 0, shapes
 
 
+def test_bench_under_tp_traces_rank_0s_decisions(ranks):
+    """`specdec bench --tp 2 --speculation adaptive --policy-trace`: one row, and one traced decision per step the
+    policy counted (rank 0 alone writes the trace: the ranks plan alike)."""
+    folder = ranks[3].parent
+    rows = json.loads((folder / "bench.json").read_text())["rows"]
+    assert [(r["mode"], r["batch_size"]) for r in rows] == [("plain", 2), ("adaptive", 2)]
+    decisions = [json.loads(line) for line in (folder / "trace.jsonl").read_text().splitlines()]
+    timed = [d for d in decisions if d["timed"]]
+    assert len(timed) == sum(rows[1]["shapes"].values()) >= 1
+
+
 def test_eval_under_tp_gives_the_single_process_summary(ranks, tmp_path):
     """`specdec eval --tp 2` (rank 0 writes) and `--tp 1`: the same tokens and accepted lengths per request."""
     threads = torch.get_num_threads()

@@ -30,6 +30,10 @@ ADAPTIVE_TOKENS = 32  # (its first steps explore every shape, the ones after cho
 EVAL_ARGS = ["eval", "--device", "cpu", "--dataset", "mt-bench", "--num-prompts", "2", "--max-new-tokens", "12",
              "--batch-size", "2"]
 
+# `specdec bench` of adaptive speculation on synthetic drafts, its policy's decisions traced
+BENCH_ARGS = ["bench", "--device", "cpu", "--draft", "synthetic:2.5", "--batch-sizes", "2", "--max-new-tokens", "12",
+              "--prompt-tokens", "8", "--speculation", "adaptive", "--peak-copy-gbs", "20", "--peak-gemm-tflops", "0.2"]
+
 
 def prompts(vocab: int) -> list[list[int]]:
     """Ragged prompts across the flush length; repeated patterns, so the n-gram drafter gets tokens accepted."""
@@ -139,10 +143,11 @@ def single_process(directory: Path | None, device: str = "cpu", what=logits_and_
 def rank_main(rank: int, size: int, init_method: str, directories: list[Path], out: Path) -> None:
     """Each checkpoint through logits_and_outputs (-> OUT/rank{r}.pt); the shipped pair's drafters (-> OUT/
     drafters{r}.pt); adaptive speculation on clocks that disagree (-> OUT/adaptive{r}.pt); `specdec eval --tp` (->
-    OUT/eval/, rank 0's). Then the failures, each on a group of its own
-    with a short collective timeout: the last rank stalls (alive, in no collective), and the others' prefill must
-    fail when the timeout passes; then it exits, and their next prefill must fail at once, or at the latest when the
-    timeout passes (-> OUT/failures{r}.pt: the stalled and the dead case)."""
+    OUT/eval/, rank 0's); `specdec bench --tp` of adaptive speculation (-> OUT/bench.json, OUT/trace.jsonl, rank
+    0's). Then the failures, each on a group of its own with a short collective timeout: the last rank stalls (alive,
+    in no collective), and the others' prefill must fail when the timeout passes; then it exits, and their next
+    prefill must fail at once, or at the latest when the timeout passes (-> OUT/failures{r}.pt: the stalled and the
+    dead case)."""
     tp = init_tensor_parallel(rank, size, init_method, backend="gloo", timeout_s=60)
     # the failure cases' groups now, while the ranks are in step: a group connects within its own short timeout
     timeout_s = {"stalled": 2.0, "dead": 5.0}
@@ -156,6 +161,9 @@ def rank_main(rank: int, size: int, init_method: str, directories: list[Path], o
 
     stdout = sys.stdout  # the CLI silences ranks other than 0
     assert main([*EVAL_ARGS, "--tp", str(size), "--output", str(out / "eval")]) == 0
+    sys.stdout = stdout
+    assert main([*BENCH_ARGS, "--tp", str(size), "--policy-trace", str(out / "trace.jsonl"),
+                 "--output", str(out / "bench.json")]) == 0
     sys.stdout = stdout
 
     models = {case: load_model(directories[0], device="cpu", tp=group) for case, group in groups.items()}

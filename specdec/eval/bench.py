@@ -37,6 +37,7 @@ from specdec.eval.summary import shape_shares
 from specdec.eval.synthetic import PREFIX as SYNTHETIC
 from specdec.eval.synthetic import synthetic_speculation
 from specdec.models.expert_traffic import ExpertTraffic
+from specdec.parallel import is_primary
 
 BACKENDS = ("kvbuffer", "recurrent")
 # the linear state each backend's engine runs (specdec/cache/linear_state.py): "recurrent" is the baseline of
@@ -256,7 +257,7 @@ def time_batch(llm, prompts: list[list[int]], batch_size: int, settings: BenchSe
     with a MoE model's expert reads scaled to the distinct experts the timed steps touched (traffic)."""
     device_memory.start_peak(llm.model.device)
     policy = llm.engine.policy
-    if policy is not None and settings.policy_trace:
+    if policy is not None and settings.policy_trace and is_primary():  # (under --tp every rank plans alike: rank 0's)
         policy.trace = []
     requests = warm_up_and_prefill(llm, prompts, batch_size, settings)
     log_memory(llm, f"{backend} {mode} batch {batch_size}: warmed up and prefilled")
