@@ -71,9 +71,15 @@ def init_tensor_parallel(rank: int, size: int, init_method: str = "env://", back
     return _joined
 
 
-def joined() -> TensorParallel | None:
-    """The group this process joined (init_tensor_parallel), while it lasts (shutdown)."""
-    return _joined if dist.is_initialized() else None
+def joined(timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
+    """The group this process joined: init_tensor_parallel's, or (torch.distributed set up by the caller) the world
+    group, given a gloo host group beside it where its backend is not gloo (made once: a collective of every rank)."""
+    global _joined
+    if _joined is None:
+        timeout = timedelta(seconds=timeout_s)
+        host_group = dist.new_group(backend="gloo", timeout=timeout) if dist.get_backend() != "gloo" else None
+        _joined = TensorParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, timeout_s, host_group)
+    return _joined
 
 
 def init_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:

@@ -51,7 +51,7 @@ def join(size: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
             f"{os.environ.get('WORLD_SIZE', 'unset')}"
         )
     if dist.is_initialized():  # (joined before: by an earlier call, or by the caller, as the tests' ranks do)
-        return joined() or TensorParallel(dist.get_rank(), size, dist.group.WORLD, timeout_s)
+        return joined(timeout_s)
     tp = init_from_env(timeout_s)
     seed = broadcast_int(random.randrange(2**62) if tp.rank == 0 else 0, tp)
     torch.manual_seed(seed)
