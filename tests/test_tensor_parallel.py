@@ -186,7 +186,8 @@ def check_drafters(reference: dict, ranks: list[dict]) -> None:
 def test_adaptive_ranks_choose_alike_on_clocks_that_disagree(ranks):
     """Adaptive speculation under TP: rank 1 is given other peaks for its roofline prior and measures its steps on a
     clock up to 20 ms off at random, yet every step drafts alike on both ranks (their policies price shapes at rank
-    0's peaks and times), and greedy answers equal plain ones."""
+    0's peaks and times), through `specdec serve`'s warm-up (the same step costs learnt on both) and the requests
+    after it, and greedy answers equal plain ones."""
     plain = ranks[2][0]["plain"]  # (SHIPPED_TOKENS of each answer; adaptive ran on to ADAPTIVE_TOKENS)
     answers = ranks[4]
     for rank, result in enumerate(answers):
@@ -195,6 +196,7 @@ def test_adaptive_ranks_choose_alike_on_clocks_that_disagree(ranks):
     assert answers[1]["answers"] == answers[0]["answers"]
     assert answers[1]["drafted"] == answers[0]["drafted"], "the ranks drafted apart"
     assert answers[1]["shapes"] == answers[0]["shapes"]
+    assert answers[0]["warmed"] and answers[1]["costs_after_warm_up"] == answers[0]["costs_after_warm_up"] != {}
     shapes = answers[0]["shapes"]
     assert shapes.get("plain", 0) > 0 and sum(n for label, n in shapes.items() if label != "plain") > 0, shapes
 

@@ -105,11 +105,13 @@ def adaptive_answers(tp_size: int, rank: int) -> dict:
     and a static tree) through specdec.LLM in fp32, each rank given a roofline prior at peaks of its own, and each but
     rank 0 on a clock of its own: its time.perf_counter reads up to 20 ms late at random, so the step times it
     measures are nothing like rank 0's (steps of a few ms here). Its policy plans alike only if it prices shapes at
-    rank 0's peaks and times. -> the answers, each request's drafts per step, the policy's shapes."""
+    rank 0's peaks and times. `specdec serve`'s warm-up runs first. -> the answers, each request's drafts per step,
+    the policy's shapes, the warm-up's prompt lengths and the step costs it left."""
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
     from specdec.eval.peaks import Peaks
     from specdec.eval.step_cost import with_device_prior
+    from specdec.serve import cli as serve_cli
 
     config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3, topk=2,
                                      num_draft_tokens=6, speculation="adaptive")
@@ -121,11 +123,19 @@ def adaptive_answers(tp_size: int, rank: int) -> dict:
     if rank:
         time.perf_counter = lambda: real() + noise.uniform(0.0, 0.02)
     try:
+        # `specdec serve`'s warm-up first, as its ranks run it on GPUs (here the CPU's, which it skips, made to run):
+        # the policy keeps the step costs it measured there, each rank's from rank 0's times
+        serve_cli.compiles_kernels, compiles = (lambda _: True), serve_cli.compiles_kernels
+        try:
+            warmed = serve_cli.warm_kernels(llm, announce=False)
+        finally:
+            serve_cli.compiles_kernels = compiles
+        costs = dict(llm.engine.policy.cost.factors)
         outputs = llm.generate(SHIPPED_PROMPTS, max_new_tokens=ADAPTIVE_TOKENS)
     finally:
         time.perf_counter = real
     return {"answers": [out.token_ids for out in outputs], "drafted": [out.stats.drafted_per_step for out in outputs],
-            "shapes": dict(llm.engine.policy.counts)}
+            "shapes": dict(llm.engine.policy.counts), "warmed": warmed, "costs_after_warm_up": costs}
 
 
 def single_process(directory: Path | None, device: str = "cpu", what=logits_and_outputs):
