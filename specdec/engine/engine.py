@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from drafters.base import Drafter, DraftRequest
+from drafters.base import Drafter
 from specdec.cache.step import StepBatch, host_longs
 from specdec.models.base import HybridCausalLM
 from specdec.parallel import broadcast_seconds
@@ -242,7 +242,8 @@ class Engine:
         self.decode_step(requests, adaptive=True)
         self._plain_run = run + 1
         zeros = [0] * len(requests)
-        seconds = self.agreed_seconds(time.perf_counter() - start) if run >= 2 else None  # (a pipelined step only)
+        # (a pipelined step only; under tensor parallelism rank 0's time on every rank: parallel.broadcast_seconds)
+        seconds = broadcast_seconds(time.perf_counter() - start, self.target.tp) if run >= 2 else None
         self.observe_pending()  # (outcomes in the order of their steps)
         self.policy.observe([r.request_id for r in requests], zeros, zeros, seconds)
 
@@ -259,7 +260,7 @@ class Engine:
             request.emit([sample(target_distribution(logits, request.params), request.generator)])
             request.stats.prefill_seconds = time.perf_counter() - request.stats.admitted
             if self.drafter is not None:
-                self.drafter.start(self._draft_view(request), features)
+                self.drafter.start(request.drafter_view(), features)
         if done and (self.drafter is None or self.plain_decodes):  # decode steps read the newest tokens on the device
             self.runner.set_tokens([r.slot for r, _, _ in done], [r.output[-1] for r, _, _ in done])
         return [request for request, _, _ in done]
@@ -287,15 +288,15 @@ class Engine:
         if self.drafter is None:
             return [DraftTree([r.output[-1]], [-1]) for r in requests]
         if plan is None:  # fixed speculation: every row drafts the configured shape
-            trees = self.drafter.propose([self._draft_view(r) for r in requests], self.config.shape)
+            trees = self.drafter.propose([r.drafter_view() for r in requests], self.config.shape)
         elif all(plan.drafting):  # (the policy's drafting plans: every row, the plan's chain or the tree)
-            trees = self.drafter.propose([self._draft_view(r) for r in requests], self._plan_shape(plan))
+            trees = self.drafter.propose([r.drafter_view() for r in requests], self._plan_shape(plan))
         else:
             trees = [DraftTree([r.output[-1]], [-1]) for r in requests]
             drafting = [i for i in range(len(requests)) if plan.drafting[i]]
             if drafting:
                 shape = self._plan_shape(plan)
-                drafted = self.drafter.propose([self._draft_view(requests[i]) for i in drafting], shape)
+                drafted = self.drafter.propose([requests[i].drafter_view() for i in drafting], shape)
                 for i, tree in zip(drafting, drafted, strict=True):
                     trees[i] = tree
         for tree, request in zip(trees, requests, strict=True):
@@ -365,7 +366,7 @@ class Engine:
             request.stats.emitted_per_step.append(1)
             request.stats.drafted_per_step.append(0)
         if emitted:
-            self.drafter.skipped([self._draft_view(r) for r in emitted], roots, None)
+            self.drafter.skipped([r.drafter_view() for r in emitted], roots, None)
 
     def _observe_shadows(self, requests: list[Request], tokens: list[int]) -> None:
         """Adaptive speculation's plain step: each live row's first draft, where the drafter drafts for nothing
@@ -376,7 +377,7 @@ class Engine:
         live = [row for row, request in enumerate(requests) if not request.finished]
         if not live:
             return
-        views = [self._draft_view(requests[row]) for row in live]
+        views = [requests[row].drafter_view() for row in live]
         drafts = self.drafter.shadow_drafts(views)
         if drafts is None:
             return
@@ -464,11 +465,11 @@ class Engine:
                 stats.shapes[label] += 1
 
     def _tell_accepted(self, requests: list[Request], trees, results, features) -> None:
-        self.drafter.accepted([self._draft_view(r) for r in requests], trees, results, features)
+        self.drafter.accepted([r.drafter_view() for r in requests], trees, results, features)
 
     def _tell_skipped(self, requests: list[Request], trees, results, features) -> None:
         roots = [tree.tokens[0] for tree in trees]
-        self.drafter.skipped([self._draft_view(r) for r in requests], roots,
+        self.drafter.skipped([r.drafter_view() for r in requests], roots,
                              features[:, 0] if features is not None else None)
 
     def hold_outcome(self, requests: list[Request], trees: list[DraftTree], results, seconds: float) -> None:
@@ -490,19 +491,5 @@ class Engine:
             if planned is not None and planned.plan.tree:
                 paths = [(tree.parents, path) for tree, (path, _) in zip(trees, results, strict=True)]
             self.policy.observe([r.request_id for r in requests], [len(t) - 1 for t in trees],
-                                [len(path) - 1 for path, _ in results], self.agreed_seconds(seconds), planned,
-                                trees=paths)
-
-    def agreed_seconds(self, seconds: float) -> float:
-        """A step's wall time as the adaptive policy is told it: under tensor parallelism rank 0's on every rank
-        (each rank measures its own, and ranks whose policies chose apart would run different steps), else this
-        process's."""
-        tp = self.target.tp
-        return broadcast_seconds(seconds, tp) if tp.size > 1 else seconds
-
-    @staticmethod
-    def _draft_view(request: Request) -> DraftRequest:
-        """The request as its drafter sees it: one view per request, whose tokens list grows with the request's."""
-        if request.draft_view is None:
-            request.draft_view = DraftRequest(request.request_id, request.tokens, request.params, request.generator)
-        return request.draft_view
+                                [len(path) - 1 for path, _ in results],
+                                broadcast_seconds(seconds, self.target.tp), planned, trees=paths)

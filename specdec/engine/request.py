@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from drafters.base import DraftRequest
 from specdec.speculation import SamplingParams
 
 
@@ -55,7 +56,7 @@ class Request:
     finish_reason: str | None = None
     stats: RequestStats = field(default_factory=RequestStats)
     generator: torch.Generator | None = None
-    draft_view: object | None = None  # the drafter's view of it (drafters.base.DraftRequest), made once
+    draft_view: DraftRequest | None = None  # the drafter's view of it (drafter_view), made once
     in_flight: int = 0  # plain decoding steps launched for it whose token is not emitted yet
     prefilled: int = 0  # prompt tokens committed so far (a long prompt prefills in pieces: engine/prefill.py)
 
@@ -69,6 +70,12 @@ class Request:
         """Prompt + output, one list kept up to date (not a copy per call: drafters read it every step; read it,
         never change it)."""
         return self._tokens
+
+    def drafter_view(self) -> DraftRequest:
+        """The request as its drafter sees it: one view per request, whose tokens list grows with the request's."""
+        if self.draft_view is None:
+            self.draft_view = DraftRequest(self.request_id, self.tokens, self.params, self.generator)
+        return self.draft_view
 
     @property
     def finished(self) -> bool:

@@ -63,7 +63,7 @@ def broadcast_seconds(value: float, tp: TensorParallel) -> float:
     """Rank 0's `value` (a time measured on the host) on every rank, sent host to host (tp.host_group, gloo): no
     rank's host waits for its GPU, whose queue a plain decoding step keeps a step ahead. Adaptive speculation's
     ranks measure each step apart and must still choose alike: every rank prices shapes by rank 0's times
-    (specdec/engine/engine.py Engine.agreed_seconds)."""
+    (specdec/engine/engine.py: Engine.plain_step, Engine.observe_pending)."""
     if tp.size == 1:
         return value
     group = tp.host_group or tp.group

@@ -52,7 +52,7 @@ class TensorParallel:
 
 
 SINGLE = TensorParallel()
-_joined: TensorParallel | None = None  # the group init_tensor_parallel joined (joined())
+_joined: TensorParallel | None = None  # the group this process joined (joined())
 
 
 def init_tensor_parallel(rank: int, size: int, init_method: str = "env://", backend: str | None = None,
@@ -63,12 +63,11 @@ def init_tensor_parallel(rank: int, size: int, init_method: str = "env://", back
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    timeout = timedelta(seconds=timeout_s)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, timeout=timeout)
-    host_group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
+                            timeout=timedelta(seconds=timeout_s))
     global _joined
-    _joined = TensorParallel(rank, size, dist.group.WORLD, timeout_s, host_group)
-    return _joined
+    _joined = None
+    return joined(timeout_s)
 
 
 def joined(timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallel:
