@@ -15,9 +15,17 @@ from specdec.api import LLM
 from specdec.engine.engine import EngineConfig
 from specdec.eval.summary import markdown_table, read_records, summarize
 from specdec.presets import SHIPPED_DIR
-from specdec.speculation.adaptive import AdaptiveConfig, AdaptivePolicy, PlannedStep, RunningAcceptance, StepCost
+from specdec.speculation.adaptive import (
+    AdaptiveConfig,
+    AdaptivePolicy,
+    PlannedStep,
+    RunningAcceptance,
+    StepCost,
+    StepPlan,
+)
 from specdec.speculation.adaptive.acceptance_stats import SURE_OF
 from specdec.speculation.adaptive.policy import CONTENDER, PROBE_BACKOFF, REFRESH_CONTENDER
+from specdec.speculation.tree import TreeShape
 from tests.test_shipped_models import held_out_text
 
 NEW_TOKENS = 20
@@ -290,6 +298,36 @@ def test_a_new_request_starts_from_the_acceptance_pooled_over_earlier_ones():
     for _ in range(60):
         stats.relax((0.5,), 0.1)  # idle: back toward the prior
     assert stats.conditional(0) == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.parametrize("tree", [None, TreeShape(steps=4, topk=2, max_tokens=16)])
+def test_new_requests_are_priced_once_and_as_each_alone(tree):
+    config = AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0, tree=tree)
+    policy = AdaptivePolicy(config)
+    chains = PlannedStep(4, 100.0, StepPlan(4, (True,) * 4), 0, None)
+    for step in range(12):  # (4-chains kept in part: the pooled figures move off the prior)
+        policy.observe(list(range(4)), [4] * 4, [(step + row) % 5 for row in range(4)], 1e-3, planned=chains)
+    for rid in (0, 1):
+        policy.finish(rid)
+    pooled = policy._pooled()
+    assert pooled != config.prior_at(4)
+    ids = [2, 3, *range(100, 110)]  # two requests with drafts of their own, ten new ones
+    emitted, worth = policy._batch_tokens(ids)
+    c = config
+    figures = [RunningAcceptance(pooled, c.prior_weight, c.decay) if rid >= 100 else policy.acceptance[rid]
+               for rid in ids]  # (the reference: every row priced alone)
+    figures = [f.expected(c.max_steps + 1, c.collapse, c.optimism, c.tree_layout, policy.siblings.value,
+                          policy.siblings.hoped(c.optimism, SURE_OF)) if tree else
+               f.expected(c.max_steps + 1, c.collapse, c.optimism) for f in figures]
+    assert all(worth)
+    for column, shape in enumerate(policy._columns):
+        tokens = sum(f[0][column] for f in figures) + sum(f[1][column] for f in figures) ** 0.5
+        assert emitted[shape] == pytest.approx(tokens, rel=1e-12)
+    policy.acceptance[100].observe(drafted=4, accepted=0)  # one new row's drafts: the others' figures unchanged
+    assert policy._stats(101).untouched and policy._stats(101).conditional(0) == pytest.approx(pooled[0])
+    ids = list(range(100, 110))
+    policy.observe(ids, [4] * 10, [4] * 10, 1e-3, planned=PlannedStep(10, 100.0, StepPlan(4, (True,) * 10), 0, None))
+    assert policy._stats(200).prior == policy._pooled() != pooled  # a request new after drafts: the new figures
 
 
 def test_probes_that_change_nothing_come_twice_as_far_apart_up_to_the_backoff():
