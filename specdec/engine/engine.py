@@ -77,6 +77,9 @@ class Engine:
         self._ids = itertools.count()
         self._decoding = None  # (requests, DecodeHandle, adaptive) of the plain decoding step in flight
         self._plain_run = 0  # adaptive: plain steps in a row so far, no speculative step nor emit draining them since
+        # adaptive: whether the runner's tokens on the device are every running request's newest (a speculative step
+        # leaves them behind; a prefill writes its own requests', a plain step samples its rows')
+        self._device_tokens_current = True
         self._greedy_rows: dict[int, SamplerRows] = {}  # batch size -> the sampler's rows of a greedy batch
         self.context_length = getattr(target.hf_config, "max_position_embeddings", None)
         self.policy = None  # chooses each step's shape (adaptive speculation)
@@ -202,6 +205,7 @@ class Engine:
         self.emit(requests, trees, results, features, plan)
         self.hold_outcome(requests, trees, results, time.perf_counter() - start)
         self._plain_run = 0
+        self._device_tokens_current = False
 
     def adaptive_step(self, requests: list[Request]) -> None:
         """Adaptive speculation whose plain steps decode (plain_decodes): the plan's plain step, or a speculative
@@ -225,9 +229,9 @@ class Engine:
 
     def plain_step(self, requests: list[Request], start: float) -> None:
         """A step in which nobody drafts, as plain decoding runs it (decode_step: committed in its forward, the next
-        token sampled on the device, the host one step ahead). The first of a run of plain steps (after a
-        speculative step, a prefill or a drained pipeline) writes the rows' newest tokens to the device first (the
-        runner's tokens, which a speculative step leaves behind); every step, the first too, emits the step before
+        token sampled on the device, the host one step ahead). The first plain step after a speculative step writes
+        the rows' newest tokens to the device first (the runner's tokens, which a speculative step leaves behind; a
+        prefill writes its own requests'); every step, the first too, emits the step before
         it while the device runs it (the first was waited for and emitted at once until 2026-12-06: after every
         drafting step the device idled through a plain step's host work). The policy is told the time of a
         pipelined step only, from the third of a run on (the time between two steps: what a plain step costs in a
@@ -237,8 +241,9 @@ class Engine:
         2-chains it beats by 8%; at batch 1 the second took 0.6 ms of a 6 ms step). Emitted tokens are told to the
         drafter as skipped rows' are (emit_decoded)."""
         run = self._plain_run  # (the plain steps before this one in its run)
-        if not run:
+        if not self._device_tokens_current:  # (not after a prefill alone: it wrote its requests', 2026-12-07)
             self.runner.set_tokens([r.slot for r in requests], [r.output[-1] for r in requests])
+            self._device_tokens_current = True
         self.decode_step(requests, adaptive=True)
         self._plain_run = run + 1
         zeros = [0] * len(requests)
