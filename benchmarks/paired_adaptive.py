@@ -6,9 +6,12 @@ adaptive at a collapsed acceptance, batch 64: 0.995x of plain) cannot be told fr
 draws (allocations, kernel launches, clocks) falls on both engines alike. The adaptive engine is held from round to
 round, as a server holds it: its first round explores the shapes, later ones run what it learnt (a row per round).
 Both engines run the study's synthetic drafts (adaptive: chains up to 4 and the study's tree) and the same timed
-batch as `specdec bench` (time_batch: warm-up, prefill, then the timed steps).
+batch as `specdec bench` (time_batch: warm-up, prefill, then the timed steps). --fixed adds a third engine, fixed
+4-chains of the same drafts, to the rotation (adaptive / fixed per round: issue 17's other target, >= 0.95x of the
+best fixed shape); --prompt-tokens sets the context the steps start from (the study's is 128).
 
     python -m benchmarks.paired_adaptive --model qwen3.5-9b --batch 64 --accepted 1.2 --rounds 8 --out paired.json
+    python -m benchmarks.paired_adaptive --model qwen3.5-9b --batch 16 --accepted 2.72 --prompt-tokens 8192 --fixed
     python -m benchmarks.paired_adaptive --tiny --device cpu --batch 4 --rounds 2 --new-tokens 16   (a smoke run)
 """
 
@@ -19,6 +22,7 @@ import copy
 import datetime
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -38,24 +42,32 @@ from specdec.eval.step_cost import with_device_prior
 from specdec.eval.synthetic import synthetic_speculation
 
 MODES = ("plain", "adaptive")
+FIXED = "speculative"  # (--fixed: fixed 4-chains, the mode's name in `specdec bench` rows)
 
 
-def build(settings: BenchSettings) -> dict:
+def build(settings: BenchSettings, fixed: bool = False) -> dict:
     """mode -> LLM: the plain engine as `specdec bench` loads it, and an adaptive engine over its very target (a
-    shallow copy of the LLM with its own drafter and engine: its own pools and graphs, the weights shared)."""
+    shallow copy of the LLM with its own drafter and engine: its own pools and graphs, the weights shared); fixed:
+    a third, fixed speculation with 4-chains of the same drafts (the chains' depth, no tree)."""
     plain = load_llm(settings, "kvbuffer", "plain")
-    config = bench_engine_config(settings, "kvbuffer", "adaptive")
-    drafter, acceptance = synthetic_speculation(settings.draft, config.shape.depth)
-    adaptive = copy.copy(plain)
-    adaptive.drafter = drafter
-    adaptive.engine = Engine(plain.model, drafter, config, acceptance)
-    return {"plain": plain, "adaptive": adaptive}
+    llms = {"plain": plain}
+    chains = replace(settings, topk=1, num_draft_tokens=None, dynamic_tree=False)
+    for mode, mode_settings in (("adaptive", settings), *(((FIXED, chains),) if fixed else ())):
+        config = bench_engine_config(mode_settings, "kvbuffer", mode)
+        drafter, acceptance = synthetic_speculation(settings.draft, config.shape.depth)
+        llm = copy.copy(plain)
+        llm.drafter = drafter
+        llm.engine = Engine(plain.model, drafter, config, acceptance)
+        llms[mode] = llm
+    return llms
 
 
-def run(settings: BenchSettings, rounds: int) -> dict:
-    """Both engines, `rounds` timed runs each, alternated. -> the rounds' rows and their paired ratios."""
+def run(settings: BenchSettings, rounds: int, fixed: bool = False) -> dict:
+    """The engines, `rounds` timed runs each, alternated (the order turned each round). -> the rounds' rows and
+    their paired ratios: adaptive / plain, and with `fixed` adaptive / fixed 4-chains too."""
     peaks = bench_peaks(settings)
-    llms = build(settings)
+    llms = build(settings, fixed)
+    modes = (*MODES, *((FIXED,) if fixed else ()))
     with_device_prior(llms["adaptive"], peaks)
     batch = settings.batch_sizes[0]
     prompts = bench_prompts(llms["plain"], settings, batch)
@@ -64,17 +76,21 @@ def run(settings: BenchSettings, rounds: int) -> dict:
             capture_ahead(llm, batch, settings)
     runs: list[dict] = []
     for number in range(rounds):
-        order = MODES if number % 2 == 0 else MODES[::-1]
+        order = modes if number % 2 == 0 else modes[::-1]
         rows = {mode: time_batch(llms[mode], prompts, batch, settings, "kvbuffer", mode, 0, 0, peaks)
                 for mode in order}
         ratio = rows["adaptive"].tokens_per_second / rows["plain"].tokens_per_second
-        runs.append({"round": number, "order": list(order), "ratio": ratio,
+        versus_fixed = ({"ratio_to_fixed": rows["adaptive"].tokens_per_second / rows[FIXED].tokens_per_second}
+                        if fixed else {})
+        runs.append({"round": number, "order": list(order), "ratio": ratio, **versus_fixed,
                      **{mode: {"tokens_per_second": row.tokens_per_second, "ms_per_step": row.ms_per_step,
                                "full_batch_step_ms": row.full_batch_step_ms, "gc_pause_ms": row.gc_pause_ms,
                                "shapes": row.shapes, "step_ms": row.step_ms} for mode, row in rows.items()}})
+        against_fixed = (f", fixed 4-chains {rows[FIXED].tokens_per_second:.1f} (adaptive "
+                         f"{versus_fixed['ratio_to_fixed']:.4f}x of it)" if fixed else "")
         print(f"[paired] round {number + 1}/{rounds}: plain {rows['plain'].tokens_per_second:.1f} tok/s, adaptive "
-              f"{rows['adaptive'].tokens_per_second:.1f} ({ratio:.4f}x), shapes {rows['adaptive'].shapes}",
-              flush=True)
+              f"{rows['adaptive'].tokens_per_second:.1f} ({ratio:.4f}x){against_fixed}, shapes "
+              f"{rows['adaptive'].shapes}", flush=True)
     return {"runs": runs, **summary(runs)}
 
 
@@ -86,24 +102,33 @@ def summary(runs: list[dict]) -> dict:
                 "at_least_plain": sum(r >= 1.0 for r in ratios), "rounds": len(ratios)} if ratios else {}
 
     ratios = [r["ratio"] for r in runs]
-    return {"all_rounds": figures(ratios), "after_the_first": figures(ratios[1:])}
+    to_fixed = [r["ratio_to_fixed"] for r in runs if "ratio_to_fixed" in r]
+    fixed = {"to_fixed": {k: v for k, v in figures(to_fixed).items() if k != "at_least_plain"}} if to_fixed else {}
+    return {"all_rounds": figures(ratios), "after_the_first": figures(ratios[1:]), **fixed}
 
 
 def table(result: dict) -> str:
-    lines = [f"{result['model']}, batch {result['batch']}, {result['accepted']} accepted, {result['new_tokens']} "
-             f"new tokens, {result['device']}", "",
-             "| round | first | plain tok/s | adaptive tok/s | adaptive / plain | adaptive's shapes |",
-             "|---|---|---|---|---|---|"]
+    fixed = "to_fixed" in result
+    lines = [f"{result['model']}, batch {result['batch']}, {result.get('prompt_tokens', 128)} prompt tokens, "
+             f"{result['accepted']} accepted, {result['new_tokens']} new tokens, {result['device']}", "",
+             "| round | first | plain tok/s | adaptive tok/s | adaptive / plain |"
+             + (" fixed 4-chains tok/s | adaptive / fixed |" if fixed else "") + " adaptive's shapes |",
+             "|---|---|---|---|---|" + ("---|---|" if fixed else "") + "---|"]
     for run in result["runs"]:
         shapes = ", ".join(f"{k} {v}" for k, v in sorted((run["adaptive"]["shapes"] or {}).items(),
                                                          key=lambda item: -item[1]))
+        against = (f" {run[FIXED]['tokens_per_second']:.1f} | {run['ratio_to_fixed']:.4f}x |" if fixed else "")
         lines.append(f"| {run['round'] + 1} | {run['order'][0]} | {run['plain']['tokens_per_second']:.1f} | "
-                     f"{run['adaptive']['tokens_per_second']:.1f} | {run['ratio']:.4f}x | {shapes} |")
+                     f"{run['adaptive']['tokens_per_second']:.1f} | {run['ratio']:.4f}x |{against} {shapes} |")
     for name in ("all_rounds", "after_the_first"):
         f = result[name]
         if f:
             lines.append(f"\n{name.replace('_', ' ')}: median {f['median']:.4f}x, {f['lowest']:.4f}-"
                          f"{f['highest']:.4f}, adaptive >= plain in {f['at_least_plain']} of {f['rounds']}")
+    if fixed:
+        f = result["to_fixed"]
+        lines.append(f"\nadaptive / fixed 4-chains, all rounds: median {f['median']:.4f}x, {f['lowest']:.4f}-"
+                     f"{f['highest']:.4f}")
     return "\n".join(lines)
 
 
@@ -115,24 +140,30 @@ def main() -> None:
     parser.add_argument("--accepted", type=float, default=1.2, help="the drafts' mean accepted length, bonus included")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="tokens of each random prompt (the context "
+                        "the steps start from)")
+    parser.add_argument("--fixed", action="store_true", help="a third engine, fixed 4-chains of the same drafts, "
+                        "timed in the rotation too (adaptive / fixed per round)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu --tiny for a smoke run")
-    if args.rounds < 1 or args.batch < 1:
-        raise SystemExit(f"--rounds and --batch take values >= 1, got {args.rounds} and {args.batch}")
+    if min(args.rounds, args.batch, args.prompt_tokens) < 1:
+        raise SystemExit(f"--rounds, --batch and --prompt-tokens take values >= 1, got {args.rounds}, {args.batch} "
+                         f"and {args.prompt_tokens}")
     layers = args.layers or SHAPES[args.model][1]
     target = "qwen3.5" if args.tiny else f"random:{args.model}:{layers}"
     settings = BenchSettings(target=target, draft=f"synthetic:{args.accepted}", batch_sizes=(args.batch,),
-                             max_new_tokens=args.new_tokens, prompt_tokens=128, device=args.device,
+                             max_new_tokens=args.new_tokens, prompt_tokens=args.prompt_tokens, device=args.device,
                              speculation=("adaptive",), **TREE)
     result = {"model": args.model if not args.tiny else "qwen3.5 (shipped)", "layers": layers, "target": target,
               "batch": args.batch, "accepted": args.accepted, "new_tokens": args.new_tokens,
+              "prompt_tokens": args.prompt_tokens,
               "date": datetime.date.today().isoformat(),
               "device": torch.cuda.get_device_name() if args.device == "cuda" else "CPU", "torch": torch.__version__,
-              **run(settings, args.rounds)}
+              **run(settings, args.rounds, args.fixed)}
     print(table(result), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

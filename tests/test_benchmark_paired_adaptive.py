@@ -3,6 +3,8 @@ round's ratio the adaptive run's tokens/s over the plain run's, and the summary 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from benchmarks.paired_adaptive import build, run, summary, table
@@ -39,3 +41,23 @@ def test_summary_counts_rounds_at_least_plain():
     figures = summary([{"ratio": 0.99}, {"ratio": 1.0}, {"ratio": 1.02}])
     assert figures["all_rounds"] == {"median": 1.0, "lowest": 0.99, "highest": 1.02, "at_least_plain": 2, "rounds": 3}
     assert figures["after_the_first"]["median"] == pytest.approx(1.01) and summary([])["all_rounds"] == {}
+
+
+def test_a_fixed_engine_joins_the_rotation_at_the_prompts_length():
+    settings = replace(SETTINGS, prompt_tokens=24)
+    result = run(settings, rounds=2, fixed=True)
+    runs = result["runs"]
+    assert [r["order"] for r in runs] == [["plain", "adaptive", "speculative"], ["speculative", "adaptive", "plain"]]
+    for r in runs:
+        assert r["ratio_to_fixed"] == pytest.approx(r["adaptive"]["tokens_per_second"]
+                                                    / r["speculative"]["tokens_per_second"])
+        assert r["speculative"]["shapes"] is None  # (fixed speculation: no shapes chosen)
+    assert result["to_fixed"]["rounds"] == 2 and "at_least_plain" not in result["to_fixed"]
+    lines = table({"model": "qwen3.5", "batch": 2, "accepted": 2.5, "new_tokens": 12, "prompt_tokens": 24,
+                   "device": "CPU", **result})
+    assert "24 prompt tokens" in lines and "adaptive / fixed 4-chains" in lines
+    llms = build(settings, fixed=True)
+    fixed = llms["speculative"].engine
+    assert fixed.policy is None and fixed.config.shape.topk == 1 and fixed.config.shape.depth == 4  # 4-chains
+    assert llms["speculative"].model is llms["plain"].model
+    assert fixed.config.cache.max_seq_len >= 24 + 12  # (pools for the longer prompts)
