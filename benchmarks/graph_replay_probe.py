@@ -9,6 +9,7 @@ process's life (benchmarks/graph_steps.py):
 
     python -m benchmarks.graph_replay_probe --rounds 3            (the driver: every variant, in turn)
     python -m benchmarks.graph_replay_probe --variant others16     (one variant, one process)
+    python -m benchmarks.graph_replay_probe --rounds 3 --triton --layers 340   (the norm a Triton kernel, as specdec's)
 
 Variants: alone (the hot graph only); othersN (N more graphs of the same blocks at rows 2..N+1, captured after the
 hot one in its memory pool, never replayed); others16_first (the 16 captured before the hot one); others16_pools
@@ -36,25 +37,34 @@ WEIGHTS = 16  # distinct weights the blocks cycle through (128 MB in bf16, beyon
 VARIANTS = ("alone", "others4", "others16", "others16_first", "others16_pools", "others16_dropped", "memory")
 
 
-def block_step(x: torch.Tensor, weights: list[torch.Tensor], layers: int) -> torch.Tensor:
-    """x: [rows, WIDTH] bf16 -> the same after `layers` blocks (a GEMV, then a norm-like chain of small kernels)."""
+def block_step(x: torch.Tensor, weights: list[torch.Tensor], layers: int,
+               norm_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [rows, WIDTH] bf16 -> the same after `layers` blocks: a GEMV, then a norm and the residual add, as a
+    chain of five small PyTorch kernels, or with norm_weight [WIDTH] fp32 as the engine's one Triton kernel
+    (verify_kernels/glue/norm.py add_rms_norm: the new residual, and the normalised sum the next block reads)."""
+    residual = x
     for layer in range(layers):
         y = x @ weights[layer % len(weights)]
-        scale = torch.rsqrt(y.float().pow(2).mean(-1, keepdim=True) + 1e-6)
-        x = (y.float() * scale).to(x.dtype) + x
+        if norm_weight is None:
+            scale = torch.rsqrt(y.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+            x = (y.float() * scale).to(x.dtype) + x
+        else:
+            from verify_kernels.glue.norm import add_rms_norm
+            x, residual = add_rms_norm(y, residual, norm_weight, 1e-6, False)
     return x
 
 
-def capture(rows: int, weights: list[torch.Tensor], layers: int, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+def capture(rows: int, weights: list[torch.Tensor], layers: int, pool,
+            norm_weight: torch.Tensor | None = None) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     x = torch.randn(rows, WIDTH, device="cuda", dtype=torch.bfloat16) * 0.01
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # (a warm-up off the capture, as torch.cuda.graphs.make_graphed_callables does)
-        block_step(x, weights, layers)
+        block_step(x, weights, layers, norm_weight)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
-        block_step(x, weights, layers)
+        block_step(x, weights, layers, norm_weight)
     return graph, x
 
 
@@ -82,9 +92,10 @@ def time_replays(graph: torch.cuda.CUDAGraph, replays: int, repeats: int) -> lis
     return times
 
 
-def run_variant(variant: str, layers: int, replays: int, repeats: int) -> dict:
+def run_variant(variant: str, layers: int, replays: int, repeats: int, triton: bool = False) -> dict:
     torch.manual_seed(0)
     weights = [torch.randn(WIDTH, WIDTH, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(WEIGHTS)]
+    norm_weight = torch.ones(WIDTH, device="cuda") if triton else None
     others_count = int(variant[len("others"):].split("_")[0]) if variant.startswith("others") else 0
     pool = torch.cuda.graph_pool_handle()
     others = []
@@ -92,12 +103,12 @@ def run_variant(variant: str, layers: int, replays: int, repeats: int) -> dict:
     def capture_others() -> None:
         for index in range(others_count):
             own = torch.cuda.graph_pool_handle() if variant.endswith("_pools") else pool
-            others.append(capture(index + 2, weights, layers, own))
+            others.append(capture(index + 2, weights, layers, own, norm_weight))
 
     reserved_before = torch.cuda.memory_reserved()
     if variant.endswith("_first"):
         capture_others()
-    hot, _ = capture(1, weights, layers, pool)
+    hot, _ = capture(1, weights, layers, pool, norm_weight)
     if not variant.endswith("_first"):
         capture_others()
     held = None
@@ -109,21 +120,21 @@ def run_variant(variant: str, layers: int, replays: int, repeats: int) -> dict:
         gc.collect()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-    kernels = count_kernels(weights, layers)
+    kernels = count_kernels(weights, layers, norm_weight)
     clock_before = sm_clock()
     times = time_replays(hot, replays, repeats)
     del held
-    return {"variant": variant, "ms": statistics.median(times), "ms_all": times, "kernels": kernels,
+    return {"variant": variant, "triton": triton, "ms": statistics.median(times), "ms_all": times, "kernels": kernels,
             "us_per_kernel": 1e3 * statistics.median(times) / kernels, "reserved_bytes": reserved,
             "clock_before": clock_before, "clock_after": sm_clock()}
 
 
-def count_kernels(weights: list[torch.Tensor], layers: int) -> int:
+def count_kernels(weights: list[torch.Tensor], layers: int, norm_weight: torch.Tensor | None) -> int:
     """Kernels one hot step launches, counted by the profiler on an eager run."""
     from torch.profiler import ProfilerActivity, profile
     x = torch.randn(1, WIDTH, device="cuda", dtype=torch.bfloat16)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        block_step(x, weights, layers)
+        block_step(x, weights, layers, norm_weight)
         torch.cuda.synchronize()
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) or 1
 
@@ -137,7 +148,8 @@ def drive(args: argparse.Namespace) -> None:
             env = dict(os.environ, PROBE_HELD_BYTES=held)
             done = subprocess.run([sys.executable, "-m", "benchmarks.graph_replay_probe", "--variant", variant,
                                    "--layers", str(args.layers), "--replays", str(args.replays),
-                                   "--repeats", str(args.repeats)], capture_output=True, text=True, env=env)
+                                   "--repeats", str(args.repeats), *(["--triton"] if args.triton else [])],
+                                  capture_output=True, text=True, env=env)
             if done.returncode != 0:
                 print(f"[{variant}] failed: {done.stderr.strip().splitlines()[-1:]}")
                 continue
@@ -172,10 +184,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=170, help="blocks a step (~6 kernels each)")
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--triton", action="store_true", help="each block's norm the engine's Triton kernel "
+                        "(add_rms_norm) instead of five PyTorch kernels")
     parser.add_argument("--out", help="write every run as JSON here")
     args = parser.parse_args()
     if args.variant:
-        print(json.dumps(run_variant(args.variant, args.layers, args.replays, args.repeats)))
+        print(json.dumps(run_variant(args.variant, args.layers, args.replays, args.repeats, args.triton)))
     else:
         drive(args)
 
