@@ -222,3 +222,22 @@ def test_an_engines_prior_is_the_roofline_at_the_peaks_given_or_measured_on_its_
     plain = LLM("qwen3.5", None, config=config)  # (no drafter, no policy: nothing to measure for)
     step_cost.with_device_prior(plain, given)
     assert plain.engine.policy is None
+
+
+def test_longer_contexts_draft_longer_chains_where_a_wide_step_reads_mostly_keys():
+    """A row's nodes read its keys once (tree attention), so at long contexts a wide step costs little more than a
+    plain one. Qwen3.5-9B's shapes at batch 256 on the H200 roofline, drafts kept at 0.6 a position: 1-chains pay at
+    128 tokens of context and 4-chains at 32768, also once every width's cost is measured at 128 (1.3x its prior:
+    the factors scale the prior, which keeps its context)."""
+    from specdec.eval import step_cost
+    from specdec.models.real_shapes import SHAPES
+
+    prior = step_cost.roofline_step_cost(SHAPES["qwen3.5-9b"][0](), step_cost.H200)
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, prior_acceptance=(0.6,), refresh_every=0, optimism=0.0),
+                            prior)
+    ids = list(range(256))
+    for width in policy.config.widths:  # (two steps of each: a bucket's first is its warm-up)
+        for _ in range(2):
+            policy.cost.observe(256, width, 128.0, 1.3 * prior(256, width, 128.0))
+    assert policy.plan(ids, [128] * 256).steps == 1
+    assert policy.plan(ids, [32768] * 256).steps == 4
