@@ -146,6 +146,8 @@ def main() -> None:
                         "timed in the rotation too (adaptive / fixed per round)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
+    parser.add_argument("--policy-trace", type=Path, default=None, help="append the adaptive engine's step "
+                        "decisions to this JSONL file (as `specdec bench --policy-trace`), every round's")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -157,7 +159,8 @@ def main() -> None:
     target = "qwen3.5" if args.tiny else f"random:{args.model}:{layers}"
     settings = BenchSettings(target=target, draft=f"synthetic:{args.accepted}", batch_sizes=(args.batch,),
                              max_new_tokens=args.new_tokens, prompt_tokens=args.prompt_tokens, device=args.device,
-                             speculation=("adaptive",), **TREE)
+                             speculation=("adaptive",), policy_trace=args.policy_trace and str(args.policy_trace),
+                             **TREE)
     result = {"model": args.model if not args.tiny else "qwen3.5 (shipped)", "layers": layers, "target": target,
               "batch": args.batch, "accepted": args.accepted, "new_tokens": args.new_tokens,
               "prompt_tokens": args.prompt_tokens,
