@@ -3,13 +3,14 @@ in the forward, sampled on the device, a run of them pipelined one step ahead of
 plain decoding (greedy, with requests ending mid-run on an end-of-sequence token or their length, one queued), the
 drafter told of every root scored without drafting, the stats and the policy's observations; sampled requests
 reproduce under a seed; drafters that read the target's features keep verify steps of width 1; a warm-up builds the
-decode graphs too."""
+decode graphs too; a plain step launches the very kernels of plain decoding's step."""
 
 from __future__ import annotations
 
 import types
 
 import pytest
+import torch
 
 from drafters import DraftModelDrafter, NgramDrafter
 from specdec.cache.spec import CacheConfig
@@ -198,3 +199,74 @@ def test_the_policy_is_told_the_draft_models_backlog(checkpoint, clock):
     fresh = [(backlog, owed) for backlog, owed, all_unread in told if all_unread]
     assert fresh and all(backlog == owed > 0 for backlog, owed in fresh)
     assert any(backlog < owed or not all_unread for backlog, owed, all_unread in told)  # read by a drafting step
+
+
+def launches_of_a_decode_step(checkpoint, adaptive: bool, monkeypatch) -> list:
+    """Every Triton launch of two decode steps (one request, its third and fourth), each as (kernel, grid,
+    its arguments: tensors by shape, strides and dtype, the rest by value): plain decoding's, or adaptive
+    speculation's whose every width (chains of 1, 2 and 4, the tree of 16 drafts) is measured and whose request is
+    collapsed, so that its steps are plain. Both on the static steps of the CUDA graphs, run eagerly."""
+    from triton.runtime import jit
+
+    from specdec.eval.synthetic import synthetic_speculation
+
+    cache = CacheConfig(max_requests=2, max_seq_len=128, flush_length=4)
+    target = load_model(checkpoint, device="cpu")
+    if adaptive:
+        drafter, acceptance = synthetic_speculation("synthetic:1.2", 4)
+        config = EngineConfig(cache=cache, shape=TreeShape(steps=4, topk=2, max_tokens=16), cuda_graphs=False,
+                              speculation="adaptive",
+                              adaptive=AdaptiveConfig(collapse=1.01, probe_every=10**9, refresh_every=0))
+        engine = Engine(target, drafter, config, acceptance)
+        for width in engine.policy.config.widths:  # (measured, and far dearer than a plain step: nothing drafts)
+            for _ in range(2):
+                engine.policy.cost.observe(1, width, 20.0, 1e3 if width > 1 else 1e-3)
+    else:
+        engine = Engine(target, None, EngineConfig(cache=cache, cuda_graphs=False))
+    width = engine.config.shape.budget + 1 if adaptive else 1
+    engine.runner.enable_graphs(width, max_batch=1, capture=False, decode_steps=engine.plain_decodes)
+    if adaptive:
+        engine.runner.graphs.set_widths(engine.verify_widths)
+    engine.add_request(prompts()[0], SamplingParams(), max_new_tokens=12)
+    engine.admit_and_prefill()
+    replays = engine.runner.decode_graphs.replays
+    while replays[1] < 3:
+        engine.step()
+
+    def described(value):
+        if isinstance(value, torch.Tensor):
+            return tuple(value.shape), value.stride(), value.dtype
+        return value if isinstance(value, int | float | bool | str | type(None)) else type(value).__name__
+
+    launched = []
+    launch = jit.KernelInterface.__getitem__
+
+    def recorded(kernel, grid):
+        run = launch(kernel, grid)
+
+        def logged(*args, **kwargs):
+            launched.append((getattr(kernel, "__name__", repr(kernel)), grid if isinstance(grid, tuple) else "fn",
+                             tuple(map(described, args)), sorted((k, described(v)) for k, v in kwargs.items())))
+            return run(*args, **kwargs)
+        return logged
+
+    monkeypatch.setattr(jit.KernelInterface, "__getitem__", recorded)
+    while replays[1] < 5 and not engine.scheduler.idle:  # (the third and fourth decode steps: the same tokens
+        engine.step()  # and lengths in both engines)
+    monkeypatch.undo()
+    assert engine.policy is None or set(engine.policy.counts) == {"plain"}
+    return launched
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "nemotron_h"])
+def test_a_plain_step_launches_what_plain_decodings_step_launches(name, tmp_path_factory, monkeypatch):
+    """An adaptive engine holds steps of every width its policy may choose, yet its plain step launches the very
+    kernels of plain decoding's step: the same Triton kernels, grids, shapes, strides and compile-time arguments (in
+    the interpreter, on the CPU). On an H100 its plain steps still took ~8 us (0.2%) longer than plain decoding's at
+    Nemotron-3-Nano batch 1 (benchmarks/results/paired_adaptive_h100_2026-12-07b): not from what they launch."""
+    checkpoint = save(name, tmp_path_factory)
+    monkeypatch.setenv("SPECDEC_BACKEND", "triton")
+    plain = launches_of_a_decode_step(checkpoint, False, monkeypatch)
+    monkeypatch.setenv("SPECDEC_BACKEND", "triton")  # (undone with the launches' hook)
+    adaptive = launches_of_a_decode_step(checkpoint, True, monkeypatch)
+    assert len(plain) > 20 and adaptive == plain
