@@ -61,6 +61,7 @@ def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int
             kernels[event.name][1] += 1
     busy = sum(total for total, _ in kernels.values())
     wall = 1e3 * seconds / steps
+    within, between = device_gaps(prof.events(), steps)
     ops, factor = roofline_by_op(llm, requests, settings, backend, settings.prompt_tokens, peaks, steps,
                                  traffic if traffic.any else None)
     experts = f" (MoE expert reads x{factor:.2f}: the experts the steps touched / uniform routing's)" \
@@ -68,6 +69,8 @@ def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int
     lines = [f"## {backend} {mode}, batch {batch}: {wall:.2f} ms/step wall, {busy / steps:.2f} ms/step on the GPU "
              f"(host gap {wall - busy / steps:.2f}), roofline {sum(ops.values()):.2f} ms/step{experts}, {steps} "
              f"steps; CUDA graphs: {llm.engine.runner.graph_note or 'on'}, {captured} captured while timed", "",
+             f"The GPU idle between its kernels: {within:.4f} ms/step in gaps of at most {GRAPH_GAP_US} us (inside a "
+             f"step's graph), {between:.4f} ms/step in longer ones (between steps, or waiting for the host).", "",
              "| kernel | ms/step | calls/step |", "|---|---|---|"]
     for name, (total, calls) in sorted(kernels.items(), key=lambda item: -item[1][0])[:top]:
         lines.append(f"| {name[:90]} | {total / steps:.3f} | {calls / steps:.1f} |")
@@ -89,6 +92,29 @@ def profile_backend(settings: BenchSettings, backend: str, mode: str, batch: int
     lines += ["", f"The roofline of the same steps, by op ({peaks}):", "", "| op | ms/step |", "|---|---|"]
     lines += [f"| {name} | {ms:.3f} |" for name, ms in sorted(ops.items(), key=lambda item: -item[1]) if ms >= 0.001]
     return lines
+
+
+GRAPH_GAP_US = 20.0  # the longest gap counted as one between two kernels of a step (a launch's latency, ~1-4 us)
+
+
+def device_gaps(events, steps: int) -> tuple[float, float]:
+    """-> (ms per step the GPU sat idle between consecutive device events, kernels and copies, in gaps of at most
+    GRAPH_GAP_US; ms per step in longer gaps). Whether a step's time above its kernels' is spread between them or
+    sits between steps (the adaptive engine's plain steps: 8 us a step above plain decoding's on the H100, with
+    kernel times equal to the profile's rounding, 2026-12-07)."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    within = between = 0.0
+    end = None
+    for start, stop in spans:
+        if end is not None and start > end:
+            gap = start - end  # (us)
+            if gap <= GRAPH_GAP_US:
+                within += gap
+            else:
+                between += gap
+        end = stop if end is None else max(end, stop)
+    return within / 1e3 / steps, between / 1e3 / steps
 
 
 def roofline_by_op(llm, requests, settings: BenchSettings, backend: str, prompt_tokens: int, peaks: Peaks,
