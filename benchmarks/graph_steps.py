@@ -58,7 +58,7 @@ from specdec.eval.bench import (
 from specdec.eval.step_cost import default_peaks, with_device_prior
 from specdec.eval.synthetic import synthetic_speculation
 from specdec.speculation.adaptive import AdaptiveConfig
-from specdec.speculation.adaptive.policy import StepPlan
+from specdec.speculation.adaptive.plan import StepPlan
 
 # the adaptive policy held to one shape: no request counts as drafting-worthy (collapse > 1) or every one does
 # (collapse 0, only 4-chains offered), no probes, no refreshes

@@ -6,7 +6,8 @@ AdaptivePolicy.plan before proposing and tells it a step's outcome once the next
 
 from .acceptance_stats import RunningAcceptance
 from .config import AdaptiveConfig
-from .policy import AdaptivePolicy, PlannedStep, StepPlan
+from .plan import PlannedStep, StepPlan
+from .policy import AdaptivePolicy
 from .step_cost import StepCost, StepCostPrior, StepRows, flat_prior, unpadded
 from .tree_yield import SiblingAcceptance, TreeLayout, rank_outcome
 

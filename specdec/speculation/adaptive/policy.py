@@ -39,10 +39,10 @@ from __future__ import annotations
 import functools
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from .acceptance_stats import SURE_OF, RunningAcceptance
 from .config import AdaptiveConfig
+from .plan import PlannedStep, StepPlan
 from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
 from .tree_yield import SiblingAcceptance, child_lists, rank_outcome
 
@@ -87,32 +87,6 @@ MEASURE_FOR = 4
 # the drafting steps a drafter's catch-up is spread over when a drafting shape is priced (CatchUpCost): it is paid
 # once, by the first of a run of drafting steps, and a run lasts at least the steps a measured shape is held for
 CATCH_UP_STEPS = MEASURE_FOR
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """steps: drafts per row (0: nobody drafts); drafting[i]: whether row i drafts (every row of a drafting step:
-    the policy's plans; the engine takes any mask); tree: the drafts are the configured tree's, not a chain."""
-
-    steps: int
-    drafting: tuple[bool, ...]
-    tree: bool = False
-
-    @property
-    def label(self) -> str:
-        return "plain" if self.steps == 0 else f"tree-{self.steps}" if self.tree else f"chain-{self.steps}"
-
-
-@dataclass(frozen=True)
-class PlannedStep:
-    """A plan awaiting its outcome: the batch and mean context it was priced at, the plan, the drafter's backlog
-    then, and its entry for the trace (when tracing)."""
-
-    batch: int
-    context: float
-    plan: StepPlan
-    backlog: int
-    decision: dict | None = None
 
 
 class AdaptivePolicy:
