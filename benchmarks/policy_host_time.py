@@ -9,12 +9,17 @@ more per call than the first table shows.
     PYTHONPATH=/path/to/other/checkout python -m benchmarks.policy_host_time --label before   # another, to compare
     python -m benchmarks.policy_host_time --warm-buckets      # a policy that has measured costs in every bucket
     python -m benchmarks.policy_host_time --tree              # offered a static tree too (topk 2, 16 drafts)
-"""
+    python -m benchmarks.policy_host_time --first-plan        # a new batch's first plan beside the next one
+
+--first-plan: the first plan of a batch of new requests (none observed yet: each row priced from the pooled
+figures, in the step that refills the pipeline after a prefill) beside the plan after it (every row's figures kept),
+the median of 20 fresh policies."""
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
 from dataclasses import replace
 
@@ -106,6 +111,21 @@ def in_engine(held: bool, prompts: int = 6, new_tokens: int = 128) -> tuple[floa
     return 1e3 * (time.perf_counter() - start) / steps, 1e6 * spent["plan"] / steps, 1e6 * spent["observe"] / steps
 
 
+def first_plan_ms(batch: int, repeats: int = 20) -> tuple[float, float]:
+    """-> (ms of a fresh policy's first plan of `batch` new requests, ms of the next plan of the same requests),
+    medians over `repeats` policies."""
+    first, second = [], []
+    ids, contexts = list(range(batch)), [300] * batch
+    for _ in range(repeats):
+        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4))
+        for times in (first, second):
+            start = time.perf_counter()
+            policy.plan(ids, contexts)
+            times.append(1e3 * (time.perf_counter() - start))
+            policy.take_planned()
+    return statistics.median(first), statistics.median(second)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="this checkout")
@@ -114,7 +134,16 @@ def main() -> None:
                         "drafts), each tree step's rows told their paths")
     parser.add_argument("--warm-buckets", action="store_true",
                         help="the policy first runs the study's batch sizes in turn (costs in every bucket)")
+    parser.add_argument("--first-plan", action="store_true",
+                        help="only the first plan of a batch of new requests, beside the next plan")
     args = parser.parse_args()
+    if args.first_plan:
+        print(f"| batch | first plan of new requests, ms ({args.label}) | the next plan, ms |")
+        print("|---|---|---|")
+        for batch in (1, 16, 64, 256):
+            first, second = first_plan_ms(batch)
+            print(f"| {batch} | {first:.3f} | {second:.3f} |", flush=True)
+        return
     warm = ", warmed over the study's batch sizes" if args.warm_buckets else ""
     warm += ", tree offered" if args.tree else ""
     print(f"| batch | plan + observe ms a step ({args.label}{warm}) |")

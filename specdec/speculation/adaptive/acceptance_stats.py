@@ -39,7 +39,8 @@ class RunningAcceptance:
 
     def copy(self) -> RunningAcceptance:
         """A new request's running acceptance like this untouched one, its figures worked out too (built, not copied:
-        an instance whose __dict__ was copied in reads its attributes slower, 25% of the policy's host time a step)."""
+        an instance whose __dict__ was copied in reads its attributes slower: plan + observe at batch 128 took 0.75 ms a
+        step against 0.59, benchmarks.policy_host_time, 2026-12-07)."""
         if not self.untouched:
             raise ValueError("only an untouched running acceptance (a new request's) is copied")
         twin = RunningAcceptance(self.prior, self.weight, self.decay)

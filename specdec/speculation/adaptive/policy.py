@@ -131,7 +131,8 @@ class AdaptivePolicy:
         self._batch_memo: tuple[tuple, tuple[dict[int, float], list[bool]]] | None = None
         # a new request's running acceptance, at the pooled figures (_stats copies it), until they change (observe):
         # the rows of a new batch are priced once, not once each (the first plan of 64 new requests, in the step that
-        # refills the pipeline after a prefill, took 0.31 ms of Python on a 2-core CPU priced row by row, 0.10 so)
+        # refills the pipeline after a prefill: 0.28 ms of Python on a 2-core CPU priced row by row, 0.10 so;
+        # benchmarks/results/adaptive_first_plan_cpu_2026-12-07.md)
         self._new_request: RunningAcceptance | None = None
         self._figures_version = 0
 
