@@ -49,3 +49,21 @@ def test_a_tree_offered_is_told_its_paths(monkeypatch):
     assert all(path[0] == 0 and all(parents[b] == a for a, b in zip(path, path[1:], strict=False))
                for trees in tree_steps for parents, path in trees)
     assert policy_host_time.first_ranked_path(2) == [0, 1, 3]  # (the first-ranked child of node 1 is node 3)
+
+
+def test_first_plan_times_a_fresh_policys_first_plan_then_its_next(monkeypatch, capsys):
+    policies = []
+    new = policy_host_time.AdaptivePolicy.__init__
+
+    def made(self, *args, **kwargs):
+        new(self, *args, **kwargs)
+        policies.append(self)
+    monkeypatch.setattr(policy_host_time.AdaptivePolicy, "__init__", made)
+    first, second = policy_host_time.first_plan_ms(8, repeats=3)
+    assert first > 0 and second > 0 and len(policies) == 3
+    assert all(len(p.acceptance) == 8 and p.steps == 0 for p in policies)  # (planned twice, nothing observed)
+    monkeypatch.setattr("sys.argv", ["policy_host_time", "--first-plan"])
+    policy_host_time.main()
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("| batch | first plan of new requests")
+    assert [r.split("|")[1].strip() for r in rows[2:]] == ["1", "16", "64", "256"]
