@@ -8,10 +8,13 @@ round, as a server holds it: its first round explores the shapes, later ones run
 Both engines run the study's synthetic drafts (adaptive: chains up to 4 and the study's tree) and the same timed
 batch as `specdec bench` (time_batch: warm-up, prefill, then the timed steps). --fixed adds a third engine, fixed
 4-chains of the same drafts, to the rotation (adaptive / fixed per round: issue 17's other target, >= 0.95x of the
-best fixed shape); --prompt-tokens sets the context the steps start from (the study's is 128).
+best fixed shape); --control adds a second plain engine built as the adaptive one is (its own pools and graphs over
+the same target, after the first's): second plain / plain per round is what being another engine in the process
+costs, the floor under adaptive / plain; --prompt-tokens sets the context the steps start from (the study's is 128).
 
     python -m benchmarks.paired_adaptive --model qwen3.5-9b --batch 64 --accepted 1.2 --rounds 8 --out paired.json
     python -m benchmarks.paired_adaptive --model qwen3.5-9b --batch 16 --accepted 2.72 --prompt-tokens 8192 --fixed
+    python -m benchmarks.paired_adaptive --model nemotron-3-nano --batch 1 --accepted 1.2 --rounds 6 --control
     python -m benchmarks.paired_adaptive --tiny --device cpu --batch 4 --rounds 2 --new-tokens 16   (a smoke run)
 """
 
@@ -43,12 +46,14 @@ from specdec.eval.synthetic import synthetic_speculation
 
 MODES = ("plain", "adaptive")
 FIXED = "speculative"  # (--fixed: fixed 4-chains, the mode's name in `specdec bench` rows)
+CONTROL = "control"  # (--control: a second plain engine)
 
 
-def build(settings: BenchSettings, fixed: bool = False) -> dict:
+def build(settings: BenchSettings, fixed: bool = False, control: bool = False) -> dict:
     """mode -> LLM: the plain engine as `specdec bench` loads it, and an adaptive engine over its very target (a
     shallow copy of the LLM with its own drafter and engine: its own pools and graphs, the weights shared); fixed:
-    a third, fixed speculation with 4-chains of the same drafts (the chains' depth, no tree)."""
+    a third, fixed speculation with 4-chains of the same drafts (the chains' depth, no tree); control: another
+    plain engine, built as the adaptive one is (after the first, a copy of its LLM with an engine of its own)."""
     plain = load_llm(settings, "kvbuffer", "plain")
     llms = {"plain": plain}
     chains = replace(settings, topk=1, num_draft_tokens=None, dynamic_tree=False)
@@ -59,15 +64,20 @@ def build(settings: BenchSettings, fixed: bool = False) -> dict:
         llm.drafter = drafter
         llm.engine = Engine(plain.model, drafter, config, acceptance)
         llms[mode] = llm
+    if control:
+        llm = copy.copy(plain)
+        llm.engine = Engine(plain.model, None, bench_engine_config(settings, "kvbuffer", "plain"))
+        llms[CONTROL] = llm
     return llms
 
 
-def run(settings: BenchSettings, rounds: int, fixed: bool = False) -> dict:
+def run(settings: BenchSettings, rounds: int, fixed: bool = False, control: bool = False) -> dict:
     """The engines, `rounds` timed runs each, alternated (the order turned each round). -> the rounds' rows and
-    their paired ratios: adaptive / plain, and with `fixed` adaptive / fixed 4-chains too."""
+    their paired ratios: adaptive / plain, with `fixed` adaptive / fixed 4-chains too, with `control` second plain
+    / plain too."""
     peaks = bench_peaks(settings)
-    llms = build(settings, fixed)
-    modes = (*MODES, *((FIXED,) if fixed else ()))
+    llms = build(settings, fixed, control)
+    modes = (*MODES, *((FIXED,) if fixed else ()), *((CONTROL,) if control else ()))
     with_device_prior(llms["adaptive"], peaks)
     batch = settings.batch_sizes[0]
     prompts = bench_prompts(llms["plain"], settings, batch)
@@ -77,17 +87,20 @@ def run(settings: BenchSettings, rounds: int, fixed: bool = False) -> dict:
     runs: list[dict] = []
     for number in range(rounds):
         order = modes if number % 2 == 0 else modes[::-1]
-        rows = {mode: time_batch(llms[mode], prompts, batch, settings, "kvbuffer", mode, 0, 0, peaks)
-                for mode in order}
+        rows = {mode: time_batch(llms[mode], prompts, batch, settings, "kvbuffer", "plain" if mode == CONTROL else mode,
+                                 0, 0, peaks) for mode in order}
         ratio = rows["adaptive"].tokens_per_second / rows["plain"].tokens_per_second
         versus_fixed = ({"ratio_to_fixed": rows["adaptive"].tokens_per_second / rows[FIXED].tokens_per_second}
                         if fixed else {})
-        runs.append({"round": number, "order": list(order), "ratio": ratio, **versus_fixed,
+        versus_control = ({"control_ratio": rows[CONTROL].tokens_per_second / rows["plain"].tokens_per_second}
+                          if control else {})
+        runs.append({"round": number, "order": list(order), "ratio": ratio, **versus_fixed, **versus_control,
                      **{mode: {"tokens_per_second": row.tokens_per_second, "ms_per_step": row.ms_per_step,
                                "full_batch_step_ms": row.full_batch_step_ms, "gc_pause_ms": row.gc_pause_ms,
                                "shapes": row.shapes, "step_ms": row.step_ms} for mode, row in rows.items()}})
         against_fixed = (f", fixed 4-chains {rows[FIXED].tokens_per_second:.1f} (adaptive "
                          f"{versus_fixed['ratio_to_fixed']:.4f}x of it)" if fixed else "")
+        against_fixed += (f", second plain {versus_control['control_ratio']:.4f}x of plain" if control else "")
         print(f"[paired] round {number + 1}/{rounds}: plain {rows['plain'].tokens_per_second:.1f} tok/s, adaptive "
               f"{rows['adaptive'].tokens_per_second:.1f} ({ratio:.4f}x){against_fixed}, shapes "
               f"{rows['adaptive'].shapes}", flush=True)
@@ -104,20 +117,24 @@ def summary(runs: list[dict]) -> dict:
     ratios = [r["ratio"] for r in runs]
     to_fixed = [r["ratio_to_fixed"] for r in runs if "ratio_to_fixed" in r]
     fixed = {"to_fixed": {k: v for k, v in figures(to_fixed).items() if k != "at_least_plain"}} if to_fixed else {}
-    return {"all_rounds": figures(ratios), "after_the_first": figures(ratios[1:]), **fixed}
+    controls = [r["control_ratio"] for r in runs if "control_ratio" in r]
+    control = {"control": figures(controls)} if controls else {}
+    return {"all_rounds": figures(ratios), "after_the_first": figures(ratios[1:]), **fixed, **control}
 
 
 def table(result: dict) -> str:
-    fixed = "to_fixed" in result
+    fixed, control = "to_fixed" in result, "control" in result
     lines = [f"{result['model']}, batch {result['batch']}, {result.get('prompt_tokens', 128)} prompt tokens, "
              f"{result['accepted']} accepted, {result['new_tokens']} new tokens, {result['device']}", "",
              "| round | first | plain tok/s | adaptive tok/s | adaptive / plain |"
-             + (" fixed 4-chains tok/s | adaptive / fixed |" if fixed else "") + " adaptive's shapes |",
-             "|---|---|---|---|---|" + ("---|---|" if fixed else "") + "---|"]
+             + (" fixed 4-chains tok/s | adaptive / fixed |" if fixed else "")
+             + (" second plain tok/s | second plain / plain |" if control else "") + " adaptive's shapes |",
+             "|---|---|---|---|---|" + ("---|---|" if fixed else "") + ("---|---|" if control else "") + "---|"]
     for run in result["runs"]:
         shapes = ", ".join(f"{k} {v}" for k, v in sorted((run["adaptive"]["shapes"] or {}).items(),
                                                          key=lambda item: -item[1]))
         against = (f" {run[FIXED]['tokens_per_second']:.1f} | {run['ratio_to_fixed']:.4f}x |" if fixed else "")
+        against += (f" {run[CONTROL]['tokens_per_second']:.1f} | {run['control_ratio']:.4f}x |" if control else "")
         lines.append(f"| {run['round'] + 1} | {run['order'][0]} | {run['plain']['tokens_per_second']:.1f} | "
                      f"{run['adaptive']['tokens_per_second']:.1f} | {run['ratio']:.4f}x |{against} {shapes} |")
     for name in ("all_rounds", "after_the_first"):
@@ -129,6 +146,10 @@ def table(result: dict) -> str:
         f = result["to_fixed"]
         lines.append(f"\nadaptive / fixed 4-chains, all rounds: median {f['median']:.4f}x, {f['lowest']:.4f}-"
                      f"{f['highest']:.4f}")
+    if control:
+        f = result["control"]
+        lines.append(f"\nsecond plain / plain, all rounds: median {f['median']:.4f}x, {f['lowest']:.4f}-"
+                     f"{f['highest']:.4f}, >= plain in {f['at_least_plain']} of {f['rounds']}")
     return "\n".join(lines)
 
 
@@ -144,6 +165,8 @@ def main() -> None:
                         "the steps start from)")
     parser.add_argument("--fixed", action="store_true", help="a third engine, fixed 4-chains of the same drafts, "
                         "timed in the rotation too (adaptive / fixed per round)")
+    parser.add_argument("--control", action="store_true", help="another plain engine, built as the adaptive one, "
+                        "timed in the rotation too (second plain / plain per round: the floor under adaptive / plain)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="the shipped Qwen3.5 instead (smoke run)")
     parser.add_argument("--policy-trace", type=Path, default=None, help="append the adaptive engine's step "
@@ -166,7 +189,7 @@ def main() -> None:
               "prompt_tokens": args.prompt_tokens,
               "date": datetime.date.today().isoformat(),
               "device": torch.cuda.get_device_name() if args.device == "cuda" else "CPU", "torch": torch.__version__,
-              **run(settings, args.rounds, args.fixed)}
+              **run(settings, args.rounds, args.fixed, args.control)}
     print(table(result), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

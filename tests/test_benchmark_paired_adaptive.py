@@ -61,3 +61,21 @@ def test_a_fixed_engine_joins_the_rotation_at_the_prompts_length():
     assert fixed.policy is None and fixed.config.shape.topk == 1 and fixed.config.shape.depth == 4  # 4-chains
     assert llms["speculative"].model is llms["plain"].model
     assert fixed.config.cache.max_seq_len >= 24 + 12  # (pools for the longer prompts)
+
+
+def test_a_second_plain_engine_gives_the_floor_under_adaptive_over_plain():
+    llms = build(SETTINGS, control=True)
+    control = llms["control"]
+    assert control.model is llms["plain"].model and control.engine is not llms["plain"].engine
+    assert control.engine.policy is None and control.engine.drafter is None
+    assert control.engine.runner is not llms["plain"].engine.runner  # (pools and graphs of its own)
+    result = run(SETTINGS, rounds=2, control=True)
+    runs = result["runs"]
+    assert [r["order"] for r in runs] == [["plain", "adaptive", "control"], ["control", "adaptive", "plain"]]
+    for r in runs:
+        assert r["control_ratio"] == pytest.approx(r["control"]["tokens_per_second"]
+                                                   / r["plain"]["tokens_per_second"])
+        assert r["control"]["shapes"] is None and r["control"]["step_ms"]
+    assert result["control"]["rounds"] == 2 and "to_fixed" not in result
+    lines = table({"model": "qwen3.5", "batch": 2, "accepted": 2.5, "new_tokens": 12, "device": "CPU", **result})
+    assert "second plain / plain" in lines and sum(line.startswith("| ") for line in lines.splitlines()) == 3
