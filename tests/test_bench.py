@@ -286,6 +286,8 @@ def test_real_shapes():
     assert nano.layers_block_type.count("moe") == 23 and nano.layers_block_type.count("linear_attention") == 23
     assert nemotron3_nano(8).layers_block_type[:6] == ["linear_attention", "moe", "linear_attention", "moe",
                                                        "linear_attention", "full_attention"]
+    # long-context benchmarks (paired_adaptive --prompt-tokens) are admitted: Qwen3.5's native context, not 8192
+    assert {config.max_position_embeddings for config in (qwen, moe, nano)} == {262144}
     with pytest.raises(ValueError, match="known: qwen3.5-9b, qwen3.5-35b-a3b, nemotron-3-nano"):
         resolve("random:llama-8b")
     with pytest.raises(ValueError, match="1 to 32 layers"):

@@ -11,6 +11,10 @@ from transformers import NemotronHConfig, Qwen3_5MoeTextConfig, Qwen3_5TextConfi
 # Qwen3.5's rotary: a quarter of each 256-wide head, mRoPE sections interleaved (text: plain 1-D rotary)
 QWEN35_ROPE = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
                "mrope_section": [11, 11, 10], "mrope_interleaved": True}
+# the context the engine admits requests up to (Engine.check_request): Qwen3.5's native 262144 tokens (its model
+# cards), for Nemotron-3-Nano's shapes too (until 2026-12-07 these configs said 8192, which refused a long-context
+# benchmark at 8192 prompt tokens)
+CONTEXT = 262144
 
 
 def qwen35_layer_types(layers: int) -> list[str]:
@@ -25,7 +29,7 @@ def qwen35_9b(layers: int = 32) -> Qwen3_5TextConfig:
         vocab_size=248320, hidden_size=4096, intermediate_size=12288, num_hidden_layers=layers,
         layer_types=qwen35_layer_types(layers), num_attention_heads=16, num_key_value_heads=4, head_dim=256,
         linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
-        max_position_embeddings=8192, tie_word_embeddings=False, rope_parameters=dict(QWEN35_ROPE))
+        max_position_embeddings=CONTEXT, tie_word_embeddings=False, rope_parameters=dict(QWEN35_ROPE))
 
 
 def qwen35_35b_a3b(layers: int = 40) -> Qwen3_5MoeTextConfig:
@@ -38,7 +42,7 @@ def qwen35_35b_a3b(layers: int = 40) -> Qwen3_5MoeTextConfig:
         num_attention_heads=16, num_key_value_heads=2, head_dim=256,
         linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
         num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512, shared_expert_intermediate_size=512,
-        max_position_embeddings=8192, tie_word_embeddings=False, rope_parameters=dict(QWEN35_ROPE))
+        max_position_embeddings=CONTEXT, tie_word_embeddings=False, rope_parameters=dict(QWEN35_ROPE))
 
 
 # Nemotron 3 Nano 30B-A3B's 52 blocks: M Mamba2, E mixture of experts, * attention
@@ -57,7 +61,7 @@ def nemotron3_nano(layers: int = 52) -> NemotronHConfig:
         num_attention_heads=32, num_key_value_heads=2, head_dim=128,
         n_routed_experts=128, num_experts_per_tok=6, moe_intermediate_size=1856,
         moe_shared_expert_intermediate_size=3712, routed_scaling_factor=2.5, n_group=1, topk_group=1,
-        max_position_embeddings=8192, tie_word_embeddings=False)
+        max_position_embeddings=CONTEXT, tie_word_embeddings=False)
 
 
 SHAPES: dict[str, tuple[Callable, int]] = {"qwen3.5-9b": (qwen35_9b, 32), "qwen3.5-35b-a3b": (qwen35_35b_a3b, 40),
