@@ -244,15 +244,18 @@ def run_batch(step_time: StepTime, batch: int, tokens: int, alpha: float, draws:
 
 def replay(step_time: StepTime, batches: list[int], accepted_length: float, prior: Callable | None = None,
            seed: int = 0, new_tokens: int = NEW_TOKENS, fold_seconds: float = 0.0,
-           shadows: bool = False, trees: bool = False, sibling: float = SIBLING_ACCEPTANCE) -> list[dict]:
+           shadows: bool = False, trees: bool = False, sibling: float = SIBLING_ACCEPTANCE,
+           optimism: float | None = None) -> list[dict]:
     """The study's rows per batch (plain, fixed 4-chains, with `trees` the fixed tree, and adaptive, offered the
     tree too) in tokens/s, with the adaptive shapes; fold_seconds: each row's fold, shadows: the plain steps' shadow
-    drafts told, sibling: a tree's later sibling's acceptance (run_batch)."""
+    drafts told, sibling: a tree's later sibling's acceptance (run_batch); optimism: the policy's (AdaptiveConfig;
+    None: its default)."""
     alpha = SyntheticAcceptance(accepted_length).alpha(CHAIN)
     draws = text_draws(seed)
     padded = partial(run_batch, rows=graph_rows(max(batches)), fold_seconds=fold_seconds, shadows=shadows,
                      sibling=sibling)
-    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN, tree=TREE if trees else None),
+    knobs = {} if optimism is None else {"optimism": optimism}
+    policy = AdaptivePolicy(AdaptiveConfig(max_steps=CHAIN, tree=TREE if trees else None, **knobs),
                             **({"prior": prior} if prior else {}), step_rows=graph_rows(max(batches)))
     rows, next_id = [], 0
     for batch in batches:
@@ -298,6 +301,9 @@ def main() -> None:
     parser.add_argument("--shadow-drafts", action="store_true",
                         help="the plain steps' rows tell the policy whether their first draft would have been kept "
                              "(a drafter that drafts for nothing: n-gram, synthetic)")
+    parser.add_argument("--optimism", type=float, default=None,
+                        help="the policy's optimism (AdaptiveConfig: deviations above a row's acceptance estimate it "
+                             "is priced at; default: the config's)")
     args = parser.parse_args()
     paths = args.traces or sorted(TRACES.glob(f"trace_{args.model}*.jsonl*"))
     steps = MeasuredSteps.from_traces(paths, args.fold_us * 1e-3).with_study_rows(args.study_rows, args.model)
@@ -307,7 +313,7 @@ def main() -> None:
     prior = roofline_step_cost(SHAPES[args.model][0](), H200, FLUSH_LENGTH)
     runs = [replay(steps, args.batches, args.accepted_length, prior, seed, args.new_tokens,
                    fold_seconds=args.fold_us * 1e-6, shadows=args.shadow_drafts, trees=args.trees,
-                   sibling=args.sibling) for seed in range(args.seeds)]
+                   sibling=args.sibling, optimism=args.optimism) for seed in range(args.seeds)]
     sources = [p.name for p in paths] + [p.name for p in args.study_rows]
     print(f"{args.model}, accepted {args.accepted_length}, step times from {', '.join(sources)}; mean of "
           f"{args.seeds} replays of {args.new_tokens} tokens a request (simulated: no host time, no noise)")

@@ -98,18 +98,20 @@ def test_longer_chains_when_steps_are_cheap_shorter_or_none_when_dear():
     assert chosen(lambda b, w: 1e-3 * (1 + 0.3 * (w - 1)), 0.7) in (2, 3)  # in between: a medium chain
 
 
-def test_a_batch_of_one_explores_chains_its_first_drafts_undersold_a_large_batch_barely():
+def test_a_batch_of_one_tries_chains_its_first_drafts_undersold_a_large_batch_barely():
     """A request whose first drafts were unlucky (kept at 0.3, then 0.8 for good): priced at its estimates it decodes
-    plainly for good (no probes: not collapsed; no refreshes), taken a deviation higher it tries 4-chains again and
-    keeps them. The rows' shortfalls add in quadrature: the same history lifts a batch of one's chains by 10-40%, a
-    batch of 256's by a few percent. A collapsed request (0.1) stays plain either way."""
+    plainly (not collapsed: no probes; no refreshes). Taken a deviation higher (optimism), a 4-chain still looks
+    best, so a trial drafts one (after probe_every such plain steps, twice as long after each trial), and the request
+    keeps 4-chains from then on; with no optimism it decodes plainly for good. The rows' shortfalls add in quadrature:
+    the same history lifts a batch of one's chains by 10-40%, a batch of 256's by a few percent. A collapsed request
+    (0.1) stays plain either way."""
     costs = {1: 1.0, 2: 1.6, 3: 1.8, 5: 2.0}  # ms per step of each width: a 4-chain step costs two plain ones
 
     def back_on(optimism: float, acceptance) -> list[int]:
         runs = []
         for seed in range(6):
-            policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0, optimism=optimism))
-            plans = run_trace(policy, acceptance, lambda b, w: 1e-3 * costs[w], 80, batch=1, seed=seed,
+            policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=8, refresh_every=0, optimism=optimism))
+            plans = run_trace(policy, acceptance, lambda b, w: 1e-3 * costs[w], 120, batch=1, seed=seed,
                               plain_timed_from=3)
             runs.append(sum(plan.steps == 4 for plan in plans[-20:]))
         return runs
@@ -117,24 +119,41 @@ def test_a_batch_of_one_explores_chains_its_first_drafts_undersold_a_large_batch
     unlucky = lambda step: 0.3 if step < 12 else 0.8  # noqa: E731
     assert sum(n == 20 for n in back_on(0.0, unlucky)) <= 1  # stuck on plain steps in 5 of 6 runs
     assert sum(n == 20 for n in back_on(1.0, unlucky)) >= 4
-    assert max(back_on(1.0, lambda step: 0.1)) <= 1  # collapsed: plain steps, a rare try
+    assert max(back_on(1.0, lambda step: 0.1)) <= 1  # collapsed: plain steps, a rare probe
 
     def hopeful_over_estimate(batch: int) -> dict[int, float]:
-        rates = {}
-        for optimism in (0.0, 1.0):
-            policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0,
-                                                   optimism=optimism))
-            policy.trace, ids = [], list(range(batch))
-            for k in range(3):
-                policy.plan(ids, [100] * batch)
-                policy.observe(ids, [4] * batch, [k % 2] * batch, 1e-3)
+        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=1000, refresh_every=0))
+        policy.trace, ids = [], list(range(batch))
+        for k in range(3):
             policy.plan(ids, [100] * batch)
-            rates[optimism] = policy.take_planned().decision["tokens_per_second"]
-        return {s: rates[1.0][s] / rates[0.0][s] for s in rates[0.0]}
+            policy.observe(ids, [4] * batch, [k % 2] * batch, 1e-3)
+        policy.plan(ids, [100] * batch)
+        decision = policy.take_planned().decision
+        estimated = decision["estimated_tokens_per_second"]
+        return {s: decision["tokens_per_second"][s] / rate for s, rate in estimated.items()}
 
     one, many = hopeful_over_estimate(1), hopeful_over_estimate(256)
     assert one[0] == many[0] == 1.0  # plain decoding's yield is certain
     assert all(one[s] > 1.1 for s in (1, 2, 4)) and all(1.0 < many[s] < 1.03 for s in (1, 2, 4))
+
+
+def test_near_the_break_even_a_batch_of_one_decodes_plainly_drafting_only_in_trials():
+    """Drafts kept at 0.7 a position where a 2-chain step costs 1.8 plain ones: every drafting shape emits 0.77-0.95x
+    plain decoding's tokens a second, but a 2-chain taken a deviation higher (optimism) looks ~10% better than plain
+    decoding. Compared on hope (until 2026-12-07) a batch of one drafted in 120 of the last 200 steps of one seed, at
+    0.963x of plain decoding over them (on the 2-core CPU, the shipped draft model's adaptive runs drafted in 39-52% of
+    their steps at batch 1 and ran at 0.93x); the estimates prefer plain decoding, so the hoped shape is drafted in
+    trials only (after probe_every such steps, twice as long after each), within 2% of plain decoding."""
+    costs = {1: 1.0, 2: 1.8, 3: 2.3, 5: 3.6}  # ms a step of each width
+    tokens = {w: sum(0.7 ** k for k in range(w)) for w in costs}  # expected a step: 1 + p + p^2 + ...
+    for seed in range(3):
+        policy = AdaptivePolicy(AdaptiveConfig(max_steps=4, probe_every=16, refresh_every=0))
+        plans = run_trace(policy, lambda step: 0.7, lambda b, w: 1e-3 * costs[w], 300, batch=1, seed=seed,
+                          plain_timed_from=3)
+        late = plans[100:]
+        rate = sum(tokens[p.steps + 1] for p in late) / sum(costs[p.steps + 1] for p in late)
+        assert rate >= 0.98, (seed, rate)  # (plain decoding: 1.0)
+        assert sum(p.steps > 0 for p in late) <= 40
 
 
 def test_a_shape_unmeasured_in_the_batch_bucket_is_explored_there():

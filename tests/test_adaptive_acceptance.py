@@ -71,7 +71,7 @@ def test_new_requests_are_priced_once_and_as_each_alone(tree):
     pooled = policy._pooled()
     assert pooled != config.prior_at(4)
     ids = [2, 3, *range(100, 110)]  # two requests with drafts of their own, ten new ones
-    emitted, worth = policy._batch_tokens(ids)
+    emitted, hoped, worth = policy._batch_tokens(ids)
     c = config
     figures = [RunningAcceptance(pooled, c.prior_weight, c.decay) if rid >= 100 else policy.acceptance[rid]
                for rid in ids]  # (the reference: every row priced alone)
@@ -80,8 +80,9 @@ def test_new_requests_are_priced_once_and_as_each_alone(tree):
                f.expected(c.max_steps + 1, c.collapse, c.optimism) for f in figures]
     assert all(worth)
     for column, shape in enumerate(policy._columns):
-        tokens = sum(f[0][column] for f in figures) + sum(f[1][column] for f in figures) ** 0.5
+        tokens = sum(f[0][column] for f in figures)
         assert emitted[shape] == pytest.approx(tokens, rel=1e-12)
+        assert hoped[shape] == pytest.approx(tokens + sum(f[1][column] for f in figures) ** 0.5, rel=1e-12)
     policy.acceptance[100].observe(drafted=4, accepted=0)  # one new row's drafts: the others' figures unchanged
     assert policy._stats(101).untouched and policy._stats(101).conditional(0) == pytest.approx(pooled[0])
     ids = list(range(100, 110))

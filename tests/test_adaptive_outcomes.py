@@ -115,11 +115,11 @@ def test_rows_worked_out_ahead_follow_an_outcome_told_since():
     policy = AdaptivePolicy(AdaptiveConfig(max_steps=2, prior_acceptance=(0.9,), collapse=0.5, refresh_every=0))
     ids = [0, 1]
     policy.warm(ids)
-    assert policy._batch_tokens(ids)[1] == [True, True]
+    assert policy._batch_tokens(ids)[2] == [True, True]
     for _ in range(20):
         policy.plan(ids, [100, 100])
         policy.observe(ids, [2, 2], [0, 0], None, policy.take_planned())
-    assert policy._batch_tokens(ids)[1] == [False, False]  # collapsed: the memo of warm was not reused
+    assert policy._batch_tokens(ids)[2] == [False, False]  # collapsed: the memo of warm was not reused
     policy.warm(ids)
     policy.finish(1)
     assert 1 not in policy.acceptance and policy._batch_memo[0][1] != policy._figures_version

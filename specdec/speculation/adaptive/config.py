@@ -24,7 +24,9 @@ class AdaptiveConfig:
     bucket (a cost drifts with context, and with whatever else the machine runs), twice as long after each refresh
     that confirmed the best shape, up to REFRESH_BACKOFF times. optimism: how many deviations of its estimate above
     it each row's acceptance is taken at when shapes are compared, the rows' shortfalls added in quadrature (plan;
-    0: compared at the estimates). max_steps: the longest chain (the engine's TreeShape depth); chains: the lengths
+    0: compared at the estimates); where the estimates prefer plain decoding, a drafting shape that only hope
+    prefers is drafted in trials now and then.
+    max_steps: the longest chain (the engine's TreeShape depth); chains: the lengths
     offered (default: 1, 2, 4, ... up to max_steps, and max_steps: a small fixed set, since on a GPU each is a CUDA
     graph of its own width, `widths`). tree: a tree (topk > 1, at most max_steps deep; static, or dynamic and priced at
     the layout the rank model keeps most of at the prior figures, tree_yield.likeliest_tree_parents) offered beside

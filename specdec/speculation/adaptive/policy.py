@@ -23,8 +23,12 @@ explore or refresh a drafting shape meanwhile; they hold the chains of a row who
 request's acceptance is learnt from its drafting steps, and while it does not draft it relaxes toward the pooled
 acceptance (RunningAcceptance.relax): a short run of rejections can make drafting look worse than plain decoding while
 it is not (at batch 1 a 4-chain step costs ~1.8 plain ones; the H200 study of 2026-12-02 held a batch of one on plain
-steps for the rest of its run after three), and a batch that decodes plainly because drafting costs more than it
-brings is not probed. A new request's acceptance starts from the acceptance pooled
+steps for the rest of its run after three). The shapes are compared at their hopeful yields (each row's acceptance
+a deviation higher: AdaptiveConfig.optimism), so that a shape some unlucky drafts undersold is drafted again; but
+where the estimates prefer plain decoding to every drafting shape, the batch decodes plainly and drafts what hope
+prefers only in trials, every probe_every such steps and twice as far apart after each: near the break-even, a
+batch of one would otherwise draft on hope in most steps. A batch that decodes plainly because drafting costs more
+than it brings even on hope is not probed. A new request's acceptance starts from the acceptance pooled
 over the requests seen (the drafter's figures before any): at 1.2 accepted, the H200 study's new requests drafted
 4-chains for their first steps from the drafter's 0.75.
 
@@ -107,6 +111,8 @@ class AdaptivePolicy:
         self.bucket_steps: Counter[int] = Counter()  # steps run per batch bucket
         self.recent_batches: deque[int] = deque(maxlen=EXPLORE_AFTER)  # the batches of the last steps observed
         self.probe_interval = config.probe_every  # plain steps before the next probe (doubled while probes fail)
+        self.trial_interval = config.probe_every  # steps drafting best only on hope waits for a trial (doubled each)
+        self.hope_waited = 0  # steps since drafting best only on hope was last tried (or was not so)
         self.trace: list[dict] | None = None  # a list to record each step's decision in (`specdec bench
         # --policy-trace`): batch, steps chosen, each shape's estimated ms and tokens/s, then its measured ms
         self._in_flight: tuple[int, int] | None = None  # (bucket, shape) of a taken plan whose outcome is not told yet
@@ -128,7 +134,7 @@ class AdaptivePolicy:
         # benchmarks/results/adaptive_shadow_replay_cpu_2026-12-04.md)
         self.wants_shadows = False
         # the rows' figures of the last batch priced (_batch_tokens), and a count of the changes to any row's figures
-        self._batch_memo: tuple[tuple, tuple[dict[int, float], list[bool]]] | None = None
+        self._batch_memo: tuple[tuple, tuple[dict[int, float], dict[int, float], list[bool]]] | None = None
         # a new request's running acceptance, at the pooled figures (_stats copies it), until they change (observe):
         # the rows of a new batch are priced once, not once each (the first plan of 64 new requests, in the step that
         # refills the pipeline after a prefill: 0.28 ms of Python on a 2-core CPU priced row by row, 0.10 so;
@@ -153,24 +159,35 @@ class AdaptivePolicy:
         must read before it drafts for them (Drafter.backlog: a draft model's steps sat out, unread prompts), which a
         drafting step pays on top of its shape's cost, spread over CATCH_UP_STEPS."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
-        emitted, worth = self._batch_tokens(request_ids)
+        emitted, hoped, worth = self._batch_tokens(request_ids)
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
         self.wants_shadows = collapsed > 0 or not self.chains_collapsed.isdisjoint(request_ids)
         catch_up = self.catch_up.seconds(backlog)
         shapes = self.config.shapes if self._tree_offered(batch) else self.config.chain_shapes
         seconds = {s: self.cost.seconds(batch, s + 1, context) for s in shapes}
-        rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up / CATCH_UP_STEPS if s else 0.0))
-                 for s in shapes}
+
+        def per_second(tokens: dict[int, float], catch_up_share: float) -> dict[int, float]:
+            return {s: (tokens[s] + collapsed) / (seconds[s] + (catch_up_share if s else 0.0)) for s in shapes}
+
+        # the shapes are compared at their hopeful yields (each row's acceptance `optimism` deviations higher: a
+        # request whose first drafts undersold it, a tree whose first siblings were rejected, is drafted again), but
+        # drafting against plain decoding, which the estimates prefer, only in trials (below): near the break-even a
+        # batch of one drafted on hope in most steps (on the 2-core CPU the shipped draft model's 2-chain step cost
+        # 2.2 plain ones for 2.2 tokens: adaptive drafted in 39-52% of its steps and ran at 0.93x of plain decoding
+        # at batch 1; benchmarks/results/adaptive_optimism_cpu_2026-12-07.md)
+        estimated_rates = per_second(emitted, catch_up / CATCH_UP_STEPS)
+        rates = per_second(hoped, catch_up / CATCH_UP_STEPS)
         # a shape tried for a step or two (_explore) pays the whole catch-up: on the CPU, refreshes of a draft model's
         # chains read 391 tokens of prompts in a 71 ms step among plain ones of 10
-        trial_rates = {s: (emitted[s] + collapsed) / (seconds[s] + (catch_up if s else 0.0))
-                       for s in shapes}
+        trial_rates = per_second(hoped, catch_up)
         # (a margin that drafting must beat plain decoding by, against the pipeline's refill and the ragged end of a
         # batch whose requests end together, was replayed on the H200 traces of 2026-12-04: 6% lifted Qwen3.5-9B at
         # batch 256 from 0.94 to 0.975 of the best and cost the points where drafting wins by a little, Qwen3.5-9B at
         # 1.2 accepted and batch 16 1.01 -> 0.985, Nemotron-3-Nano at 1.2 and 64 1.11 -> 1.08; the mean over the
         # replayed points 0.990 -> 0.988, at 10% 0.981: not kept)
-        best = max(rates, key=lambda s: (rates[s], -s))
+        hoped_best = max(rates, key=lambda s: (rates[s], -s))
+        # plain decoding where the estimates prefer it to every drafting shape and only hope prefers one
+        best = 0 if max(estimated_rates, key=lambda s: (estimated_rates[s], -s)) == 0 else hoped_best
         steps = self._held(batch)
         if steps is None and self._best_at_refresh is not None:  # the refreshed shape measured: judge the refresh
             confirmed = best == self._best_at_refresh
@@ -186,6 +203,16 @@ class AdaptivePolicy:
                 self._measuring, self._measure_steps = (self._bucket(batch), steps), 1
         if steps is None:
             steps = best
+        # a trial: the drafting shape that only hope prefers to plain decoding, every trial_interval steps that it is
+        # so, twice as far apart after each, up to PROBE_BACKOFF times probe_every
+        hopeful = best == 0 and hoped_best > 0
+        self.hope_waited = self.hope_waited + 1 if hopeful else 0
+        if not hopeful:
+            self.trial_interval = self.config.probe_every
+        trying = steps == 0 and hopeful and self.hope_waited >= self.trial_interval
+        if trying:
+            steps, self.hope_waited = hoped_best, 0
+            self.trial_interval = min(2 * self.trial_interval, PROBE_BACKOFF * self.config.probe_every)
         probing = (steps == 0 and not all(worth) and self.since_drafting >= self.probe_interval
                    and self._shadows_call_a_probe(request_ids, worth))
         if probing:  # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
@@ -202,7 +229,9 @@ class AdaptivePolicy:
             shadowed = [self.shadows[rid] for rid in request_ids if rid in self.shadows]
             decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
                         "estimated_ms": {s: 1e3 * seconds[s] for s in rates},
-                        "tokens_per_second": rates, "probe": probing,
+                        "tokens_per_second": rates, "estimated_tokens_per_second": estimated_rates,
+                        "probe": probing,
+                        "trial": trying,
                         # the rows' shadow drafts kept, pooled (None: no row has any)
                         "shadow_kept": (sum(h for _, h in shadowed) / sum(n for n, _ in shadowed)
                                         if shadowed else None)}
@@ -216,12 +245,12 @@ class AdaptivePolicy:
         the same requests and no outcome was told in between (in a run of drafting steps none is)."""
         self._batch_tokens(request_ids)
 
-    def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[dict[int, float], list[bool]]:
+    def _batch_tokens(self, request_ids: Sequence[int]) -> tuple[dict[int, float], dict[int, float], list[bool]]:
         """-> (per drafts per row of each chain length up to max_steps and the tree where it is offered: the batch's
-        expected tokens, each shape at its hopeful yield (optimism); per row: whether it is worth drafting for, not
-        collapsed). Rows' shortfalls add in quadrature, so a batch of one explores a chain that a few unlucky drafts
-        undersold, and a batch of 256 is priced within ~1/16 of a row's. Kept for the same requests until the figures
-        next change (observe, finish: warm)."""
+        expected tokens; the same at each shape's hopeful yield (optimism); per row: whether it is worth drafting for,
+        not collapsed). Rows' shortfalls add in quadrature, so a batch of one tries a chain that a few unlucky drafts
+        undersold, and a batch of 256 is hoped for within ~1/16 of a row's. Kept for the same requests until the
+        figures next change (observe, finish: warm)."""
         key = (tuple(request_ids), self._figures_version)
         if self._batch_memo is not None and self._batch_memo[0] == key:
             return self._batch_memo[1]
@@ -236,9 +265,12 @@ class AdaptivePolicy:
             kept = [tuple(tuple(n * x for x in part) for part in distinct[key]) for key, n in rows.items()]
         tokens = zip(*(f[0] for f in kept), strict=True)  # (columns: a shape's figures over the rows)
         shortfalls = zip(*(f[1] for f in kept), strict=True)
-        emitted = {s: sum(t) + sum(v) ** 0.5 for s, t, v in zip(columns, tokens, shortfalls, strict=True)}
-        self._batch_memo = (key, (emitted, worth))
-        return emitted, worth
+        emitted, hoped = {}, {}
+        for s, t, v in zip(columns, tokens, shortfalls, strict=True):
+            emitted[s] = sum(t)
+            hoped[s] = emitted[s] + sum(v) ** 0.5
+        self._batch_memo = (key, (emitted, hoped, worth))
+        return emitted, hoped, worth
 
     def _row_figures(self, request_id: int, tree: bool) -> tuple[tuple[float, ...], ...] | None:
         """A row's expected tokens and squared shortfalls per column (_columns, the tree's left out where `tree` is
