@@ -1,8 +1,9 @@
 """What adaptive speculation's engine costs on its own: plain decoding against the adaptive engine held to plain steps
 (every request collapsed, no probes, no refreshes: its plans, bookkeeping and the drafter told the tokens, nothing
 drafted) and against free adaptive speculation, on the shipped Qwen3.5 with a drafter, batch 1 (or --batch N: the
-prompts N at a time), the engines alternated over several rounds so that a machine's drift falls on all three alike
-(the CPU eval times each once).
+prompts N at a time), the engines alternated over several rounds so that a machine's drift falls on all alike (the
+CPU eval times each once). A second plain decoding engine, loaded last, is the control: what being another engine of
+the process moves, with no difference in code (on the 2-core CPU, 2026-12-07: its weights' own copy).
 
     python -m benchmarks.adaptive_overhead --draft small --prompts 6 --rounds 3
     python -m benchmarks.adaptive_overhead --draft small --prompts 8 --rounds 3 --batch 4
@@ -53,7 +54,8 @@ def main() -> None:
     held = replace(adaptive, adaptive=AdaptiveConfig(collapse=1.01, probe_every=10**9, refresh_every=0))
     engines = {"plain decoding": LLM(args.target), "adaptive, held to plain steps": LLM(args.target, args.draft,
                                                                                        config=held),
-               "adaptive": LLM(args.target, args.draft, config=adaptive)}
+               "adaptive": LLM(args.target, args.draft, config=adaptive),
+               "plain decoding, a second engine": LLM(args.target)}
     for llm in engines.values():  # warm-up
         llm.generate(prompts[:1], max_new_tokens=16)
     rates: dict[str, list[float]] = {name: [] for name in engines}
