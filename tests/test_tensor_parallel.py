@@ -197,8 +197,10 @@ def test_adaptive_ranks_choose_alike_on_clocks_that_disagree(ranks):
     assert answers[1]["drafted"] == answers[0]["drafted"], "the ranks drafted apart"
     assert answers[1]["shapes"] == answers[0]["shapes"]
     assert answers[0]["warmed"] and answers[1]["costs_after_warm_up"] == answers[0]["costs_after_warm_up"] != {}
+    # several shapes chosen, drafting among them: the ranks agreed on choices that could have differed (which ones
+    # rank 0's CPU times make best varies with the machine's load: under CI's, none was plain on 2026-12-07)
     shapes = answers[0]["shapes"]
-    assert shapes.get("plain", 0) > 0 and sum(n for label, n in shapes.items() if label != "plain") > 0, shapes
+    assert len(shapes) >= 2 and sum(n for label, n in shapes.items() if label != "plain") > 0, shapes
 
 
 def test_bench_under_tp_traces_rank_0s_decisions(ranks):
