@@ -8,6 +8,7 @@ one-call form.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from collections.abc import Iterator, Sequence
@@ -95,12 +96,35 @@ class LLM:
                                      cache.max_seq_len, cache.flush_length, self.model.dtype, node_states)
             config = replace(config, cache=cache)
         self.tokenizer = load_tokenizer(target_path)
+        self._target, self._device, self._dtype = target, device, dtype  # (for beside's drafters)
+        self._start_engine(draft, replace(config, cache=cache), acceptance, step_cost)
+
+    def _start_engine(self, draft: str | Drafter | None, config: EngineConfig, acceptance: Acceptance | None,
+                      step_cost: StepCostPrior | None) -> None:
+        """This LLM's drafter (built from its name over the loaded target) and engine."""
+        cache = config.cache
         if isinstance(draft, str):
             draft_flush = cache.flush_length if cache.linear_state == "kvbuffer" else CacheConfig().flush_length
-            draft = make_drafter(draft, DraftContext(self.model, target, self.tokenizer, cache, config.shape,
-                                                     draft_flush, device, dtype, config.cuda_graphs))
+            draft = make_drafter(draft, DraftContext(self.model, self._target, self.tokenizer, cache, config.shape,
+                                                     draft_flush, self._device, self._dtype, config.cuda_graphs))
         self.drafter = draft
         self.engine = Engine(self.model, self.drafter, config, acceptance, step_cost)
+
+    def beside(self, draft: str | os.PathLike | Drafter | None = None, *, config: EngineConfig = EngineConfig(),
+               acceptance: Acceptance | None = None, step_cost: StepCostPrior | None = None) -> LLM:
+        """Another LLM over this one's target, its weights and tokenizer shared (not loaded again): a drafter, an
+        engine, pools and CUDA graphs of its own. For runs that compare speculation modes side by side (`specdec eval
+        --speculation fixed adaptive --rounds N` keeps every mode's engine: the target loaded once, not once a mode,
+        and every mode reading the same weights: on the 2-core CPU a second copy's linear layers ran 3.7% slower,
+        benchmarks/results/adaptive_overhead_cpu_2026-12-07.md). Arguments as the constructor's."""
+        if isinstance(draft, os.PathLike):
+            draft = os.fspath(draft)
+        if isinstance(draft, str):
+            check_draft_name(self._target, draft)
+        other = copy.copy(self)  # (the target, its tokenizer, tp group and device; last_stream not carried over)
+        other.__dict__.pop("last_stream", None)
+        other._start_engine(draft, config, acceptance, step_cost)
+        return other
 
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128, temperature: float = 0.0,

@@ -43,6 +43,29 @@ def test_text_in_text_out_equal_across_drafters(checkpoints, plain):
         assert b.stats.steps <= a.stats.steps and b.stats.mean_accepted_length >= 1
 
 
+def test_an_llm_beside_another_shares_its_target_and_decodes_alike(checkpoints, plain):
+    """LLM.beside: another engine over the same loaded target (its weights and tokenizer, not loaded again), with a
+    drafter, pools and policy of its own; greedy output equal to the target's plain decoding; a misspelt drafter
+    refused before anything is built; the first LLM untouched and still usable."""
+    _, draft, _ = checkpoints
+    engine = plain.engine
+    reference = plain.generate([PROMPT, "ba be"], max_new_tokens=24)
+    adaptive = plain.beside(draft, config=EngineConfig.from_flags(max_seq_len=128, speculation="adaptive"))
+    assert adaptive.model is plain.model and adaptive.tokenizer is plain.tokenizer
+    assert adaptive.engine is not plain.engine and adaptive.engine.runner is not plain.engine.runner
+    assert plain.drafter is None and adaptive.drafter is not None and adaptive.engine.policy is not None
+    ngram = adaptive.beside("ngram", config=SHORT)
+    assert ngram.model is plain.model and ngram.drafter is not adaptive.drafter and ngram.engine.policy is None
+    for llm in (adaptive, ngram):
+        outputs = llm.generate([PROMPT, "ba be"], max_new_tokens=24)
+        assert [o.token_ids for o in outputs] == [o.token_ids for o in reference]
+    assert sum(o.stats.steps for o in ngram.generate([PROMPT], max_new_tokens=24)) >= 1
+    with pytest.raises(ValueError, match="ngrm"):
+        plain.beside("ngrm")
+    assert plain.engine is engine and [o.token_ids for o in plain.generate([PROMPT, "ba be"], max_new_tokens=24)] \
+        == [o.token_ids for o in reference]
+
+
 def test_stream_pieces_add_up_to_the_generated_text(plain):
     expected = plain.generate(PROMPT, max_new_tokens=16)[0].text
     assert "".join(plain.stream(PROMPT, max_new_tokens=16)) == expected

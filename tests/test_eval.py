@@ -85,8 +85,18 @@ def test_interleaved_rounds_run_each_part_through_every_mode(tmp_path, monkeypat
         calls.append((path.stem, [prompt.id for _, prompt in todo]))
         run_requests(llm, todo, batch_size, settings, path, progress, segments, part)
 
+    loaded, load_llm = [], run_module.load_llm
+
+    def recorded_load(*args, **kwargs):
+        loaded.append(load_llm(*args, **kwargs))
+        return loaded[-1]
+
     monkeypatch.setattr(run_module, "run_requests", recorded)
+    monkeypatch.setattr(run_module, "load_llm", recorded_load)
     run_eval(settings, prompts, [1], tmp_path / "rounds", speculation=("fixed", "adaptive"), rounds=3)
+    # every mode's engine kept over one target, loaded once (LLM.beside): every mode reads the same weights
+    assert len(loaded) == 3 and all(llm.model is loaded[0].model for llm in loaded)
+    assert len({id(llm.engine) for llm in loaded}) == 3 and loaded[0].drafter is None
     # part by part, every mode, the order turning by one mode each part
     assert calls == [("plain-b1", ["0"]), ("speculative-b1", ["0"]), ("adaptive-b1", ["0"]),
                      ("speculative-b1", ["1"]), ("adaptive-b1", ["1"]), ("plain-b1", ["1"]),
@@ -101,8 +111,10 @@ def test_interleaved_rounds_run_each_part_through_every_mode(tmp_path, monkeypat
         assert row["speedup_by_part"] == (None if row["mode"] == "plain" else pytest.approx(by_part))
     assert "speedup by part" in (tmp_path / "rounds" / "summary.md").read_text()
     calls.clear()
+    loaded.clear()
     run_eval(settings, prompts, [1], tmp_path / "one", speculation=("fixed", "adaptive"))
     assert [key for key, _ in calls] == ["plain-b1", "speculative-b1", "adaptive-b1"]
+    assert len({id(llm.model) for llm in loaded}) == 3  # (one round: a mode at a time, each loading its own)
     one = json.loads((tmp_path / "one" / "summary.json").read_text())["runs"]
     assert all(row["speedup_by_part"] is None for row in one)  # one round: no parts
     assert "speedup by part" not in (tmp_path / "one" / "summary.md").read_text()

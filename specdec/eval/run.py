@@ -111,8 +111,9 @@ def run_eval(settings: EvalSettings, prompts: list[EvalPrompt], batch_sizes: lis
             todo = [(index, prompt) for index, prompt in part if prompt.id not in done]
             if not todo:
                 continue
-            if mode not in llms:  # loaded once per mode, and only when a run has work left
-                llms[mode] = load_llm(settings, mode, max(batch_sizes))
+            if mode not in llms:  # loaded once per mode, and only when a run has work left; under several rounds
+                # every mode's engine over one target (LLM.beside: loaded once, every mode reading the same weights)
+                llms[mode] = load_llm(settings, mode, max(batch_sizes), beside=next(iter(llms.values()), None))
             progress = tqdm(total=len(part), initial=len(part) - len(todo),
                             desc=key if rounds == 1 else f"{key} part {number + 1}/{len(parts)}",
                             unit="request", disable=not is_primary())
@@ -160,7 +161,8 @@ def run_requests(llm, todo: list[tuple[int, EvalPrompt]], batch_size: int, setti
         segments.append(Segment(new_tokens, time.perf_counter() - start, peak_memory_gib(device), part))
 
 
-def load_llm(settings: EvalSettings, mode: str, max_batch: int):
+def load_llm(settings: EvalSettings, mode: str, max_batch: int, beside=None):
+    """The mode's LLM: its target loaded, or that of `beside` (an LLM of another mode) shared."""
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
 
@@ -170,8 +172,9 @@ def load_llm(settings: EvalSettings, mode: str, max_batch: int):
                                      speculation="adaptive" if mode == "adaptive" else "fixed",
                                      adaptive=adaptive_config(settings.acceptance_prior),
                                      max_prefill_tokens=settings.max_prefill_tokens)
-    llm = LLM(settings.target, settings.draft if mode != "plain" else None, device=settings.device,
-              dtype=settings.dtype, config=config, tp=settings.tp)
+    draft = settings.draft if mode != "plain" else None
+    llm = (LLM(settings.target, draft, device=settings.device, dtype=settings.dtype, config=config, tp=settings.tp)
+           if beside is None else beside.beside(draft, config=config))
     with_device_prior(llm)
     return llm
 
