@@ -42,5 +42,7 @@ def test_host_step_runs_the_tree_path(adaptive):
     host_ms, phases, critical = measure(engine, stub, steps=3, repeats=2)
     assert 0 < critical < host_ms
     assert engine.runner.graphs.replays[17] - replays == 6  # 3 steps x 2 runs, all trees
-    if adaptive:
-        assert engine.policy.counts - before == {"tree-16": 6}
+    if adaptive:  # (a drafting step's outcome is told during the next: the last timed one's is still pending, the
+        # warm-up's last told in the first timed step if it drafted, at once if it was a plain step)
+        told = engine.policy.counts - before
+        assert set(told) == {"tree-16"} and told["tree-16"] in (5, 6), told
