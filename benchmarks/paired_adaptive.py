@@ -21,7 +21,6 @@ costs, the floor under adaptive / plain; --prompt-tokens sets the context the st
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import statistics
@@ -31,7 +30,6 @@ from pathlib import Path
 import torch
 
 from benchmarks.study import ACCEPTED_LENGTH, SHAPES, TREE
-from specdec.engine.engine import Engine
 from specdec.eval.bench import (
     BenchSettings,
     bench_engine_config,
@@ -50,24 +48,19 @@ CONTROL = "control"  # (--control: a second plain engine)
 
 
 def build(settings: BenchSettings, fixed: bool = False, control: bool = False) -> dict:
-    """mode -> LLM: the plain engine as `specdec bench` loads it, and an adaptive engine over its very target (a
-    shallow copy of the LLM with its own drafter and engine: its own pools and graphs, the weights shared); fixed:
-    a third, fixed speculation with 4-chains of the same drafts (the chains' depth, no tree); control: another
-    plain engine, built as the adaptive one is (after the first, a copy of its LLM with an engine of its own)."""
+    """mode -> LLM: the plain engine as `specdec bench` loads it, and an adaptive engine over its very target
+    (LLM.beside: its own drafter, pools and graphs, the weights shared); fixed: a third, fixed speculation with
+    4-chains of the same drafts (the chains' depth, no tree); control: another plain engine, built as the adaptive
+    one is (after the first, beside it)."""
     plain = load_llm(settings, "kvbuffer", "plain")
     llms = {"plain": plain}
     chains = replace(settings, topk=1, num_draft_tokens=None, dynamic_tree=False)
     for mode, mode_settings in (("adaptive", settings), *(((FIXED, chains),) if fixed else ())):
         config = bench_engine_config(mode_settings, "kvbuffer", mode)
         drafter, acceptance = synthetic_speculation(settings.draft, config.shape.depth)
-        llm = copy.copy(plain)
-        llm.drafter = drafter
-        llm.engine = Engine(plain.model, drafter, config, acceptance)
-        llms[mode] = llm
+        llms[mode] = plain.beside(drafter, config=config, acceptance=acceptance)
     if control:
-        llm = copy.copy(plain)
-        llm.engine = Engine(plain.model, None, bench_engine_config(settings, "kvbuffer", "plain"))
-        llms[CONTROL] = llm
+        llms[CONTROL] = plain.beside(None, config=bench_engine_config(settings, "kvbuffer", "plain"))
     return llms
 
 
