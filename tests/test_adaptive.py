@@ -23,7 +23,7 @@ from specdec.speculation.adaptive import (
     RunningAcceptance,
     StepCost,
 )
-from specdec.speculation.adaptive.policy import CONTENDER, PROBE_BACKOFF, REFRESH_CONTENDER
+from specdec.speculation.adaptive.tuning import CONTENDER, PROBE_BACKOFF, REFRESH_CONTENDER
 from tests.test_shipped_models import held_out_text
 
 NEW_TOKENS = 20

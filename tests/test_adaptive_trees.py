@@ -26,8 +26,8 @@ from specdec.speculation.adaptive import (
     rank_outcome,
 )
 from specdec.speculation.adaptive.acceptance_stats import SURE_OF
-from specdec.speculation.adaptive.policy import BORROWED_CONTENDER, CONTENDER
 from specdec.speculation.adaptive.tree_yield import SiblingAcceptance, likeliest_tree_parents
+from specdec.speculation.adaptive.tuning import BORROWED_CONTENDER, CONTENDER
 from specdec.speculation.tree import TreeShape, static_tree_parents
 from tests.test_adaptive import NEW_TOKENS, shipped  # noqa: F401  (the module's fixture)
 
