@@ -28,7 +28,7 @@ def engines(target: str, draft: str, batch: int, optimisms: list[float]) -> dict
     optimism."""
     flags = dict(max_batch=max(batch, 8))
     llms = {"plain decoding": LLM(target),
-            "fixed 4-chains": LLM(target, draft, config=EngineConfig.from_flags(**flags))}
+            "fixed 4-chains": LLM(target, draft, config=EngineConfig.from_flags(speculation="fixed", **flags))}
     for optimism in optimisms:
         config = EngineConfig.from_flags(speculation="adaptive", **flags)
         llms[f"adaptive, optimism {optimism:g}"] = LLM(

@@ -58,7 +58,7 @@ def prompts(batch: int, vocab: int) -> list[list[int]]:
 
 def run_row(model, batch: int, drafter: str, graphs: bool, new_tokens: int) -> dict:
     config = EngineConfig(cache=CacheConfig(max_requests=batch, max_seq_len=PROMPT_TOKENS + new_tokens + 16,
-                                            flush_length=16), shape=SHAPE, cuda_graphs=graphs)
+                                            flush_length=16), shape=SHAPE, cuda_graphs=graphs, speculation="fixed")
     engine = Engine(model, NgramDrafter() if drafter == "ngram" else None, config)
     work = prompts(batch, model.hf_config.vocab_size)
     for prompt in work:  # warm-up: prefill, both step kinds, compilation

@@ -68,7 +68,7 @@ HELD_CHAINS = AdaptiveConfig(chains=(4,), collapse=0.0, probe_every=10**9, refre
 
 def variants(max_batch: int) -> dict[str, tuple[EngineConfig, str | None, str | None]]:
     """name -> (engine config, synthetic draft or None, what to change before capture)."""
-    fixed = EngineConfig.from_flags(max_batch=max_batch, max_seq_len=512)
+    fixed = EngineConfig.from_flags(max_batch=max_batch, max_seq_len=512, speculation="fixed")
     adaptive = replace(EngineConfig.from_flags(max_batch=max_batch, max_seq_len=512, speculation="adaptive"),
                        adaptive=HELD_PLAIN)
     return {

@@ -25,11 +25,12 @@ def shapes(draft: str, batch: int) -> dict[str, EngineConfig | None]:
     """engine name -> its config (None: plain decoding)."""
     flags = dict(max_batch=max(batch, 8))
     configs = {"plain decoding": None,
-               "fixed 4-chains": EngineConfig.from_flags(**flags),
-               "fixed static tree, topk 2, 16 drafts": EngineConfig.from_flags(topk=2, num_draft_tokens=16, **flags)}
+               "fixed 4-chains": EngineConfig.from_flags(speculation="fixed", **flags),
+               "fixed static tree, topk 2, 16 drafts": EngineConfig.from_flags(
+                   speculation="fixed", topk=2, num_draft_tokens=16, **flags)}
     if draft in DYNAMIC_DRAFTERS:
         configs["fixed dynamic tree, topk 4, 16 drafts"] = EngineConfig.from_flags(
-            topk=4, num_draft_tokens=16, dynamic_tree=True, **flags)
+            speculation="fixed", topk=4, num_draft_tokens=16, dynamic_tree=True, **flags)
     configs["adaptive (chains of 1, 2, 4 or none)"] = EngineConfig.from_flags(speculation="adaptive", **flags)
     configs["adaptive (chains, the static tree or none)"] = EngineConfig.from_flags(
         speculation="adaptive", topk=2, num_draft_tokens=16, **flags)

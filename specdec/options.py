@@ -99,13 +99,15 @@ def add_speculation_arguments(parser) -> None:
 
 
 def add_speculation_mode_argument(parser, several: bool = False) -> None:
-    """--speculation fixed | adaptive (run and serve); several: eval and bench take both, one run each."""
-    parser.add_argument("--speculation", choices=("fixed", "adaptive"), default=["fixed"] if several else "fixed",
+    """--speculation adaptive | fixed (run and serve: adaptive by default, issue 17: at or above plain decoding and
+    within 0.95x of the best fixed shape wherever measured); several: eval and bench take both, one run each, fixed
+    by default (they measure a drafter's acceptance at its shape)."""
+    parser.add_argument("--speculation", choices=("fixed", "adaptive"), default=["fixed"] if several else "adaptive",
                         nargs="+" if several else None,
-                        help="fixed: every step drafts the --num-steps / --topk shape (default); adaptive: each step "
-                        "a chain of up to --num-steps drafts, the tree of --topk > 1 (static or --dynamic-tree) if "
-                        "given, or none, chosen from the running acceptance and the measured step time"
-                        + ("; both: one run of each, side by side" if several else ""))
+                        help="adaptive: each step a chain of up to --num-steps drafts, the tree of --topk > 1 (static "
+                        "or --dynamic-tree) if given, or none, chosen from the running acceptance and the measured "
+                        "step time" + ("" if several else " (default)") + "; fixed: every step drafts the --num-steps "
+                        "/ --topk shape" + (" (default); both: one run of each, side by side" if several else ""))
     parser.add_argument("--acceptance-prior", type=Path, nargs="+", default=None, metavar="EVAL",
                         help="with --speculation adaptive: start each request's acceptance from this pair's figures, "
                         "the output folder of a `specdec eval` of a chain (--topk 1), and optionally of a static "

@@ -40,7 +40,8 @@ def test_a_steps_outcome_is_told_after_the_next_verify_is_launched(checkpoint, c
     engine.score, engine.accept_and_commit, engine.policy.observe = scored, accepted, observed
     adaptive, _ = run(engine, SamplingParams())
 
-    plain, _ = run(Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False)),
+    plain, _ = run(Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False,
+                                                                                   speculation="fixed")),
                    SamplingParams())
     assert [r.output for r in adaptive] == [r.output for r in plain]
     told = [e for e in events if isinstance(e, tuple)]

@@ -80,10 +80,12 @@ def adaptive_engine(checkpoint) -> Engine:
 
 
 def test_plain_steps_decode_pipelined_and_generate_the_plain_tokens(checkpoint, clock):
-    plain_engine = Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False))
+    plain_engine = Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False,
+                                                                                   speculation="fixed"))
     first, _ = run(plain_engine, SamplingParams())
     eos = {first[0].output[12]}  # request 0 ends on it (at 12 or before), maybe others too
-    plain, _ = run(Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False)),
+    plain, _ = run(Engine(load_model(checkpoint, device="cpu"), None, EngineConfig(cache=CACHE, cuda_graphs=False,
+                                                                                   speculation="fixed")),
                    SamplingParams(), eos)
     engine = adaptive_engine(checkpoint)
     assert engine.plain_decodes and engine.runner.decode_graphs is None  # (no graphs on the CPU: eager decode steps)
@@ -222,7 +224,7 @@ def launches_of_a_decode_step(checkpoint, adaptive: bool, monkeypatch) -> list:
             for _ in range(2):
                 engine.policy.cost.observe(1, width, 20.0, 1e3 if width > 1 else 1e-3)
     else:
-        engine = Engine(target, None, EngineConfig(cache=cache, cuda_graphs=False))
+        engine = Engine(target, None, EngineConfig(cache=cache, cuda_graphs=False, speculation="fixed"))
     width = engine.config.shape.budget + 1 if adaptive else 1
     engine.runner.enable_graphs(width, max_batch=1, capture=False, decode_steps=engine.plain_decodes)
     if adaptive:

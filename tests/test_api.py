@@ -11,7 +11,7 @@ from specdec import LLM, EngineConfig
 from tests.tiny_models import nemotron_h_config, qwen35_text_config, save_tiny, save_tiny_tokenizer
 
 PROMPT = "aa ae ai ao au ay ar aa ae ai"
-SHORT = EngineConfig.from_flags(max_seq_len=128)
+SHORT = EngineConfig.from_flags(max_seq_len=128, speculation="fixed")
 
 
 @pytest.fixture(scope="module")

@@ -207,7 +207,7 @@ def test_engine_greedy_tokens_unchanged_on_the_kernel(tmp_path, monkeypatch):
     def generate(backend: str) -> tuple[list[list[int]], list[int]]:
         monkeypatch.setenv("SPECDEC_BACKEND", backend)
         config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64, flush_length=4),
-                              shape=TreeShape(steps=3))
+                              shape=TreeShape(steps=3), speculation="fixed")
         engine = Engine(model, NgramDrafter(), config)
         requests = [engine.add_request(p, SamplingParams(), 10) for p in ([5, 9, 2, 5, 9, 2, 5, 9], [17, 3])]
         engine.run()

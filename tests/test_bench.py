@@ -260,7 +260,8 @@ def test_the_engine_accepts_what_the_synthetic_acceptance_forces():
     from specdec.eval.synthetic import synthetic_speculation
 
     drafter, acceptance = synthetic_speculation("synthetic:3.0")
-    llm = LLM("qwen3.5", drafter, device="cpu", config=EngineConfig.from_flags(max_batch=4, max_seq_len=256),
+    llm = LLM("qwen3.5", drafter, device="cpu", config=EngineConfig.from_flags(max_batch=4, max_seq_len=256,
+                                                                               speculation="fixed"),
               acceptance=acceptance)
     outputs = llm.generate(["a", "b", "c", "d"], max_new_tokens=100)
     steps = [n for out in outputs for n in out.stats.emitted_per_step]
@@ -335,7 +336,7 @@ def test_a_random_target_builds_as_its_checkpoint_would_load(tmp_path, family):
         assert torch.isfinite(tensor).all(), name
         if tensor.ndim >= 2:  # unit-scale noise over sqrt(fan-in), as the checkpoint's
             assert tensor.float().std().item() == pytest.approx(theirs[name].float().std().item(), rel=0.3), name
-    small = EngineConfig.from_flags(max_batch=2, max_seq_len=64)
+    small = EngineConfig.from_flags(max_batch=2, max_seq_len=64, speculation="fixed")
     assert decodes_finite_logits(LLM(str(tmp_path / "random"), device="cpu", config=small))
 
 
@@ -356,7 +357,7 @@ def test_real_shape_random_targets_decode_finite_in_bf16(name):
     """The weight scale keeps bf16 activations finite through the real widths (the first 8 layers of each)."""
     from specdec.api import LLM
 
-    config = EngineConfig.from_flags(max_batch=2, max_seq_len=64, cuda_graphs=False)
+    config = EngineConfig.from_flags(max_batch=2, max_seq_len=64, cuda_graphs=False, speculation="fixed")
     assert decodes_finite_logits(LLM(f"random:{name}:8", device="cuda", config=config))
 
 

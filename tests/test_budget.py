@@ -36,7 +36,7 @@ def test_more_requests_than_states_all_finish(model):
     spec = model.cache_spec()
     budget = 4 * request_bytes(spec, 64, 4, torch.float32) + 1 * state_bytes(spec)
     config = cache_for_budget(spec, budget, max_requests=4, max_seq_len=64, flush_length=4, dtype=torch.float32)
-    engine = Engine(model, NgramDrafter(), EngineConfig(cache=config))
+    engine = Engine(model, NgramDrafter(), EngineConfig(cache=config, speculation="fixed"))
     requests = [engine.add_request(list(range(1, 2 + i)), SamplingParams(), 12) for i in range(6)]
     engine.run()
     assert all(len(r.output) == 12 for r in requests)

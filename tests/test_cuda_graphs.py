@@ -64,7 +64,7 @@ def engine_for(checkpoint, drafter: str | None, flush_length: int, cuda_graphs: 
     elif drafter == "ngram":
         drafter = NgramDrafter()
     target = load_model(checkpoint, device=device, dtype=dtype)
-    return Engine(target, drafter, EngineConfig(cache=cache, shape=SHAPE, cuda_graphs=cuda_graphs))
+    return Engine(target, drafter, EngineConfig(cache=cache, shape=SHAPE, cuda_graphs=cuda_graphs, speculation="fixed"))
 
 
 def static_steps(engine: Engine) -> Engine:
@@ -383,7 +383,7 @@ def test_graphs_are_off_without_a_gpu(tmp_path):
     save_tiny(qwen35_text_config(), tmp_path, seed=1)
     model = load_model(tmp_path, device="cpu")
     assert "CUDA device" in capture_blocker(model)
-    engine = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64)))
+    engine = Engine(model, None, EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64), speculation="fixed"))
     assert engine.runner.graphs is None and "CUDA device" in engine.runner.graph_note
     with pytest.raises(ValueError, match="cannot capture"):
         engine.runner.enable_graphs(1, 2)

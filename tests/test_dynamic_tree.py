@@ -49,7 +49,7 @@ def test_dynamic_trees_need_a_drafter_that_scores_its_drafts(tmp_path):
     model = load_model(tmp_path, device="cpu")
     with pytest.raises(ValueError, match="dynamic trees need"):
         Engine(model, NgramDrafter(), EngineConfig(cache=CacheConfig(max_requests=1),
-                                                  shape=TreeShape(steps=3, topk=2, dynamic=True)))
+                                                  shape=TreeShape(steps=3, topk=2, dynamic=True), speculation="fixed"))
 
 
 def test_a_dynamic_tree_too_large_for_the_drafter_is_refused_before_any_work(tmp_path):
@@ -61,12 +61,15 @@ def test_a_dynamic_tree_too_large_for_the_drafter_is_refused_before_any_work(tmp
     cache = CacheConfig(max_requests=1)
     with pytest.raises(ValueError, match="lower --num-steps or --topk"):
         Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=8, topk=8,
-                                                                                          dynamic=True)))
+                                                                                          dynamic=True),
+                                                                                          speculation="fixed"))
     Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=5, topk=8, max_tokens=63,
-                                                                                      dynamic=True)))
+                                                                                      dynamic=True),
+                                                                                      speculation="fixed"))
     with pytest.raises(ValueError, match="more than the 63 a step verifies"):  # the verify kernels' 64 nodes
         Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=TreeShape(steps=5, topk=8,
-                                                                                          max_tokens=64, dynamic=True)))
+                                                                                          max_tokens=64, dynamic=True),
+                                                                                          speculation="fixed"))
 
 
 def test_dynamic_budget_defaults_to_steps_times_topk():

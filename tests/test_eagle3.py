@@ -135,7 +135,8 @@ def check_lossless(target_dir, make_drafter) -> None:
                            (make_drafter, TreeShape(steps=3, topk=2, max_tokens=6)),
                            (make_drafter, TreeShape(steps=4, topk=3, max_tokens=10, dynamic=True))]:
         cache = CacheConfig(max_requests=2, max_seq_len=128, flush_length=3)
-        engine = Engine(model, drafter(model, cache) if drafter else None, EngineConfig(cache=cache, shape=shape))
+        engine = Engine(model, drafter(model, cache) if drafter else None, EngineConfig(cache=cache, shape=shape,
+                                                                                        speculation="fixed"))
         requests = [engine.add_request(p, SamplingParams(), 48) for p in prompts]
         engine.run()
         outputs.append([r.output for r in requests])

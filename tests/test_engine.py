@@ -36,7 +36,7 @@ def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4), max_ba
              max_prefill_tokens: int = 16384, prefills: list | None = None):
     """prefills: gets the prompt lengths of every prefill forward, in order."""
     config = EngineConfig(cache=CacheConfig(max_requests=max_batch, max_seq_len=160, flush_length=flush_length),
-                          shape=shape, max_prefill_tokens=max_prefill_tokens)
+                          shape=shape, max_prefill_tokens=max_prefill_tokens, speculation="fixed")
     engine = Engine(model, drafter, config)
     if prefills is not None:
         forward = engine.runner.prefill_with_features
@@ -89,7 +89,8 @@ def test_a_prefill_token_budget_splits_the_prefill_and_changes_no_token(model):
 def test_a_long_prompt_prefills_between_the_decode_steps_of_the_running_requests(model):
     """A 31-token prompt admitted while a request decodes, under a budget of 8: its four pieces take four steps,
     each of which also decodes the running request; both outputs equal their solo runs."""
-    config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=160, flush_length=16), max_prefill_tokens=8)
+    config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=160, flush_length=16), max_prefill_tokens=8,
+                          speculation="fixed")
     engine = Engine(model, NgramDrafter(), config)
     short, long = prompts()[1], prompts()[2]
     running = engine.add_request(short, SamplingParams(), NEW_TOKENS)
@@ -125,7 +126,8 @@ def test_prefill_forwards_stay_within_the_budget():
     ids=["empty-prompt", "no-new-tokens", "over-context", "over-cache", "bad-token"],
 )
 def test_bad_requests_are_refused_before_any_work(model, prompt, max_new_tokens, message):
-    engine = Engine(model, NgramDrafter(), EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=256)))
+    engine = Engine(model, NgramDrafter(), EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=256),
+                                                        speculation="fixed"))
     with pytest.raises(ValueError, match=message):
         engine.add_request(prompt, SamplingParams(), max_new_tokens)
     request = engine.add_request([1, 2, 3], SamplingParams(), 4)  # the engine stays usable
@@ -223,7 +225,8 @@ def test_sampled_drafts_from_the_target_itself_are_all_accepted(draft_pair):
     """Under sampling the draft distribution q equals the target's p when the target drafts for itself, so every
     draft is accepted (min(1, p/q) = 1): the sampled path's laws and acceptance line up exactly."""
     target, _ = draft_pair
-    config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=160, flush_length=16), shape=TreeShape(steps=3))
+    config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=160, flush_length=16), shape=TreeShape(steps=3),
+                          speculation="fixed")
     engine = Engine(target, draft_model_drafter(target, 16), config)
     params = SamplingParams(temperature=0.8, top_p=0.95, seed=11)
     requests = [engine.add_request(p, params, 32) for p in prompts()]
@@ -241,7 +244,8 @@ def test_sampled_requests_with_mixed_parameters_equal_their_solo_runs(model):
     work = list(zip(prompts() + [prompts()[0]], mix, strict=True))
 
     def run(batch):
-        engine = Engine(model, NgramDrafter(), EngineConfig(cache=CacheConfig(max_requests=4, max_seq_len=160)))
+        engine = Engine(model, NgramDrafter(), EngineConfig(cache=CacheConfig(max_requests=4, max_seq_len=160),
+                                                            speculation="fixed"))
         requests = [engine.add_request(prompt, params, 24) for prompt, params in batch]
         engine.run()
         return [request.output for request in requests]

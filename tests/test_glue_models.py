@@ -22,7 +22,8 @@ PROMPTS = [[5, 6, 7, 5, 6, 7, 5, 6], [40, 2, 77]]  # a repeating one, so the n-g
 
 def generate(model, monkeypatch, backend: str) -> list[list[int]]:
     monkeypatch.setenv("SPECDEC_BACKEND", backend)
-    config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64, flush_length=4), shape=TreeShape(steps=3))
+    config = EngineConfig(cache=CacheConfig(max_requests=2, max_seq_len=64, flush_length=4), shape=TreeShape(steps=3),
+                          speculation="fixed")
     engine = Engine(model, NgramDrafter(), config)
     requests = [engine.add_request(prompt, SamplingParams(), NEW_TOKENS) for prompt in PROMPTS]
     engine.run()

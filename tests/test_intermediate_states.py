@@ -163,7 +163,8 @@ def test_the_engine_emits_the_same_tokens_either_way(target, draft, shape):
     prompts = ["The history of the city", "def parse(text):\n    "]
     outputs = {}
     for linear_state in ("kvbuffer", "intermediate"):
-        config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, linear_state=linear_state, **shape)
+        config = EngineConfig.from_flags(max_batch=2, max_seq_len=128, linear_state=linear_state, speculation="fixed",
+                                         **shape)
         llm = LLM(target, draft, device="cpu", config=config)
         outputs[linear_state] = [out.token_ids for out in llm.generate(prompts, max_new_tokens=20)]
         if linear_state == "intermediate":

@@ -27,7 +27,7 @@ def test_two_hundred_requests(tmp_path):
         work.append((prompt, int(torch.randint(1, 12, (1,), generator=gen))))
 
     config = EngineConfig(cache=CacheConfig(max_requests=8, max_seq_len=64, flush_length=4, num_state_slots=6),
-                          shape=TreeShape(steps=3))
+                          shape=TreeShape(steps=3), speculation="fixed")
     engine = Engine(model, NgramDrafter(), config)
     requests = [engine.add_request(prompt, SamplingParams(), new) for prompt, new in work]
     engine.run()

@@ -112,7 +112,7 @@ def prompts() -> list[list[int]]:
 def generate(model, drafter, flush_length: int, shape=TreeShape(steps=4), max_prefill_tokens: int = 16384):
     cache = CacheConfig(max_requests=2, max_seq_len=160, flush_length=flush_length)
     engine = Engine(model, drafter(model, cache) if drafter else None,
-                    EngineConfig(cache=cache, shape=shape, max_prefill_tokens=max_prefill_tokens))
+                    EngineConfig(cache=cache, shape=shape, max_prefill_tokens=max_prefill_tokens, speculation="fixed"))
     requests = [engine.add_request(p, SamplingParams(), NEW_TOKENS) for p in prompts()]
     engine.run()
     if drafter:
@@ -186,7 +186,7 @@ def test_sampled_requests_through_the_mtp_drafter_are_reproducible(shape, echo_m
 
     def run():
         cache = CacheConfig(max_requests=2, max_seq_len=160, flush_length=3)
-        engine = Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=shape))
+        engine = Engine(model, MtpDrafter(model, cache), EngineConfig(cache=cache, shape=shape, speculation="fixed"))
         params = [SamplingParams(temperature=0.9, top_p=0.9, seed=seed) for seed in (1, 2, 3)]
         requests = [engine.add_request(p, q, 32) for p, q in zip(prompts(), params, strict=True)]
         engine.run()

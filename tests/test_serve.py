@@ -48,7 +48,7 @@ def served():
     torch's thread pool spinning against the server's threads made every step ten times slower."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    config = EngineConfig.from_flags(max_batch=16, max_seq_len=192, num_state_slots=12)
+    config = EngineConfig.from_flags(max_batch=16, max_seq_len=192, num_state_slots=12, speculation="fixed")
     llm = LLM(MODEL, draft="small", device="cpu", config=config)
     solo = {(p, False): llm.generate(p, max_new_tokens=TOKENS)[0] for p in PROMPTS}
     solo |= {(q, True): llm.generate(q, max_new_tokens=TOKENS, chat=True)[0] for q in QUESTIONS}

@@ -18,7 +18,8 @@ from specdec.serve.cli import capture_graphs, warm_kernels
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM("qwen3.5", draft="small", device="cpu", config=EngineConfig.from_flags(max_batch=4, max_seq_len=256))
+    return LLM("qwen3.5", draft="small", device="cpu", config=EngineConfig.from_flags(max_batch=4, max_seq_len=256,
+                                                                                      speculation="fixed"))
 
 
 def test_nothing_is_captured_without_cuda_graphs(llm, capsys):

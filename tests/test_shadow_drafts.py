@@ -107,7 +107,8 @@ def test_the_synthetic_shadow_keeps_what_a_chain_drafted_there_keeps():
 
 def test_adaptive_plain_steps_tell_the_ngram_drafters_shadows_and_generate_the_plain_tokens(checkpoint):  # noqa: F811
     target = load_model(checkpoint, device="cpu")
-    plain, _ = run(Engine(target, None, EngineConfig(cache=CACHE, cuda_graphs=False)), SamplingParams())
+    plain, _ = run(Engine(target, None, EngineConfig(cache=CACHE, cuda_graphs=False,
+                                                     speculation="fixed")), SamplingParams())
     config = EngineConfig(cache=CACHE, shape=TreeShape(steps=2), cuda_graphs=False, speculation="adaptive",
                           adaptive=AdaptiveConfig(collapse=1.01, probe_every=6))
     engine = Engine(target, NgramDrafter(), config)

@@ -73,7 +73,8 @@ def qwen_prompts() -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def plain_qwen(qwen_prompts) -> list[list[int]]:
-    llm = LLM("qwen3.5", device="cpu", config=EngineConfig.from_flags(max_batch=2, max_seq_len=128))
+    llm = LLM("qwen3.5", device="cpu", config=EngineConfig.from_flags(max_batch=2, max_seq_len=128,
+                                                                      speculation="fixed"))
     return [out.token_ids for out in llm.generate(qwen_prompts, max_new_tokens=24)]
 
 
@@ -83,7 +84,8 @@ def plain_qwen(qwen_prompts) -> list[list[int]]:
     ("eagle3", dict(topk=4, num_draft_tokens=16, dynamic_tree=True)),
 ], ids=["draft-model", "mtp", "eagle3", "mtp-dynamic16", "eagle3-dynamic16"])
 def test_qwen_drafters_are_lossless_and_accepted(draft, shape, qwen_prompts, plain_qwen):
-    llm = LLM("qwen3.5", draft, device="cpu", config=EngineConfig.from_flags(max_batch=2, max_seq_len=128, **shape))
+    llm = LLM("qwen3.5", draft, device="cpu", config=EngineConfig.from_flags(max_batch=2, max_seq_len=128,
+                                                                                    speculation="fixed", **shape))
     outputs = llm.generate(qwen_prompts, max_new_tokens=24)
     assert [out.token_ids for out in outputs] == plain_qwen
     steps = sum(len(out.stats.emitted_per_step) for out in outputs)
@@ -95,7 +97,7 @@ def test_qwen_drafters_are_lossless_and_accepted(draft, shape, qwen_prompts, pla
 def test_nemotron_drafters_are_lossless(draft):
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_DIR / "nemotron-3-tiny")
     prompt = tokenizer(held_out_text("kjv", 300), add_special_tokens=False)["input_ids"][-40:]
-    config = EngineConfig.from_flags(max_batch=1, max_seq_len=128)
+    config = EngineConfig.from_flags(max_batch=1, max_seq_len=128, speculation="fixed")
     plain = LLM("nemotron-3", device="cpu", config=config).generate(prompt, max_new_tokens=24)
     spec = LLM("nemotron-3", draft, device="cpu", config=config).generate(prompt, max_new_tokens=24)
     assert spec[0].token_ids == plain[0].token_ids

@@ -110,7 +110,7 @@ def test_the_engine_accepts_what_a_synthetic_tree_forces():
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
 
-    config = EngineConfig.from_flags(max_batch=4, max_seq_len=256, topk=2, num_draft_tokens=16)
+    config = EngineConfig.from_flags(max_batch=4, max_seq_len=256, topk=2, num_draft_tokens=16, speculation="fixed")
     drafter, acceptance = synthetic_speculation("synthetic:3.0:0.5", config.shape.depth)
     llm = LLM("qwen3.5", drafter, device="cpu", config=config, acceptance=acceptance)
     outputs = llm.generate(["a", "b", "c", "d"], max_new_tokens=100)

@@ -74,7 +74,7 @@ def logits_and_outputs(directory: Path, tp: TensorParallel, device: str = "cpu")
     result = {**runner_logits(model), "spec": model.cache_spec()}
     for name, drafter, prefill_tokens in (("plain", None, 16384), ("ngram", NgramDrafter(), 8)):
         config = EngineConfig(cache=CacheConfig(max_requests=3, max_seq_len=96, flush_length=3),
-                              shape=TreeShape(steps=3), max_prefill_tokens=prefill_tokens)
+                              shape=TreeShape(steps=3), max_prefill_tokens=prefill_tokens, speculation="fixed")
         engine = Engine(model, drafter, config)
         requests = [engine.add_request(prompt, SamplingParams(), NEW_TOKENS) for prompt in batch]
         engine.run()
@@ -90,7 +90,7 @@ def shipped_drafters(tp_size: int, device: str = "cpu") -> dict:
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
 
-    config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3)
+    config = EngineConfig.from_flags(max_batch=len(SHIPPED_PROMPTS), max_seq_len=96, num_steps=3, speculation="fixed")
     result = {}
     for draft in (None, *SHIPPED_DRAFTERS):
         llm = LLM("qwen3.5", draft, device=device, dtype="fp32", config=config, tp=tp_size)

@@ -26,7 +26,7 @@ class EngineConfig:
     cache: CacheConfig = CacheConfig()
     shape: TreeShape = TreeShape()
     cuda_graphs: bool = True
-    speculation: str = "fixed"
+    speculation: str = "adaptive"
     adaptive: AdaptiveConfig = AdaptiveConfig()
     max_prefill_tokens: int = 16384
 
@@ -40,7 +40,7 @@ class EngineConfig:
     def from_flags(cls, *, max_batch: int = 8, max_seq_len: int = 4096, flush_length: int = 16,
                    num_state_slots: int | None = None, linear_state: str = "kvbuffer", num_steps: int = 4,
                    topk: int = 1, num_draft_tokens: int | None = None, dynamic_tree: bool = False,
-                   cuda_graphs: bool = True, speculation: str = "fixed",
+                   cuda_graphs: bool = True, speculation: str = "adaptive",
                    adaptive: AdaptiveConfig | None = None, max_prefill_tokens: int = 16384) -> EngineConfig:
         """From the flags of `specdec run / eval / bench`, one to one (adaptive: --acceptance-prior's,
         specdec/eval/acceptance_prior.py adaptive_settings). Intermediate states keep no buffer: their
