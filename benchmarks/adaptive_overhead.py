@@ -2,8 +2,9 @@
 (every request collapsed, no probes, no refreshes: its plans, bookkeeping and the drafter told the tokens, nothing
 drafted) and against free adaptive speculation, on the shipped Qwen3.5 with a drafter, batch 1 (or --batch N: the
 prompts N at a time), the engines alternated over several rounds so that a machine's drift falls on all alike (the
-CPU eval times each once). A second plain decoding engine, loaded last, is the control: what being another engine of
-the process moves, with no difference in code (on the 2-core CPU, 2026-12-07: its weights' own copy).
+CPU eval times each once). Every engine runs over the first's target (LLM.beside: its weights and tokenizer shared,
+pools, drafter and graphs its own). A second plain decoding engine, built last, is the control: what being another
+engine of the process moves, with no difference in code.
 
     python -m benchmarks.adaptive_overhead --draft small --prompts 6 --rounds 3
     python -m benchmarks.adaptive_overhead --draft small --prompts 8 --rounds 3 --batch 4
@@ -52,10 +53,11 @@ def main() -> None:
     prompts = [p.text for p in load_prompts("mt-bench", args.prompts)]
     adaptive = EngineConfig.from_flags(speculation="adaptive")
     held = replace(adaptive, adaptive=AdaptiveConfig(collapse=1.01, probe_every=10**9, refresh_every=0))
-    engines = {"plain decoding": LLM(args.target), "adaptive, held to plain steps": LLM(args.target, args.draft,
-                                                                                       config=held),
-               "adaptive": LLM(args.target, args.draft, config=adaptive),
-               "plain decoding, a second engine": LLM(args.target)}
+    first = LLM(args.target)  # (every engine over its weights, LLM.beside: a copy of their own moved a CPU's linear
+    # layers by ~4%, which swamped the engines' difference)
+    engines = {"plain decoding": first, "adaptive, held to plain steps": first.beside(args.draft, config=held),
+               "adaptive": first.beside(args.draft, config=adaptive),
+               "plain decoding, a second engine": first.beside(None, config=EngineConfig.from_flags())}
     for llm in engines.values():  # warm-up
         llm.generate(prompts[:1], max_new_tokens=16)
     rates: dict[str, list[float]] = {name: [] for name in engines}
