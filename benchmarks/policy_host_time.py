@@ -2,8 +2,8 @@
 and the next launch, where the GPU waits for the host. Two tables: by batch size on synthetic outcomes (each row
 keeps 0-4 of its drafts at random, the flat step cost, the best of three runs of 200 steps after 30 of warm-up),
 and inside the engine at batch 1 (the shipped Qwen3.5 pair with its draft model, six MT-bench questions of 128
-tokens, the adaptive engine held to plain steps and free), where a process that also runs torch's threads pays
-more per call than the first table shows.
+tokens, the adaptive engine held to plain steps and free, and free over the questions in the chat template), where a
+process that also runs torch's threads pays more per call than the first table shows.
 
     python -m benchmarks.policy_host_time                     # this checkout
     PYTHONPATH=/path/to/other/checkout python -m benchmarks.policy_host_time --label before   # another, to compare
@@ -80,9 +80,11 @@ def run_steps(policy: AdaptivePolicy, ids: list[int], steps: int, seed: int) -> 
         policy.finish(rid)
 
 
-def in_engine(held: bool, prompts: int = 6, new_tokens: int = 128) -> tuple[float, float, float]:
+def in_engine(held: bool, prompts: int = 6, new_tokens: int = 128, chat: bool = False) -> tuple[float, float, float]:
     """The shipped pair at batch 1 -> (ms a step, us of plan a step, us of observe a step), timed by wrapping the
-    policy's methods for the run."""
+    policy's methods for the run. chat: the questions in the chat template (as `specdec run` and the server's chat
+    endpoint give them), where on a 2-core CPU the draft model's drafts do not pay and the policy settles on plain
+    decoding (AdaptivePolicy._settle)."""
     from specdec.api import LLM
     from specdec.engine.engine import EngineConfig
     from specdec.eval.datasets import load_prompts
@@ -92,7 +94,7 @@ def in_engine(held: bool, prompts: int = 6, new_tokens: int = 128) -> tuple[floa
     if held:
         config = replace(config, adaptive=AdaptiveConfig(collapse=1.01, probe_every=10**9, refresh_every=0))
     llm = LLM("qwen3.5", "small", config=config)
-    llm.generate(texts[:1], max_new_tokens=16)  # warm-up
+    llm.generate(texts[:1], max_new_tokens=16, chat=chat)  # warm-up
     spent = {"plan": 0.0, "observe": 0.0}
     policy = llm.engine.policy
     for name in spent:
@@ -106,7 +108,7 @@ def in_engine(held: bool, prompts: int = 6, new_tokens: int = 128) -> tuple[floa
         setattr(policy, name, timed)
     steps, start = policy.steps, time.perf_counter()
     for text in texts:
-        llm.generate([text], max_new_tokens=new_tokens)
+        llm.generate([text], max_new_tokens=new_tokens, chat=chat)
     steps = policy.steps - steps
     return 1e3 * (time.perf_counter() - start) / steps, 1e6 * spent["plan"] / steps, 1e6 * spent["observe"] / steps
 
@@ -154,10 +156,10 @@ def main() -> None:
     if args.engine:
         print(f"\n| engine, batch 1 ({args.label}) | ms a step | plan us a step | observe us a step |")
         print("|---|---|---|---|")
-        for held in (True, False):
-            step_ms, plan_us, observe_us = in_engine(held)
-            print(f"| {'held to plain steps' if held else 'adaptive'} | {step_ms:.2f} | {plan_us:.1f} | "
-                  f"{observe_us:.1f} |", flush=True)
+        for name, held, chat in (("held to plain steps", True, False), ("adaptive", False, False),
+                                 ("adaptive, chat prompts", False, True)):
+            step_ms, plan_us, observe_us = in_engine(held, chat=chat)
+            print(f"| {name} | {step_ms:.2f} | {plan_us:.1f} | {observe_us:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

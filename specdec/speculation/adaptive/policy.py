@@ -59,6 +59,8 @@ from .tuning import (
     PROBE_BACKOFF,
     REFRESH_BACKOFF,
     REFRESH_CONTENDER,
+    SETTLED_MARGIN,
+    SETTLED_REPLAN,
     SHADOW_DECAY,
     SHADOW_SURE,
     SINGLE_TRUSTED,
@@ -113,6 +115,9 @@ class AdaptivePolicy:
         # benchmarks/results/adaptive_first_plan_cpu_2026-12-07.md)
         self._new_request: RunningAcceptance | None = None
         self._figures_version = 0
+        # a settled plain run: (its requests, the step from which it is planned in full again), plan
+        self._settled: tuple[tuple[int, ...], int] | None = None
+        self._pooled_memo: tuple[float, ...] | None = None  # _pooled, until the population next learns
 
     def prepare(self, rows: int, shortest: int, longest: int) -> None:
         """Price now every step this policy may plan for batches of up to `rows` requests whose mean context lies in
@@ -131,6 +136,12 @@ class AdaptivePolicy:
         must read before it drafts for them (Drafter.backlog: a draft model's steps sat out, unread prompts), which a
         drafting step pays on top of its shape's cost, spread over CATCH_UP_STEPS."""
         batch, context = len(request_ids), sum(contexts) / max(len(contexts), 1)
+        if (self._settled is not None and self._settled[0] == tuple(request_ids) and self.steps < self._settled[1]
+                and self.trace is None):  # (what the last full plan chose, as it would choose again: below)
+            plan = StepPlan(0, (False,) * batch, False)
+            self._planned = PlannedStep(batch, context, plan, backlog, None)
+            return plan
+        self._settled = None
         emitted, hoped, worth = self._batch_tokens(request_ids)
         collapsed = batch - sum(worth)  # a collapsed row counts one token, whatever it drafts
         self.wants_shadows = collapsed > 0 or not self.chains_collapsed.isdisjoint(request_ids)
@@ -195,6 +206,8 @@ class AdaptivePolicy:
             # the H200 traces at acceptance 1.2 such steps reset the backoff, probes came every 16-33 steps)
             self.probe_interval = self.config.probe_every
         self._probed = probing
+        if steps == 0 and hoped_best == 0 and not (trying or probing or self.wants_shadows) and all(worth):
+            self._settle(request_ids, rates)
         plan = StepPlan(steps, (steps > 0,) * batch, self.config.is_tree(steps))
         decision = None
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
@@ -209,6 +222,19 @@ class AdaptivePolicy:
                                         if shadowed else None)}
         self._planned = PlannedStep(batch, context, plan, backlog, decision)
         return plan
+
+    def _settle(self, request_ids: Sequence[int], rates: dict[int, float]) -> None:
+        """After a full plan of plain decoding, best even on hope: plan the next SETTLED_REPLAN - 1 steps of these
+        requests plainly without pricing them, where nothing in them could make this plan choose otherwise but a
+        drift of the rates by SETTLED_MARGIN (a drafting step, a new or finished request, shadows, a trace end it):
+        nothing is being measured, the batch's bucket is explored (EXPLORE_AFTER) and no refresh comes due."""
+        drafting = max((rate for shape, rate in rates.items() if shape), default=0.0)
+        refresh_due = (self.config.refresh_every
+                       and self.steps + SETTLED_REPLAN - self._last_refresh >= self.refresh_interval)
+        if (self._measuring is None and self._best_at_refresh is None and not refresh_due
+                and self.bucket_steps[self._bucket(len(request_ids))] >= EXPLORE_AFTER
+                and rates[0] >= SETTLED_MARGIN * drafting):
+            self._settled = (tuple(request_ids), self.steps + SETTLED_REPLAN)
 
     def warm(self, request_ids: Sequence[int]) -> None:
         """Work out the rows' figures for the next plan of these requests now (_batch_tokens), while the device
@@ -314,6 +340,8 @@ class AdaptivePolicy:
             self.cost.observe(batch, plan.steps + 1, context, seconds)
             self.last_measured[(bucket, plan.steps)] = self.steps
         self._figures_version += 1  # (the rows' figures change below)
+        if any(drafted):
+            self._settled = None
         self.counts[plan.label] += 1
         self.steps += 1
         self.since_drafting = 0 if any(plan.drafting) else self.since_drafting + 1
@@ -345,7 +373,7 @@ class AdaptivePolicy:
             else:  # (what its drafts showed ages: a dip from a few rejections does not hold it on plain steps)
                 self._stats(rid).relax(pooled, 1 - self.config.decay)
         if any(drafted):  # (the pooled figures moved: a new request starts from them)
-            self._new_request = None
+            self._new_request = self._pooled_memo = None
 
     def observe_shadows(self, request_ids: Sequence[int], kept: Sequence[bool]) -> None:
         """Shadow drafts: each row's first draft, made for free while it decoded plainly (a drafter that drafts for
@@ -355,6 +383,7 @@ class AdaptivePolicy:
         position (a first position observed alone and deeper ones left at the drafter's figures overpriced chains
         in the replay of the H200 traces: Nemotron-3-Nano at batch 1 and 1.2 accepted, 0.96x -> 0.91x of plain)."""
         self._figures_version += 1  # (a row whose chains collapsed is priced by its shadows: _row_figures)
+        self._settled = None
         for rid, hit in zip(request_ids, kept, strict=True):
             seen, hits = self.shadows.get(rid, (0.0, 0.0))
             self.shadows[rid] = (SHADOW_DECAY * seen + 1.0, SHADOW_DECAY * hits + float(hit))
@@ -389,12 +418,14 @@ class AdaptivePolicy:
         c = self.config
         self.population = RunningAcceptance(c.prior_at(c.max_steps), c.prior_weight, POPULATION_DECAY)
         self.siblings = SiblingAcceptance(c.sibling_prior, c.prior_weight, POPULATION_DECAY)
-        self._new_request = None
+        self._new_request = self._pooled_memo = None
         self.counts.clear()
         self._figures_version += 1
+        self._settled = None
 
     def finish(self, request_id: int) -> None:
         self._figures_version += 1
+        self._settled = None
         self.chains_collapsed.discard(request_id)
         self.acceptance.pop(request_id, None)
         self.shadows.pop(request_id, None)
@@ -408,8 +439,11 @@ class AdaptivePolicy:
         return self.acceptance[request_id]
 
     def _pooled(self) -> tuple[float, ...]:
-        """The acceptance per position pooled over the requests' recent drafts (the drafter's figures before any)."""
-        return tuple(self.population.conditional(k) for k in range(self.config.max_steps))
+        """The acceptance per position pooled over the requests' recent drafts (the drafter's figures before any);
+        worked out once between drafting steps (every plain step relaxes the rows toward it)."""
+        if self._pooled_memo is None:
+            self._pooled_memo = tuple(self.population.conditional(k) for k in range(self.config.max_steps))
+        return self._pooled_memo
 
     def _bucket(self, batch: int) -> int:
         """The cost bucket of a step of `batch` requests: that of the rows it runs (StepCost)."""

@@ -41,3 +41,10 @@ MEASURE_FOR = 4
 # the drafting steps a drafter's catch-up is spread over when a drafting shape is priced (CatchUpCost): it is paid
 # once, by the first of a run of drafting steps, and a run lasts at least the steps a measured shape is held for
 CATCH_UP_STEPS = MEASURE_FOR
+# a settled plain run (plain decoding the best by SETTLED_MARGIN even at every drafting shape's hopeful rate, every row
+# worth drafting for, no shape being measured and no refresh due) is planned in full every SETTLED_REPLAN steps and
+# plainly in between: on a CPU the policy's Python runs in series with the model, 0.13 ms a step of the shipped draft
+# model's pair at batch 1 (8.4 ms plain steps), and adaptive held to plain steps read 0.975x of plain decoding where a
+# second plain engine read 0.993x (benchmarks/results/eval_cpu_draft_model_80_prompts_2026-12-07/)
+SETTLED_REPLAN = 8
+SETTLED_MARGIN = 1.1
