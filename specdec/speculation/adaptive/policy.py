@@ -47,6 +47,7 @@ from collections.abc import Sequence
 from .acceptance_stats import SURE_OF, RunningAcceptance
 from .config import AdaptiveConfig
 from .plan import PlannedStep, StepPlan
+from .shadows import ShadowDrafts
 from .step_cost import CatchUpCost, StepCost, StepCostPrior, StepRows, batch_bucket, flat_prior, unpadded
 from .tree_yield import SiblingAcceptance, child_lists, rank_outcome
 from .tuning import (
@@ -61,8 +62,6 @@ from .tuning import (
     REFRESH_CONTENDER,
     SETTLED_MARGIN,
     SETTLED_REPLAN,
-    SHADOW_DECAY,
-    SHADOW_SURE,
     SINGLE_TRUSTED,
 )
 
@@ -97,8 +96,7 @@ class AdaptivePolicy:
         self._best_at_refresh: int | None = None  # the best shape when the last refresh ran, until it is judged
         self._probed = False  # the last plan was a probe
         self._planned: PlannedStep | None = None  # the last plan, awaiting its outcome
-        # request -> its shadow drafts' (seen, kept), decayed by SHADOW_DECAY (observe_shadows)
-        self.shadows: dict[int, tuple[float, float]] = {}
+        self.shadows = ShadowDrafts(config.collapse)  # (observe_shadows)
         # requests whose first draft their own drafts last showed collapsed (p[0] < collapse): while their shadow
         # drafts, where the drafter makes them, do not show them recovered, their chains stay priced at one token,
         # whatever relaxing toward the pooled acceptance made of their estimate since (_row_figures)
@@ -197,7 +195,7 @@ class AdaptivePolicy:
             steps, self.hope_waited = hoped_best, 0
             self.trial_interval = min(2 * self.trial_interval, PROBE_BACKOFF * self.config.probe_every)
         probing = (steps == 0 and not all(worth) and self.since_drafting >= self.probe_interval
-                   and self._shadows_call_a_probe(request_ids, worth))
+                   and self.shadows.call_a_probe(request_ids, worth))
         if probing:  # a probe: the best drafting shape (the cheapest when nobody's drafts count), every row drafting
             steps = max(self.config.chain_lengths, key=lambda s: (rates[s], -s))
         elif self._probed and best == 0:  # the last probe changed nothing: wait twice as long for the next
@@ -211,15 +209,13 @@ class AdaptivePolicy:
         plan = StepPlan(steps, (steps > 0,) * batch, self.config.is_tree(steps))
         decision = None
         if self.trace is not None:  # (recorded with its outcome: a plan the engine replaces is never observed)
-            shadowed = [self.shadows[rid] for rid in request_ids if rid in self.shadows]
             decision = {"batch": batch, "steps": steps, "drafting_worth": sum(worth), "backlog": backlog,
                         "estimated_ms": {s: 1e3 * seconds[s] for s in rates},
                         "tokens_per_second": rates, "estimated_tokens_per_second": estimated_rates,
                         "probe": probing,
                         "trial": trying,
                         # the rows' shadow drafts kept, pooled (None: no row has any)
-                        "shadow_kept": (sum(h for _, h in shadowed) / sum(n for n, _ in shadowed)
-                                        if shadowed else None)}
+                        "shadow_kept": self.shadows.pooled_kept(request_ids)}
         self._planned = PlannedStep(batch, context, plan, backlog, decision)
         return plan
 
@@ -274,7 +270,7 @@ class AdaptivePolicy:
         """A row's expected tokens and squared shortfalls per column (_columns, the tree's left out where `tree` is
         False), or None where it collapsed."""
         c = self.config
-        held = request_id in self.chains_collapsed and not self._shadows_recovered(request_id)
+        held = request_id in self.chains_collapsed and not self.shadows.recovered(request_id)
         stats = self._stats(request_id)
         if stats.untouched and self._new_request is not None and stats.prior is self._new_request.prior:
             stats = self._new_request  # (the same figures: worked out once for a batch of new requests)
@@ -376,40 +372,11 @@ class AdaptivePolicy:
             self._new_request = self._pooled_memo = None
 
     def observe_shadows(self, request_ids: Sequence[int], kept: Sequence[bool]) -> None:
-        """Shadow drafts: each row's first draft, made for free while it decoded plainly (a drafter that drafts for
-        nothing: Drafter.shadow_drafts), checked against the token its plain step emitted. They tell whether a collapsed
-        row may have recovered, so a probe (a drafting step, the only other way to see it) comes only when one looks
-        so (_shadows_call_a_probe); they do not enter the acceptance the shapes are priced at, which holds every
-        position (a first position observed alone and deeper ones left at the drafter's figures overpriced chains
-        in the replay of the H200 traces: Nemotron-3-Nano at batch 1 and 1.2 accepted, 0.96x -> 0.91x of plain)."""
+        """Shadow drafts (shadows.py): each collapsed row's first draft, made for free beside its plain step, kept or
+        not; they call probes (ShadowDrafts.call_a_probe) and hold a row's chains (chains_collapsed)."""
         self._figures_version += 1  # (a row whose chains collapsed is priced by its shadows: _row_figures)
         self._settled = None
-        for rid, hit in zip(request_ids, kept, strict=True):
-            seen, hits = self.shadows.get(rid, (0.0, 0.0))
-            self.shadows[rid] = (SHADOW_DECAY * seen + 1.0, SHADOW_DECAY * hits + float(hit))
-
-    def _shadows_call_a_probe(self, request_ids: Sequence[int], worth: Sequence[bool]) -> bool:
-        """Whether a probe is due by the shadow drafts (observe_shadows): where the batch's collapsed rows have none
-        (a drafter without them), as before; else where their first drafts, pooled, were kept more often than the
-        collapse by SHADOW_SURE deviations (a drafting step is the batch's: one row in 64 that recovered would not
-        make it pay, and a test per row called a probe every time at batch 64, some row above by chance)."""
-        seen = hits = 0.0
-        for rid, row_worth in zip(request_ids, worth, strict=True):
-            if not row_worth and rid in self.shadows:
-                row_seen, row_hits = self.shadows[rid]
-                seen, hits = seen + row_seen, hits + row_hits
-        return not seen or self._above_collapse(seen, hits)
-
-    def _shadows_recovered(self, request_id: int) -> bool:
-        """Whether a request's shadow drafts show its first draft kept more often than the collapse by SHADOW_SURE
-        deviations (True where it has none: a drafter without shadows, or none checked yet)."""
-        return request_id not in self.shadows or self._above_collapse(*self.shadows[request_id])
-
-    def _above_collapse(self, seen: float, hits: float) -> bool:
-        """Whether first drafts kept `hits` times in `seen` (decayed counts) lie SHADOW_SURE deviations above the
-        collapse."""
-        p = hits / seen
-        return p - SHADOW_SURE * (p * (1.0 - p) / seen) ** 0.5 >= self.config.collapse
+        self.shadows.observe(request_ids, kept)
 
     def forget_acceptance(self) -> None:
         """Back to the drafter's figures: the pooled acceptance (a new request's prior), the trees' sibling
@@ -428,7 +395,7 @@ class AdaptivePolicy:
         self._settled = None
         self.chains_collapsed.discard(request_id)
         self.acceptance.pop(request_id, None)
-        self.shadows.pop(request_id, None)
+        self.shadows.forget(request_id)
 
     def _stats(self, request_id: int) -> RunningAcceptance:
         if request_id not in self.acceptance:
